@@ -1,0 +1,172 @@
+//! Command-line flags. Every export flag has a YAML key of the same name with `_` for `-`
+//! (see `config.rs`); a flag given on the command line overrides the file.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// Move data out of relational databases fast, consistently and gently.
+#[derive(Debug, Parser)]
+#[command(
+    name = "sluice",
+    version,
+    about,
+    long_about = "Move data out of relational databases fast, consistently and gently.\n\n\
+        sluice exports tables to Parquet or CSV with several workers reading one consistent \
+        snapshot, memory bounded by bytes, and a report of what the run cost the source.",
+    after_help = "Exit codes: 0 success, 2 bad configuration or usage, 3 source failure, \
+        4 destination failure, 5 data that cannot be represented, 130 interrupted, \
+        1 internal error.\n\nPasswords may come from the environment (PGPASSWORD) instead of \
+        the URL; they never appear in messages, logs, reports or manifests."
+)]
+pub struct Cli {
+    /// More log output (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Only errors.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Export tables, views or queries to Parquet or CSV files.
+    #[command(after_help = EXPORT_EXAMPLES)]
+    Export(ExportArgs),
+    /// Show what an export would do — sizes, chunks, workers, memory — without reading rows.
+    Plan(PlanArgs),
+}
+
+const EXPORT_EXAMPLES: &str = "Examples:\n  \
+    sluice export --source postgres://app@db:5432/shop --table public.orders --to ./out\n  \
+    sluice export --source postgres://app@db/shop --tables 'public\\.order_.*' --format csv --to ./csv\n  \
+    sluice export -c sluice.yaml --parallel 4 --resume\n\n\
+    Output: <to>/<schema>.<table>/part-00000.parquet … and <to>/manifest.json, written last.";
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FormatArg {
+    /// Apache Parquet (zstd by default).
+    Parquet,
+    /// CSV with a header line.
+    Csv,
+}
+
+/// Parquet compression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CompressionArg {
+    /// Zstandard (level with --zstd-level).
+    Zstd,
+    /// Snappy.
+    Snappy,
+    /// None.
+    None,
+}
+
+/// Consistency mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConsistencyArg {
+    /// One snapshot shared by all workers: the output is one point in time.
+    Snapshot,
+    /// Each chunk in its own short transaction: less harm, not one point in time.
+    Chunk,
+}
+
+/// What to read and how to connect.
+#[derive(Debug, Clone, Args, Default)]
+pub struct SelectArgs {
+    /// YAML file with the same settings as the flags (flags override it).
+    #[arg(short = 'c', long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Source database URL, e.g. postgres://user@host:5432/db (password: in the URL or PGPASSWORD).
+    #[arg(long, value_name = "URL")]
+    pub source: Option<String>,
+    /// A table to export, as name or schema.name; double-quote parts to match case exactly. Repeatable.
+    #[arg(long, value_name = "NAME")]
+    pub table: Vec<String>,
+    /// Export every table whose schema.table matches this regular expression. Repeatable.
+    #[arg(long, value_name = "REGEX")]
+    pub tables: Vec<String>,
+    /// Export every table of this schema. Repeatable.
+    #[arg(long, value_name = "SCHEMA")]
+    pub schema: Vec<String>,
+    /// Export the result of a query as dataset NAME: --query 'NAME=SELECT …'. Repeatable.
+    #[arg(long, value_name = "NAME=SQL")]
+    pub query: Vec<String>,
+    /// How to split datasets: auto, ctid, key, key:<col>[,<col>…], none.
+    #[arg(long, value_name = "STRATEGY")]
+    pub chunk_by: Option<String>,
+    /// Target chunk size in source bytes (e.g. 128MB; default: chosen, 64–256 MB).
+    #[arg(long, value_name = "BYTES")]
+    pub chunk_size: Option<String>,
+    /// Workers, each with its own connection (default: chosen from table sizes and cores).
+    #[arg(long, value_name = "N")]
+    pub parallel: Option<usize>,
+    /// snapshot (default): one consistent view; chunk: short transactions per chunk.
+    #[arg(long, value_enum)]
+    pub consistency: Option<ConsistencyArg>,
+    /// Bytes per Arrow batch (default 8MB); memory per worker is about three batches plus a row group.
+    #[arg(long, value_name = "BYTES")]
+    pub batch_size: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum)]
+    pub format: Option<FormatArg>,
+}
+
+/// `sluice export`.
+#[derive(Debug, Clone, Args)]
+pub struct ExportArgs {
+    /// What to read.
+    #[command(flatten)]
+    pub select: SelectArgs,
+    /// Output directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub to: Option<String>,
+    /// Parquet compression (default zstd).
+    #[arg(long, value_enum)]
+    pub compression: Option<CompressionArg>,
+    /// Zstandard level, 1 (fastest) to 22 (default 1).
+    #[arg(long, value_name = "N")]
+    pub zstd_level: Option<i32>,
+    /// Parquet row group size in bytes of memory (default 16MB).
+    #[arg(long, value_name = "BYTES")]
+    pub row_group_size: Option<String>,
+    /// CSV delimiter, one ASCII character (default ,). Use '\t' for tab.
+    #[arg(long, value_name = "CHAR")]
+    pub csv_delimiter: Option<String>,
+    /// Text written for NULL in CSV (default: empty; empty strings are then written as "").
+    #[arg(long, value_name = "TEXT")]
+    pub csv_null: Option<String>,
+    /// Omit the CSV header line.
+    #[arg(long)]
+    pub csv_no_header: bool,
+    /// Finish an interrupted export in --to: only the missing parts are read.
+    #[arg(long)]
+    pub resume: bool,
+    /// Replace an export already in --to.
+    #[arg(long, conflicts_with = "resume")]
+    pub overwrite: bool,
+    /// Also write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub report_json: Option<PathBuf>,
+    /// Skip fsync of written files (faster, not crash-safe).
+    #[arg(long)]
+    pub no_fsync: bool,
+}
+
+/// `sluice plan`.
+#[derive(Debug, Clone, Args)]
+pub struct PlanArgs {
+    /// What to read.
+    #[command(flatten)]
+    pub select: SelectArgs,
+    /// Print the plan as JSON.
+    #[arg(long)]
+    pub json: bool,
+}

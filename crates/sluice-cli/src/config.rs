@@ -1,0 +1,360 @@
+//! The YAML config file and how flags override it, producing the engine's job.
+//!
+//! Keys are the flags' names with `_` for `-`:
+//! ```yaml
+//! source: postgres://app@db.internal:5432/shop   # password: PGPASSWORD
+//! table: [public.orders, public.customers]
+//! tables: ['sales\..*']
+//! query:
+//!   recent: SELECT * FROM public.orders WHERE created_at > now() - interval '1 day'
+//! to: ./out
+//! format: parquet
+//! parallel: 4
+//! chunk_size: 128MB
+//! ```
+//! A flag given on the command line replaces the file's value (a repeated flag replaces the
+//! whole list). Unknown keys are refused, with their line and column.
+
+use crate::args::{CompressionArg, ConsistencyArg, ExportArgs, FormatArg, SelectArgs};
+use serde::Deserialize;
+use sluice_core::{
+    ChunkStrategy, Consistency, Error, NamedQuery, QualifiedName, Result, Selection,
+};
+use sluice_sink::{Compression, CsvOptions, FormatOptions, ParquetOptions};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// A value that may be written as one item or a list.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
+        }
+    }
+}
+
+/// A size written as a number of bytes or with a unit (`64MB`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum SizeValue {
+    Bytes(u64),
+    Text(String),
+}
+
+impl SizeValue {
+    fn text(&self) -> String {
+        match self {
+            SizeValue::Bytes(b) => b.to_string(),
+            SizeValue::Text(t) => t.clone(),
+        }
+    }
+}
+
+/// The YAML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    source: Option<String>,
+    table: Option<OneOrMany>,
+    tables: Option<OneOrMany>,
+    schema: Option<OneOrMany>,
+    query: Option<BTreeMap<String, String>>,
+    chunk_by: Option<String>,
+    chunk_size: Option<SizeValue>,
+    parallel: Option<usize>,
+    consistency: Option<ConsistencyArg>,
+    batch_size: Option<SizeValue>,
+    format: Option<FormatArg>,
+    to: Option<String>,
+    compression: Option<CompressionArg>,
+    zstd_level: Option<i32>,
+    row_group_size: Option<SizeValue>,
+    csv_delimiter: Option<String>,
+    csv_null: Option<String>,
+    csv_no_header: Option<bool>,
+    resume: Option<bool>,
+    overwrite: Option<bool>,
+    report_json: Option<PathBuf>,
+    no_fsync: Option<bool>,
+}
+
+fn load(path: &Path) -> Result<FileConfig> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::config(format!(
+            "cannot read config file {}: {e}. Check the path given to -c.",
+            path.display()
+        ))
+    })?;
+    yaml_serde::from_str(&text).map_err(|e| {
+        let at = e
+            .location()
+            .map(|l| format!(" at line {} column {}", l.line(), l.column()))
+            .unwrap_or_default();
+        Error::config(format!(
+            "config file {} is not valid{at}: {e}. Keys are the flag names with _ for - (see \
+             sluice export --help).",
+            path.display()
+        ))
+    })
+}
+
+/// Parse a byte size: a number with an optional unit B, K/KB/KiB, M/MB/MiB, G/GB/GiB (all
+/// powers of 1024).
+pub fn parse_size(text: &str, what: &str) -> Result<u64> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => 0,
+    };
+    match num.parse::<u64>() {
+        Ok(n) if mult > 0 && n > 0 => n
+            .checked_mul(mult)
+            .ok_or_else(|| Error::config(format!("{what} {text:?} is too large."))),
+        _ => Err(Error::config(format!(
+            "{what} {text:?} is not a size: write a positive number of bytes, optionally with \
+             KB, MB or GB (e.g. 128MB)."
+        ))),
+    }
+}
+
+fn parse_chunk_by(text: &str) -> Result<ChunkStrategy> {
+    let t = text.trim();
+    Ok(match t {
+        "auto" => ChunkStrategy::Auto,
+        "ctid" | "physical" | "pages" => ChunkStrategy::Physical,
+        "key" => ChunkStrategy::Key(None),
+        "none" => ChunkStrategy::None,
+        _ if t.starts_with("key:") => {
+            let cols: Vec<String> = t[4..]
+                .split(',')
+                .map(|c| c.trim().to_string())
+                .filter(|c| !c.is_empty())
+                .collect();
+            if cols.is_empty() {
+                return Err(Error::config(
+                    "--chunk-by key: needs column names, e.g. key:id or key:region,id.",
+                ));
+            }
+            ChunkStrategy::Key(Some(cols))
+        }
+        _ => {
+            return Err(Error::config(format!(
+                "--chunk-by {t:?} is not a strategy: use auto, ctid, key, key:<column>[,<column>…] or none."
+            )));
+        }
+    })
+}
+
+fn parse_delimiter(text: &str) -> Result<u8> {
+    match text {
+        "\\t" | "tab" | "\t" => Ok(b'\t'),
+        t if t.len() == 1 && t.is_ascii() => Ok(t.as_bytes()[0]),
+        t => Err(Error::config(format!(
+            "--csv-delimiter {t:?} must be exactly one ASCII character (or '\\t' for tab)."
+        ))),
+    }
+}
+
+fn pick<T>(flag: Option<T>, file: Option<T>) -> Option<T> {
+    flag.or(file)
+}
+
+fn pick_list(flag: &[String], file: Option<OneOrMany>) -> Vec<String> {
+    if flag.is_empty() {
+        file.map(OneOrMany::into_vec).unwrap_or_default()
+    } else {
+        flag.to_vec()
+    }
+}
+
+/// Everything that selects and reads, resolved from flags over the file.
+pub struct Resolved {
+    /// Source URL.
+    pub source: String,
+    /// What to read.
+    pub selection: Selection,
+    /// Chunking strategy.
+    pub chunking: ChunkStrategy,
+    /// Chunk size override.
+    pub chunk_bytes: Option<u64>,
+    /// Worker override.
+    pub parallel: Option<usize>,
+    /// Consistency.
+    pub consistency: Consistency,
+    /// Batch budget.
+    pub batch_bytes: usize,
+    /// Output format.
+    pub format: FormatOptions,
+    /// Output location.
+    pub to: Option<String>,
+    /// Resume.
+    pub resume: bool,
+    /// Overwrite.
+    pub overwrite: bool,
+    /// Report JSON path.
+    pub report_json: Option<PathBuf>,
+    /// fsync committed files.
+    pub fsync: bool,
+}
+
+/// Resolve the selection flags (shared by export and plan) and, for export, the output flags.
+pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resolved> {
+    let mut file = match &select.config {
+        Some(p) => load(p)?,
+        None => FileConfig::default(),
+    };
+    let source = pick(select.source.clone(), file.source.take()).ok_or_else(|| {
+        Error::config("no source given: pass --source postgres://user@host:port/database (or source: in the -c file).")
+    })?;
+    let mut selection = Selection::default();
+    for t in pick_list(&select.table, file.table.take()) {
+        selection.tables.push(QualifiedName::parse(&t)?);
+    }
+    selection.patterns = pick_list(&select.tables, file.tables.take());
+    selection.schemas = pick_list(&select.schema, file.schema.take());
+    if select.query.is_empty() {
+        for (name, sql) in file.query.take().unwrap_or_default() {
+            selection.queries.push(NamedQuery { name, sql });
+        }
+    } else {
+        for q in &select.query {
+            let (name, sql) = q.split_once('=').filter(|(n, s)| !n.trim().is_empty() && !s.trim().is_empty()).ok_or_else(|| {
+                Error::config(format!("--query {q:?} must be NAME=SQL, e.g. --query 'recent=SELECT * FROM orders'."))
+            })?;
+            selection.queries.push(NamedQuery {
+                name: name.trim().to_string(),
+                sql: sql.trim().to_string(),
+            });
+        }
+    }
+    if selection.is_empty() {
+        return Err(Error::config(
+            "nothing to export: name tables with --table, --tables (regex) or --schema, or a query with --query.",
+        ));
+    }
+    let chunking = match pick(select.chunk_by.clone(), file.chunk_by.take()) {
+        Some(c) => parse_chunk_by(&c)?,
+        None => ChunkStrategy::Auto,
+    };
+    let chunk_bytes = match pick(
+        select.chunk_size.clone(),
+        file.chunk_size.take().map(|s| s.text()),
+    ) {
+        Some(s) => Some(parse_size(&s, "--chunk-size")?),
+        None => None,
+    };
+    let parallel = pick(select.parallel, file.parallel);
+    if parallel == Some(0) {
+        return Err(Error::config("--parallel must be at least 1."));
+    }
+    let consistency = match pick(select.consistency, file.consistency) {
+        Some(ConsistencyArg::Chunk) => Consistency::Chunk,
+        _ => Consistency::Snapshot,
+    };
+    let batch_bytes = match pick(
+        select.batch_size.clone(),
+        file.batch_size.take().map(|s| s.text()),
+    ) {
+        Some(s) => parse_size(&s, "--batch-size")? as usize,
+        None => sluice_engine::DEFAULT_BATCH_BYTES,
+    };
+    let format_kind = pick(select.format, file.format).unwrap_or(FormatArg::Parquet);
+    let e = export;
+    let compression =
+        pick(e.and_then(|e| e.compression), file.compression).unwrap_or(CompressionArg::Zstd);
+    let level = pick(e.and_then(|e| e.zstd_level), file.zstd_level).unwrap_or(1);
+    let row_group = match pick(
+        e.and_then(|e| e.row_group_size.clone()),
+        file.row_group_size.take().map(|s| s.text()),
+    ) {
+        Some(s) => parse_size(&s, "--row-group-size")? as usize,
+        None => ParquetOptions::default().row_group_bytes,
+    };
+    let format = match format_kind {
+        FormatArg::Parquet => FormatOptions::Parquet(ParquetOptions {
+            compression: match compression {
+                CompressionArg::Zstd => {
+                    if !(1..=22).contains(&level) {
+                        return Err(Error::config(format!(
+                            "--zstd-level {level} is out of range: use 1 to 22."
+                        )));
+                    }
+                    Compression::Zstd(level)
+                }
+                CompressionArg::Snappy => Compression::Snappy,
+                CompressionArg::None => Compression::None,
+            },
+            row_group_bytes: row_group,
+        }),
+        FormatArg::Csv => FormatOptions::Csv(CsvOptions {
+            delimiter: match pick(
+                e.and_then(|e| e.csv_delimiter.clone()),
+                file.csv_delimiter.take(),
+            ) {
+                Some(d) => parse_delimiter(&d)?,
+                None => b',',
+            },
+            null: pick(e.and_then(|e| e.csv_null.clone()), file.csv_null.take())
+                .unwrap_or_default(),
+            header: !(e.is_some_and(|e| e.csv_no_header) || file.csv_no_header.unwrap_or(false)),
+        }),
+    };
+    let flag = |f: fn(&ExportArgs) -> bool| e.is_some_and(f);
+    Ok(Resolved {
+        source,
+        selection,
+        chunking,
+        chunk_bytes,
+        parallel,
+        consistency,
+        batch_bytes,
+        format,
+        to: pick(e.and_then(|e| e.to.clone()), file.to.take()),
+        resume: flag(|e| e.resume) || file.resume.unwrap_or(false),
+        overwrite: flag(|e| e.overwrite) || file.overwrite.unwrap_or(false),
+        report_json: pick(
+            e.and_then(|e| e.report_json.clone()),
+            file.report_json.take(),
+        ),
+        fsync: !(flag(|e| e.no_fsync) || file.no_fsync.unwrap_or(false)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("128MB", "x").unwrap(), 128 << 20);
+        assert_eq!(parse_size("4096", "x").unwrap(), 4096);
+        assert_eq!(parse_size("2 GiB", "x").unwrap(), 2 << 30);
+        for bad in ["", "MB", "0", "-1", "12XB", "1.5MB"] {
+            assert!(parse_size(bad, "--chunk-size").is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn chunk_strategies() {
+        assert_eq!(
+            parse_chunk_by("key:a, b").unwrap(),
+            ChunkStrategy::Key(Some(vec!["a".into(), "b".into()]))
+        );
+        assert_eq!(parse_chunk_by("ctid").unwrap(), ChunkStrategy::Physical);
+        assert!(parse_chunk_by("key:").is_err());
+        assert!(parse_chunk_by("rows").is_err());
+    }
+}

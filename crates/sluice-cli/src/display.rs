@@ -1,0 +1,277 @@
+//! What the user sees on stderr: progress while running, the report at the end, the plan.
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sluice_engine::{PlanReport, Progress, ProgressStart, ProgressTick, Report};
+use std::io::IsTerminal;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// `1234567` → `1,234,567`.
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Bytes in MB (10^6) with one decimal, or GB above 10 GB.
+pub fn megabytes(b: u64) -> String {
+    if b >= 10_000_000_000 {
+        format!("{:.1} GB", b as f64 / 1e9)
+    } else {
+        format!("{:.1} MB", b as f64 / 1e6)
+    }
+}
+
+/// A progress bar on a terminal, a log line every 10 s otherwise.
+pub struct Display {
+    bar: Option<ProgressBar>,
+    started: Mutex<Option<(Instant, Instant)>>,
+    parts: Mutex<u64>,
+    quiet: bool,
+}
+
+impl Display {
+    /// Choose the form from whether stderr is a terminal.
+    pub fn new(quiet: bool) -> Self {
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+            let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            b.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} {elapsed_precise} [{bar:28}] {human_pos}/{human_len} rows  {msg}  ETA {eta}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            b
+        });
+        Display {
+            bar,
+            started: Mutex::new(None),
+            parts: Mutex::new(0),
+            quiet,
+        }
+    }
+}
+
+impl Progress for Display {
+    fn begin(&self, start: &ProgressStart) {
+        if let Ok(mut p) = self.parts.lock() {
+            *p = start.parts;
+        }
+        if let Ok(mut s) = self.started.lock() {
+            *s = Some((Instant::now(), Instant::now()));
+        }
+        match &self.bar {
+            Some(b) => {
+                if start.est_rows > 0 {
+                    b.set_length(start.est_rows);
+                }
+                b.enable_steady_tick(Duration::from_millis(200));
+            }
+            None if !self.quiet => tracing::info!(
+                "reading {} part(s) with {} worker(s), about {} rows",
+                start.parts,
+                start.workers,
+                thousands(start.est_rows)
+            ),
+            None => {}
+        }
+    }
+
+    fn tick(&self, t: ProgressTick) {
+        let total_parts = self.parts.lock().map(|p| *p).unwrap_or(0);
+        let Ok(mut started) = self.started.lock() else {
+            return;
+        };
+        let Some((begin, last)) = started.as_mut() else {
+            return;
+        };
+        let secs = begin.elapsed().as_secs_f64().max(1e-3);
+        let msg = format!(
+            "{:.1} MB/s  {}/{} parts",
+            t.bytes as f64 / 1e6 / secs,
+            t.parts_done,
+            total_parts
+        );
+        match &self.bar {
+            Some(b) => {
+                if b.length().is_some_and(|l| t.rows > l) {
+                    b.set_length(t.rows);
+                }
+                b.set_position(t.rows);
+                b.set_message(msg);
+            }
+            None if !self.quiet && last.elapsed() >= Duration::from_secs(10) => {
+                *last = Instant::now();
+                tracing::info!(
+                    "progress: {} rows, {} read, {} rows/s, {msg}",
+                    thousands(t.rows),
+                    megabytes(t.bytes),
+                    thousands((t.rows as f64 / secs) as u64)
+                );
+            }
+            None => {}
+        }
+    }
+
+    fn end(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// The end-of-run report as a short table.
+pub fn report_text(r: &Report) -> String {
+    let mut lines = Vec::new();
+    let mut row = |k: &str, v: String| lines.push(format!("  {k:<13}{v}"));
+    if r.already_complete {
+        return format!(
+            "sluice: {} already holds a complete export; nothing to do.\n",
+            r.destination
+        );
+    }
+    row("source", format!("{} ({})", r.source, r.server_version));
+    row(
+        "output",
+        format!(
+            "{} ({}), {} part(s) written{}",
+            r.destination,
+            r.format,
+            r.parts_written,
+            if r.parts_skipped > 0 {
+                format!(", {} already done", r.parts_skipped)
+            } else {
+                String::new()
+            }
+        ),
+    );
+    row(
+        "rows",
+        format!(
+            "{} in {:.2} s = {} rows/s",
+            thousands(r.rows),
+            r.wall_seconds,
+            thousands(r.rows_per_second as u64)
+        ),
+    );
+    row(
+        "bytes",
+        format!(
+            "{} read = {:.1} MB/s; {} written",
+            megabytes(r.bytes_read),
+            r.mb_per_second,
+            megabytes(r.bytes_written)
+        ),
+    );
+    row(
+        "memory",
+        format!(
+            "peak RSS {}, {} worker(s)",
+            megabytes(r.peak_rss_bytes),
+            r.workers
+        ),
+    );
+    let h = &r.harm;
+    match r.consistency.as_str() {
+        "snapshot" => row(
+            "snapshot",
+            format!("held {:.2} s, {}", h.snapshot_held_seconds, r.position),
+        ),
+        _ => row(
+            "consistency",
+            format!("per chunk (not one point in time), {}", r.position),
+        ),
+    }
+    row(
+        "harm",
+        format!(
+            "xmin horizon held back {} transactions; longest transaction {:.2} s; longest statement {:.2} s; peak {} connection(s)",
+            h.peak_xmin_age
+                .map(thousands)
+                .unwrap_or_else(|| "n/a".into()),
+            h.longest_transaction_seconds,
+            h.longest_statement_seconds,
+            h.peak_connections
+        ),
+    );
+    if r.retries > 0 {
+        row("retries", r.retries.to_string());
+    }
+    for c in &r.text_fallback_columns {
+        row("as text", c.clone());
+    }
+    for d in &r.datasets {
+        row(
+            "dataset",
+            format!(
+                "{}: {} rows, {} in {} file(s)",
+                d.name,
+                thousands(d.rows),
+                megabytes(d.bytes),
+                d.parts
+            ),
+        );
+    }
+    for n in &r.notes {
+        row("note", n.clone());
+    }
+    format!(
+        "sluice export finished (run {})\n{}\n",
+        r.run_id,
+        lines.join("\n")
+    )
+}
+
+/// `sluice plan` as text.
+pub fn plan_text(p: &PlanReport) -> String {
+    let mut out = format!(
+        "source       {} ({})\nconsistency  {}\nworkers      {} ({})\nchunk size   {}\nbatch size   {}\npeak memory  ~{} predicted\nconnections  {}\n\n",
+        p.source,
+        p.server_version,
+        p.consistency,
+        p.workers,
+        p.workers_reason,
+        megabytes(p.chunk_bytes),
+        megabytes(p.batch_bytes as u64),
+        megabytes(p.predicted_peak_rss_bytes),
+        p.connections
+    );
+    out.push_str(&format!(
+        "{:<32} {:>14} {:>11} {:>9}  {:<18} {:>6}\n",
+        "dataset", "est. rows", "est. size", "avg row", "strategy", "chunks"
+    ));
+    for d in &p.datasets {
+        out.push_str(&format!(
+            "{:<32} {:>14} {:>11} {:>7} B  {:<18} {:>6}\n",
+            d.name,
+            thousands(d.est_rows),
+            megabytes(d.est_bytes),
+            d.avg_row_bytes,
+            d.strategy,
+            d.chunks
+        ));
+        for c in &d.text_columns {
+            out.push_str(&format!("    read as text: {c}\n"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(1234567), "1,234,567");
+        assert_eq!(megabytes(1_500_000), "1.5 MB");
+    }
+}

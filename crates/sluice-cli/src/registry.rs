@@ -1,0 +1,41 @@
+//! The one place that maps a URL to an adapter: sources by scheme, destinations by scheme.
+
+use sluice_core::{Error, Result, Source};
+use sluice_sink::{Destination, LocalDestination};
+use std::sync::Arc;
+
+/// Open the source adapter for `url`.
+pub fn open_source(url: &str) -> Result<Arc<dyn Source>> {
+    if sluice_postgres::PgSource::handles(url) {
+        return Ok(Arc::new(sluice_postgres::PgSource::new(url)?));
+    }
+    let scheme = url
+        .split("://")
+        .next()
+        .filter(|_| url.contains("://"))
+        .unwrap_or("");
+    Err(Error::config(format!(
+        "source URL {} has {}: sluice reads postgres://user@host:port/database.",
+        sluice_core::redact::redact_url(url),
+        if scheme.is_empty() {
+            "no scheme".to_string()
+        } else {
+            format!("the unsupported scheme {scheme:?}")
+        }
+    )))
+}
+
+/// Open the destination for `to`: a local path or a `file://` URL.
+pub fn open_destination(to: &str, fsync: bool) -> Result<Arc<dyn Destination>> {
+    if let Some(path) = to.strip_prefix("file://") {
+        return Ok(Arc::new(LocalDestination::new(path, fsync)));
+    }
+    if let Some((scheme, _)) = to.split_once("://") {
+        return Err(Error::config(format!(
+            "--to {} uses {scheme}://, which this build cannot write to: give a local directory \
+             or a file:// URL.",
+            sluice_core::redact::redact_url(to)
+        )));
+    }
+    Ok(Arc::new(LocalDestination::new(to, fsync)))
+}

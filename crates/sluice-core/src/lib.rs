@@ -1,0 +1,33 @@
+//! The shared vocabulary of sluice.
+//!
+//! Every database adapter turns tables into Arrow record batches and every output consumes
+//! them, so N databases and M formats need N + M adapters, never N × M. This crate holds the
+//! nouns those adapters and the engine agree on — datasets, chunks, positions, errors — and the
+//! small traits an adapter implements ([`Source`], [`Coordinator`], [`ChunkReader`],
+//! [`HarmProbe`]). It depends on no database driver and no cloud SDK.
+//!
+//! # Flow of an export
+//! ```text
+//!  Source ──open_coordinator──▶ Coordinator ──discover/plan_chunks──▶ Datasets + Chunks
+//!                                  │ pin_snapshot (one consistent view)
+//!                                  └─open_readers(N)──▶ ChunkReader × N ──RecordBatch──▶ sinks
+//! ```
+
+pub mod batch;
+pub mod chunk;
+pub mod error;
+pub mod ident;
+pub mod position;
+pub mod redact;
+pub mod source;
+pub mod table;
+
+pub use batch::{BatchSender, ReadCounters};
+pub use chunk::{Chunk, ChunkBounds, ChunkRequest, ChunkStrategy};
+pub use error::{Error, ErrorKind, Result, Retry};
+pub use ident::QualifiedName;
+pub use position::{Position, SnapshotInfo};
+pub use source::{
+    ChunkReader, Consistency, Coordinator, HarmProbe, HarmSample, ReadStats, Source, SourceOptions,
+};
+pub use table::{ColumnDesc, Dataset, DatasetKind, NamedQuery, Relation, Selection, SizeEstimate};

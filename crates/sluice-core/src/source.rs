@@ -1,0 +1,149 @@
+//! The traits a database adapter implements.
+//!
+//! The split mirrors who holds what during an export:
+//! - [`Source`] knows how to connect (URL, credentials) and opens sessions;
+//! - [`Coordinator`] is the one session that resolves the selection, plans chunks, holds the
+//!   shared snapshot for the whole run, and opens worker sessions under it;
+//! - [`ChunkReader`] is one worker session that streams chunks as Arrow batches;
+//! - [`HarmProbe`] is a separate session that samples what the run costs the source.
+//!
+//! Adapters never touch files: they produce batches. The engine never touches SQL: it hands out
+//! chunks. That keeps each database in its own crate with the same file names.
+
+use crate::batch::BatchSender;
+use crate::chunk::{Chunk, ChunkRequest};
+use crate::error::Result;
+use crate::position::SnapshotInfo;
+use crate::table::{Dataset, Selection};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// How readers agree on what they see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Consistency {
+    /// One snapshot shared by every worker: the output is the database as of one point. The
+    /// snapshot is held (and, in PostgreSQL, VACUUM's horizon pinned) for the whole run.
+    #[default]
+    Snapshot,
+    /// Each chunk in its own short transaction: far less harm to the source, but the output is
+    /// not one point in time — rows changed during the run may be seen in either state.
+    Chunk,
+}
+
+impl std::fmt::Display for Consistency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Consistency::Snapshot => "snapshot",
+            Consistency::Chunk => "chunk",
+        })
+    }
+}
+
+/// Options every session of a run shares.
+#[derive(Debug, Clone)]
+pub struct SourceOptions {
+    /// A tag identifying this run's sessions on the server (PostgreSQL `application_name`), so
+    /// the harm probe — and a DBA — can find them.
+    pub session_tag: String,
+    /// How readers agree on what they see.
+    pub consistency: Consistency,
+}
+
+/// What one chunk read produced.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// Rows sent.
+    pub rows: u64,
+    /// Bytes received from the source.
+    pub wire_bytes: u64,
+}
+
+/// One sample of the harm a run does to its source.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HarmSample {
+    /// Connections the run holds right now.
+    pub connections: u32,
+    /// Age in transactions of the oldest xmin our sessions hold (PostgreSQL: how far VACUUM's
+    /// horizon is pinned). `None` where the engine has no such notion.
+    pub xmin_age: Option<u64>,
+    /// Longest open transaction among our sessions.
+    pub longest_transaction: Duration,
+    /// Longest running statement among our sessions.
+    pub longest_statement: Duration,
+}
+
+/// A database the run reads from. Cheap to share; sessions are opened on demand.
+#[async_trait]
+pub trait Source: Send + Sync {
+    /// Engine name for reports (`postgres`, `mysql`, `firebird`).
+    fn engine(&self) -> &'static str;
+
+    /// The source location with secrets redacted, for messages and the manifest.
+    fn display_url(&self) -> String;
+
+    /// Open the coordinator session.
+    async fn open_coordinator(&self, options: &SourceOptions) -> Result<Box<dyn Coordinator>>;
+
+    /// Open a separate session that samples harm; it must not hold a snapshot itself.
+    async fn open_harm_probe(&self, options: &SourceOptions) -> Result<Box<dyn HarmProbe>>;
+}
+
+/// The session that plans the run and holds its snapshot.
+#[async_trait]
+pub trait Coordinator: Send {
+    /// Server product and version, e.g. `PostgreSQL 15.18`.
+    fn server_version(&self) -> String;
+
+    /// Resolve the user's selection into datasets with their columns and size estimates.
+    /// Fails with a configuration error for a named table that does not exist.
+    async fn discover(&mut self, selection: &Selection) -> Result<Vec<Dataset>>;
+
+    /// Split one dataset into chunks (at least one, even for an empty table, so every
+    /// dataset has a part file carrying its schema).
+    async fn plan_chunks(
+        &mut self,
+        dataset: &Dataset,
+        request: &ChunkRequest,
+    ) -> Result<Vec<Chunk>>;
+
+    /// Take the shared snapshot for `datasets` (and, for snapshot consistency, protect the
+    /// tables against changes that would make it lie, such as TRUNCATE). Call once, after
+    /// discovery; readers opened afterwards see this snapshot.
+    async fn pin_snapshot(&mut self, datasets: &[Dataset]) -> Result<SnapshotInfo>;
+
+    /// Open `n` worker sessions reading under the pinned snapshot.
+    async fn open_readers(&mut self, n: usize) -> Result<Vec<Box<dyn ChunkReader>>>;
+
+    /// Replace a worker session that was lost. Fails permanently when the snapshot can no
+    /// longer be joined (the coordinator itself was lost, or the engine cannot rejoin one).
+    async fn reopen_reader(&mut self) -> Result<Box<dyn ChunkReader>>;
+
+    /// End the snapshot and close. Idempotent.
+    async fn release(&mut self) -> Result<()>;
+}
+
+/// A worker session.
+#[async_trait]
+pub trait ChunkReader: Send {
+    /// Stream the rows of `chunk` of `dataset` into `out` as Arrow batches cut at
+    /// `out.batch_bytes()`. On error the batches already sent must be discarded by the caller.
+    async fn read(
+        &mut self,
+        dataset: &Dataset,
+        chunk: &Chunk,
+        out: &BatchSender,
+    ) -> Result<ReadStats>;
+
+    /// The server-side identifier of this session (PostgreSQL backend pid), for diagnostics
+    /// and fault-injection tests.
+    fn session_id(&self) -> Option<u64>;
+}
+
+/// Samples the harm a run does, on its own session.
+#[async_trait]
+pub trait HarmProbe: Send {
+    /// Take one sample of the run's sessions (found by the session tag).
+    async fn sample(&mut self) -> Result<HarmSample>;
+}

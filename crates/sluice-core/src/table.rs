@@ -1,0 +1,156 @@
+//! What is exported: datasets, their physical relations and columns.
+
+use crate::ident::QualifiedName;
+use arrow_schema::{Field, Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::sync::Arc;
+
+/// A resolved, exactly spelled table in the source (after case and quote handling).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TableRef {
+    /// Schema (PostgreSQL), database (MySQL) or empty (Firebird, which has no schemas).
+    pub schema: String,
+    /// Table name, exactly as stored in the catalog.
+    pub name: String,
+}
+
+impl fmt::Display for TableRef {
+    /// `schema.name`, unquoted: used for dataset directory names and messages, never for SQL.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.schema.is_empty() {
+            write!(f, "{}", self.name)
+        } else {
+            write!(f, "{}.{}", self.schema, self.name)
+        }
+    }
+}
+
+/// A physical relation to read rows from. A plain table has one; a partitioned table has one
+/// per leaf partition; a view or query has none (it is read as a whole).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relation {
+    /// The relation's exact name.
+    pub table: TableRef,
+    /// Size on disk in the engine's pages (heap pages for PostgreSQL), 0 when unknown.
+    pub pages: u64,
+    /// Page size in bytes.
+    pub page_bytes: u64,
+    /// Estimated live rows (from the engine's statistics, not a count).
+    pub rows: u64,
+    /// Estimated bytes of row data, including out-of-line (TOAST) storage.
+    pub bytes: u64,
+}
+
+/// What kind of object a dataset comes from; decides which chunking strategies apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DatasetKind {
+    /// An ordinary table.
+    Table,
+    /// A partitioned table, exported as one dataset read from its leaf partitions.
+    Partitioned,
+    /// A view (or materialized view): read as one unit unless a key is given.
+    View,
+    /// A user query (`--query`): read as one unit unless a key is given.
+    Query,
+}
+
+/// One output column: its source name and type, its Arrow field, and how it is read.
+#[derive(Debug, Clone)]
+pub struct ColumnDesc {
+    /// Column name exactly as in the source.
+    pub name: String,
+    /// The source's type as the database prints it (e.g. `numeric(12,2)`, `integer[]`).
+    pub source_type: String,
+    /// The Arrow field the column becomes (type, nullability, extension metadata).
+    pub field: Field,
+    /// An engine-specific cast applied when reading (e.g. `text`), or `None` to read natively.
+    /// A cast to text is how types without a native mapping are exported instead of failing.
+    pub cast: Option<String>,
+    /// True when the column is read as text because its type has no native mapping; such
+    /// columns are listed in the report.
+    pub as_text_fallback: bool,
+}
+
+/// Size estimate of a dataset from catalog statistics, before reading any row.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SizeEstimate {
+    /// Estimated rows.
+    pub rows: u64,
+    /// Estimated bytes of row data on disk (heap + TOAST).
+    pub bytes: u64,
+}
+
+impl SizeEstimate {
+    /// Average row width in bytes (0 for an empty estimate).
+    pub fn avg_row_bytes(&self) -> u64 {
+        self.bytes.checked_div(self.rows).unwrap_or(0)
+    }
+}
+
+/// A unit of output: one table, partitioned table, view or query, written to its own directory.
+#[derive(Debug, Clone)]
+pub struct Dataset {
+    /// Output name, `schema.table` (or the query's name); also its directory name.
+    pub name: String,
+    /// Where the rows come from.
+    pub kind: DatasetKind,
+    /// The object the user named (for views and tables), resolved.
+    pub object: Option<TableRef>,
+    /// Physical relations to read; empty for views and queries.
+    pub relations: Vec<Relation>,
+    /// The SQL text for [`DatasetKind::Query`].
+    pub query: Option<String>,
+    /// Columns in output order.
+    pub columns: Vec<ColumnDesc>,
+    /// Primary key columns in key order (empty if none).
+    pub primary_key: Vec<String>,
+    /// Size estimate from statistics.
+    pub estimate: SizeEstimate,
+}
+
+impl Dataset {
+    /// The Arrow schema every part of this dataset is written with.
+    pub fn arrow_schema(&self) -> SchemaRef {
+        Arc::new(Schema::new(
+            self.columns
+                .iter()
+                .map(|c| c.field.clone())
+                .collect::<Vec<_>>(),
+        ))
+    }
+}
+
+/// A query the user asked to export as a dataset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedQuery {
+    /// Dataset name (output directory).
+    pub name: String,
+    /// The SELECT to run. Sent as the user wrote it: it is the user's own SQL.
+    pub sql: String,
+}
+
+/// What the user asked to export. Tables named explicitly must exist; patterns may match
+/// nothing only if something else was selected.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// Tables named with `--table`.
+    pub tables: Vec<QualifiedName>,
+    /// Regular expressions over `schema.table` (`--tables`).
+    pub patterns: Vec<String>,
+    /// Whole schemas (`--schema`).
+    pub schemas: Vec<String>,
+    /// Queries (`--query`).
+    pub queries: Vec<NamedQuery>,
+}
+
+impl Selection {
+    /// True when nothing at all was selected.
+    pub fn is_empty(&self) -> bool {
+        self.tables.is_empty()
+            && self.patterns.is_empty()
+            && self.schemas.is_empty()
+            && self.queries.is_empty()
+    }
+}

@@ -1,0 +1,121 @@
+//! The harm monitor: a task sampling the source on its own session every ~100 ms while the
+//! export runs, keeping the peaks.
+//!
+//! Monitoring must never break an export: if the probe cannot connect or a sample fails, the
+//! run goes on and the report says the figures are incomplete.
+
+use sluice_core::{HarmProbe, HarmSample};
+use sluice_sink::manifest::HarmRecord;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Peaks so far.
+#[derive(Debug, Default, Clone)]
+struct Peaks {
+    record: HarmRecord,
+    failed: Option<String>,
+}
+
+impl Peaks {
+    fn add(&mut self, s: &HarmSample) {
+        let r = &mut self.record;
+        r.samples += 1;
+        r.peak_connections = r.peak_connections.max(s.connections);
+        r.peak_xmin_age = match (r.peak_xmin_age, s.xmin_age) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        r.longest_transaction_seconds = r
+            .longest_transaction_seconds
+            .max(s.longest_transaction.as_secs_f64());
+        r.longest_statement_seconds = r
+            .longest_statement_seconds
+            .max(s.longest_statement.as_secs_f64());
+    }
+}
+
+/// A running monitor.
+pub struct HarmMonitor {
+    peaks: Arc<Mutex<Peaks>>,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl HarmMonitor {
+    /// Start sampling with `probe` every `interval`; `None` runs a monitor that records nothing
+    /// (the probe could not be opened, say why in `why`).
+    pub fn start(
+        probe: Option<Box<dyn HarmProbe>>,
+        interval: Duration,
+        why: Option<String>,
+    ) -> Self {
+        let peaks = Arc::new(Mutex::new(Peaks {
+            failed: why,
+            ..Peaks::default()
+        }));
+        let (stop, mut stopped) = watch::channel(false);
+        let task = probe.map(|mut probe| {
+            let peaks = peaks.clone();
+            tokio::spawn(async move {
+                loop {
+                    match probe.sample().await {
+                        Ok(s) => {
+                            if let Ok(mut p) = peaks.lock() {
+                                p.add(&s);
+                            }
+                        }
+                        Err(e) => {
+                            if let Ok(mut p) = peaks.lock() {
+                                p.failed.get_or_insert_with(|| e.to_string());
+                            }
+                            break;
+                        }
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(interval) => {}
+                        _ = stopped.changed() => break,
+                    }
+                }
+            })
+        });
+        HarmMonitor { peaks, stop, task }
+    }
+
+    /// Stop and return the peaks, with the reason figures are incomplete if sampling failed.
+    pub async fn finish(mut self) -> (HarmRecord, Option<String>) {
+        let _ = self.stop.send(true);
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+        let p = self.peaks.lock().map(|p| p.clone()).unwrap_or_default();
+        (p.record, p.failed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_peaks() {
+        let mut p = Peaks::default();
+        p.add(&HarmSample {
+            connections: 3,
+            xmin_age: Some(5),
+            longest_transaction: Duration::from_secs(2),
+            longest_statement: Duration::from_secs(1),
+        });
+        p.add(&HarmSample {
+            connections: 2,
+            xmin_age: None,
+            longest_transaction: Duration::from_secs(4),
+            longest_statement: Duration::ZERO,
+        });
+        assert_eq!(p.record.peak_connections, 3);
+        assert_eq!(p.record.peak_xmin_age, Some(5));
+        assert_eq!(p.record.longest_transaction_seconds, 4.0);
+        assert_eq!(p.record.samples, 2);
+    }
+}

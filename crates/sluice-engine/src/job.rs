@@ -1,0 +1,94 @@
+//! The validated request the engine runs. The CLI builds it from flags and YAML; a library user
+//! builds it directly.
+
+use crate::retry::RetryPolicy;
+use sluice_core::{ChunkStrategy, Consistency, Selection, Source};
+use sluice_sink::{Destination, FormatOptions};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Default batch byte budget: large enough that per-batch overhead vanishes, small enough that
+/// several workers' batches fit in tens of megabytes.
+pub const DEFAULT_BATCH_BYTES: usize = 8 << 20;
+
+/// An export to run.
+#[derive(Clone)]
+pub struct ExportJob {
+    /// Where to read.
+    pub source: Arc<dyn Source>,
+    /// Where to write.
+    pub destination: Arc<dyn Destination>,
+    /// What to read.
+    pub selection: Selection,
+    /// Output format.
+    pub format: FormatOptions,
+    /// How to split datasets.
+    pub chunking: ChunkStrategy,
+    /// Target chunk size in source bytes; `None` lets the planner choose (64–256 MB).
+    pub chunk_bytes: Option<u64>,
+    /// Snapshot or per-chunk consistency.
+    pub consistency: Consistency,
+    /// Worker count; `None` lets the planner choose.
+    pub parallel: Option<usize>,
+    /// Batch byte budget.
+    pub batch_bytes: usize,
+    /// Finish an interrupted export.
+    pub resume: bool,
+    /// Replace a previous export at the destination.
+    pub overwrite: bool,
+    /// Retry bounds for transient failures.
+    pub retry: RetryPolicy,
+    /// How often the harm monitor samples.
+    pub harm_interval: Duration,
+}
+
+impl ExportJob {
+    /// A job with defaults for everything but what and where.
+    pub fn new(
+        source: Arc<dyn Source>,
+        destination: Arc<dyn Destination>,
+        selection: Selection,
+        format: FormatOptions,
+    ) -> Self {
+        ExportJob {
+            source,
+            destination,
+            selection,
+            format,
+            chunking: ChunkStrategy::Auto,
+            chunk_bytes: None,
+            consistency: Consistency::Snapshot,
+            parallel: None,
+            batch_bytes: DEFAULT_BATCH_BYTES,
+            resume: false,
+            overwrite: false,
+            retry: RetryPolicy::default(),
+            harm_interval: Duration::from_millis(100),
+        }
+    }
+
+    /// A fingerprint of what determines the output's layout; `--resume` refuses a request whose
+    /// fingerprint differs from the unfinished run's.
+    pub fn fingerprint(&self) -> String {
+        let s = &self.selection;
+        let text = format!(
+            "{}|{:?}|{:?}|{:?}|{:?}|{}|{}|{:?}",
+            self.source.display_url(),
+            s.tables.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+            s.patterns,
+            s.schemas,
+            s.queries,
+            self.format.describe(),
+            self.chunking,
+            self.chunk_bytes,
+        );
+        format!("{:016x}", fnv1a64(text.as_bytes()))
+    }
+}
+
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    // FNV-1a: stable across releases and platforms, which is all a fingerprint needs.
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}

@@ -1,0 +1,40 @@
+//! The database-neutral heart of sluice.
+//!
+//! Knows no particular database and no file format: it plans (how many workers, how big a
+//! chunk, how much memory), hands chunks out one at a time from a single queue, runs bounded
+//! reader → writer pipelines, retries what is transient, records every committed part so a
+//! killed run can be resumed, samples the harm done to the source, and writes the manifest last.
+//!
+//! | module      | responsibility                                              |
+//! |-------------|-------------------------------------------------------------|
+//! | `job`       | the validated request                                       |
+//! | `plan`      | the cost and memory model                                   |
+//! | `preview`   | `sluice plan`: the plan without reading                     |
+//! | `export`    | one run from start to manifest                              |
+//! | `queue`     | the work queue, largest chunk first                         |
+//! | `worker`    | chunk → part → receipt, with retries                        |
+//! | `resume`    | what the output already holds                               |
+//! | `retry`     | bounded backoff with jitter                                 |
+//! | `harm`      | the harm monitor                                            |
+//! | `report`    | the end-of-run report                                       |
+//! | `progress`  | progress callbacks                                          |
+
+pub mod export;
+pub mod harm;
+pub mod job;
+pub mod plan;
+pub mod preview;
+pub mod progress;
+pub mod queue;
+pub mod report;
+pub mod resume;
+pub mod retry;
+pub mod rss;
+pub mod worker;
+
+pub use export::run_export;
+pub use job::{DEFAULT_BATCH_BYTES, ExportJob};
+pub use preview::{PlanReport, plan_export};
+pub use progress::{Progress, ProgressStart, ProgressTick, Silent};
+pub use report::Report;
+pub use retry::RetryPolicy;

@@ -1,0 +1,122 @@
+//! `sluice plan`: what an export would do, without reading a row.
+//!
+//! Opens the coordinator without a snapshot (nothing is held), discovers the datasets, plans
+//! their chunks, and applies the same sizing as a real run.
+
+use crate::export::{plan_all, plan_inputs};
+use crate::job::ExportJob;
+use crate::plan::{self, predicted_peak_rss};
+use serde::{Deserialize, Serialize};
+use sluice_core::{ChunkBounds, Consistency, Result, SourceOptions};
+
+/// The plan of one dataset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DatasetPlan {
+    /// Dataset name.
+    pub name: String,
+    /// Estimated rows (statistics, not a count).
+    pub est_rows: u64,
+    /// Estimated bytes on disk (heap + TOAST).
+    pub est_bytes: u64,
+    /// Average row width in bytes.
+    pub avg_row_bytes: u64,
+    /// How it is split (`ctid pages`, `key (id)`, `whole`).
+    pub strategy: String,
+    /// Number of chunks (= part files).
+    pub chunks: usize,
+    /// Columns exported as text because their type has no native mapping.
+    pub text_columns: Vec<String>,
+}
+
+/// The whole plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanReport {
+    /// Source engine and redacted URL.
+    pub source: String,
+    /// Server version.
+    pub server_version: String,
+    /// `snapshot` or `chunk`.
+    pub consistency: String,
+    /// Workers a run would use.
+    pub workers: usize,
+    /// Why that many.
+    pub workers_reason: String,
+    /// Estimated client work, seconds of CPU.
+    pub work_seconds: f64,
+    /// Target chunk size, bytes.
+    pub chunk_bytes: u64,
+    /// Batch byte budget.
+    pub batch_bytes: usize,
+    /// Predicted peak resident memory, bytes.
+    pub predicted_peak_rss_bytes: u64,
+    /// Connections a run would open (workers, coordinator, harm monitor).
+    pub connections: usize,
+    /// Per dataset.
+    pub datasets: Vec<DatasetPlan>,
+}
+
+fn strategy_of(bounds: &ChunkBounds) -> String {
+    match bounds {
+        ChunkBounds::Whole => "whole".into(),
+        ChunkBounds::Pages { .. } => "ctid pages".into(),
+        ChunkBounds::Keys { columns, .. } | ChunkBounds::KeyNulls { columns } => {
+            format!("key ({})", columns.join(", "))
+        }
+    }
+}
+
+/// Plan `job` without reading data or holding a snapshot.
+pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
+    let options = SourceOptions {
+        session_tag: "sluice-plan".into(),
+        consistency: Consistency::Chunk,
+    };
+    let mut coordinator = job.source.open_coordinator(&options).await?;
+    let result = async {
+        let datasets = coordinator.discover(&job.selection).await?;
+        let inputs = plan_inputs(job);
+        let sizing = plan::size(&datasets, &inputs);
+        let chunks = plan_all(coordinator.as_mut(), &datasets, job, sizing.chunk_bytes).await?;
+        let workers = sizing.workers.min(chunks.len()).max(1);
+        let plans = datasets
+            .iter()
+            .map(|d| {
+                let mine: Vec<_> = chunks.iter().filter(|c| c.dataset == d.name).collect();
+                DatasetPlan {
+                    name: d.name.clone(),
+                    est_rows: d.estimate.rows,
+                    est_bytes: d.estimate.bytes,
+                    avg_row_bytes: d.estimate.avg_row_bytes(),
+                    strategy: mine
+                        .first()
+                        .map(|c| strategy_of(&c.bounds))
+                        .unwrap_or_default(),
+                    chunks: mine.len(),
+                    text_columns: d
+                        .columns
+                        .iter()
+                        .filter(|c| c.as_text_fallback)
+                        .map(|c| format!("{} ({})", c.name, c.source_type))
+                        .collect(),
+                }
+            })
+            .collect();
+        let snapshot_connection = usize::from(job.consistency == Consistency::Snapshot);
+        Ok(PlanReport {
+            source: format!("{} {}", job.source.engine(), job.source.display_url()),
+            server_version: coordinator.server_version(),
+            consistency: job.consistency.to_string(),
+            workers,
+            workers_reason: sizing.reason,
+            work_seconds: sizing.work_seconds,
+            chunk_bytes: sizing.chunk_bytes,
+            batch_bytes: job.batch_bytes,
+            predicted_peak_rss_bytes: predicted_peak_rss(workers, &inputs),
+            connections: workers + snapshot_connection + 1,
+            datasets: plans,
+        })
+    }
+    .await;
+    let _ = coordinator.release().await;
+    result
+}

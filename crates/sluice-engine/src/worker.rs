@@ -1,0 +1,206 @@
+//! A worker: takes chunks from the queue one at a time and turns each into a committed part.
+//!
+//! Per chunk, the worker's session streams batches into a bounded channel and a blocking
+//! thread encodes them into the part file, so decoding and encoding overlap. The part is
+//! committed only if the read finished cleanly; otherwise the writer aborts it and nothing
+//! appears under the final name. After a transient failure the session is discarded (it may
+//! sit in an aborted transaction), a new one joins the same snapshot, and the chunk is read
+//! again from the start — bounded by the retry policy.
+
+use crate::queue::WorkQueue;
+use crate::retry::RetryPolicy;
+use arrow_array::RecordBatch;
+use sluice_core::{
+    BatchSender, Chunk, ChunkReader, Coordinator, Dataset, Error, ErrorKind, ReadCounters, Result,
+};
+use sluice_sink::manifest::PartRecord;
+use sluice_sink::{Destination, FormatOptions, PartStats, layout, open_part};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+use tokio::sync::{Mutex, mpsc, oneshot};
+
+/// Everything workers share.
+pub struct WorkerContext {
+    /// The chunks left.
+    pub queue: WorkQueue,
+    /// Datasets by name.
+    pub datasets: HashMap<String, Dataset>,
+    /// The coordinator, for replacing lost sessions.
+    pub coordinator: Arc<Mutex<Box<dyn Coordinator>>>,
+    /// Output location.
+    pub destination: Arc<dyn Destination>,
+    /// Output format.
+    pub format: FormatOptions,
+    /// Batch byte budget.
+    pub batch_bytes: usize,
+    /// Retry bounds.
+    pub retry: RetryPolicy,
+    /// Index of the snapshot this run reads under.
+    pub snapshot_index: u32,
+    /// Rows and bytes read.
+    pub counters: Arc<ReadCounters>,
+    /// Parts committed in this run.
+    pub parts_done: AtomicU64,
+    /// Retries taken.
+    pub retries: AtomicU64,
+    /// Receipts of this run's parts.
+    pub committed: std::sync::Mutex<Vec<PartRecord>>,
+}
+
+/// Run `blocking` work (file and object store I/O) off the async threads.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::internal(format!("a blocking task failed: {e}")))?
+}
+
+/// The worker loop. `reader` is the session opened for it under the snapshot.
+pub async fn run(ctx: Arc<WorkerContext>, reader: Box<dyn ChunkReader>) -> Result<()> {
+    let mut reader = Some(reader);
+    while let Some(chunk) = ctx.queue.next() {
+        let mut attempt = 1;
+        let mut first_failure: Option<Instant> = None;
+        loop {
+            let mut session = match reader.take() {
+                Some(r) => r,
+                None => reopen(&ctx).await?,
+            };
+            match export_chunk(&ctx, session.as_mut(), &chunk).await {
+                Ok(record) => {
+                    reader = Some(session);
+                    ctx.parts_done.fetch_add(1, Ordering::Relaxed);
+                    if let Ok(mut c) = ctx.committed.lock() {
+                        c.push(record);
+                    }
+                    break;
+                }
+                Err(e) => {
+                    // The session may be in an aborted transaction: never reuse it.
+                    drop(session);
+                    if !e.is_transient() {
+                        return Err(e);
+                    }
+                    let since = *first_failure.get_or_insert_with(Instant::now);
+                    if !ctx.retry.allows(attempt, since) {
+                        return Err(e.context(format!("gave up after {attempt} attempts")));
+                    }
+                    let delay = ctx.retry.delay(attempt);
+                    tracing::warn!(
+                        "{} part {}: {e} — retrying in {} ms (attempt {} of {})",
+                        chunk.dataset,
+                        chunk.ordinal,
+                        delay.as_millis(),
+                        attempt + 1,
+                        ctx.retry.max_attempts
+                    );
+                    ctx.retries.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Open a replacement session, retrying transient failures.
+async fn reopen(ctx: &WorkerContext) -> Result<Box<dyn ChunkReader>> {
+    let mut attempt = 1;
+    let since = Instant::now();
+    loop {
+        let r = ctx.coordinator.lock().await.reopen_reader().await;
+        match r {
+            Ok(r) => return Ok(r),
+            Err(e) if e.is_transient() && ctx.retry.allows(attempt, since) => {
+                tokio::time::sleep(ctx.retry.delay(attempt)).await;
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Read one chunk into one committed part and write its receipt.
+async fn export_chunk(
+    ctx: &WorkerContext,
+    reader: &mut dyn ChunkReader,
+    chunk: &Chunk,
+) -> Result<PartRecord> {
+    let ds = ctx
+        .datasets
+        .get(&chunk.dataset)
+        .ok_or_else(|| Error::internal(format!("chunk of unknown dataset {}", chunk.dataset)))?;
+    let path = layout::part_path(&ds.name, chunk.ordinal, ctx.format.extension());
+    let (tx, mut rx) = mpsc::channel::<RecordBatch>(1);
+    let (commit_tx, commit_rx) = oneshot::channel::<bool>();
+    let writer = {
+        let dest = ctx.destination.clone();
+        let format = ctx.format.clone();
+        let schema = ds.arrow_schema();
+        let path = path.clone();
+        tokio::task::spawn_blocking(move || -> Result<PartStats> {
+            let object = dest.create(&path)?;
+            let mut part = open_part(&format, schema, object, &path)?;
+            while let Some(batch) = rx.blocking_recv() {
+                if let Err(e) = part.write(&batch) {
+                    part.abort();
+                    return Err(e);
+                }
+            }
+            match commit_rx.blocking_recv() {
+                Ok(true) => part.finish(),
+                _ => {
+                    part.abort();
+                    Err(Error::interrupted("part aborted"))
+                }
+            }
+        })
+    };
+    let sender = BatchSender::new(tx, ctx.counters.clone(), ctx.batch_bytes);
+    let read = reader.read(ds, chunk, &sender).await;
+    drop(sender);
+    let joined = |r: std::result::Result<Result<PartStats>, tokio::task::JoinError>| {
+        r.map_err(|e| Error::internal(format!("the part writer failed: {e}")))?
+    };
+    let stats = match read {
+        Ok(stats) => {
+            let _ = commit_tx.send(true);
+            let part = joined(writer.await)?;
+            if part.rows != stats.rows {
+                return Err(Error::internal(format!(
+                    "{path}: read {} rows but wrote {}",
+                    stats.rows, part.rows
+                )));
+            }
+            part
+        }
+        Err(read_err) => {
+            drop(commit_tx);
+            // A writer failure (disk full) makes the reader fail with "writer stopped"; the
+            // writer's error is the one that explains it.
+            return match joined(writer.await) {
+                Err(w) if w.kind() != ErrorKind::Interrupted => Err(w),
+                _ => Err(read_err),
+            };
+        }
+    };
+    let record = PartRecord {
+        dataset: ds.name.clone(),
+        ordinal: chunk.ordinal,
+        file: path,
+        rows: stats.rows,
+        bytes: stats.bytes,
+        xxh3_128: stats.xxh3_128,
+        snapshot: ctx.snapshot_index,
+        range: chunk.bounds.to_string(),
+    };
+    let receipt = serde_json::to_vec_pretty(&record).map_err(|e| Error::internal(e.to_string()))?;
+    let dest = ctx.destination.clone();
+    let receipt_path = layout::receipt_path(&ds.name, chunk.ordinal);
+    blocking(move || dest.put(&receipt_path, &receipt)).await?;
+    Ok(record)
+}

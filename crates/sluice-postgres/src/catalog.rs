@@ -1,0 +1,541 @@
+//! Introspection: resolving what the user named, and describing it.
+//!
+//! Everything here reads `pg_catalog` with bound parameters (no SQL built from names), so it
+//! runs the same inside the coordinator's snapshot (where it sees the schema as of the
+//! snapshot) and in a plain session (for `sluice plan`).
+
+use crate::error::{Phase, classify};
+use crate::sql::{quote_ident, quote_table};
+use crate::types::{PgType, TypeMap, map_column};
+use sluice_core::ident::NamePart;
+use sluice_core::table::TableRef;
+use sluice_core::{
+    ColumnDesc, Dataset, DatasetKind, Error, NamedQuery, QualifiedName, Relation, Result,
+    Selection, SizeEstimate,
+};
+use std::collections::{BTreeMap, HashSet};
+use tokio_postgres::Client;
+
+/// What the server is.
+#[derive(Debug, Clone)]
+pub struct ServerInfo {
+    /// `server_version_num`, e.g. 150018.
+    pub version_num: i32,
+    /// Short version, e.g. `PostgreSQL 15.18`.
+    pub version: String,
+    /// True on a standby.
+    pub in_recovery: bool,
+    /// Fraction digits of money under the server's `lc_monetary`.
+    pub money_scale: i8,
+    /// The session user.
+    pub user: String,
+}
+
+/// A catalog object the selection resolved to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// `pg_class.oid`.
+    pub oid: u32,
+    /// Exact schema and name.
+    pub table: TableRef,
+    /// `relkind`: r table, p partitioned, v view, m materialized view, f foreign.
+    pub relkind: char,
+}
+
+fn catalog_err(target: &str) -> impl Fn(tokio_postgres::Error) -> Error + '_ {
+    move |e| classify(e, Phase::Catalog, target)
+}
+
+/// Read the server's version and settings sluice depends on.
+pub async fn server_info(client: &Client, target: &str) -> Result<ServerInfo> {
+    let row = client
+        .query_one(
+            "SELECT current_setting('server_version_num')::int4, \
+                    current_setting('server_version'), pg_is_in_recovery(), \
+                    scale('0'::money::numeric)::int4, current_user::text",
+            &[],
+        )
+        .await
+        .map_err(catalog_err(target))?;
+    let scale: i32 = row.get(3);
+    Ok(ServerInfo {
+        version_num: row.get(0),
+        version: format!("PostgreSQL {}", row.get::<_, String>(1)),
+        in_recovery: row.get(2),
+        money_scale: scale.clamp(0, 18) as i8,
+        user: row.get(4),
+    })
+}
+
+fn part_matches(part: &NamePart, actual: &str) -> (bool, bool) {
+    // (matches at all, matches exactly)
+    let exact = part.text == actual;
+    if part.quoted {
+        (exact, exact)
+    } else {
+        (
+            exact || part.text.to_lowercase() == actual.to_lowercase(),
+            exact,
+        )
+    }
+}
+
+/// Resolve one user-typed table name. Bare parts match exactly or, failing that,
+/// case-insensitively; a name without schema is looked up on the search path.
+pub async fn resolve_name(client: &Client, name: &QualifiedName, target: &str) -> Result<Resolved> {
+    let rows = client
+        .query(
+            "SELECT c.oid, n.nspname::text, c.relname::text, c.relkind::text, \
+                    pg_table_is_visible(c.oid) \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.relkind IN ('r','p','v','m','f') AND lower(c.relname) = lower($1) \
+               AND ($2::text IS NULL OR lower(n.nspname) = lower($2))",
+            &[
+                &name.name.text,
+                &name.schema.as_ref().map(|s| s.text.clone()),
+            ],
+        )
+        .await
+        .map_err(catalog_err(target))?;
+    let mut candidates: Vec<(bool, Resolved)> = Vec::new();
+    for r in rows {
+        let schema: String = r.get(1);
+        let rel: String = r.get(2);
+        let visible: bool = r.get(4);
+        let (name_ok, name_exact) = part_matches(&name.name, &rel);
+        let (schema_ok, schema_exact) = match &name.schema {
+            Some(s) => part_matches(s, &schema),
+            None => (visible, true),
+        };
+        if name_ok && schema_ok {
+            let kind: String = r.get(3);
+            let resolved = Resolved {
+                oid: r.get(0),
+                table: TableRef { schema, name: rel },
+                relkind: kind.chars().next().unwrap_or('r'),
+            };
+            candidates.push((name_exact && schema_exact, resolved));
+        }
+    }
+    if candidates.iter().any(|(exact, _)| *exact) {
+        candidates.retain(|(exact, _)| *exact);
+    }
+    match candidates.len() {
+        1 => Ok(candidates.remove(0).1),
+        0 => Err(Error::config(format!(
+            "table {name} does not exist in {target}{}. Check the spelling and the schema \
+             (psql: \\dt *.*); names typed without double quotes match in any case.",
+            if name.schema.is_none() {
+                " (looked on the search_path; add the schema)"
+            } else {
+                ""
+            }
+        ))),
+        _ => Err(Error::config(format!(
+            "table name {name} is ambiguous in {target}: it matches {}. Put the name in double \
+             quotes to match its exact case.",
+            candidates
+                .iter()
+                .map(|(_, r)| r.table.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// Tables (not partitions, not system) in the named schemas or matching the patterns.
+pub async fn resolve_many(
+    client: &Client,
+    selection: &Selection,
+    target: &str,
+) -> Result<Vec<Resolved>> {
+    if selection.patterns.is_empty() && selection.schemas.is_empty() {
+        return Ok(Vec::new());
+    }
+    let patterns = selection
+        .patterns
+        .iter()
+        .map(|p| {
+            regex::Regex::new(&format!("^(?:{p})$")).map_err(|e| {
+                Error::config(format!(
+                    "--tables pattern {p:?} is not a valid regular expression ({e}). It is \
+                     matched against schema.table, e.g. --tables 'public\\.order_.*'."
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let rows = client
+        .query(
+            "SELECT c.oid, n.nspname::text, c.relname::text, c.relkind::text \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.relkind IN ('r','p') AND NOT c.relispartition \
+               AND n.nspname NOT IN ('pg_catalog','information_schema') \
+               AND n.nspname NOT LIKE 'pg\\_toast%' AND n.nspname NOT LIKE 'pg\\_temp%' \
+             ORDER BY 2, 3",
+            &[],
+        )
+        .await
+        .map_err(catalog_err(target))?;
+    let mut out = Vec::new();
+    for r in rows {
+        let table = TableRef {
+            schema: r.get(1),
+            name: r.get(2),
+        };
+        let full = table.to_string();
+        let in_schema = selection
+            .schemas
+            .iter()
+            .any(|s| s == &table.schema || s.to_lowercase() == table.schema);
+        if in_schema || patterns.iter().any(|p| p.is_match(&full)) {
+            let kind: String = r.get(3);
+            out.push(Resolved {
+                oid: r.get(0),
+                table,
+                relkind: kind.chars().next().unwrap_or('r'),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Load `pg_type` rows for `oids` and, transitively, their element and base types.
+pub async fn load_types(
+    client: &Client,
+    oids: &[u32],
+    types: &mut TypeMap,
+    target: &str,
+) -> Result<()> {
+    let mut want: Vec<u32> = oids
+        .iter()
+        .copied()
+        .filter(|o| !types.contains_key(o))
+        .collect();
+    while !want.is_empty() {
+        want.sort_unstable();
+        want.dedup();
+        let rows = client
+            .query(
+                "SELECT t.oid, t.typname::text, t.typtype::text, t.typcategory::text, t.typelem, \
+                        t.typbasetype, t.typtypmod, t.typlen::int4, t.typsend::regproc::text \
+                 FROM pg_type t WHERE t.oid = ANY($1)",
+                &[&want],
+            )
+            .await
+            .map_err(catalog_err(target))?;
+        let mut next = Vec::new();
+        for r in rows {
+            let byte = |i: usize| r.get::<_, String>(i).bytes().next().unwrap_or(b' ');
+            let send: String = r.get(8);
+            let t = PgType {
+                oid: r.get(0),
+                name: r.get(1),
+                typtype: byte(2),
+                category: byte(3),
+                elem: r.get(4),
+                base: r.get(5),
+                typmod: r.get(6),
+                len: r.get::<_, i32>(7) as i16,
+                send: send.rsplit('.').next().unwrap_or_default().to_string(),
+            };
+            for dep in [t.elem, t.base] {
+                if dep != 0 && !types.contains_key(&dep) {
+                    next.push(dep);
+                }
+            }
+            types.insert(t.oid, t);
+        }
+        want = next;
+    }
+    Ok(())
+}
+
+struct RawColumn {
+    name: String,
+    type_oid: u32,
+    typmod: i32,
+    not_null: bool,
+    dims: i32,
+    display: String,
+}
+
+fn build_columns(raw: Vec<RawColumn>, types: &TypeMap, money_scale: i8) -> Vec<ColumnDesc> {
+    raw.into_iter()
+        .map(|c| {
+            let m = map_column(types, c.type_oid, c.typmod, c.dims, money_scale);
+            ColumnDesc {
+                field: m.field(&c.name, !c.not_null),
+                name: c.name,
+                source_type: c.display,
+                cast: m.cast,
+                as_text_fallback: m.fallback,
+            }
+        })
+        .collect()
+}
+
+/// Describe a resolved table, partitioned table or view as a dataset.
+pub async fn describe(
+    client: &Client,
+    obj: &Resolved,
+    server: &ServerInfo,
+    types: &mut TypeMap,
+    target: &str,
+) -> Result<Dataset> {
+    let err = catalog_err(target);
+    let name = obj.table.to_string();
+    let privilege = client
+        .query_one(
+            "SELECT has_table_privilege($1::oid, 'SELECT') \
+                 OR NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = $1::oid AND a.attnum > 0 \
+                     AND NOT a.attisdropped AND NOT has_column_privilege($1::oid, a.attnum, 'SELECT'))",
+            &[&obj.oid],
+        )
+        .await
+        .map_err(&err)?;
+    if !privilege.get::<_, bool>(0) {
+        return Err(Error::source_permanent(format!(
+            "user {} has no SELECT privilege on {name} in {target}. Grant it (GRANT SELECT ON {} \
+             TO {}; and USAGE on schema {}), or connect as a user that has it.",
+            server.user,
+            quote_table(&obj.table),
+            quote_ident(&server.user),
+            quote_ident(&obj.table.schema)
+        )));
+    }
+    let rows = client
+        .query(
+            "SELECT a.attname::text, a.atttypid, a.atttypmod, a.attnotnull, a.attndims::int4, \
+                    format_type(a.atttypid, a.atttypmod) \
+             FROM pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
+             ORDER BY a.attnum",
+            &[&obj.oid],
+        )
+        .await
+        .map_err(&err)?;
+    let raw: Vec<RawColumn> = rows
+        .iter()
+        .map(|r| RawColumn {
+            name: r.get(0),
+            type_oid: r.get(1),
+            typmod: r.get(2),
+            not_null: r.get(3),
+            dims: r.get(4),
+            display: r.get(5),
+        })
+        .collect();
+    if raw.is_empty() {
+        return Err(Error::config(format!(
+            "{name} has no columns; there is nothing to export."
+        )));
+    }
+    load_types(
+        client,
+        &raw.iter().map(|c| c.type_oid).collect::<Vec<_>>(),
+        types,
+        target,
+    )
+    .await?;
+    let columns = build_columns(raw, types, server.money_scale);
+
+    let pk_rows = client
+        .query(
+            "SELECT a.attname::text FROM pg_index i \
+             CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) \
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+             WHERE i.indrelid = $1 AND i.indisprimary ORDER BY k.ord",
+            &[&obj.oid],
+        )
+        .await
+        .map_err(&err)?;
+    let primary_key = pk_rows.iter().map(|r| r.get(0)).collect();
+
+    let (kind, relations) = match obj.relkind {
+        'r' | 'm' => (
+            DatasetKind::Table,
+            vec![relation_size(client, obj.oid, &obj.table, target).await?],
+        ),
+        'p' => {
+            let leaves = client
+                .query(
+                    "SELECT c.oid, n.nspname::text, c.relname::text FROM pg_partition_tree($1::oid) t \
+                     JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
+                     WHERE t.isleaf AND c.relkind = 'r' ORDER BY 2, 3",
+                    &[&obj.oid],
+                )
+                .await
+                .map_err(&err)?;
+            let mut rels = Vec::new();
+            for l in leaves {
+                let t = TableRef {
+                    schema: l.get(1),
+                    name: l.get(2),
+                };
+                rels.push(relation_size(client, l.get(0), &t, target).await?);
+            }
+            (DatasetKind::Partitioned, rels)
+        }
+        _ => (DatasetKind::View, Vec::new()),
+    };
+    let estimate = if relations.is_empty() {
+        explain_estimate(
+            client,
+            &format!("SELECT * FROM {}", quote_table(&obj.table)),
+            target,
+        )
+        .await?
+    } else {
+        SizeEstimate {
+            rows: relations.iter().map(|r| r.rows).sum(),
+            bytes: relations.iter().map(|r| r.bytes).sum(),
+        }
+    };
+    Ok(Dataset {
+        name,
+        kind,
+        object: Some(obj.table.clone()),
+        relations,
+        query: None,
+        columns,
+        primary_key,
+        estimate,
+    })
+}
+
+async fn relation_size(
+    client: &Client,
+    oid: u32,
+    table: &TableRef,
+    target: &str,
+) -> Result<Relation> {
+    let r = client
+        .query_one(
+            "SELECT pg_relation_size($1::oid)::int8, current_setting('block_size')::int8, \
+                    pg_table_size($1::oid)::int8, c.reltuples::float8 \
+             FROM pg_class c WHERE c.oid = $1::oid",
+            &[&oid],
+        )
+        .await
+        .map_err(catalog_err(target))?;
+    let heap: i64 = r.get(0);
+    let block: i64 = r.get(1);
+    let total: i64 = r.get(2);
+    let reltuples: f64 = r.get(3);
+    let rows = if reltuples >= 0.0 {
+        reltuples as u64
+    } else {
+        // Never analyzed: ask the planner, which extrapolates from the page count.
+        explain_estimate(
+            client,
+            &format!("SELECT * FROM ONLY {}", quote_table(table)),
+            target,
+        )
+        .await?
+        .rows
+    };
+    Ok(Relation {
+        table: table.clone(),
+        pages: (heap / block.max(1)) as u64,
+        page_bytes: block as u64,
+        rows,
+        bytes: total.max(0) as u64,
+    })
+}
+
+/// The planner's row and width estimate for a query (no rows are read).
+pub async fn explain_estimate(client: &Client, sql: &str, target: &str) -> Result<SizeEstimate> {
+    // Simple-query protocol returns the plan as text, whatever the json type's driver support.
+    let messages = client
+        .simple_query(&format!("EXPLAIN (FORMAT JSON) {sql}"))
+        .await
+        .map_err(catalog_err(target))?;
+    let text = messages
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let grab = |key: &str| -> f64 {
+        text.find(key)
+            .and_then(|i| {
+                let rest = text[i + key.len()..].trim_start_matches([':', ' ', '"']);
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == '+'))
+                    .unwrap_or(rest.len());
+                rest[..end].parse::<f64>().ok()
+            })
+            .unwrap_or(0.0)
+    };
+    let rows = grab("\"Plan Rows\"");
+    let width = grab("\"Plan Width\"");
+    Ok(SizeEstimate {
+        rows: rows as u64,
+        bytes: (rows * width) as u64,
+    })
+}
+
+/// Describe a user query as a dataset, from its prepared row description.
+pub async fn describe_query(
+    client: &Client,
+    q: &NamedQuery,
+    server: &ServerInfo,
+    types: &mut TypeMap,
+    target: &str,
+) -> Result<Dataset> {
+    let stmt = client.prepare(&q.sql).await.map_err(|e| {
+        classify(e, Phase::Catalog, target)
+            .context(format!("query {:?} could not be prepared", q.name))
+    })?;
+    let mut seen = HashSet::new();
+    let mut raw = Vec::new();
+    for c in stmt.columns() {
+        if !seen.insert(c.name().to_string()) {
+            return Err(Error::config(format!(
+                "query {:?} returns two columns named {:?}; give them distinct aliases (AS …).",
+                q.name,
+                c.name()
+            )));
+        }
+        raw.push(RawColumn {
+            name: c.name().to_string(),
+            type_oid: c.type_().oid(),
+            typmod: c.type_modifier(),
+            not_null: false,
+            dims: 0,
+            display: String::new(),
+        });
+    }
+    if raw.is_empty() {
+        return Err(Error::config(format!(
+            "query {:?} returns no columns.",
+            q.name
+        )));
+    }
+    let oids: Vec<u32> = raw.iter().map(|c| c.type_oid).collect();
+    load_types(client, &oids, types, target).await?;
+    let mut displays: BTreeMap<(u32, i32), String> = BTreeMap::new();
+    for c in &raw {
+        if !displays.contains_key(&(c.type_oid, c.typmod)) {
+            let r = client
+                .query_one("SELECT format_type($1, $2)", &[&c.type_oid, &c.typmod])
+                .await
+                .map_err(catalog_err(target))?;
+            displays.insert((c.type_oid, c.typmod), r.get(0));
+        }
+    }
+    for c in &mut raw {
+        c.display = displays[&(c.type_oid, c.typmod)].clone();
+    }
+    let estimate = explain_estimate(client, &q.sql, target).await?;
+    Ok(Dataset {
+        name: q.name.clone(),
+        kind: DatasetKind::Query,
+        object: None,
+        relations: Vec::new(),
+        query: Some(q.sql.clone()),
+        columns: build_columns(raw, types, server.money_scale),
+        primary_key: Vec::new(),
+        estimate,
+    })
+}

@@ -1,0 +1,660 @@
+//! Binary COPY → Arrow, straight from the wire bytes.
+//!
+//! `COPY … TO STDOUT (FORMAT binary)` sends a header, then one tuple per row: a field count,
+//! then per field a length (-1 for NULL) and the value in the type's binary send format. The
+//! [`TupleDecoder`] appends each value directly into a column builder: no per-row or per-value
+//! heap allocation, no intermediate row type. Tuples are usually one per CopyData message, but
+//! the protocol does not promise it, so a tuple split across messages is carried over.
+//!
+//! Which decoder a column gets follows from its Arrow type alone (see `types.rs`): every column
+//! that is cast when read is cast to a type whose binary form is what its Arrow type expects.
+
+use arrow_array::builder::*;
+use arrow_array::{ArrayRef, ListArray, RecordBatch, StructArray};
+use arrow_buffer::{NullBufferBuilder, OffsetBuffer, ScalarBuffer, i256};
+use arrow_schema::{DataType, Field, FieldRef, Fields, SchemaRef, TimeUnit};
+use std::sync::Arc;
+
+/// Days from 1970-01-01 (Arrow's epoch) to 2000-01-01 (PostgreSQL's).
+const PG_EPOCH_DAYS: i32 = 10_957;
+/// Microseconds from 1970-01-01 to 2000-01-01.
+const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+/// The binary COPY signature.
+const SIGNATURE: &[u8; 11] = b"PGCOPY\n\xff\r\n\0";
+
+/// A value that could not be decoded. The reader adds the column and row position.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodeError(pub String);
+
+type DResult<T> = Result<T, DecodeError>;
+
+fn err<T>(msg: impl Into<String>) -> DResult<T> {
+    Err(DecodeError(msg.into()))
+}
+
+fn fixed<const N: usize>(v: &[u8]) -> DResult<[u8; N]> {
+    v.try_into()
+        .map_err(|_| DecodeError(format!("expected {N} bytes, got {}", v.len())))
+}
+
+/// One column's builder, chosen by Arrow type.
+enum Col {
+    Bool(BooleanBuilder),
+    I16(Int16Builder),
+    I32(Int32Builder),
+    I64(Int64Builder),
+    U32(UInt32Builder),
+    F32(Float32Builder),
+    F64(Float64Builder),
+    Utf8(StringBuilder),
+    Binary(BinaryBuilder),
+    Uuid(FixedSizeBinaryBuilder),
+    Date(Date32Builder),
+    Time(Time64MicrosecondBuilder),
+    Ts(TimestampMicrosecondBuilder),
+    Dec128(Decimal128Builder, i8),
+    Dec256(Decimal256Builder, i8),
+    Interval {
+        months: Vec<i32>,
+        days: Vec<i32>,
+        micros: Vec<i64>,
+        nulls: NullBufferBuilder,
+        fields: Fields,
+    },
+    List {
+        offsets: Vec<i32>,
+        nulls: NullBufferBuilder,
+        values: Box<Col>,
+        field: FieldRef,
+    },
+}
+
+impl Col {
+    fn new(dt: &DataType) -> DResult<Col> {
+        Ok(match dt {
+            DataType::Boolean => Col::Bool(BooleanBuilder::new()),
+            DataType::Int16 => Col::I16(Int16Builder::new()),
+            DataType::Int32 => Col::I32(Int32Builder::new()),
+            DataType::Int64 => Col::I64(Int64Builder::new()),
+            DataType::UInt32 => Col::U32(UInt32Builder::new()),
+            DataType::Float32 => Col::F32(Float32Builder::new()),
+            DataType::Float64 => Col::F64(Float64Builder::new()),
+            DataType::Utf8 => Col::Utf8(StringBuilder::new()),
+            DataType::Binary => Col::Binary(BinaryBuilder::new()),
+            DataType::FixedSizeBinary(16) => Col::Uuid(FixedSizeBinaryBuilder::new(16)),
+            DataType::Date32 => Col::Date(Date32Builder::new()),
+            DataType::Time64(TimeUnit::Microsecond) => Col::Time(Time64MicrosecondBuilder::new()),
+            DataType::Timestamp(TimeUnit::Microsecond, tz) => {
+                Col::Ts(TimestampMicrosecondBuilder::new().with_timezone_opt(tz.clone()))
+            }
+            DataType::Decimal128(p, s) => Col::Dec128(
+                Decimal128Builder::new()
+                    .with_precision_and_scale(*p, *s)
+                    .map_err(|e| DecodeError(e.to_string()))?,
+                *s,
+            ),
+            DataType::Decimal256(p, s) => Col::Dec256(
+                Decimal256Builder::new()
+                    .with_precision_and_scale(*p, *s)
+                    .map_err(|e| DecodeError(e.to_string()))?,
+                *s,
+            ),
+            DataType::Struct(fields) if fields.len() == 3 && fields[0].name() == "months" => {
+                Col::Interval {
+                    months: Vec::new(),
+                    days: Vec::new(),
+                    micros: Vec::new(),
+                    nulls: NullBufferBuilder::new(0),
+                    fields: fields.clone(),
+                }
+            }
+            DataType::List(field) => Col::List {
+                offsets: vec![0],
+                nulls: NullBufferBuilder::new(0),
+                values: Box::new(Col::new(field.data_type())?),
+                field: field.clone(),
+            },
+            other => return err(format!("no binary decoder for Arrow type {other}")),
+        })
+    }
+
+    fn append_null(&mut self) {
+        match self {
+            Col::Bool(b) => b.append_null(),
+            Col::I16(b) => b.append_null(),
+            Col::I32(b) => b.append_null(),
+            Col::I64(b) => b.append_null(),
+            Col::U32(b) => b.append_null(),
+            Col::F32(b) => b.append_null(),
+            Col::F64(b) => b.append_null(),
+            Col::Utf8(b) => b.append_null(),
+            Col::Binary(b) => b.append_null(),
+            Col::Uuid(b) => b.append_null(),
+            Col::Date(b) => b.append_null(),
+            Col::Time(b) => b.append_null(),
+            Col::Ts(b) => b.append_null(),
+            Col::Dec128(b, _) => b.append_null(),
+            Col::Dec256(b, _) => b.append_null(),
+            Col::Interval {
+                months,
+                days,
+                micros,
+                nulls,
+                ..
+            } => {
+                months.push(0);
+                days.push(0);
+                micros.push(0);
+                nulls.append_null();
+            }
+            Col::List { offsets, nulls, .. } => {
+                offsets.push(*offsets.last().unwrap_or(&0));
+                nulls.append_null();
+            }
+        }
+    }
+
+    fn append(&mut self, v: &[u8]) -> DResult<()> {
+        match self {
+            Col::Bool(b) => b.append_value(fixed::<1>(v)?[0] != 0),
+            Col::I16(b) => b.append_value(i16::from_be_bytes(fixed(v)?)),
+            Col::I32(b) => b.append_value(i32::from_be_bytes(fixed(v)?)),
+            Col::I64(b) => b.append_value(i64::from_be_bytes(fixed(v)?)),
+            Col::U32(b) => b.append_value(u32::from_be_bytes(fixed(v)?)),
+            Col::F32(b) => b.append_value(f32::from_be_bytes(fixed(v)?)),
+            Col::F64(b) => b.append_value(f64::from_be_bytes(fixed(v)?)),
+            Col::Utf8(b) => match std::str::from_utf8(v) {
+                Ok(s) => b.append_value(s),
+                Err(e) => return err(format!("text is not valid UTF-8 ({e})")),
+            },
+            Col::Binary(b) => b.append_value(v),
+            Col::Uuid(b) => b
+                .append_value(fixed::<16>(v)?)
+                .map_err(|e| DecodeError(e.to_string()))?,
+            Col::Date(b) => b.append_value(date(i32::from_be_bytes(fixed(v)?))),
+            Col::Time(b) => b.append_value(i64::from_be_bytes(fixed(v)?)),
+            Col::Ts(b) => b.append_value(timestamp(i64::from_be_bytes(fixed(v)?))?),
+            Col::Dec128(b, scale) => b.append_value(numeric_to_i128(v, *scale)?),
+            Col::Dec256(b, scale) => b.append_value(numeric_to_i256(v, *scale)?),
+            Col::Interval {
+                months,
+                days,
+                micros,
+                nulls,
+                ..
+            } => {
+                let raw = fixed::<16>(v)?;
+                micros.push(i64::from_be_bytes(fixed(&raw[0..8])?));
+                days.push(i32::from_be_bytes(fixed(&raw[8..12])?));
+                months.push(i32::from_be_bytes(fixed(&raw[12..16])?));
+                nulls.append_non_null();
+            }
+            Col::List {
+                offsets,
+                nulls,
+                values,
+                ..
+            } => {
+                let count = decode_array(v, values)?;
+                let last = *offsets.last().unwrap_or(&0);
+                let next = i32::try_from(count).ok().and_then(|c| last.checked_add(c));
+                offsets.push(next.ok_or_else(|| DecodeError("array batch too large".into()))?);
+                nulls.append_non_null();
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> ArrayRef {
+        match self {
+            Col::Bool(b) => Arc::new(b.finish()),
+            Col::I16(b) => Arc::new(b.finish()),
+            Col::I32(b) => Arc::new(b.finish()),
+            Col::I64(b) => Arc::new(b.finish()),
+            Col::U32(b) => Arc::new(b.finish()),
+            Col::F32(b) => Arc::new(b.finish()),
+            Col::F64(b) => Arc::new(b.finish()),
+            Col::Utf8(b) => Arc::new(b.finish()),
+            Col::Binary(b) => Arc::new(b.finish()),
+            Col::Uuid(b) => Arc::new(b.finish()),
+            Col::Date(b) => Arc::new(b.finish()),
+            Col::Time(b) => Arc::new(b.finish()),
+            Col::Ts(b) => Arc::new(b.finish()),
+            Col::Dec128(b, _) => Arc::new(b.finish()),
+            Col::Dec256(b, _) => Arc::new(b.finish()),
+            Col::Interval {
+                months,
+                days,
+                micros,
+                nulls,
+                fields,
+            } => {
+                let arrays: Vec<ArrayRef> = vec![
+                    Arc::new(arrow_array::Int32Array::from(std::mem::take(months))),
+                    Arc::new(arrow_array::Int32Array::from(std::mem::take(days))),
+                    Arc::new(arrow_array::Int64Array::from(std::mem::take(micros))),
+                ];
+                Arc::new(StructArray::new(fields.clone(), arrays, nulls.finish()))
+            }
+            Col::List {
+                offsets,
+                nulls,
+                values,
+                field,
+            } => {
+                let offs = std::mem::replace(offsets, vec![0]);
+                let offs = OffsetBuffer::new(ScalarBuffer::from(offs));
+                Arc::new(ListArray::new(
+                    field.clone(),
+                    offs,
+                    values.finish(),
+                    nulls.finish(),
+                ))
+            }
+        }
+    }
+}
+
+/// PostgreSQL date (days since 2000-01-01, ±infinity as i32 extremes) → Date32.
+fn date(days: i32) -> i32 {
+    match days {
+        i32::MAX | i32::MIN => days,
+        d => d + PG_EPOCH_DAYS,
+    }
+}
+
+/// PostgreSQL timestamp (µs since 2000-01-01, ±infinity as i64 extremes) → µs since 1970.
+fn timestamp(us: i64) -> DResult<i64> {
+    match us {
+        i64::MAX | i64::MIN => Ok(us),
+        t => t.checked_add(PG_EPOCH_MICROS).ok_or_else(|| {
+            DecodeError("timestamp is beyond the range of a 64-bit microsecond timestamp".into())
+        }),
+    }
+}
+
+/// Parsed header of a binary numeric: digits are base 10000, most significant first.
+struct NumericParts<'a> {
+    digits: &'a [u8],
+    weight: i32,
+    negative: bool,
+}
+
+fn numeric_parts(v: &[u8]) -> DResult<NumericParts<'_>> {
+    if v.len() < 8 {
+        return err("numeric value shorter than its header");
+    }
+    let ndigits = u16::from_be_bytes([v[0], v[1]]) as usize;
+    let weight = i16::from_be_bytes([v[2], v[3]]) as i32;
+    let sign = u16::from_be_bytes([v[4], v[5]]);
+    let digits = &v[8..];
+    if digits.len() != ndigits * 2 {
+        return err("numeric digit count does not match its length");
+    }
+    match sign {
+        0x0000 => Ok(NumericParts {
+            digits,
+            weight,
+            negative: false,
+        }),
+        0x4000 => Ok(NumericParts {
+            digits,
+            weight,
+            negative: true,
+        }),
+        0xC000 => err("NaN cannot be stored in a decimal column"),
+        0xD000 | 0xF000 => err("Infinity cannot be stored in a decimal column"),
+        s => err(format!("unknown numeric sign {s:#x}")),
+    }
+}
+
+/// Accumulate base-10000 digits into an integer scaled by 10^scale, generically over i128/i256.
+macro_rules! numeric_to {
+    ($name:ident, $t:ty, $from:expr, $zero:expr) => {
+        fn $name(v: &[u8], scale: i8) -> DResult<$t> {
+            let overflow =
+                || DecodeError("numeric value does not fit the column's precision".into());
+            let p = numeric_parts(v)?;
+            let mut acc: $t = $zero;
+            let ten_k: $t = $from(10_000);
+            for pair in p.digits.chunks_exact(2) {
+                let d = u16::from_be_bytes([pair[0], pair[1]]) as i128;
+                acc = acc
+                    .checked_mul(ten_k)
+                    .and_then(|a| a.checked_add($from(d)))
+                    .ok_or_else(overflow)?;
+            }
+            // acc = value × 10^(4 × (ndigits − 1 − weight)); rescale to 10^scale.
+            let ndigits = (p.digits.len() / 2) as i32;
+            let have = if ndigits == 0 {
+                0
+            } else {
+                4 * (ndigits - 1 - p.weight)
+            };
+            let shift = scale as i32 - have;
+            let ten: $t = $from(10);
+            if shift >= 0 {
+                for _ in 0..shift {
+                    acc = acc.checked_mul(ten).ok_or_else(overflow)?;
+                }
+            } else {
+                for _ in 0..(-shift) {
+                    if acc % ten != $zero {
+                        return err(
+                            "numeric value has more fraction digits than the column's scale",
+                        );
+                    }
+                    acc = acc / ten;
+                }
+            }
+            Ok(if p.negative {
+                acc.checked_neg().ok_or_else(overflow)?
+            } else {
+                acc
+            })
+        }
+    };
+}
+numeric_to!(numeric_to_i128, i128, |x: i128| x, 0i128);
+numeric_to!(numeric_to_i256, i256, i256::from_i128, i256::ZERO);
+
+/// Decode a one-dimensional binary array into `values`; returns the element count.
+fn decode_array(v: &[u8], values: &mut Col) -> DResult<usize> {
+    let int = |at: usize| -> DResult<i32> {
+        v.get(at..at + 4)
+            .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+            .ok_or_else(|| DecodeError("array header is truncated".into()))
+    };
+    let ndim = int(0)?;
+    if ndim == 0 {
+        return Ok(0);
+    }
+    if ndim != 1 {
+        return err(format!(
+            "a {ndim}-dimensional array was found; sluice exports one-dimensional arrays as \
+             lists. Export this column as text (cast it in a view or --query)"
+        ));
+    }
+    let len = usize::try_from(int(12)?).map_err(|_| DecodeError("negative array size".into()))?;
+    let mut at = 20;
+    for _ in 0..len {
+        let n = int(at)?;
+        at += 4;
+        if n < 0 {
+            values.append_null();
+        } else {
+            let end = at + n as usize;
+            let el = v
+                .get(at..end)
+                .ok_or_else(|| DecodeError("array element is truncated".into()))?;
+            values.append(el)?;
+            at = end;
+        }
+    }
+    Ok(len)
+}
+
+/// Outcome of feeding bytes to the decoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fed {
+    /// More data expected.
+    More,
+    /// The end-of-data marker was seen.
+    Done,
+}
+
+/// Decodes a binary COPY stream into record batches of one schema.
+pub struct TupleDecoder {
+    schema: SchemaRef,
+    cols: Vec<Col>,
+    header_seen: bool,
+    carry: Vec<u8>,
+    rows: usize,
+    bytes: usize,
+    /// Index of the column whose value failed, for the error message.
+    failed_column: Option<usize>,
+}
+
+impl TupleDecoder {
+    /// A decoder for rows of `schema`.
+    pub fn new(schema: SchemaRef) -> DResult<Self> {
+        let cols = schema
+            .fields()
+            .iter()
+            .map(|f| Col::new(f.data_type()))
+            .collect::<DResult<_>>()?;
+        Ok(TupleDecoder {
+            schema,
+            cols,
+            header_seen: false,
+            carry: Vec::new(),
+            rows: 0,
+            bytes: 0,
+            failed_column: None,
+        })
+    }
+
+    /// Rows buffered since the last [`TupleDecoder::finish_batch`].
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Value bytes buffered since the last batch: the batch's approximate Arrow size.
+    pub fn buffered_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The column whose value failed to decode last.
+    pub fn failed_column(&self) -> Option<&Field> {
+        self.failed_column.map(|i| self.schema.field(i))
+    }
+
+    /// Feed one CopyData message.
+    pub fn feed(&mut self, data: &[u8]) -> DResult<Fed> {
+        if self.carry.is_empty() {
+            let (used, fed) = self.parse(data)?;
+            if fed == Fed::More && used < data.len() {
+                self.carry.extend_from_slice(&data[used..]);
+            }
+            return Ok(fed);
+        }
+        let mut buf = std::mem::take(&mut self.carry);
+        buf.extend_from_slice(data);
+        let (used, fed) = self.parse(&buf)?;
+        if fed == Fed::More && used < buf.len() {
+            buf.drain(..used);
+            self.carry = buf;
+        }
+        Ok(fed)
+    }
+
+    /// True when bytes of an incomplete tuple are waiting for more data.
+    pub fn has_partial(&self) -> bool {
+        !self.carry.is_empty()
+    }
+
+    /// Parse as many complete items as `buf` holds; return bytes consumed.
+    fn parse(&mut self, buf: &[u8]) -> DResult<(usize, Fed)> {
+        let mut at = 0;
+        if !self.header_seen {
+            if buf.len() < 19 {
+                return Ok((0, Fed::More));
+            }
+            if &buf[..11] != SIGNATURE {
+                return err("the COPY stream does not start with the binary signature");
+            }
+            let ext = u32::from_be_bytes([buf[15], buf[16], buf[17], buf[18]]) as usize;
+            if buf.len() < 19 + ext {
+                return Ok((0, Fed::More));
+            }
+            at = 19 + ext;
+            self.header_seen = true;
+        }
+        let ncols = self.cols.len();
+        while at + 2 <= buf.len() {
+            let nfields = i16::from_be_bytes([buf[at], buf[at + 1]]);
+            if nfields == -1 {
+                return Ok((at + 2, Fed::Done));
+            }
+            if nfields as usize != ncols {
+                return err(format!("a row has {nfields} fields, expected {ncols}"));
+            }
+            // Check the tuple is complete before appending anything, so a split tuple is
+            // never half-appended.
+            let start = at;
+            let mut p = at + 2;
+            let mut complete = true;
+            for _ in 0..ncols {
+                if p + 4 > buf.len() {
+                    complete = false;
+                    break;
+                }
+                let len = i32::from_be_bytes([buf[p], buf[p + 1], buf[p + 2], buf[p + 3]]);
+                p += 4 + len.max(0) as usize;
+                if p > buf.len() {
+                    complete = false;
+                    break;
+                }
+            }
+            if !complete {
+                return Ok((start, Fed::More));
+            }
+            let mut q = at + 2;
+            for (i, col) in self.cols.iter_mut().enumerate() {
+                let len = i32::from_be_bytes([buf[q], buf[q + 1], buf[q + 2], buf[q + 3]]);
+                q += 4;
+                if len < 0 {
+                    col.append_null();
+                } else {
+                    let end = q + len as usize;
+                    if let Err(e) = col.append(&buf[q..end]) {
+                        self.failed_column = Some(i);
+                        return Err(e);
+                    }
+                    q = end;
+                }
+            }
+            self.bytes += p - start;
+            self.rows += 1;
+            at = p;
+        }
+        Ok((at, Fed::More))
+    }
+
+    /// Build a batch from the buffered rows and reset the buffers.
+    pub fn finish_batch(&mut self) -> Result<RecordBatch, arrow_schema::ArrowError> {
+        let arrays: Vec<ArrayRef> = self.cols.iter_mut().map(Col::finish).collect();
+        let rows = self.rows;
+        self.rows = 0;
+        self.bytes = 0;
+        RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            arrays,
+            &arrow_array::RecordBatchOptions::new().with_row_count(Some(rows)),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int32Type;
+    use arrow_schema::Schema;
+
+    fn numeric_bytes(ndigits: &[u16], weight: i16, sign: u16, dscale: u16) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend((ndigits.len() as u16).to_be_bytes());
+        v.extend(weight.to_be_bytes());
+        v.extend(sign.to_be_bytes());
+        v.extend(dscale.to_be_bytes());
+        for d in ndigits {
+            v.extend(d.to_be_bytes());
+        }
+        v
+    }
+
+    #[test]
+    fn numerics_rescale_exactly() {
+        // 1234.5 = digits [1234, 5000], weight 0.
+        let v = numeric_bytes(&[1234, 5000], 0, 0, 1);
+        assert_eq!(numeric_to_i128(&v, 2).unwrap(), 123450);
+        assert_eq!(numeric_to_i128(&v, 1).unwrap(), 12345);
+        // -0.0001 = digits [1], weight -1.
+        let v = numeric_bytes(&[1], -1, 0x4000, 4);
+        assert_eq!(numeric_to_i128(&v, 4).unwrap(), -1);
+        // 12300 stored for numeric(5,-2) = digits [1, 2300], weight 1.
+        let v = numeric_bytes(&[1, 2300], 1, 0, 0);
+        assert_eq!(numeric_to_i128(&v, 0).unwrap(), 12300);
+        // Zero has no digits.
+        assert_eq!(numeric_to_i128(&numeric_bytes(&[], 0, 0, 2), 2).unwrap(), 0);
+        // NaN is refused with a reason.
+        assert!(
+            numeric_to_i128(&numeric_bytes(&[], 0, 0xC000, 0), 2)
+                .unwrap_err()
+                .0
+                .contains("NaN")
+        );
+        // Too many fraction digits for the scale is an error, not a silent rounding.
+        let v = numeric_bytes(&[1234, 5678], 0, 0, 4);
+        assert!(numeric_to_i128(&v, 2).is_err());
+        // 10^40 overflows i128 with scale 0 only past 38 digits; i256 holds it.
+        let big = numeric_bytes(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 10, 0, 0);
+        assert_eq!(
+            numeric_to_i256(&big, 0).unwrap(),
+            i256::from_i128(10i128.pow(20)).wrapping_mul(i256::from_i128(10i128.pow(20)))
+        );
+    }
+
+    fn tuple(fields: &[Option<&[u8]>]) -> Vec<u8> {
+        let mut v = (fields.len() as i16).to_be_bytes().to_vec();
+        for f in fields {
+            match f {
+                None => v.extend((-1i32).to_be_bytes()),
+                Some(b) => {
+                    v.extend((b.len() as i32).to_be_bytes());
+                    v.extend(*b);
+                }
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn split_tuples_and_trailer() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int32, true),
+            Field::new("b", DataType::Utf8, true),
+        ]));
+        let mut d = TupleDecoder::new(schema).unwrap();
+        let mut stream = SIGNATURE.to_vec();
+        stream.extend([0u8; 8]);
+        stream.extend(tuple(&[
+            Some(&7i32.to_be_bytes()),
+            Some("héllo".as_bytes()),
+        ]));
+        stream.extend(tuple(&[None, None]));
+        stream.extend((-1i16).to_be_bytes());
+        // Feed in awkward 3-byte pieces.
+        let mut last = Fed::More;
+        for piece in stream.chunks(3) {
+            last = d.feed(piece).unwrap();
+        }
+        assert_eq!(last, Fed::Done);
+        let batch = d.finish_batch().unwrap();
+        assert_eq!(batch.num_rows(), 2);
+        let a = batch.column(0).as_primitive::<Int32Type>();
+        assert_eq!(a.value(0), 7);
+        assert!(a.is_null(1));
+        assert_eq!(batch.column(1).as_string::<i32>().value(0), "héllo");
+    }
+
+    #[test]
+    fn epochs_and_infinity() {
+        assert_eq!(date(0), PG_EPOCH_DAYS);
+        assert_eq!(date(i32::MAX), i32::MAX);
+        assert_eq!(timestamp(0).unwrap(), PG_EPOCH_MICROS);
+        assert_eq!(timestamp(i64::MIN).unwrap(), i64::MIN);
+    }
+}

@@ -1,0 +1,269 @@
+//! The coordinator: one session that plans the run and holds the shared snapshot.
+//!
+//! In snapshot consistency the coordinator opens a REPEATABLE READ READ ONLY transaction and
+//! exports its snapshot (`pg_export_snapshot()`) before it reads the catalog, so the schema it
+//! describes is the schema as of the snapshot. It then takes ACCESS SHARE locks on the tables
+//! (as pg_dump does): TRUNCATE and table rewrites are not MVCC-safe and would make an old
+//! snapshot see an empty table; the lock makes them wait instead. Workers join with `SET
+//! TRANSACTION SNAPSHOT`, and a worker that loses its connection can rejoin as long as the
+//! coordinator still holds the snapshot. The coordinator is deliberately idle in transaction,
+//! so it disables `idle_in_transaction_session_timeout` for its own session only.
+//!
+//! The position recorded is `pg_current_wal_lsn()` read in the same statement that exports the
+//! snapshot: every transaction committed before the snapshot is at or before it. (An exact
+//! snapshot LSN needs a replication slot; change data capture uses one.)
+
+use crate::catalog::{self, ServerInfo};
+use crate::chunking;
+use crate::connect::PgTarget;
+use crate::error::{Phase, classify};
+use crate::read::PgReader;
+use crate::sql::quote_table;
+use crate::types::TypeMap;
+use async_trait::async_trait;
+use sluice_core::{
+    Chunk, ChunkReader, ChunkRequest, Consistency, Coordinator, Dataset, DatasetKind, Error,
+    Position, Result, Selection, SnapshotInfo,
+};
+use std::collections::HashSet;
+use tokio_postgres::Client;
+
+/// The coordinator session of one run.
+pub struct PgCoordinator {
+    target: PgTarget,
+    tag: String,
+    consistency: Consistency,
+    client: Option<Client>,
+    server: ServerInfo,
+    types: TypeMap,
+    snapshot: Option<SnapshotInfo>,
+}
+
+impl PgCoordinator {
+    /// Connect; in snapshot consistency, start the snapshot transaction and export it.
+    pub async fn open(target: PgTarget, tag: String, consistency: Consistency) -> Result<Self> {
+        let client = target.connect(&tag).await?;
+        let display = target.display().to_string();
+        let server = catalog::server_info(&client, &display).await?;
+        let mut c = PgCoordinator {
+            target,
+            tag,
+            consistency,
+            client: Some(client),
+            server,
+            types: TypeMap::new(),
+            snapshot: None,
+        };
+        if consistency == Consistency::Snapshot {
+            c.export_snapshot().await?;
+        }
+        Ok(c)
+    }
+
+    /// Server facts read at connect time.
+    pub fn server(&self) -> &ServerInfo {
+        &self.server
+    }
+
+    fn client(&self) -> Result<&Client> {
+        self.client
+            .as_ref()
+            .ok_or_else(|| Error::internal("the coordinator session was already released"))
+    }
+
+    fn lsn_sql(&self) -> &'static str {
+        if self.server.in_recovery {
+            "pg_last_wal_replay_lsn()::text"
+        } else {
+            "pg_current_wal_lsn()::text"
+        }
+    }
+
+    async fn export_snapshot(&mut self) -> Result<()> {
+        let display = self.target.display().to_string();
+        let err = |e| classify(e, Phase::Snapshot, &display);
+        let client = self.client()?;
+        client
+            .batch_execute(
+                "SET idle_in_transaction_session_timeout = 0; \
+                 BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+            )
+            .await
+            .map_err(err)?;
+        let row = client
+            .query_one(
+                &format!(
+                    "SELECT pg_export_snapshot(), {}, \
+                            to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
+                    self.lsn_sql()
+                ),
+                &[],
+            )
+            .await
+            .map_err(err)?;
+        let lsn: Option<String> = row.get(1);
+        self.snapshot = Some(SnapshotInfo {
+            id: Some(row.get(0)),
+            position: lsn
+                .map(|lsn| Position::Postgres { lsn, exact: false })
+                .unwrap_or(Position::Unknown),
+            taken_at: row.get(2),
+        });
+        Ok(())
+    }
+
+    async fn current_position(&self) -> Result<SnapshotInfo> {
+        let display = self.target.display().to_string();
+        let row = self
+            .client()?
+            .query_one(
+                &format!(
+                    "SELECT {}, to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
+                    self.lsn_sql()
+                ),
+                &[],
+            )
+            .await
+            .map_err(|e| classify(e, Phase::Snapshot, &display))?;
+        let lsn: Option<String> = row.get(0);
+        Ok(SnapshotInfo {
+            id: None,
+            position: lsn
+                .map(|lsn| Position::Postgres { lsn, exact: false })
+                .unwrap_or(Position::Unknown),
+            taken_at: row.get(1),
+        })
+    }
+
+    fn snapshot_id(&self) -> Option<String> {
+        self.snapshot.as_ref().and_then(|s| s.id.clone())
+    }
+}
+
+#[async_trait]
+impl Coordinator for PgCoordinator {
+    fn server_version(&self) -> String {
+        self.server.version.clone()
+    }
+
+    async fn discover(&mut self, selection: &Selection) -> Result<Vec<Dataset>> {
+        let display = self.target.display().to_string();
+        let client = self
+            .client
+            .as_ref()
+            .ok_or_else(|| Error::internal("coordinator released"))?;
+        let mut objects = Vec::new();
+        for name in &selection.tables {
+            objects.push(catalog::resolve_name(client, name, &display).await?);
+        }
+        let many = catalog::resolve_many(client, selection, &display).await?;
+        if many.is_empty() && selection.tables.is_empty() && selection.queries.is_empty() {
+            return Err(Error::config(format!(
+                "no table in {display} matches --tables {:?} / --schema {:?}. List the tables with \
+                 psql's \\dt *.* and adjust the pattern (it must match all of schema.table).",
+                selection.patterns, selection.schemas
+            )));
+        }
+        objects.extend(many);
+        let mut seen = HashSet::new();
+        let mut datasets = Vec::new();
+        for obj in objects {
+            if seen.insert(obj.oid) {
+                datasets.push(
+                    catalog::describe(client, &obj, &self.server, &mut self.types, &display)
+                        .await?,
+                );
+            }
+        }
+        let mut names: HashSet<String> = datasets.iter().map(|d| d.name.clone()).collect();
+        for q in &selection.queries {
+            if !names.insert(q.name.clone()) {
+                return Err(Error::config(format!(
+                    "two datasets are named {:?}; give each --query a distinct name.",
+                    q.name
+                )));
+            }
+            datasets.push(
+                catalog::describe_query(client, q, &self.server, &mut self.types, &display).await?,
+            );
+        }
+        Ok(datasets)
+    }
+
+    async fn plan_chunks(
+        &mut self,
+        dataset: &Dataset,
+        request: &ChunkRequest,
+    ) -> Result<Vec<Chunk>> {
+        let display = self.target.display().to_string();
+        chunking::plan(self.client()?, dataset, request, &self.server, &display).await
+    }
+
+    async fn pin_snapshot(&mut self, datasets: &[Dataset]) -> Result<SnapshotInfo> {
+        if self.consistency == Consistency::Chunk {
+            return self.current_position().await;
+        }
+        let display = self.target.display().to_string();
+        let tables: Vec<String> = datasets
+            .iter()
+            .filter(|d| d.kind != DatasetKind::Query)
+            .filter_map(|d| d.object.as_ref().map(quote_table))
+            .collect();
+        if !tables.is_empty() {
+            self.client()?
+                .batch_execute(&format!(
+                    "LOCK TABLE {} IN ACCESS SHARE MODE",
+                    tables.join(", ")
+                ))
+                .await
+                .map_err(|e| {
+                    classify(e, Phase::Snapshot, &display).context("locking the exported tables")
+                })?;
+        }
+        self.snapshot
+            .clone()
+            .ok_or_else(|| Error::internal("snapshot consistency without a snapshot"))
+    }
+
+    async fn open_readers(&mut self, n: usize) -> Result<Vec<Box<dyn ChunkReader>>> {
+        let id = self.snapshot_id();
+        let opens = (0..n).map(|_| PgReader::open(&self.target, &self.tag, id.as_deref()));
+        let readers = futures_util::future::join_all(opens).await;
+        readers
+            .into_iter()
+            .map(|r| r.map(|r| Box::new(r) as Box<dyn ChunkReader>))
+            .collect()
+    }
+
+    async fn reopen_reader(&mut self) -> Result<Box<dyn ChunkReader>> {
+        if self.consistency == Consistency::Snapshot {
+            let alive = match &self.client {
+                Some(c) => c.simple_query("SELECT 1").await.is_ok(),
+                None => false,
+            };
+            if !alive {
+                return Err(Error::source_permanent(format!(
+                    "the coordinator session holding the export snapshot on {} was lost, so a \
+                     worker that lost its connection cannot rejoin the snapshot. Re-run with \
+                     --resume to finish the missing parts under a new snapshot, or use \
+                     --consistency chunk.",
+                    self.target.display()
+                )));
+            }
+        }
+        let id = self.snapshot_id();
+        Ok(Box::new(
+            PgReader::open(&self.target, &self.tag, id.as_deref()).await?,
+        ))
+    }
+
+    async fn release(&mut self) -> Result<()> {
+        if let Some(client) = self.client.take() {
+            if self.consistency == Consistency::Snapshot {
+                // The transaction only read; ending it releases the snapshot and the locks.
+                let _ = client.batch_execute("COMMIT").await;
+            }
+        }
+        Ok(())
+    }
+}

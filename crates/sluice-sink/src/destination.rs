@@ -1,0 +1,161 @@
+//! Where output goes, and how a file becomes visible atomically.
+
+use sluice_core::{Error, Result, Retry};
+use std::io::{self, Write};
+use std::sync::{Arc, Mutex};
+
+/// One stored object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// Path relative to the destination root, `/`-separated.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// An output location. Paths are relative to its root and use `/`.
+///
+/// Contract: an object written with [`Destination::create`] is invisible under its final name
+/// until [`ObjectWriter::commit`] returns; [`Destination::put`] is atomic. A crash leaves at most
+/// hidden temporary objects (names starting with `.`), which readers such as Spark, DuckDB
+/// and pyarrow skip, and which a resumed run removes.
+pub trait Destination: Send + Sync {
+    /// The location for messages and the manifest (secrets redacted).
+    fn display(&self) -> String;
+
+    /// Fail early, with the fix in the message, if the location cannot be written.
+    fn check_writable(&self) -> Result<()>;
+
+    /// Start writing the object at `path`.
+    fn create(&self, path: &str) -> Result<Box<dyn ObjectWriter>>;
+
+    /// Write a whole small object atomically (manifest, receipts).
+    fn put(&self, path: &str, data: &[u8]) -> Result<()>;
+
+    /// Read a whole object, or `None` if it does not exist.
+    fn get(&self, path: &str) -> Result<Option<Vec<u8>>>;
+
+    /// Every object under `prefix` (recursively), hidden temporaries included.
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>>;
+
+    /// Delete an object; deleting a missing object is not an error.
+    fn delete(&self, path: &str) -> Result<()>;
+}
+
+/// An object being written. Dropping it without [`ObjectWriter::commit`] aborts it.
+pub trait ObjectWriter: Write + Send {
+    /// Make the object visible under its final name, durably.
+    fn commit(self: Box<Self>) -> Result<()>;
+    /// Discard what was written.
+    fn abort(self: Box<Self>);
+}
+
+/// Turn an I/O error on `path` into a destination error with the fix.
+pub fn io_error(e: &io::Error, action: &str, path: &str) -> Error {
+    let (retry, fix) = match (e.kind(), e.raw_os_error()) {
+        (_, Some(28)) | (io::ErrorKind::StorageFull, _) => (
+            Retry::Permanent,
+            "The disk is full: free space or write to another location with --to.",
+        ),
+        (io::ErrorKind::PermissionDenied, _) | (_, Some(30)) => (
+            Retry::Permanent,
+            "The location is not writable by this user: fix its permissions or choose another \
+             --to.",
+        ),
+        (io::ErrorKind::NotFound, _) => {
+            (Retry::Permanent, "A directory on the path does not exist.")
+        }
+        (io::ErrorKind::Interrupted | io::ErrorKind::TimedOut, _) => (Retry::Transient, ""),
+        _ => (Retry::Permanent, ""),
+    };
+    let mut msg = format!("could not {action} {path}: {e}.");
+    if !fix.is_empty() {
+        msg.push(' ');
+        msg.push_str(fix);
+    }
+    Error::destination(retry, msg)
+}
+
+/// The first I/O error an [`ObjectWriter`] hit, kept so that an error surfacing through a
+/// format library (which flattens it to text) can still be reported as what it was.
+#[derive(Debug, Clone, Default)]
+pub struct FirstIoError(Arc<Mutex<Option<Error>>>);
+
+impl FirstIoError {
+    /// Remember `e` if nothing was remembered yet.
+    pub fn record(&self, e: Error) {
+        if let Ok(mut slot) = self.0.lock() {
+            slot.get_or_insert(e);
+        }
+    }
+
+    /// The remembered error, if any.
+    pub fn take(&self) -> Option<Error> {
+        self.0.lock().ok().and_then(|mut s| s.take())
+    }
+}
+
+/// Counts and hashes the bytes written through it (xxh3-128 of the whole object), and keeps
+/// the first I/O error.
+pub struct CountingWriter {
+    inner: Box<dyn ObjectWriter>,
+    hasher: xxhash_rust::xxh3::Xxh3,
+    bytes: u64,
+    first_error: FirstIoError,
+    path: String,
+}
+
+impl CountingWriter {
+    /// Wrap `inner`, which writes `path`.
+    pub fn new(inner: Box<dyn ObjectWriter>, path: &str) -> Self {
+        CountingWriter {
+            inner,
+            hasher: xxhash_rust::xxh3::Xxh3::new(),
+            bytes: 0,
+            first_error: FirstIoError::default(),
+            path: path.to_string(),
+        }
+    }
+
+    /// Where the first I/O error is kept.
+    pub fn errors(&self) -> FirstIoError {
+        self.first_error.clone()
+    }
+
+    /// Commit the object; returns (bytes, xxh3-128 as 32 hex digits).
+    pub fn commit(mut self) -> Result<(u64, String)> {
+        self.inner
+            .flush()
+            .map_err(|e| io_error(&e, "write", &self.path))?;
+        let hash = format!("{:032x}", self.hasher.digest128());
+        self.inner.commit()?;
+        Ok((self.bytes, hash))
+    }
+
+    /// Abort the object.
+    pub fn abort(self) {
+        self.inner.abort();
+    }
+}
+
+impl Write for CountingWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self.inner.write(buf) {
+            Ok(n) => {
+                self.hasher.update(&buf[..n]);
+                self.bytes += n as u64;
+                Ok(n)
+            }
+            Err(e) => {
+                self.first_error.record(io_error(&e, "write", &self.path));
+                Err(e)
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner
+            .flush()
+            .inspect_err(|e| self.first_error.record(io_error(e, "write", &self.path)))
+    }
+}

@@ -1,0 +1,82 @@
+//! Names of things in the output.
+//!
+//! ```text
+//! <to>/manifest.json                       written last: the dataset is complete
+//! <to>/<dataset>/part-00000.parquet        one file per chunk
+//! <to>/<dataset>/.part-00001.parquet.<nonce>.tmp   being written (hidden)
+//! <to>/_sluice/run.json                    the plan of the run, for --resume
+//! <to>/_sluice/parts/<dataset>/part-00000.json     receipt: the part is committed
+//! ```
+//! Names starting with `.` or `_` are ignored by Spark, Hive, DuckDB and pyarrow datasets, so
+//! a reader globbing `*.parquet` never picks up bookkeeping or half-written files.
+
+/// The manifest's path.
+pub const MANIFEST: &str = "manifest.json";
+/// The run plan's path.
+pub const RUN_STATE: &str = "_sluice/run.json";
+/// Where part receipts live.
+pub const RECEIPTS: &str = "_sluice/parts";
+
+/// A dataset name made safe as one path segment: `/`, `\`, `%` and control characters are
+/// percent-encoded, and a leading `.` or `_` (which would hide it) too.
+pub fn dataset_dir(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for (i, c) in name.chars().enumerate() {
+        let hide = i == 0 && (c == '.' || c == '_');
+        if hide || matches!(c, '/' | '\\' | '%') || c.is_control() {
+            let mut b = [0u8; 4];
+            for byte in c.encode_utf8(&mut b).bytes() {
+                out.push_str(&format!("%{byte:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `part-00042.<ext>`.
+pub fn part_file(ordinal: u32, extension: &str) -> String {
+    format!("part-{ordinal:05}.{extension}")
+}
+
+/// `<dataset>/part-00042.<ext>`.
+pub fn part_path(dataset: &str, ordinal: u32, extension: &str) -> String {
+    format!("{}/{}", dataset_dir(dataset), part_file(ordinal, extension))
+}
+
+/// `<dataset>.<ext>`: the single file of a merged dataset.
+pub fn merged_path(dataset: &str, extension: &str) -> String {
+    format!("{}.{extension}", dataset_dir(dataset))
+}
+
+/// The receipt of a part.
+pub fn receipt_path(dataset: &str, ordinal: u32) -> String {
+    format!("{RECEIPTS}/{}/part-{ordinal:05}.json", dataset_dir(dataset))
+}
+
+/// True for hidden temporaries left by an interrupted write.
+pub fn is_temporary(path: &str) -> bool {
+    path.rsplit('/')
+        .next()
+        .is_some_and(|f| f.starts_with('.') && f.ends_with(".tmp"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_safe_segments() {
+        assert_eq!(dataset_dir("public.orders"), "public.orders");
+        assert_eq!(dataset_dir("a/b"), "a%2Fb");
+        assert_eq!(dataset_dir(".hidden"), "%2Ehidden");
+        assert_eq!(
+            dataset_dir("public.weird \"name\""),
+            "public.weird \"name\""
+        );
+        assert_eq!(part_path("s.t", 42, "csv"), "s.t/part-00042.csv");
+        assert!(is_temporary("s.t/.part-00001.parquet.0123456789abcdef.tmp"));
+        assert!(!is_temporary("s.t/part-00001.parquet"));
+    }
+}

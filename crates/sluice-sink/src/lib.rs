@@ -1,0 +1,25 @@
+//! The output side of sluice: formats over destinations.
+//!
+//! Knows no database. A [`Destination`] stores objects (local disk today; object stores
+//! through the same trait) and makes each visible only when complete. A [`PartWriter`] turns
+//! Arrow batches into one part file in a format (Parquet or CSV). The [`manifest`] is written
+//! last and is what marks a dataset complete: a reader that sees `manifest.json` sees every
+//! part it lists, whole.
+//!
+//! Writers are synchronous and run on blocking threads: encoding and compression are CPU work,
+//! and keeping them off the async runtime lets decoding and encoding overlap.
+
+pub mod csv;
+pub mod destination;
+pub mod format;
+pub mod layout;
+pub mod local;
+pub mod manifest;
+pub mod parquet;
+mod render;
+
+pub use destination::{Destination, ObjectInfo, ObjectWriter};
+pub use format::{
+    Compression, CsvOptions, FormatOptions, ParquetOptions, PartStats, PartWriter, open_part,
+};
+pub use local::LocalDestination;

@@ -1,0 +1,280 @@
+//! Local disk destination.
+//!
+//! A file is written as a hidden temporary (`.part-00003.parquet.<random>.tmp`) beside its final
+//! name, flushed and fsynced, then renamed — an atomic step on POSIX file systems — and the
+//! directory is fsynced so the rename itself survives a crash. A killed run therefore leaves no
+//! file under a final name that is not complete.
+
+use crate::destination::{Destination, ObjectInfo, ObjectWriter, io_error};
+use sluice_core::{Error, Result};
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+/// Buffer between the format writer and the file.
+const WRITE_BUFFER: usize = 1 << 20;
+
+/// A directory on local disk.
+#[derive(Debug, Clone)]
+pub struct LocalDestination {
+    root: PathBuf,
+    fsync: bool,
+}
+
+impl LocalDestination {
+    /// A destination rooted at `root` (created if missing). With `fsync`, every committed file
+    /// and its directory entry are made durable before the commit returns.
+    pub fn new(root: impl Into<PathBuf>, fsync: bool) -> Self {
+        LocalDestination {
+            root: root.into(),
+            fsync,
+        }
+    }
+
+    fn full(&self, path: &str) -> PathBuf {
+        self.root.join(path)
+    }
+
+    fn shown(&self, path: &Path) -> String {
+        path.display().to_string()
+    }
+}
+
+fn temp_for(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let nonce: u64 = rand::random();
+    path.with_file_name(format!(".{name}.{nonce:016x}.tmp"))
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// A file being written under a temporary name.
+struct LocalWriter {
+    file: Option<BufWriter<File>>,
+    temp: PathBuf,
+    target: PathBuf,
+    fsync: bool,
+}
+
+impl Write for LocalWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self.file.as_mut() {
+            Some(f) => f.write(buf),
+            None => Err(io::Error::other("file already closed")),
+        }
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self.file.as_mut() {
+            Some(f) => f.write_all(buf),
+            None => Err(io::Error::other("file already closed")),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self.file.as_mut() {
+            Some(f) => f.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl ObjectWriter for LocalWriter {
+    fn commit(mut self: Box<Self>) -> Result<()> {
+        let shown = self.target.display().to_string();
+        let file = self
+            .file
+            .take()
+            .ok_or_else(|| Error::internal("file committed twice"))?;
+        let file = file
+            .into_inner()
+            .map_err(|e| io_error(e.error(), "write", &shown))?;
+        if self.fsync {
+            file.sync_all()
+                .map_err(|e| io_error(&e, "flush to disk", &shown))?;
+        }
+        drop(file);
+        fs::rename(&self.temp, &self.target)
+            .map_err(|e| io_error(&e, "rename into place", &shown))?;
+        if self.fsync {
+            if let Some(dir) = self.target.parent() {
+                sync_dir(dir).map_err(|e| io_error(&e, "flush directory", &shown))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn abort(mut self: Box<Self>) {
+        self.discard();
+    }
+}
+
+impl LocalWriter {
+    fn discard(&mut self) {
+        if self.file.take().is_some() {
+            let _ = fs::remove_file(&self.temp);
+        }
+    }
+}
+
+impl Drop for LocalWriter {
+    fn drop(&mut self) {
+        self.discard();
+    }
+}
+
+impl Destination for LocalDestination {
+    fn display(&self) -> String {
+        self.root.display().to_string()
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        let shown = self.shown(&self.root);
+        if self.root.exists() && !self.root.is_dir() {
+            return Err(Error::config(format!(
+                "--to {shown} is a file, not a directory: choose a directory for the output."
+            )));
+        }
+        fs::create_dir_all(&self.root)
+            .map_err(|e| io_error(&e, "create the output directory", &shown))?;
+        let probe = self
+            .root
+            .join(format!(".sluice-write-test-{:016x}", rand::random::<u64>()));
+        fs::write(&probe, b"ok").map_err(|e| io_error(&e, "write into", &shown))?;
+        fs::remove_file(&probe).map_err(|e| io_error(&e, "remove a test file in", &shown))?;
+        Ok(())
+    }
+
+    fn create(&self, path: &str) -> Result<Box<dyn ObjectWriter>> {
+        let target = self.full(path);
+        let shown = self.shown(&target);
+        if let Some(dir) = target.parent() {
+            fs::create_dir_all(dir).map_err(|e| io_error(&e, "create directory for", &shown))?;
+        }
+        let temp = temp_for(&target);
+        let file = File::options()
+            .write(true)
+            .create_new(true)
+            .open(&temp)
+            .map_err(|e| io_error(&e, "create", &shown))?;
+        Ok(Box::new(LocalWriter {
+            file: Some(BufWriter::with_capacity(WRITE_BUFFER, file)),
+            temp,
+            target,
+            fsync: self.fsync,
+        }))
+    }
+
+    fn put(&self, path: &str, data: &[u8]) -> Result<()> {
+        let mut w = self.create(path)?;
+        let shown = self.shown(&self.full(path));
+        w.write_all(data)
+            .map_err(|e| io_error(&e, "write", &shown))?;
+        w.commit()
+    }
+
+    fn get(&self, path: &str) -> Result<Option<Vec<u8>>> {
+        let full = self.full(path);
+        match fs::read(&full) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_error(&e, "read", &self.shown(&full))),
+        }
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        let mut out = Vec::new();
+        let start = self.full(prefix);
+        let mut stack = vec![start];
+        while let Some(dir) = stack.pop() {
+            let entries = match fs::read_dir(&dir) {
+                Ok(e) => e,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_error(&e, "list", &self.shown(&dir))),
+            };
+            for entry in entries {
+                let entry = entry.map_err(|e| io_error(&e, "list", &self.shown(&dir)))?;
+                let path = entry.path();
+                let meta = entry
+                    .metadata()
+                    .map_err(|e| io_error(&e, "inspect", &self.shown(&path)))?;
+                if meta.is_dir() {
+                    stack.push(path);
+                } else if let Ok(rel) = path.strip_prefix(&self.root) {
+                    let rel = rel
+                        .components()
+                        .map(|c| c.as_os_str().to_string_lossy())
+                        .collect::<Vec<_>>()
+                        .join("/");
+                    out.push(ObjectInfo {
+                        path: rel,
+                        size: meta.len(),
+                    });
+                }
+            }
+        }
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(out)
+    }
+
+    fn delete(&self, path: &str) -> Result<()> {
+        let full = self.full(path);
+        match fs::remove_file(&full) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_error(&e, "delete", &self.shown(&full))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmpdir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!("sluice-local-{:016x}", rand::random::<u64>()));
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn files_appear_only_on_commit() {
+        let root = tmpdir();
+        let dest = LocalDestination::new(&root, true);
+        let mut w = dest.create("a/part-00000.csv").unwrap();
+        w.write_all(b"x,y\n").unwrap();
+        assert!(!root.join("a/part-00000.csv").exists());
+        let hidden: Vec<_> = dest.list("a").unwrap();
+        assert_eq!(hidden.len(), 1);
+        assert!(
+            hidden[0].path.starts_with("a/.part-00000.csv."),
+            "{hidden:?}"
+        );
+        w.commit().unwrap();
+        assert_eq!(fs::read(root.join("a/part-00000.csv")).unwrap(), b"x,y\n");
+        assert_eq!(dest.list("").unwrap().len(), 1, "the temporary is gone");
+        fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn dropped_writer_leaves_nothing() {
+        let root = tmpdir();
+        let dest = LocalDestination::new(&root, false);
+        {
+            let mut w = dest.create("b/part-00001.parquet").unwrap();
+            w.write_all(b"partial").unwrap();
+        }
+        assert!(dest.list("").unwrap().is_empty());
+        dest.put("m.json", b"{}").unwrap();
+        assert_eq!(dest.get("m.json").unwrap().unwrap(), b"{}");
+        assert!(dest.get("missing").unwrap().is_none());
+        dest.delete("m.json").unwrap();
+        dest.delete("m.json").unwrap();
+        fs::remove_dir_all(root).unwrap();
+    }
+}

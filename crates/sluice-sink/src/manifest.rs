@@ -1,0 +1,160 @@
+//! The manifest (written last; marks the output complete) and the bookkeeping a resumed run
+//! reads: the run plan and one receipt per committed part.
+//!
+//! Every part records which snapshot it was read under, because a resumed run cannot rejoin a
+//! dead snapshot: its parts come from a new one, and the manifest says so.
+
+use serde::{Deserialize, Serialize};
+use sluice_core::{Chunk, Position};
+
+/// Version of the manifest layout.
+pub const MANIFEST_VERSION: u32 = 1;
+
+/// One snapshot a run read under.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotRecord {
+    /// Index used by parts to refer to this snapshot.
+    pub index: u32,
+    /// The engine's snapshot id (e.g. PostgreSQL's exported snapshot name), if any.
+    pub id: Option<String>,
+    /// The source position of the snapshot.
+    pub position: Position,
+    /// When it was taken (RFC 3339).
+    pub taken_at: String,
+    /// `snapshot` or `chunk`.
+    pub consistency: String,
+}
+
+/// One column of a dataset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColumnRecord {
+    /// Column name.
+    pub name: String,
+    /// Arrow type as Arrow prints it (`Decimal128(12, 2)`).
+    pub arrow_type: String,
+    /// Source type as the database prints it.
+    pub source_type: String,
+    /// Whether NULLs may occur.
+    pub nullable: bool,
+    /// True when read as text because the type has no native mapping.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub text_fallback: bool,
+}
+
+/// A committed part: the receipt a worker writes after the file is committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartRecord {
+    /// Dataset name.
+    pub dataset: String,
+    /// Part number.
+    pub ordinal: u32,
+    /// Path relative to the output root.
+    pub file: String,
+    /// Rows in the file.
+    pub rows: u64,
+    /// Bytes of the file.
+    pub bytes: u64,
+    /// xxh3-128 of the file's bytes.
+    pub xxh3_128: String,
+    /// Index of the snapshot it was read under (see [`SnapshotRecord::index`]).
+    pub snapshot: u32,
+    /// The rows it covers, as the chunk planner described them.
+    pub range: String,
+}
+
+/// One dataset of the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatasetRecord {
+    /// Dataset name (`schema.table` or the query's name).
+    pub name: String,
+    /// What it was read from (`table`, `partitioned`, `view`, `query`).
+    pub kind: String,
+    /// Columns in order.
+    pub columns: Vec<ColumnRecord>,
+    /// Total rows.
+    pub rows: u64,
+    /// Total bytes of its files.
+    pub bytes: u64,
+    /// Its files, in part order.
+    pub parts: Vec<PartRecord>,
+}
+
+/// What sluice read from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceRecord {
+    /// Engine name.
+    pub engine: String,
+    /// URL with secrets redacted.
+    pub url: String,
+    /// Server product and version.
+    pub server_version: String,
+}
+
+/// Peak harm to the source during the run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HarmRecord {
+    /// Longest time a snapshot was held, seconds.
+    pub snapshot_held_seconds: f64,
+    /// Peak age in transactions of the oldest xmin our sessions held (PostgreSQL).
+    pub peak_xmin_age: Option<u64>,
+    /// Longest open transaction among our sessions, seconds.
+    pub longest_transaction_seconds: f64,
+    /// Longest statement among our sessions, seconds.
+    pub longest_statement_seconds: f64,
+    /// Peak number of connections the run held.
+    pub peak_connections: u32,
+    /// Samples taken.
+    pub samples: u64,
+}
+
+/// `manifest.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Layout version ([`MANIFEST_VERSION`]).
+    pub manifest_version: u32,
+    /// `sluice <version>`.
+    pub tool: String,
+    /// Identifier of the run that completed the output.
+    pub run_id: String,
+    /// Where the data came from.
+    pub source: SourceRecord,
+    /// `snapshot` (one point in time) or `chunk` (per-chunk transactions: not one point).
+    pub consistency: String,
+    /// Every snapshot parts were read under; more than one after a resume.
+    pub snapshots: Vec<SnapshotRecord>,
+    /// Output format, e.g. `parquet zstd(1)`.
+    pub format: String,
+    /// When the first run of this output started (RFC 3339).
+    pub started_at: String,
+    /// When it finished.
+    pub finished_at: String,
+    /// The datasets.
+    pub datasets: Vec<DatasetRecord>,
+    /// Harm to the source in the run that finished the output.
+    pub harm: HarmRecord,
+}
+
+/// `_sluice/run.json`: the plan a resumed run must follow, so part numbers mean the same rows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunState {
+    /// Layout version.
+    pub manifest_version: u32,
+    /// Identifier of the first run.
+    pub run_id: String,
+    /// When the first run started.
+    pub started_at: String,
+    /// A fingerprint of the request (source, selection, format, chunking); a resume with a
+    /// different request is refused.
+    pub fingerprint: String,
+    /// `snapshot` or `chunk`.
+    pub consistency: String,
+    /// File extension of the parts.
+    pub extension: String,
+    /// Snapshots used so far (one per run of this output).
+    pub snapshots: Vec<SnapshotRecord>,
+    /// The datasets and their columns as first planned; a resume whose source schema differs
+    /// is refused.
+    pub datasets: Vec<DatasetRecord>,
+    /// Every chunk of every dataset.
+    pub chunks: Vec<Chunk>,
+}

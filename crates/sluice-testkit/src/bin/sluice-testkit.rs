@@ -1,0 +1,61 @@
+//! `sluice-testkit run [--pg] -- COMMAND …`: start throwaway servers, run COMMAND with their
+//! URLs in the environment (`SLUICE_TEST_PG_URL`), stop and delete the servers, and exit with
+//! COMMAND's status. Used by scripts/test, scripts/demo and bench/run.
+
+use anyhow::{Context, Result, bail};
+use std::process::{Command, ExitCode};
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("sluice-testkit: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run() -> Result<u8> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(split) = args.iter().position(|a| a == "--") else {
+        bail!("usage: sluice-testkit run [--pg] -- COMMAND [ARGS…]");
+    };
+    let (opts, cmd) = (&args[..split], &args[split + 1..]);
+    if opts.first().map(String::as_str) != Some("run") || cmd.is_empty() {
+        bail!("usage: sluice-testkit run [--pg] -- COMMAND [ARGS…]");
+    }
+    let mut command = Command::new(&cmd[0]);
+    command.args(&cmd[1..]);
+    let mut servers = Vec::new();
+    for o in &opts[1..] {
+        match o.as_str() {
+            "--pg" => {
+                let pg =
+                    sluice_testkit::server::PgServer::start().context("starting PostgreSQL")?;
+                eprintln!("sluice-testkit: PostgreSQL on 127.0.0.1:{}", pg.port);
+                command.env("SLUICE_TEST_PG_URL", pg.url());
+                servers.push(pg);
+            }
+            other => bail!("unknown option {other}"),
+        }
+    }
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("running {}", cmd[0]))?;
+    // Ctrl-C reaches the child (same process group); this process must outlive it to stop the
+    // servers, so it ignores the signal itself — after the spawn, so the child does not inherit
+    // the disposition.
+    ignore_interrupts();
+    let status = child.wait()?;
+    drop(servers);
+    Ok(status.code().map(|c| c.clamp(0, 255) as u8).unwrap_or(1))
+}
+
+#[allow(unsafe_code)]
+fn ignore_interrupts() {
+    // SAFETY: installing SIG_IGN for SIGINT/SIGTERM has no memory-safety preconditions.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGTERM, libc::SIG_IGN);
+    }
+}

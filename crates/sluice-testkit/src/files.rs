@@ -1,0 +1,125 @@
+//! Reading exported files back.
+
+use arrow_array::RecordBatch;
+use std::path::{Path, PathBuf};
+
+/// All batches of one Parquet file.
+pub fn parquet_batches(path: &Path) -> Vec<RecordBatch> {
+    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+        .unwrap_or_else(|e| panic!("{} is not Parquet: {e}", path.display()))
+        .build()
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    reader
+        .map(|b| b.unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .collect()
+}
+
+/// The part files of a dataset directory with extension `ext`, in part order.
+pub fn part_files(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("listing {}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("part-") && n.ends_with(&format!(".{ext}")))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// Every batch of every Parquet part in a dataset directory.
+pub fn dataset_batches(dir: &Path) -> Vec<RecordBatch> {
+    part_files(dir, "parquet")
+        .iter()
+        .flat_map(|p| parquet_batches(p))
+        .collect()
+}
+
+/// Parse CSV as sluice writes it (RFC 4180 quoting; an unquoted field equal to `null` is
+/// NULL). Returns the header and the rows.
+pub fn csv_rows(text: &str, delimiter: u8, null: &str) -> (Vec<String>, Vec<Vec<Option<String>>>) {
+    let bytes = text.as_bytes();
+    let mut rows: Vec<Vec<Option<String>>> = Vec::new();
+    let mut row: Vec<Option<String>> = Vec::new();
+    let mut i = 0;
+    let mut field = Vec::new();
+    let mut quoted = false;
+    let mut at_field_start = true;
+    let mut in_quotes = false;
+    let end_field = |field: &mut Vec<u8>, quoted: bool, row: &mut Vec<Option<String>>| {
+        let s = String::from_utf8(std::mem::take(field)).expect("CSV is UTF-8");
+        row.push(if !quoted && s == null { None } else { Some(s) });
+    };
+    while i < bytes.len() {
+        let c = bytes[i];
+        if in_quotes {
+            if c == b'"' {
+                if bytes.get(i + 1) == Some(&b'"') {
+                    field.push(b'"');
+                    i += 1;
+                } else {
+                    in_quotes = false;
+                }
+            } else {
+                field.push(c);
+            }
+        } else if c == b'"' && at_field_start {
+            in_quotes = true;
+            quoted = true;
+        } else if c == delimiter {
+            end_field(&mut field, quoted, &mut row);
+            quoted = false;
+            at_field_start = true;
+            i += 1;
+            continue;
+        } else if c == b'\n' {
+            end_field(&mut field, quoted, &mut row);
+            rows.push(std::mem::take(&mut row));
+            quoted = false;
+            at_field_start = true;
+            i += 1;
+            continue;
+        } else {
+            field.push(c);
+        }
+        at_field_start = false;
+        i += 1;
+    }
+    if !field.is_empty() || !row.is_empty() {
+        end_field(&mut field, quoted, &mut row);
+        rows.push(row);
+    }
+    let header = if rows.is_empty() {
+        Vec::new()
+    } else {
+        rows.remove(0)
+            .into_iter()
+            .map(|h| h.unwrap_or_default())
+            .collect()
+    };
+    (header, rows)
+}
+
+/// The manifest of an output directory.
+pub fn manifest(dir: &Path) -> serde_json::Value {
+    let path = dir.join("manifest.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_quoting_and_nulls() {
+        let (h, rows) = csv_rows("a,b\n\"x,\"\"y\",\n\"\",z\n", b',', "");
+        assert_eq!(h, ["a", "b"]);
+        assert_eq!(rows[0], [Some("x,\"y".to_string()), None]);
+        assert_eq!(rows[1], [Some(String::new()), Some("z".to_string())]);
+    }
+}

@@ -1,0 +1,80 @@
+//! PostgreSQL for tests: the server from the environment and a fresh database per test.
+
+use tokio_postgres::{Client, NoTls};
+
+/// The test server's superuser URL, from `SLUICE_TEST_PG_URL`.
+///
+/// # Panics
+/// When the variable is not set: a test that needs a server fails loudly, it never skips.
+pub fn server_url() -> String {
+    std::env::var("SLUICE_TEST_PG_URL").unwrap_or_else(|_| {
+        panic!(
+            "SLUICE_TEST_PG_URL is not set, so there is no PostgreSQL to test against. Run \
+             ./scripts/test, which starts a throwaway server, or set SLUICE_TEST_PG_URL to a \
+             superuser URL of a disposable server."
+        )
+    })
+}
+
+/// Connect to `url`, driving the connection on the current runtime.
+pub async fn connect(url: &str) -> Client {
+    let (client, conn) = tokio_postgres::connect(url, NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+/// A database created for one test, on the test server.
+pub struct TestDb {
+    /// Database name.
+    pub name: String,
+    /// Superuser URL of the database.
+    pub url: String,
+    /// A superuser session on it.
+    pub client: Client,
+}
+
+impl TestDb {
+    /// Create a database with a random name.
+    pub async fn new() -> TestDb {
+        let server = server_url();
+        let name = format!("t_{:016x}", rand::random::<u64>());
+        let admin = connect(&server).await;
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap_or_else(|e| panic!("CREATE DATABASE: {e}"));
+        let url = with_database(&server, &name);
+        let client = connect(&url).await;
+        TestDb { name, url, client }
+    }
+
+    /// Run SQL (several statements allowed).
+    pub async fn exec(&self, sql: &str) {
+        self.client
+            .batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// The URL of this database for another user (and password).
+    pub fn url_as(&self, user: &str, password: Option<&str>) -> String {
+        let base = with_database(&server_url(), &self.name);
+        let auth = match password {
+            Some(p) => format!("{user}:{p}"),
+            None => user.to_string(),
+        };
+        base.replacen("postgres@", &format!("{auth}@"), 1)
+    }
+}
+
+/// `url` with its database replaced by `db`.
+pub fn with_database(url: &str, db: &str) -> String {
+    match url.rfind('/') {
+        Some(i) => format!("{}/{db}", &url[..i]),
+        None => format!("{url}/{db}"),
+    }
+}

@@ -1,0 +1,188 @@
+//! Throwaway database servers.
+//!
+//! A server lives in a temporary directory, listens on 127.0.0.1 on a free port, and is
+//! stopped and deleted when its handle is dropped. PostgreSQL refuses to run as root, so when
+//! this process is root the server runs as the `postgres` user (created by Debian's package).
+
+use anyhow::{Context, Result, bail};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// A free TCP port on loopback (released before returning; a tiny race is accepted).
+pub fn free_port() -> Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0").context("binding a loopback port")?;
+    Ok(l.local_addr()?.port())
+}
+
+fn is_root() -> bool {
+    euid() == 0
+}
+
+#[allow(unsafe_code)]
+fn euid() -> u32 {
+    // SAFETY: geteuid() takes no arguments, cannot fail and touches no memory.
+    unsafe { libc::geteuid() }
+}
+
+/// A command that runs as the server's user.
+fn as_server_user(program: &Path, user: &str) -> Command {
+    if is_root() {
+        let mut c = Command::new("runuser");
+        c.arg("-u").arg(user).arg("--").arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+fn run(c: &mut Command, what: &str) -> Result<()> {
+    let out = c.output().with_context(|| format!("starting {what}"))?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// Where PostgreSQL's server programs are: `$SLUICE_PG_BIN`, else the newest
+/// `/usr/lib/postgresql/<version>/bin`.
+pub fn pg_bin_dir() -> Result<PathBuf> {
+    if let Ok(p) = std::env::var("SLUICE_PG_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .context("PostgreSQL server binaries not found under /usr/lib/postgresql: install Debian's postgresql package (scripts/test does)")?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|v| v.parse().ok()).map(|v| (v, e.path().join("bin"))))
+        .filter(|(_, p)| p.join("initdb").exists())
+        .collect();
+    versions.sort();
+    versions
+        .pop()
+        .map(|(_, p)| p)
+        .context("no PostgreSQL version with initdb under /usr/lib/postgresql")
+}
+
+/// A running throwaway PostgreSQL.
+pub struct PgServer {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    /// The port it listens on (127.0.0.1).
+    pub port: u16,
+    user: String,
+}
+
+impl PgServer {
+    /// initdb + start, with logical WAL (for CDC), trust for the `postgres` superuser and
+    /// SCRAM passwords for every other user (so authentication failures can be tested), and
+    /// durability off (a test server needs speed, not crash safety).
+    pub fn start() -> Result<Self> {
+        let bin = pg_bin_dir()?;
+        let dir = tempfile::Builder::new().prefix("sluice-pg-").tempdir()?;
+        let user = "postgres".to_string();
+        if is_root() {
+            run(
+                Command::new("chown").arg("-R").arg(&user).arg(dir.path()),
+                "chown of the server directory",
+            )?;
+        }
+        let data = dir.path().join("data");
+        let mut initdb = as_server_user(&bin.join("initdb"), &user);
+        initdb.arg("-D").arg(&data).args([
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--locale=C",
+            "--no-sync",
+        ]);
+        run(&mut initdb, "initdb")?;
+        let port = free_port()?;
+        let conf = format!(
+            "listen_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = '{}'\n\
+             wal_level = logical\nmax_replication_slots = 20\nmax_wal_senders = 20\n\
+             max_connections = 200\nshared_buffers = 128MB\nfsync = off\nsynchronous_commit = off\n\
+             full_page_writes = off\nlog_min_messages = warning\n",
+            dir.path().display()
+        );
+        append(&data.join("postgresql.conf"), &conf)?;
+        let hba = "local all all trust\nhost all postgres 127.0.0.1/32 trust\n\
+                   host replication postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n\
+                   host replication all 127.0.0.1/32 scram-sha-256\n";
+        std::fs::write(data.join("pg_hba.conf"), hba)?;
+        if is_root() {
+            run(
+                Command::new("chown")
+                    .arg("postgres")
+                    .arg(data.join("pg_hba.conf")),
+                "chown pg_hba.conf",
+            )?;
+        }
+        let mut start = as_server_user(&bin.join("pg_ctl"), &user);
+        start
+            .arg("-D")
+            .arg(&data)
+            .arg("-l")
+            .arg(dir.path().join("server.log"))
+            .args(["-w", "-t", "60", "start"]);
+        if let Err(e) = run(&mut start, "pg_ctl start") {
+            let log = std::fs::read_to_string(dir.path().join("server.log")).unwrap_or_default();
+            bail!("{e}\nserver log:\n{log}");
+        }
+        let server = PgServer {
+            dir,
+            bin,
+            port,
+            user,
+        };
+        server.wait_ready()?;
+        Ok(server)
+    }
+
+    fn wait_ready(&self) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        bail!(
+            "PostgreSQL did not accept connections on port {} within 30 s",
+            self.port
+        )
+    }
+
+    /// Superuser URL of the `postgres` database.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Stop the server now (also done on drop).
+    pub fn stop(&self) {
+        let mut stop = as_server_user(&self.bin.join("pg_ctl"), &self.user);
+        stop.arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-m", "immediate", "-w", "stop"]);
+        let _ = stop.output();
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn append(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
+    f.write_all(text.as_bytes())?;
+    Ok(())
+}
