@@ -146,6 +146,9 @@ pub struct ExportArgs {
     /// Omit the CSV header line.
     #[arg(long)]
     pub csv_no_header: bool,
+    /// One file per dataset (<to>/<dataset>.parquet or .csv, parts in order) instead of one per chunk.
+    #[arg(long)]
+    pub merge: bool,
     /// Finish an interrupted export in --to: only the missing parts are read.
     #[arg(long)]
     pub resume: bool,

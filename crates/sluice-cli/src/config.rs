@@ -80,6 +80,7 @@ struct FileConfig {
     csv_delimiter: Option<String>,
     csv_null: Option<String>,
     csv_no_header: Option<bool>,
+    merge: Option<bool>,
     resume: Option<bool>,
     overwrite: Option<bool>,
     report_json: Option<PathBuf>,
@@ -200,6 +201,8 @@ pub struct Resolved {
     pub format: FormatOptions,
     /// Output location.
     pub to: Option<String>,
+    /// Merge parts into one file per dataset.
+    pub merge: bool,
     /// Resume.
     pub resume: bool,
     /// Overwrite.
@@ -323,6 +326,7 @@ pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resol
         batch_bytes,
         format,
         to: pick(e.and_then(|e| e.to.clone()), file.to.take()),
+        merge: flag(|e| e.merge) || file.merge.unwrap_or(false),
         resume: flag(|e| e.resume) || file.resume.unwrap_or(false),
         overwrite: flag(|e| e.overwrite) || file.overwrite.unwrap_or(false),
         report_json: pick(

@@ -101,6 +101,7 @@ fn job_from(resolved: &config::Resolved, to: &str) -> anyhow::Result<ExportJob> 
     job.batch_bytes = resolved.batch_bytes;
     job.resume = resolved.resume;
     job.overwrite = resolved.overwrite;
+    job.merge = resolved.merge;
     Ok(job)
 }
 

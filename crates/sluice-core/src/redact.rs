@@ -37,6 +37,24 @@ pub fn redact_url(url: &str) -> String {
         }
         return parsed.to_string();
     }
+    // Not a valid URL but shaped like one (`scheme://user:secret@host…`, e.g. a bad port):
+    // redact the userinfo's password by position, so a malformed URL never leaks.
+    if let Some(scheme_end) = url.find("://") {
+        let rest = &url[scheme_end + 3..];
+        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        if let Some(at) = rest[..authority_end].rfind('@') {
+            let userinfo = &rest[..at];
+            if let Some(colon) = userinfo.find(':') {
+                return format!(
+                    "{}{}:{REDACTED}{}",
+                    &url[..scheme_end + 3],
+                    &userinfo[..colon],
+                    &rest[at..]
+                );
+            }
+        }
+        return url.to_string();
+    }
     // libpq key=value form.
     url.split_whitespace()
         .map(|part| match part.split_once('=') {
@@ -72,6 +90,13 @@ mod tests {
         assert!(!r.contains("s3cr"), "{r}");
         assert!(r.contains("alice:***@db.example:5432/app"), "{r}");
         assert!(r.contains("sslmode=require"), "{r}");
+    }
+
+    #[test]
+    fn malformed_url_password_is_hidden() {
+        let r = redact_url("postgres://u:p@ss:w@rd@host:notaport/db");
+        assert_eq!(r, "postgres://u:***@host:notaport/db");
+        assert_eq!(redact_url("postgres://host:x/db"), "postgres://host:x/db");
     }
 
     #[test]

@@ -23,11 +23,12 @@ use sluice_core::{
     Result, SourceOptions,
 };
 use sluice_sink::FormatOptions;
-use sluice_sink::layout::{MANIFEST, RUN_STATE};
+use sluice_sink::layout::{self, MANIFEST, RUN_STATE};
 use sluice_sink::manifest::{
-    ColumnRecord, DatasetRecord, HarmRecord, MANIFEST_VERSION, Manifest, PartRecord, RunState,
-    SnapshotRecord, SourceRecord,
+    ColumnRecord, DatasetRecord, HarmRecord, MANIFEST_VERSION, Manifest, MergedRecord, PartRecord,
+    RunState, SnapshotRecord, SourceRecord,
 };
+use sluice_sink::merge;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -138,14 +139,15 @@ pub async fn run_export(
             dest.display()
         )));
     }
-    if let Prior::Unfinished(_) = &prior {
-        if !job.resume && !job.overwrite {
-            return Err(Error::config(format!(
-                "{} holds an unfinished export (no manifest.json yet). Use --resume to finish the \
+    if let Prior::Unfinished(_) = &prior
+        && !job.resume
+        && !job.overwrite
+    {
+        return Err(Error::config(format!(
+            "{} holds an unfinished export (no manifest.json yet). Use --resume to finish the \
                  missing parts, or --overwrite to start over.",
-                dest.display()
-            )));
-        }
+            dest.display()
+        )));
     }
     let options = SourceOptions {
         session_tag: format!("sluice-{run_id}"),
@@ -191,6 +193,7 @@ pub async fn run_export(
         coordinator: coordinator.clone(),
         destination: dest.clone(),
         format: job.format.clone(),
+        merge: job.merge,
         batch_bytes: job.batch_bytes,
         retry: job.retry,
         snapshot_index,
@@ -244,6 +247,7 @@ async fn prepare(
             rows: 0,
             bytes: 0,
             parts: Vec::new(),
+            merged: None,
         })
         .collect();
     let resuming = match prior {
@@ -273,10 +277,9 @@ async fn prepare(
                 move || d.get(MANIFEST)
             })
             .await?
+                && let Ok(m) = serde_json::from_slice::<Manifest>(&bytes)
             {
-                if let Ok(m) = serde_json::from_slice::<Manifest>(&bytes) {
-                    all.extend(m.datasets.into_iter().map(|d| d.name));
-                }
+                all.extend(m.datasets.into_iter().map(|d| d.name));
             }
             let d = dest.clone();
             let e = ext.clone();
@@ -474,13 +477,32 @@ async fn finish(
                 parts.len()
             )));
         }
+        let rows: u64 = parts.iter().map(|p| p.rows).sum();
+        let merged = if job.merge {
+            let target = layout::merged_path(&ds.name, job.format.extension());
+            let files: Vec<String> = parts.iter().map(|p| p.file.clone()).collect();
+            let (d, f, t) = (dest.clone(), job.format.clone(), target.clone());
+            let stats = blocking(move || merge::merge(&d, &f, &files, rows, &t)).await?;
+            Some(MergedRecord {
+                file: target,
+                rows,
+                bytes: stats.bytes,
+                xxh3_128: stats.xxh3_128,
+            })
+        } else {
+            None
+        };
         datasets.push(DatasetRecord {
             name: ds.name.clone(),
             kind: kind_name(ds.kind),
             columns: column_records(ds),
-            rows: parts.iter().map(|p| p.rows).sum(),
-            bytes: parts.iter().map(|p| p.bytes).sum(),
+            rows,
+            bytes: merged
+                .as_ref()
+                .map(|m| m.bytes)
+                .unwrap_or_else(|| parts.iter().map(|p| p.bytes).sum()),
             parts,
+            merged,
         });
     }
     let source = SourceRecord {
@@ -504,6 +526,15 @@ async fn finish(
     let bytes = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::internal(e.to_string()))?;
     let d = dest.clone();
     blocking(move || d.put(MANIFEST, &bytes)).await?;
+    if job.merge {
+        // The merged files and the manifest are durable: the parts are no longer needed.
+        let files: Vec<String> = datasets
+            .iter()
+            .flat_map(|d| d.parts.iter().map(|p| p.file.clone()))
+            .collect();
+        let d = dest.clone();
+        blocking(move || files.iter().try_for_each(|f| d.delete(f))).await?;
+    }
 
     let committed = ctx.committed.lock().map(|c| c.clone()).unwrap_or_default();
     let wall = started.elapsed().as_secs_f64();

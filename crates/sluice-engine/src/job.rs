@@ -36,6 +36,8 @@ pub struct ExportJob {
     pub resume: bool,
     /// Replace a previous export at the destination.
     pub overwrite: bool,
+    /// Write one file per dataset (`<dataset>.<ext>`) instead of one per chunk.
+    pub merge: bool,
     /// Retry bounds for transient failures.
     pub retry: RetryPolicy,
     /// How often the harm monitor samples.
@@ -62,6 +64,7 @@ impl ExportJob {
             batch_bytes: DEFAULT_BATCH_BYTES,
             resume: false,
             overwrite: false,
+            merge: false,
             retry: RetryPolicy::default(),
             harm_interval: Duration::from_millis(100),
         }
@@ -72,7 +75,7 @@ impl ExportJob {
     pub fn fingerprint(&self) -> String {
         let s = &self.selection;
         let text = format!(
-            "{}|{:?}|{:?}|{:?}|{:?}|{}|{}|{:?}",
+            "{}|{:?}|{:?}|{:?}|{:?}|{}|{}|{:?}|{}",
             self.source.display_url(),
             s.tables.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
             s.patterns,
@@ -81,6 +84,7 @@ impl ExportJob {
             self.format.describe(),
             self.chunking,
             self.chunk_bytes,
+            self.merge,
         );
         format!("{:016x}", fnv1a64(text.as_bytes()))
     }

@@ -33,6 +33,8 @@ pub struct WorkerContext {
     pub destination: Arc<dyn Destination>,
     /// Output format.
     pub format: FormatOptions,
+    /// Whether parts will be merged into one file per dataset.
+    pub merge: bool,
     /// Batch byte budget.
     pub batch_bytes: usize,
     /// Retry bounds.
@@ -139,7 +141,7 @@ async fn export_chunk(
     let (commit_tx, commit_rx) = oneshot::channel::<bool>();
     let writer = {
         let dest = ctx.destination.clone();
-        let format = ctx.format.clone();
+        let format = ctx.format.for_part(chunk.ordinal, ctx.merge);
         let schema = ds.arrow_schema();
         let path = path.clone();
         tokio::task::spawn_blocking(move || -> Result<PartStats> {

@@ -516,12 +516,14 @@ pub async fn describe_query(
     load_types(client, &oids, types, target).await?;
     let mut displays: BTreeMap<(u32, i32), String> = BTreeMap::new();
     for c in &raw {
-        if !displays.contains_key(&(c.type_oid, c.typmod)) {
+        if let std::collections::btree_map::Entry::Vacant(e) =
+            displays.entry((c.type_oid, c.typmod))
+        {
             let r = client
                 .query_one("SELECT format_type($1, $2)", &[&c.type_oid, &c.typmod])
                 .await
                 .map_err(catalog_err(target))?;
-            displays.insert((c.type_oid, c.typmod), r.get(0));
+            e.insert(r.get(0));
         }
     }
     for c in &mut raw {

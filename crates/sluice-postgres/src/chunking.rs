@@ -102,13 +102,7 @@ fn physical(ds: &Dataset, target: u64) -> Vec<Chunk> {
             } else {
                 step
             };
-            let share = |total: u64| {
-                if rel.pages == 0 {
-                    total
-                } else {
-                    total * span / rel.pages
-                }
-            };
+            let share = |total: u64| (total * span).checked_div(rel.pages).unwrap_or(total);
             let bounds = ChunkBounds::Pages {
                 first,
                 end: if last { None } else { Some(end) },
@@ -177,11 +171,12 @@ pub async fn plan(
                 Some(c) => c.clone(),
                 None if !ds.primary_key.is_empty() => ds.primary_key.clone(),
                 None => {
-                    return Err(Error::config(format!(
-                        "{} has no primary key to split on: name a key column with --chunk-by \
-                         key:<column>, or use --chunk-by ctid or none.",
+                    tracing::warn!(
+                        "{} has no primary key to split on; it is read as one chunk (name a key \
+                         column with --chunk-by key:<column>, or use --chunk-by ctid)",
                         ds.name
-                    )));
+                    );
+                    return Ok(whole(ds));
                 }
             };
             key_ranges(client, ds, &cols, req.target_bytes, target).await
@@ -282,10 +277,11 @@ async fn key_ranges(
             .collect();
         for i in 1..n as usize {
             let at = i * values.len() / n as usize;
-            if let Some(v) = values.get(at) {
-                if at > 0 && bounds.last() != Some(v) {
-                    bounds.push(v.clone());
-                }
+            if let Some(v) = values.get(at)
+                && at > 0
+                && bounds.last() != Some(v)
+            {
+                bounds.push(v.clone());
             }
         }
     }

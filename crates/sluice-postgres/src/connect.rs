@@ -64,10 +64,10 @@ impl PgTarget {
                  postgres://user@host:5432/DATABASE."
             )));
         }
-        if config.get_password().is_none() {
-            if let Ok(pw) = std::env::var("PGPASSWORD") {
-                config.password(pw);
-            }
+        if config.get_password().is_none()
+            && let Ok(pw) = std::env::var("PGPASSWORD")
+        {
+            config.password(pw);
         }
         if config.get_user().is_none() {
             let user = std::env::var("PGUSER")

@@ -308,44 +308,57 @@ fn numeric_parts(v: &[u8]) -> DResult<NumericParts<'_>> {
     }
 }
 
-/// Accumulate base-10000 digits into an integer scaled by 10^scale, generically over i128/i256.
+/// Convert base-10000 digits into an integer scaled by 10^scale, generically over i128/i256.
+///
+/// Digit group `i` is worth `d × 10^(4 × (weight − i))`; scaled, `d × 10^e` with
+/// `e = 4 × (weight − i) + scale`. Horner's scheme runs over the groups that carry digits at or
+/// above the scale; a group straddling it contributes only its leading digits (the rest must
+/// be zero), and groups wholly below it must be zero — so no intermediate ever exceeds the
+/// final value's magnitude, and nothing is silently rounded.
 macro_rules! numeric_to {
     ($name:ident, $t:ty, $from:expr, $zero:expr) => {
         fn $name(v: &[u8], scale: i8) -> DResult<$t> {
             let overflow =
                 || DecodeError("numeric value does not fit the column's precision".into());
-            let p = numeric_parts(v)?;
-            let mut acc: $t = $zero;
-            let ten_k: $t = $from(10_000);
-            for pair in p.digits.chunks_exact(2) {
-                let d = u16::from_be_bytes([pair[0], pair[1]]) as i128;
-                acc = acc
-                    .checked_mul(ten_k)
-                    .and_then(|a| a.checked_add($from(d)))
-                    .ok_or_else(overflow)?;
-            }
-            // acc = value × 10^(4 × (ndigits − 1 − weight)); rescale to 10^scale.
-            let ndigits = (p.digits.len() / 2) as i32;
-            let have = if ndigits == 0 {
-                0
-            } else {
-                4 * (ndigits - 1 - p.weight)
+            let too_fine = || {
+                DecodeError("numeric value has more fraction digits than the column's scale".into())
             };
-            let shift = scale as i32 - have;
-            let ten: $t = $from(10);
-            if shift >= 0 {
-                for _ in 0..shift {
-                    acc = acc.checked_mul(ten).ok_or_else(overflow)?;
+            let p = numeric_parts(v)?;
+            let pow10 = |n: i32| -> DResult<$t> {
+                let mut x: $t = $from(1);
+                for _ in 0..n {
+                    x = x.checked_mul($from(10)).ok_or_else(overflow)?;
                 }
-            } else {
-                for _ in 0..(-shift) {
-                    if acc % ten != $zero {
-                        return err(
-                            "numeric value has more fraction digits than the column's scale",
-                        );
+                Ok(x)
+            };
+            let mut acc: $t = $zero;
+            let mut last_e: Option<i32> = None;
+            for (i, pair) in p.digits.chunks_exact(2).enumerate() {
+                let d = u16::from_be_bytes([pair[0], pair[1]]) as i128;
+                let e = 4 * (p.weight - i as i32) + scale as i32;
+                if e <= -4 {
+                    if d != 0 {
+                        return Err(too_fine());
                     }
-                    acc = acc / ten;
+                    continue;
                 }
+                let (step, add, e_after) = if e < 0 {
+                    let q = 10i128.pow((-e) as u32);
+                    if d % q != 0 {
+                        return Err(too_fine());
+                    }
+                    (4 + e, d / q, 0)
+                } else {
+                    (4, d, e)
+                };
+                acc = acc
+                    .checked_mul(pow10(step)?)
+                    .and_then(|a| a.checked_add($from(add)))
+                    .ok_or_else(overflow)?;
+                last_e = Some(e_after);
+            }
+            if let Some(e) = last_e {
+                acc = acc.checked_mul(pow10(e)?).ok_or_else(overflow)?;
             }
             Ok(if p.negative {
                 acc.checked_neg().ok_or_else(overflow)?
@@ -587,6 +600,14 @@ mod tests {
         // 12300 stored for numeric(5,-2) = digits [1, 2300], weight 1.
         let v = numeric_bytes(&[1, 2300], 1, 0, 0);
         assert_eq!(numeric_to_i128(&v, 0).unwrap(), 12300);
+        // 38 digits with fraction groups padded past the scale still fit i128.
+        let v = numeric_bytes(
+            &[9999, 9999, 9999, 9999, 9999, 9999, 9999, 9999, 9999, 9900],
+            6,
+            0x4000,
+            10,
+        );
+        assert_eq!(numeric_to_i128(&v, 10).unwrap(), -(10i128.pow(38) - 1));
         // Zero has no digits.
         assert_eq!(numeric_to_i128(&numeric_bytes(&[], 0, 0, 2), 2).unwrap(), 0);
         // NaN is refused with a reason.

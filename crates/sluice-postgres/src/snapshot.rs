@@ -258,11 +258,11 @@ impl Coordinator for PgCoordinator {
     }
 
     async fn release(&mut self) -> Result<()> {
-        if let Some(client) = self.client.take() {
-            if self.consistency == Consistency::Snapshot {
-                // The transaction only read; ending it releases the snapshot and the locks.
-                let _ = client.batch_execute("COMMIT").await;
-            }
+        if let Some(client) = self.client.take()
+            && self.consistency == Consistency::Snapshot
+        {
+            // The transaction only read; ending it releases the snapshot and the locks.
+            let _ = client.batch_execute("COMMIT").await;
         }
         Ok(())
     }

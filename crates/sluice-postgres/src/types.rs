@@ -30,6 +30,8 @@
 //! - `interval` has months, days and microseconds that do not convert into one another;
 //!   Parquet has no lossless interval type, so it is a struct of the three.
 //! - `timetz` has no Arrow type; its text (`13:45:00+02`) keeps the offset.
+//! - `inet` is read through PostgreSQL's `text(inet)`, which always shows the netmask
+//!   (`::1/128`, where psql shows `::1`): the unabbreviated form, the same for arrays.
 //! - `±infinity` dates and timestamps become the type's extreme value, which no finite
 //!   PostgreSQL date reaches; the CSV writer prints them as `infinity` / `-infinity`.
 //! - NaN and ±Infinity in a declared `numeric(p,s)` column cannot be held by a decimal: the

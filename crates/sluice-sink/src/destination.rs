@@ -35,6 +35,12 @@ pub trait Destination: Send + Sync {
     /// Read a whole object, or `None` if it does not exist.
     fn get(&self, path: &str) -> Result<Option<Vec<u8>>>;
 
+    /// Size of an object, or `None` if it does not exist.
+    fn size(&self, path: &str) -> Result<Option<u64>>;
+
+    /// Read `len` bytes at `start` of an object (fewer only at its end).
+    fn read_range(&self, path: &str, start: u64, len: usize) -> Result<Vec<u8>>;
+
     /// Every object under `prefix` (recursively), hidden temporaries included.
     fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>>;
 
@@ -157,5 +163,57 @@ impl Write for CountingWriter {
         self.inner
             .flush()
             .inspect_err(|e| self.first_error.record(io_error(e, "write", &self.path)))
+    }
+}
+
+/// Reads an object sequentially in blocks through [`Destination::read_range`], so copying a
+/// large object holds one block in memory, whatever the destination.
+pub struct RangeReader {
+    dest: std::sync::Arc<dyn Destination>,
+    path: String,
+    pos: u64,
+    end: u64,
+    block: Vec<u8>,
+    at: usize,
+}
+
+/// Block size of a [`RangeReader`].
+const READ_BLOCK: usize = 4 << 20;
+
+impl RangeReader {
+    /// Read `path` from `start` to `end` (exclusive).
+    pub fn new(dest: std::sync::Arc<dyn Destination>, path: &str, start: u64, end: u64) -> Self {
+        RangeReader {
+            dest,
+            path: path.to_string(),
+            pos: start,
+            end,
+            block: Vec::new(),
+            at: 0,
+        }
+    }
+}
+
+impl io::Read for RangeReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.at == self.block.len() {
+            if self.pos >= self.end {
+                return Ok(0);
+            }
+            let want = (self.end - self.pos).min(READ_BLOCK as u64) as usize;
+            self.block = self
+                .dest
+                .read_range(&self.path, self.pos, want)
+                .map_err(io::Error::other)?;
+            if self.block.is_empty() {
+                return Ok(0);
+            }
+            self.pos += self.block.len() as u64;
+            self.at = 0;
+        }
+        let n = buf.len().min(self.block.len() - self.at);
+        buf[..n].copy_from_slice(&self.block[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
     }
 }

@@ -88,6 +88,18 @@ impl FormatOptions {
         }
     }
 
+    /// The options for part `ordinal`: when merging CSV, only the first part carries the
+    /// header, so merging is concatenation.
+    pub fn for_part(&self, ordinal: u32, merge: bool) -> FormatOptions {
+        match self {
+            FormatOptions::Csv(c) if merge && ordinal > 0 => FormatOptions::Csv(CsvOptions {
+                header: false,
+                ..c.clone()
+            }),
+            other => other.clone(),
+        }
+    }
+
     /// Short description for reports, e.g. `parquet zstd(1)`.
     pub fn describe(&self) -> String {
         match self {

@@ -15,6 +15,7 @@ pub mod format;
 pub mod layout;
 pub mod local;
 pub mod manifest;
+pub mod merge;
 pub mod parquet;
 mod render;
 

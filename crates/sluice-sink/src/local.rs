@@ -101,10 +101,10 @@ impl ObjectWriter for LocalWriter {
         drop(file);
         fs::rename(&self.temp, &self.target)
             .map_err(|e| io_error(&e, "rename into place", &shown))?;
-        if self.fsync {
-            if let Some(dir) = self.target.parent() {
-                sync_dir(dir).map_err(|e| io_error(&e, "flush directory", &shown))?;
-            }
+        if self.fsync
+            && let Some(dir) = self.target.parent()
+        {
+            sync_dir(dir).map_err(|e| io_error(&e, "flush directory", &shown))?;
         }
         Ok(())
     }
@@ -185,6 +185,29 @@ impl Destination for LocalDestination {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io_error(&e, "read", &self.shown(&full))),
         }
+    }
+
+    fn size(&self, path: &str) -> Result<Option<u64>> {
+        let full = self.full(path);
+        match fs::metadata(&full) {
+            Ok(m) => Ok(Some(m.len())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_error(&e, "inspect", &self.shown(&full))),
+        }
+    }
+
+    fn read_range(&self, path: &str, start: u64, len: usize) -> Result<Vec<u8>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let full = self.full(path);
+        let shown = self.shown(&full);
+        let mut f = File::open(&full).map_err(|e| io_error(&e, "open", &shown))?;
+        f.seek(SeekFrom::Start(start))
+            .map_err(|e| io_error(&e, "seek in", &shown))?;
+        let mut out = Vec::with_capacity(len);
+        f.take(len as u64)
+            .read_to_end(&mut out)
+            .map_err(|e| io_error(&e, "read", &shown))?;
+        Ok(out)
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {

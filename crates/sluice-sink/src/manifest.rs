@@ -75,8 +75,25 @@ pub struct DatasetRecord {
     pub rows: u64,
     /// Total bytes of its files.
     pub bytes: u64,
-    /// Its files, in part order.
+    /// Its part files, in part order. With `merged`, these files were removed after merging
+    /// and the list records where the merged file's rows came from.
     pub parts: Vec<PartRecord>,
+    /// The single file of a `--merge` export.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged: Option<MergedRecord>,
+}
+
+/// The one file of a merged dataset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MergedRecord {
+    /// Path relative to the output root.
+    pub file: String,
+    /// Rows.
+    pub rows: u64,
+    /// Bytes.
+    pub bytes: u64,
+    /// xxh3-128 of the file's bytes.
+    pub xxh3_128: String,
 }
 
 /// What sluice read from.

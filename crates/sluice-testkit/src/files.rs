@@ -111,6 +111,59 @@ pub fn manifest(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
 }
 
+/// Every row of `batches` as `v1|v2|…` in Arrow's display form (NULL as `∅`), sorted — to
+/// compare with `SELECT concat_ws('|', …)` of simple types (integers, text).
+pub fn row_strings(batches: &[RecordBatch]) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in batches {
+        let fmts: Vec<_> = b
+            .columns()
+            .iter()
+            .map(|c| {
+                arrow_cast::display::ArrayFormatter::try_new(c.as_ref(), &Default::default())
+                    .expect("formatter")
+            })
+            .collect();
+        for r in 0..b.num_rows() {
+            let cells: Vec<String> = b
+                .columns()
+                .iter()
+                .zip(&fmts)
+                .map(|(c, f)| {
+                    if arrow_array::Array::is_null(c.as_ref(), r) {
+                        "∅".to_string()
+                    } else {
+                        f.value(r).to_string()
+                    }
+                })
+                .collect();
+            out.push(cells.join("|"));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Assert two sorted row lists are equal, reporting counts and the first difference (not the
+/// whole lists).
+pub fn assert_same_rows(got: &[String], want: &[String], what: &str) {
+    if got == want {
+        return;
+    }
+    let first = got
+        .iter()
+        .zip(want)
+        .position(|(g, w)| g != w)
+        .unwrap_or(got.len().min(want.len()));
+    panic!(
+        "{what}: exported {} rows, source has {}; first difference at sorted row {first}: exported {:?}, source {:?}",
+        got.len(),
+        want.len(),
+        got.get(first),
+        want.get(first)
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -78,3 +78,41 @@ pub fn with_database(url: &str, db: &str) -> String {
         None => format!("{url}/{db}"),
     }
 }
+
+impl TestDb {
+    /// Rows of `sql` (selecting simple columns) as `v1|v2|…` (NULL as `∅`), sorted — the
+    /// counterpart of [`crate::files::row_strings`].
+    pub async fn row_strings(&self, sql: &str) -> Vec<String> {
+        rows_as_strings(&self.client, sql).await
+    }
+}
+
+/// Rows of `sql` on `client` as sorted `v1|v2|…` strings.
+pub async fn rows_as_strings(client: &Client, sql: &str) -> Vec<String> {
+    let wrapped = format!("SELECT * FROM ({sql}) AS q");
+    let stmt = client
+        .prepare(&wrapped)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let n = stmt.columns().len();
+    let cols: Vec<String> = (0..n)
+        .map(|i| format!("coalesce(q.{}::text, '∅')", quote(stmt.columns()[i].name())))
+        .collect();
+    let rows = client
+        .query(
+            &format!(
+                "SELECT concat_ws('|', {}) FROM ({sql}) AS q",
+                cols.join(", ")
+            ),
+            &[],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let mut out: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    out.sort();
+    out
+}
+
+fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}

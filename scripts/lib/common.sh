@@ -1,0 +1,41 @@
+# Shared by scripts/test, scripts/demo and bench/run. Source it; do not run it.
+# Everything a newcomer needs is installed here, so nothing depends on a hand-installed tool.
+
+# Build artefacts live outside the clone so repeated runs (and CI's fresh clones) reuse them.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice/target}"
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"
+    elif command -v sudo >/dev/null; then sudo "$@"
+    else die "installing packages needs root: run as root or install sudo"; fi
+}
+
+# ensure_debian_packages PKG… — install the Debian packages that are missing.
+ensure_debian_packages() {
+    local missing=()
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        say "installing Debian packages: ${missing[*]}"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+}
+
+# ensure_rust — cargo with rustfmt and clippy.
+ensure_rust() {
+    command -v cargo >/dev/null || die "cargo not found: install Rust with https://rustup.rs (stable toolchain), then re-run"
+    if command -v rustup >/dev/null; then
+        rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+        rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
+    fi
+}
+
+# The packages every command needs: a C toolchain for zstd, and PostgreSQL (server + psql).
+BASE_PACKAGES=(build-essential pkg-config ca-certificates postgresql postgresql-client)
+
+testkit() { "$CARGO_TARGET_DIR/$1/sluice-testkit" "${@:2}"; }
