@@ -111,7 +111,10 @@ pub struct SelectArgs {
     /// snapshot (default): one consistent view; chunk: short transactions per chunk.
     #[arg(long, value_enum)]
     pub consistency: Option<ConsistencyArg>,
-    /// Bytes per Arrow batch (default 8MB); memory per worker is about three batches plus a row group.
+    /// Memory target for the whole process (default 64MB); batch and row-group sizes are derived from it and the worker count.
+    #[arg(long, value_name = "BYTES")]
+    pub memory: Option<String>,
+    /// Bytes per Arrow batch, overriding the size derived from --memory; each worker holds two.
     #[arg(long, value_name = "BYTES")]
     pub batch_size: Option<String>,
     /// Output format.
@@ -134,7 +137,7 @@ pub struct ExportArgs {
     /// Zstandard level, 1 (fastest) to 22 (default 1).
     #[arg(long, value_name = "N")]
     pub zstd_level: Option<i32>,
-    /// Parquet row group size in bytes of memory (default 16MB).
+    /// Parquet row group size in bytes of memory, overriding the size derived from --memory.
     #[arg(long, value_name = "BYTES")]
     pub row_group_size: Option<String>,
     /// CSV delimiter, one ASCII character (default ,). Use '\t' for tab.

@@ -71,6 +71,7 @@ struct FileConfig {
     chunk_size: Option<SizeValue>,
     parallel: Option<usize>,
     consistency: Option<ConsistencyArg>,
+    memory: Option<SizeValue>,
     batch_size: Option<SizeValue>,
     format: Option<FormatArg>,
     to: Option<String>,
@@ -195,8 +196,12 @@ pub struct Resolved {
     pub parallel: Option<usize>,
     /// Consistency.
     pub consistency: Consistency,
-    /// Batch budget.
-    pub batch_bytes: usize,
+    /// Memory target.
+    pub memory: u64,
+    /// Batch budget override.
+    pub batch_bytes: Option<usize>,
+    /// Row-group budget override.
+    pub row_group_bytes: Option<usize>,
     /// Output format.
     pub format: FormatOptions,
     /// Output location.
@@ -267,24 +272,33 @@ pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resol
         Some(ConsistencyArg::Chunk) => Consistency::Chunk,
         _ => Consistency::Snapshot,
     };
+    let memory = match pick(select.memory.clone(), file.memory.take().map(|s| s.text())) {
+        Some(s) => parse_size(&s, "--memory")?,
+        None => sluice_engine::DEFAULT_MEMORY,
+    };
+    if memory < 16 << 20 {
+        return Err(Error::config(format!(
+            "--memory {memory} bytes is too small to run: give at least 16MB."
+        )));
+    }
     let batch_bytes = match pick(
         select.batch_size.clone(),
         file.batch_size.take().map(|s| s.text()),
     ) {
-        Some(s) => parse_size(&s, "--batch-size")? as usize,
-        None => sluice_engine::DEFAULT_BATCH_BYTES,
+        Some(s) => Some(parse_size(&s, "--batch-size")? as usize),
+        None => None,
     };
     let format_kind = pick(select.format, file.format).unwrap_or(FormatArg::Parquet);
     let e = export;
     let compression =
         pick(e.and_then(|e| e.compression), file.compression).unwrap_or(CompressionArg::Zstd);
     let level = pick(e.and_then(|e| e.zstd_level), file.zstd_level).unwrap_or(1);
-    let row_group = match pick(
+    let row_group_bytes = match pick(
         e.and_then(|e| e.row_group_size.clone()),
         file.row_group_size.take().map(|s| s.text()),
     ) {
-        Some(s) => parse_size(&s, "--row-group-size")? as usize,
-        None => ParquetOptions::default().row_group_bytes,
+        Some(s) => Some(parse_size(&s, "--row-group-size")? as usize),
+        None => None,
     };
     let format = match format_kind {
         FormatArg::Parquet => FormatOptions::Parquet(ParquetOptions {
@@ -300,7 +314,8 @@ pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resol
                 CompressionArg::Snappy => Compression::Snappy,
                 CompressionArg::None => Compression::None,
             },
-            row_group_bytes: row_group,
+            // The engine replaces this with the budget it derives from --memory.
+            row_group_bytes: row_group_bytes.unwrap_or(ParquetOptions::default().row_group_bytes),
         }),
         FormatArg::Csv => FormatOptions::Csv(CsvOptions {
             delimiter: match pick(
@@ -323,7 +338,9 @@ pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resol
         chunk_bytes,
         parallel,
         consistency,
+        memory,
         batch_bytes,
+        row_group_bytes,
         format,
         to: pick(e.and_then(|e| e.to.clone()), file.to.take()),
         merge: flag(|e| e.merge) || file.merge.unwrap_or(false),

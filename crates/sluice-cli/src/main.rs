@@ -98,7 +98,9 @@ fn job_from(resolved: &config::Resolved, to: &str) -> anyhow::Result<ExportJob> 
     job.chunk_bytes = resolved.chunk_bytes;
     job.consistency = resolved.consistency;
     job.parallel = resolved.parallel;
+    job.memory = resolved.memory;
     job.batch_bytes = resolved.batch_bytes;
+    job.row_group_bytes = resolved.row_group_bytes;
     job.resume = resolved.resume;
     job.overwrite = resolved.overwrite;
     job.merge = resolved.merge;

@@ -1,12 +1,15 @@
 //! The hand-off from a reader to a writer: a bounded channel of record batches plus shared
 //! counters for progress.
 //!
-//! Bounded by design: a reader that outpaces its writer waits, so memory stays at roughly
-//! `(capacity + 2) × batch budget` per worker whatever the table size.
+//! At most **two batches per worker** are alive: the one the writer is encoding and the one the
+//! reader is filling. After handing a batch over, [`BatchSender::send`] waits until the writer
+//! has taken it (so the previous one has been encoded and freed) before the reader starts the
+//! next. Decoding and encoding still overlap, and memory per worker stays at about two batch
+//! budgets plus the writer's row group, whatever the table size.
 
 use arrow_array::RecordBatch;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
 /// Counters updated by readers as they go, read by the progress display and the report.
@@ -26,10 +29,12 @@ impl ReadCounters {
     }
 }
 
-/// Where a [`crate::ChunkReader`] sends the batches of one chunk.
-#[derive(Debug, Clone)]
+/// Where a [`crate::ChunkReader`] sends the batches of one chunk, and gets written batches
+/// back to reuse their memory (see [`crate::columns`]).
+#[derive(Debug)]
 pub struct BatchSender {
     tx: mpsc::Sender<RecordBatch>,
+    returned: Option<Mutex<std::sync::mpsc::Receiver<RecordBatch>>>,
     counters: Arc<ReadCounters>,
     batch_bytes: usize,
 }
@@ -43,9 +48,21 @@ impl BatchSender {
     ) -> Self {
         BatchSender {
             tx,
+            returned: None,
             counters,
             batch_bytes: batch_bytes.max(64 * 1024),
         }
+    }
+
+    /// Also receive the batches the writer has finished with, to recycle their memory.
+    pub fn with_returns(mut self, returned: std::sync::mpsc::Receiver<RecordBatch>) -> Self {
+        self.returned = Some(Mutex::new(returned));
+        self
+    }
+
+    /// A batch the writer has finished with, if one is waiting.
+    pub fn recycled(&self) -> Option<RecordBatch> {
+        self.returned.as_ref()?.lock().ok()?.try_recv().ok()
     }
 
     /// The byte budget of one batch.
@@ -58,10 +75,15 @@ impl BatchSender {
         self.counters.add(rows, wire_bytes);
     }
 
-    /// Send a batch, waiting while the writer is busy. Fails only when the writer has gone
-    /// (it failed or the run is being cancelled); the writer's own error is the one to report.
+    /// Hand a batch to the writer and wait until the writer has taken it, i.e. has finished
+    /// encoding the previous one. Fails only when the writer has gone (it failed or the run is
+    /// being cancelled); the writer's own error is the one to report.
     pub async fn send(&self, batch: RecordBatch) -> Result<(), WriterGone> {
-        self.tx.send(batch).await.map_err(|_| WriterGone)
+        self.tx.send(batch).await.map_err(|_| WriterGone)?;
+        // The slot frees when the writer takes this batch: only then may a third one start.
+        let permit = self.tx.reserve().await.map_err(|_| WriterGone)?;
+        drop(permit);
+        Ok(())
     }
 }
 

@@ -15,6 +15,7 @@
 
 pub mod batch;
 pub mod chunk;
+pub mod columns;
 pub mod error;
 pub mod ident;
 pub mod position;

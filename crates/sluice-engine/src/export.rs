@@ -11,7 +11,7 @@
 
 use crate::harm::HarmMonitor;
 use crate::job::ExportJob;
-use crate::plan::{self, PlanInputs};
+use crate::plan::{self, Budget, PlanInputs};
 use crate::progress::{Progress, ProgressStart, ProgressTick};
 use crate::queue::WorkQueue;
 use crate::report::{DatasetReport, Report};
@@ -22,13 +22,13 @@ use sluice_core::{
     Chunk, ChunkRequest, Consistency, Coordinator, Dataset, DatasetKind, Error, ReadCounters,
     Result, SourceOptions,
 };
-use sluice_sink::FormatOptions;
 use sluice_sink::layout::{self, MANIFEST, RUN_STATE};
 use sluice_sink::manifest::{
     ColumnRecord, DatasetRecord, HarmRecord, MANIFEST_VERSION, Manifest, MergedRecord, PartRecord,
     RunState, SnapshotRecord, SourceRecord,
 };
 use sluice_sink::merge;
+use sluice_sink::{FormatOptions, ParquetOptions};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,14 +49,24 @@ pub fn plan_inputs(job: &ExportJob) -> PlanInputs {
     PlanInputs {
         parallel: job.parallel,
         chunk_bytes: job.chunk_bytes,
+        memory: job.memory,
         batch_bytes: job.batch_bytes,
-        row_group_bytes: match &job.format {
-            FormatOptions::Parquet(p) => p.row_group_bytes,
-            FormatOptions::Csv(_) => 0,
-        },
+        row_group_bytes: job.row_group_bytes,
+        holds_row_group: matches!(job.format, FormatOptions::Parquet(_)),
         cores: std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1),
+    }
+}
+
+/// The format with the row-group budget the planner chose.
+pub fn format_with_budget(format: &FormatOptions, budget: &Budget) -> FormatOptions {
+    match format {
+        FormatOptions::Parquet(p) => FormatOptions::Parquet(ParquetOptions {
+            row_group_bytes: budget.row_group_bytes,
+            ..p.clone()
+        }),
+        other => other.clone(),
     }
 }
 
@@ -109,6 +119,7 @@ struct Prepared {
     remaining: Vec<Chunk>,
     skipped: usize,
     workers: usize,
+    budget: Budget,
     notes: Vec<String>,
 }
 
@@ -192,9 +203,9 @@ pub async fn run_export(
             .collect(),
         coordinator: coordinator.clone(),
         destination: dest.clone(),
-        format: job.format.clone(),
+        format: format_with_budget(&job.format, &prepared.budget),
         merge: job.merge,
-        batch_bytes: job.batch_bytes,
+        batch_bytes: prepared.budget.batch_bytes,
         retry: job.retry,
         snapshot_index,
         counters: Arc::new(ReadCounters::default()),
@@ -357,6 +368,7 @@ async fn prepare(
         .collect();
     let skipped = state.chunks.len() - remaining.len();
     let workers = sizing.workers.min(remaining.len()).max(1);
+    let budget = plan::budget(workers, &inputs);
     if job.consistency == Consistency::Chunk {
         notes.push(
             "consistency chunk: each part was read in its own transaction, so the output is not \
@@ -377,6 +389,7 @@ async fn prepare(
         remaining,
         skipped,
         workers,
+        budget,
         notes,
     })
 }
@@ -571,6 +584,8 @@ async fn finish(
             0.0
         },
         peak_rss_bytes: peak_rss_bytes(),
+        predicted_peak_rss_bytes: plan::predicted_peak_rss(prepared.workers, &prepared.budget),
+        batch_bytes: prepared.budget.batch_bytes,
         workers: prepared.workers,
         parts_written: committed.len(),
         parts_skipped: prepared.skipped,
@@ -607,6 +622,8 @@ fn already_complete(job: &ExportJob, run_id: String, started: Instant) -> Report
         rows_per_second: 0.0,
         mb_per_second: 0.0,
         peak_rss_bytes: peak_rss_bytes(),
+        predicted_peak_rss_bytes: 0,
+        batch_bytes: 0,
         workers: 0,
         parts_written: 0,
         parts_skipped: 0,

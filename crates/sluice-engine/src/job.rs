@@ -7,10 +7,6 @@ use sluice_sink::{Destination, FormatOptions};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Default batch byte budget: large enough that per-batch overhead vanishes, small enough that
-/// several workers' batches fit in tens of megabytes.
-pub const DEFAULT_BATCH_BYTES: usize = 8 << 20;
-
 /// An export to run.
 #[derive(Clone)]
 pub struct ExportJob {
@@ -30,8 +26,13 @@ pub struct ExportJob {
     pub consistency: Consistency,
     /// Worker count; `None` lets the planner choose.
     pub parallel: Option<usize>,
-    /// Batch byte budget.
-    pub batch_bytes: usize,
+    /// Memory target for the whole process; batch and row-group budgets are derived from it
+    /// (see `plan::budget`).
+    pub memory: u64,
+    /// Batch byte budget, overriding the one derived from `memory`.
+    pub batch_bytes: Option<usize>,
+    /// Parquet row-group memory, overriding the one derived from `memory`.
+    pub row_group_bytes: Option<usize>,
     /// Finish an interrupted export.
     pub resume: bool,
     /// Replace a previous export at the destination.
@@ -61,7 +62,9 @@ impl ExportJob {
             chunk_bytes: None,
             consistency: Consistency::Snapshot,
             parallel: None,
-            batch_bytes: DEFAULT_BATCH_BYTES,
+            memory: crate::plan::DEFAULT_MEMORY,
+            batch_bytes: None,
+            row_group_bytes: None,
             resume: false,
             overwrite: false,
             merge: false,

@@ -33,7 +33,8 @@ pub mod rss;
 pub mod worker;
 
 pub use export::run_export;
-pub use job::{DEFAULT_BATCH_BYTES, ExportJob};
+pub use job::ExportJob;
+pub use plan::DEFAULT_MEMORY;
 pub use preview::{PlanReport, plan_export};
 pub use progress::{Progress, ProgressStart, ProgressTick, Silent};
 pub use report::Report;

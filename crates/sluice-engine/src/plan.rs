@@ -8,9 +8,12 @@
 //! as many as the machine can use. The constants are calibrated from the benchmark lab
 //! (`bench/`) on a 2-core machine; they steer the choice, they do not promise a duration.
 //!
-//! Memory is bounded by bytes: each worker holds at most one batch being decoded, one in the
-//! channel and one being encoded, plus the writer's open row group. The prediction is
-//! `BASE + workers × (3 × batch + row group + WORKER_OVERHEAD)`.
+//! Memory is bounded by bytes: each worker holds at most two batches (one being decoded, one
+//! being encoded) plus the writer's open row group (its encoded pages and page buffers). The
+//! user gives one number, the memory target (`--memory`, default [`DEFAULT_MEMORY`]); the
+//! planner splits what is left after [`BASE_RSS`] among the workers and derives the batch and
+//! row-group budgets from it, so more workers get smaller batches rather than more memory:
+//! `peak ≈ BASE + workers × (2 × batch + row group + WORKER_OVERHEAD)`.
 
 use sluice_core::Dataset;
 use std::time::Duration;
@@ -22,9 +25,17 @@ pub const BYTE_COST: f64 = 2e-9;
 /// Estimated work that justifies one more worker.
 pub const WORK_PER_WORKER: Duration = Duration::from_secs(1);
 /// Memory of the process before any data: runtime, drivers, allocator.
-pub const BASE_RSS: u64 = 16 << 20;
-/// Per-worker memory besides batches and the row group (socket buffers, page buffers).
-pub const WORKER_OVERHEAD: u64 = 4 << 20;
+pub const BASE_RSS: u64 = 14 << 20;
+/// Per-worker memory besides batches and the row group (socket and read buffers).
+pub const WORKER_OVERHEAD: u64 = 2 << 20;
+/// Default memory target for the whole process.
+pub const DEFAULT_MEMORY: u64 = 64 << 20;
+/// Smallest batch the planner chooses.
+pub const MIN_BATCH: usize = 256 << 10;
+/// Largest batch the planner chooses.
+pub const MAX_BATCH: usize = 16 << 20;
+/// Smallest row group the planner chooses.
+pub const MIN_ROW_GROUP: usize = 1 << 20;
 /// Default chunk size bounds (source bytes).
 pub const MIN_CHUNK: u64 = 64 << 20;
 /// Largest default chunk.
@@ -39,12 +50,48 @@ pub struct PlanInputs {
     pub parallel: Option<usize>,
     /// `--chunk-size`, if given.
     pub chunk_bytes: Option<u64>,
-    /// Batch byte budget.
-    pub batch_bytes: usize,
-    /// Parquet row group byte budget (0 for formats that hold no row group).
-    pub row_group_bytes: usize,
+    /// Memory target for the process (`--memory`).
+    pub memory: u64,
+    /// `--batch-size`, if given.
+    pub batch_bytes: Option<usize>,
+    /// `--row-group-size`, if given.
+    pub row_group_bytes: Option<usize>,
+    /// Whether the format holds a row group in memory (Parquet does, CSV does not).
+    pub holds_row_group: bool,
     /// Cores of this machine.
     pub cores: usize,
+}
+
+/// Byte budgets per worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Arrow bytes per batch.
+    pub batch_bytes: usize,
+    /// Memory of the writer's open row group (0 when the format holds none).
+    pub row_group_bytes: usize,
+}
+
+/// Split the memory target among `workers`.
+pub fn budget(workers: usize, inputs: &PlanInputs) -> Budget {
+    let per_worker = (inputs
+        .memory
+        .saturating_sub(BASE_RSS + workers as u64 * WORKER_OVERHEAD)
+        / workers.max(1) as u64) as usize;
+    let share = if inputs.holds_row_group { 4 } else { 2 };
+    let batch_bytes = inputs
+        .batch_bytes
+        .unwrap_or((per_worker / share).clamp(MIN_BATCH, MAX_BATCH));
+    let row_group_bytes = match (inputs.holds_row_group, inputs.row_group_bytes) {
+        (false, _) => 0,
+        (true, Some(r)) => r,
+        (true, None) => per_worker
+            .saturating_sub(2 * batch_bytes)
+            .max(MIN_ROW_GROUP),
+    };
+    Budget {
+        batch_bytes,
+        row_group_bytes,
+    }
 }
 
 /// The planner's decision.
@@ -99,11 +146,11 @@ pub fn size(datasets: &[Dataset], inputs: &PlanInputs) -> Sizing {
     }
 }
 
-/// Predicted peak resident memory for `workers`.
-pub fn predicted_peak_rss(workers: usize, inputs: &PlanInputs) -> u64 {
+/// Predicted peak resident memory for `workers` with `budget`.
+pub fn predicted_peak_rss(workers: usize, budget: &Budget) -> u64 {
     BASE_RSS
         + workers as u64
-            * (3 * inputs.batch_bytes as u64 + inputs.row_group_bytes as u64 + WORKER_OVERHEAD)
+            * (2 * budget.batch_bytes as u64 + budget.row_group_bytes as u64 + WORKER_OVERHEAD)
 }
 
 #[cfg(test)]
@@ -128,8 +175,10 @@ mod tests {
         PlanInputs {
             parallel: None,
             chunk_bytes: None,
-            batch_bytes: 8 << 20,
-            row_group_bytes: 16 << 20,
+            memory: DEFAULT_MEMORY,
+            batch_bytes: None,
+            row_group_bytes: None,
+            holds_row_group: true,
             cores,
         }
     }
@@ -164,8 +213,30 @@ mod tests {
     }
 
     #[test]
-    fn memory_prediction_grows_with_workers() {
+    fn budgets_fit_the_memory_target() {
         let i = inputs(2);
-        assert!(predicted_peak_rss(2, &i) > predicted_peak_rss(1, &i));
+        for workers in [1, 2, 4, 8] {
+            let b = budget(workers, &i);
+            assert!(
+                predicted_peak_rss(workers, &b) <= DEFAULT_MEMORY,
+                "{workers} workers: {b:?}"
+            );
+            assert!(b.batch_bytes >= MIN_BATCH && b.row_group_bytes >= MIN_ROW_GROUP);
+        }
+        // More workers share the same memory: smaller batches.
+        assert!(budget(4, &i).batch_bytes < budget(1, &i).batch_bytes);
+        // CSV holds no row group: batches get the room.
+        let csv = PlanInputs {
+            holds_row_group: false,
+            ..i
+        };
+        assert_eq!(budget(2, &csv).row_group_bytes, 0);
+        assert!(budget(2, &csv).batch_bytes > budget(2, &i).batch_bytes);
+        // What the user fixes is kept.
+        let fixed = PlanInputs {
+            batch_bytes: Some(1 << 20),
+            ..i
+        };
+        assert_eq!(budget(2, &fixed).batch_bytes, 1 << 20);
     }
 }

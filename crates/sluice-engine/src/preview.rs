@@ -5,7 +5,7 @@
 
 use crate::export::{plan_all, plan_inputs};
 use crate::job::ExportJob;
-use crate::plan::{self, predicted_peak_rss};
+use crate::plan::{self, budget, predicted_peak_rss};
 use serde::{Deserialize, Serialize};
 use sluice_core::{ChunkBounds, Consistency, Result, SourceOptions};
 
@@ -110,8 +110,8 @@ pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
             workers_reason: sizing.reason,
             work_seconds: sizing.work_seconds,
             chunk_bytes: sizing.chunk_bytes,
-            batch_bytes: job.batch_bytes,
-            predicted_peak_rss_bytes: predicted_peak_rss(workers, &inputs),
+            batch_bytes: budget(workers, &inputs).batch_bytes,
+            predicted_peak_rss_bytes: predicted_peak_rss(workers, &budget(workers, &inputs)),
             connections: workers + snapshot_connection + 1,
             datasets: plans,
         })

@@ -49,6 +49,10 @@ pub struct Report {
     pub mb_per_second: f64,
     /// Peak resident memory of the process, bytes.
     pub peak_rss_bytes: u64,
+    /// The planner's prediction of the peak, bytes (see `plan::predicted_peak_rss`).
+    pub predicted_peak_rss_bytes: u64,
+    /// Batch byte budget used.
+    pub batch_bytes: usize,
     /// Workers used.
     pub workers: usize,
     /// Parts written in this run.

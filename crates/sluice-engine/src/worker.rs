@@ -138,6 +138,8 @@ async fn export_chunk(
         .ok_or_else(|| Error::internal(format!("chunk of unknown dataset {}", chunk.dataset)))?;
     let path = layout::part_path(&ds.name, chunk.ordinal, ctx.format.extension());
     let (tx, mut rx) = mpsc::channel::<RecordBatch>(1);
+    // Written batches go back to the reader, which reuses their memory.
+    let (back_tx, back_rx) = std::sync::mpsc::sync_channel::<RecordBatch>(2);
     let (commit_tx, commit_rx) = oneshot::channel::<bool>();
     let writer = {
         let dest = ctx.destination.clone();
@@ -152,6 +154,7 @@ async fn export_chunk(
                     part.abort();
                     return Err(e);
                 }
+                let _ = back_tx.try_send(batch);
             }
             match commit_rx.blocking_recv() {
                 Ok(true) => part.finish(),
@@ -162,7 +165,7 @@ async fn export_chunk(
             }
         })
     };
-    let sender = BatchSender::new(tx, ctx.counters.clone(), ctx.batch_bytes);
+    let sender = BatchSender::new(tx, ctx.counters.clone(), ctx.batch_bytes).with_returns(back_rx);
     let read = reader.read(ds, chunk, &sender).await;
     drop(sender);
     let joined = |r: std::result::Result<Result<PartStats>, tokio::task::JoinError>| {

@@ -9,11 +9,10 @@
 //! Which decoder a column gets follows from its Arrow type alone (see `types.rs`): every column
 //! that is cast when read is cast to a type whose binary form is what its Arrow type expects.
 
-use arrow_array::builder::*;
-use arrow_array::{ArrayRef, ListArray, RecordBatch, StructArray};
-use arrow_buffer::{NullBufferBuilder, OffsetBuffer, ScalarBuffer, i256};
-use arrow_schema::{DataType, Field, FieldRef, Fields, SchemaRef, TimeUnit};
-use std::sync::Arc;
+use arrow_array::RecordBatch;
+use arrow_buffer::i256;
+use arrow_schema::{DataType, Field, SchemaRef, TimeUnit};
+use sluice_core::columns::{BatchBuilder, ColumnBuilder};
 
 /// Days from 1970-01-01 (Arrow's epoch) to 2000-01-01 (PostgreSQL's).
 const PG_EPOCH_DAYS: i32 = 10_957;
@@ -37,222 +36,113 @@ fn fixed<const N: usize>(v: &[u8]) -> DResult<[u8; N]> {
         .map_err(|_| DecodeError(format!("expected {N} bytes, got {}", v.len())))
 }
 
-/// One column's builder, chosen by Arrow type.
-enum Col {
-    Bool(BooleanBuilder),
-    I16(Int16Builder),
-    I32(Int32Builder),
-    I64(Int64Builder),
-    U32(UInt32Builder),
-    F32(Float32Builder),
-    F64(Float64Builder),
-    Utf8(StringBuilder),
-    Binary(BinaryBuilder),
-    Uuid(FixedSizeBinaryBuilder),
-    Date(Date32Builder),
-    Time(Time64MicrosecondBuilder),
-    Ts(TimestampMicrosecondBuilder),
-    Dec128(Decimal128Builder, i8),
-    Dec256(Decimal256Builder, i8),
-    Interval {
-        months: Vec<i32>,
-        days: Vec<i32>,
-        micros: Vec<i64>,
-        nulls: NullBufferBuilder,
-        fields: Fields,
-    },
-    List {
-        offsets: Vec<i32>,
-        nulls: NullBufferBuilder,
-        values: Box<Col>,
-        field: FieldRef,
-    },
+/// How a column's wire value becomes its native value; chosen by Arrow type.
+#[derive(Debug)]
+enum Wire {
+    Bool,
+    I16,
+    I32,
+    I64,
+    Oid,
+    F32,
+    F64,
+    /// Text, binary, json: the bytes as they are (text is validated per batch).
+    Bytes,
+    Uuid,
+    Date,
+    Time,
+    Timestamp,
+    Dec128(i8),
+    Dec256(i8),
+    Interval,
+    List(Box<Wire>),
 }
 
-impl Col {
-    fn new(dt: &DataType) -> DResult<Col> {
+impl Wire {
+    fn for_type(dt: &DataType) -> DResult<Wire> {
         Ok(match dt {
-            DataType::Boolean => Col::Bool(BooleanBuilder::new()),
-            DataType::Int16 => Col::I16(Int16Builder::new()),
-            DataType::Int32 => Col::I32(Int32Builder::new()),
-            DataType::Int64 => Col::I64(Int64Builder::new()),
-            DataType::UInt32 => Col::U32(UInt32Builder::new()),
-            DataType::Float32 => Col::F32(Float32Builder::new()),
-            DataType::Float64 => Col::F64(Float64Builder::new()),
-            DataType::Utf8 => Col::Utf8(StringBuilder::new()),
-            DataType::Binary => Col::Binary(BinaryBuilder::new()),
-            DataType::FixedSizeBinary(16) => Col::Uuid(FixedSizeBinaryBuilder::new(16)),
-            DataType::Date32 => Col::Date(Date32Builder::new()),
-            DataType::Time64(TimeUnit::Microsecond) => Col::Time(Time64MicrosecondBuilder::new()),
-            DataType::Timestamp(TimeUnit::Microsecond, tz) => {
-                Col::Ts(TimestampMicrosecondBuilder::new().with_timezone_opt(tz.clone()))
-            }
-            DataType::Decimal128(p, s) => Col::Dec128(
-                Decimal128Builder::new()
-                    .with_precision_and_scale(*p, *s)
-                    .map_err(|e| DecodeError(e.to_string()))?,
-                *s,
-            ),
-            DataType::Decimal256(p, s) => Col::Dec256(
-                Decimal256Builder::new()
-                    .with_precision_and_scale(*p, *s)
-                    .map_err(|e| DecodeError(e.to_string()))?,
-                *s,
-            ),
-            DataType::Struct(fields) if fields.len() == 3 && fields[0].name() == "months" => {
-                Col::Interval {
-                    months: Vec::new(),
-                    days: Vec::new(),
-                    micros: Vec::new(),
-                    nulls: NullBufferBuilder::new(0),
-                    fields: fields.clone(),
-                }
-            }
-            DataType::List(field) => Col::List {
-                offsets: vec![0],
-                nulls: NullBufferBuilder::new(0),
-                values: Box::new(Col::new(field.data_type())?),
-                field: field.clone(),
-            },
+            DataType::Boolean => Wire::Bool,
+            DataType::Int16 => Wire::I16,
+            DataType::Int32 => Wire::I32,
+            DataType::Int64 => Wire::I64,
+            DataType::UInt32 => Wire::Oid,
+            DataType::Float32 => Wire::F32,
+            DataType::Float64 => Wire::F64,
+            DataType::Utf8 | DataType::Binary => Wire::Bytes,
+            DataType::FixedSizeBinary(16) => Wire::Uuid,
+            DataType::Date32 => Wire::Date,
+            DataType::Time64(TimeUnit::Microsecond) => Wire::Time,
+            DataType::Timestamp(TimeUnit::Microsecond, _) => Wire::Timestamp,
+            DataType::Decimal128(_, s) => Wire::Dec128(*s),
+            DataType::Decimal256(_, s) => Wire::Dec256(*s),
+            DataType::Struct(f) if f.len() == 3 && f[0].name() == "months" => Wire::Interval,
+            DataType::List(item) => Wire::List(Box::new(Wire::for_type(item.data_type())?)),
             other => return err(format!("no binary decoder for Arrow type {other}")),
         })
     }
 
-    fn append_null(&mut self) {
+    /// Arrow bytes per value besides variable-length data, and whether the type has
+    /// variable-length data (counted from the wire length).
+    fn width(&self) -> (usize, bool) {
         match self {
-            Col::Bool(b) => b.append_null(),
-            Col::I16(b) => b.append_null(),
-            Col::I32(b) => b.append_null(),
-            Col::I64(b) => b.append_null(),
-            Col::U32(b) => b.append_null(),
-            Col::F32(b) => b.append_null(),
-            Col::F64(b) => b.append_null(),
-            Col::Utf8(b) => b.append_null(),
-            Col::Binary(b) => b.append_null(),
-            Col::Uuid(b) => b.append_null(),
-            Col::Date(b) => b.append_null(),
-            Col::Time(b) => b.append_null(),
-            Col::Ts(b) => b.append_null(),
-            Col::Dec128(b, _) => b.append_null(),
-            Col::Dec256(b, _) => b.append_null(),
-            Col::Interval {
-                months,
-                days,
-                micros,
-                nulls,
-                ..
-            } => {
-                months.push(0);
-                days.push(0);
-                micros.push(0);
-                nulls.append_null();
-            }
-            Col::List { offsets, nulls, .. } => {
-                offsets.push(*offsets.last().unwrap_or(&0));
-                nulls.append_null();
-            }
+            Wire::Bool => (1, false),
+            Wire::I16 => (2, false),
+            Wire::I32 | Wire::Oid | Wire::F32 | Wire::Date => (4, false),
+            Wire::I64 | Wire::F64 | Wire::Time | Wire::Timestamp => (8, false),
+            Wire::Uuid | Wire::Dec128(_) | Wire::Interval => (16, false),
+            Wire::Dec256(_) => (32, false),
+            // Offsets, plus the data itself (≈ its wire length).
+            Wire::Bytes | Wire::List(_) => (4, true),
         }
     }
 
-    fn append(&mut self, v: &[u8]) -> DResult<()> {
-        match self {
-            Col::Bool(b) => b.append_value(fixed::<1>(v)?[0] != 0),
-            Col::I16(b) => b.append_value(i16::from_be_bytes(fixed(v)?)),
-            Col::I32(b) => b.append_value(i32::from_be_bytes(fixed(v)?)),
-            Col::I64(b) => b.append_value(i64::from_be_bytes(fixed(v)?)),
-            Col::U32(b) => b.append_value(u32::from_be_bytes(fixed(v)?)),
-            Col::F32(b) => b.append_value(f32::from_be_bytes(fixed(v)?)),
-            Col::F64(b) => b.append_value(f64::from_be_bytes(fixed(v)?)),
-            Col::Utf8(b) => match std::str::from_utf8(v) {
-                Ok(s) => b.append_value(s),
-                Err(e) => return err(format!("text is not valid UTF-8 ({e})")),
-            },
-            Col::Binary(b) => b.append_value(v),
-            Col::Uuid(b) => b
-                .append_value(fixed::<16>(v)?)
-                .map_err(|e| DecodeError(e.to_string()))?,
-            Col::Date(b) => b.append_value(date(i32::from_be_bytes(fixed(v)?))),
-            Col::Time(b) => b.append_value(i64::from_be_bytes(fixed(v)?)),
-            Col::Ts(b) => b.append_value(timestamp(i64::from_be_bytes(fixed(v)?))?),
-            Col::Dec128(b, scale) => b.append_value(numeric_to_i128(v, *scale)?),
-            Col::Dec256(b, scale) => b.append_value(numeric_to_i256(v, *scale)?),
-            Col::Interval {
-                months,
-                days,
-                micros,
-                nulls,
-                ..
-            } => {
+    /// Decode one non-NULL value into `col`.
+    #[inline]
+    fn append(&self, col: &mut ColumnBuilder, v: &[u8]) -> DResult<()> {
+        let r = match self {
+            Wire::Bool => col.push_bool(fixed::<1>(v)?[0] != 0),
+            Wire::I16 => col.push_i16(i16::from_be_bytes(fixed(v)?)),
+            Wire::I32 => col.push_i32(i32::from_be_bytes(fixed(v)?)),
+            Wire::I64 => col.push_i64(i64::from_be_bytes(fixed(v)?)),
+            Wire::Oid => col.push_u32(u32::from_be_bytes(fixed(v)?)),
+            Wire::F32 => col.push_f32(f32::from_be_bytes(fixed(v)?)),
+            Wire::F64 => col.push_f64(f64::from_be_bytes(fixed(v)?)),
+            Wire::Bytes => col.push_bytes(v),
+            Wire::Uuid => col.push_bytes(&fixed::<16>(v)?),
+            Wire::Date => col.push_i32(date(i32::from_be_bytes(fixed(v)?))),
+            Wire::Time => col.push_i64(i64::from_be_bytes(fixed(v)?)),
+            Wire::Timestamp => col.push_i64(timestamp(i64::from_be_bytes(fixed(v)?))?),
+            Wire::Dec128(scale) => col.push_i128(numeric_to_i128(v, *scale)?),
+            Wire::Dec256(scale) => col.push_i256(numeric_to_i256(v, *scale)?),
+            Wire::Interval => {
                 let raw = fixed::<16>(v)?;
-                micros.push(i64::from_be_bytes(fixed(&raw[0..8])?));
-                days.push(i32::from_be_bytes(fixed(&raw[8..12])?));
-                months.push(i32::from_be_bytes(fixed(&raw[12..16])?));
-                nulls.append_non_null();
+                let children = col
+                    .struct_children()
+                    .ok_or_else(|| DecodeError("interval column is not a struct".into()))?;
+                let months = i32::from_be_bytes(fixed(&raw[12..16])?);
+                let days = i32::from_be_bytes(fixed(&raw[8..12])?);
+                let micros = i64::from_be_bytes(fixed(&raw[0..8])?);
+                children[0].push_i32(months).map_err(own)?;
+                children[1].push_i32(days).map_err(own)?;
+                children[2].push_i64(micros).map_err(own)?;
+                col.push_struct_valid();
+                Ok(())
             }
-            Col::List {
-                offsets,
-                nulls,
-                values,
-                ..
-            } => {
-                let count = decode_array(v, values)?;
-                let last = *offsets.last().unwrap_or(&0);
-                let next = i32::try_from(count).ok().and_then(|c| last.checked_add(c));
-                offsets.push(next.ok_or_else(|| DecodeError("array batch too large".into()))?);
-                nulls.append_non_null();
+            Wire::List(item) => {
+                let items = col
+                    .list_items()
+                    .ok_or_else(|| DecodeError("array column is not a list".into()))?;
+                decode_array(v, item, items)?;
+                col.push_list_end()
             }
-        }
-        Ok(())
+        };
+        r.map_err(own)
     }
+}
 
-    fn finish(&mut self) -> ArrayRef {
-        match self {
-            Col::Bool(b) => Arc::new(b.finish()),
-            Col::I16(b) => Arc::new(b.finish()),
-            Col::I32(b) => Arc::new(b.finish()),
-            Col::I64(b) => Arc::new(b.finish()),
-            Col::U32(b) => Arc::new(b.finish()),
-            Col::F32(b) => Arc::new(b.finish()),
-            Col::F64(b) => Arc::new(b.finish()),
-            Col::Utf8(b) => Arc::new(b.finish()),
-            Col::Binary(b) => Arc::new(b.finish()),
-            Col::Uuid(b) => Arc::new(b.finish()),
-            Col::Date(b) => Arc::new(b.finish()),
-            Col::Time(b) => Arc::new(b.finish()),
-            Col::Ts(b) => Arc::new(b.finish()),
-            Col::Dec128(b, _) => Arc::new(b.finish()),
-            Col::Dec256(b, _) => Arc::new(b.finish()),
-            Col::Interval {
-                months,
-                days,
-                micros,
-                nulls,
-                fields,
-            } => {
-                let arrays: Vec<ArrayRef> = vec![
-                    Arc::new(arrow_array::Int32Array::from(std::mem::take(months))),
-                    Arc::new(arrow_array::Int32Array::from(std::mem::take(days))),
-                    Arc::new(arrow_array::Int64Array::from(std::mem::take(micros))),
-                ];
-                Arc::new(StructArray::new(fields.clone(), arrays, nulls.finish()))
-            }
-            Col::List {
-                offsets,
-                nulls,
-                values,
-                field,
-            } => {
-                let offs = std::mem::replace(offsets, vec![0]);
-                let offs = OffsetBuffer::new(ScalarBuffer::from(offs));
-                Arc::new(ListArray::new(
-                    field.clone(),
-                    offs,
-                    values.finish(),
-                    nulls.finish(),
-                ))
-            }
-        }
-    }
+/// A builder error as a decode error.
+fn own(e: sluice_core::Error) -> DecodeError {
+    DecodeError(e.message().to_string())
 }
 
 /// PostgreSQL date (days since 2000-01-01, ±infinity as i32 extremes) → Date32.
@@ -371,8 +261,8 @@ macro_rules! numeric_to {
 numeric_to!(numeric_to_i128, i128, |x: i128| x, 0i128);
 numeric_to!(numeric_to_i256, i256, i256::from_i128, i256::ZERO);
 
-/// Decode a one-dimensional binary array into `values`; returns the element count.
-fn decode_array(v: &[u8], values: &mut Col) -> DResult<usize> {
+/// Decode a one-dimensional binary array, pushing its items into `items`.
+fn decode_array(v: &[u8], item: &Wire, items: &mut ColumnBuilder) -> DResult<()> {
     let int = |at: usize| -> DResult<i32> {
         v.get(at..at + 4)
             .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
@@ -380,7 +270,7 @@ fn decode_array(v: &[u8], values: &mut Col) -> DResult<usize> {
     };
     let ndim = int(0)?;
     if ndim == 0 {
-        return Ok(0);
+        return Ok(());
     }
     if ndim != 1 {
         return err(format!(
@@ -394,17 +284,17 @@ fn decode_array(v: &[u8], values: &mut Col) -> DResult<usize> {
         let n = int(at)?;
         at += 4;
         if n < 0 {
-            values.append_null();
+            items.push_null();
         } else {
             let end = at + n as usize;
             let el = v
                 .get(at..end)
                 .ok_or_else(|| DecodeError("array element is truncated".into()))?;
-            values.append(el)?;
+            item.append(items, el)?;
             at = end;
         }
     }
-    Ok(len)
+    Ok(())
 }
 
 /// Outcome of feeding bytes to the decoder.
@@ -418,12 +308,15 @@ pub enum Fed {
 
 /// Decodes a binary COPY stream into record batches of one schema.
 pub struct TupleDecoder {
-    schema: SchemaRef,
-    cols: Vec<Col>,
+    batch: BatchBuilder,
+    wires: Vec<Wire>,
     header_seen: bool,
     carry: Vec<u8>,
-    rows: usize,
     bytes: usize,
+    /// Arrow bytes per row besides variable-length data.
+    fixed_row_bytes: usize,
+    /// Which columns have variable-length data.
+    variable: Vec<bool>,
     /// Index of the column whose value failed, for the error message.
     failed_column: Option<usize>,
 }
@@ -431,35 +324,39 @@ pub struct TupleDecoder {
 impl TupleDecoder {
     /// A decoder for rows of `schema`.
     pub fn new(schema: SchemaRef) -> DResult<Self> {
-        let cols = schema
+        let wires = schema
             .fields()
             .iter()
-            .map(|f| Col::new(f.data_type()))
-            .collect::<DResult<_>>()?;
+            .map(|f| Wire::for_type(f.data_type()))
+            .collect::<DResult<Vec<_>>>()?;
+        let widths: Vec<(usize, bool)> = wires.iter().map(Wire::width).collect();
+        let batch = BatchBuilder::new(schema, 1024).map_err(own)?;
         Ok(TupleDecoder {
-            schema,
-            cols,
+            batch,
+            wires,
             header_seen: false,
             carry: Vec::new(),
-            rows: 0,
             bytes: 0,
+            fixed_row_bytes: widths.iter().map(|w| w.0).sum(),
+            variable: widths.iter().map(|w| w.1).collect(),
             failed_column: None,
         })
     }
 
     /// Rows buffered since the last [`TupleDecoder::finish_batch`].
     pub fn rows(&self) -> usize {
-        self.rows
+        self.batch.rows()
     }
 
-    /// Value bytes buffered since the last batch: the batch's approximate Arrow size.
+    /// Arrow bytes buffered since the last batch: the batch's size in memory (values, offsets
+    /// and variable-length data; validity bits are not counted).
     pub fn buffered_bytes(&self) -> usize {
         self.bytes
     }
 
     /// The column whose value failed to decode last.
     pub fn failed_column(&self) -> Option<&Field> {
-        self.failed_column.map(|i| self.schema.field(i))
+        self.failed_column.map(|i| self.batch.schema().field(i))
     }
 
     /// Feed one CopyData message.
@@ -503,7 +400,7 @@ impl TupleDecoder {
             at = 19 + ext;
             self.header_seen = true;
         }
-        let ncols = self.cols.len();
+        let ncols = self.wires.len();
         while at + 2 <= buf.len() {
             let nfields = i16::from_be_bytes([buf[at], buf[at + 1]]);
             if nfields == -1 {
@@ -516,55 +413,53 @@ impl TupleDecoder {
             // never half-appended.
             let start = at;
             let mut p = at + 2;
-            let mut complete = true;
             for _ in 0..ncols {
                 if p + 4 > buf.len() {
-                    complete = false;
-                    break;
+                    return Ok((start, Fed::More));
                 }
                 let len = i32::from_be_bytes([buf[p], buf[p + 1], buf[p + 2], buf[p + 3]]);
                 p += 4 + len.max(0) as usize;
                 if p > buf.len() {
-                    complete = false;
-                    break;
+                    return Ok((start, Fed::More));
                 }
             }
-            if !complete {
-                return Ok((start, Fed::More));
-            }
             let mut q = at + 2;
-            for (i, col) in self.cols.iter_mut().enumerate() {
+            let mut var_bytes = 0;
+            let columns = self.batch.columns();
+            for (i, (col, wire)) in columns.iter_mut().zip(&self.wires).enumerate() {
                 let len = i32::from_be_bytes([buf[q], buf[q + 1], buf[q + 2], buf[q + 3]]);
                 q += 4;
                 if len < 0 {
-                    col.append_null();
+                    col.push_null();
                 } else {
                     let end = q + len as usize;
-                    if let Err(e) = col.append(&buf[q..end]) {
+                    if let Err(e) = wire.append(col, &buf[q..end]) {
                         self.failed_column = Some(i);
                         return Err(e);
+                    }
+                    if self.variable[i] {
+                        var_bytes += len as usize;
                     }
                     q = end;
                 }
             }
-            self.bytes += p - start;
-            self.rows += 1;
+            self.batch.row_done();
+            self.bytes += self.fixed_row_bytes + var_bytes;
             at = p;
         }
         Ok((at, Fed::More))
     }
 
-    /// Build a batch from the buffered rows and reset the buffers.
-    pub fn finish_batch(&mut self) -> Result<RecordBatch, arrow_schema::ArrowError> {
-        let arrays: Vec<ArrayRef> = self.cols.iter_mut().map(Col::finish).collect();
-        let rows = self.rows;
-        self.rows = 0;
+    /// Build a batch from the buffered rows. The builders keep their memory; hand the batch
+    /// back with [`TupleDecoder::recycle`] once written to reuse its memory too.
+    pub fn finish_batch(&mut self) -> sluice_core::Result<RecordBatch> {
         self.bytes = 0;
-        RecordBatch::try_new_with_options(
-            self.schema.clone(),
-            arrays,
-            &arrow_array::RecordBatchOptions::new().with_row_count(Some(rows)),
-        )
+        self.batch.finish()
+    }
+
+    /// Take back the memory of a written batch.
+    pub fn recycle(&mut self, batch: RecordBatch) {
+        self.batch.recycle(batch);
     }
 }
 
@@ -575,6 +470,7 @@ mod tests {
     use arrow_array::cast::AsArray;
     use arrow_array::types::Int32Type;
     use arrow_schema::Schema;
+    use std::sync::Arc;
 
     fn numeric_bytes(ndigits: &[u16], weight: i16, sign: u16, dscale: u16) -> Vec<u8> {
         let mut v = Vec::new();

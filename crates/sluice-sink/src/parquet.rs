@@ -14,8 +14,14 @@ use parquet::basic::{Compression as PqCompression, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use sluice_core::{Error, Result};
 
-/// Parquet writer properties for `options`.
-pub fn writer_properties(options: &ParquetOptions) -> Result<WriterProperties> {
+/// Parquet writer properties for `options` and a schema of `columns` columns.
+///
+/// Each column writer buffers up to one data page and one dictionary page before they are
+/// encoded into the row group; with the usual 1 MB limits a 20-column table would hold 40 MB
+/// of page buffers whatever the row-group budget. Page limits are therefore scaled to the
+/// budget: `row_group_bytes / (4 × columns)`, between 64 KB and 1 MB.
+pub fn writer_properties(options: &ParquetOptions, columns: usize) -> Result<WriterProperties> {
+    let page = (options.row_group_bytes / (4 * columns.max(1))).clamp(64 << 10, 1 << 20);
     let compression = match options.compression {
         Compression::Zstd(level) => {
             PqCompression::ZSTD(ZstdLevel::try_new(level).map_err(|_| {
@@ -32,6 +38,8 @@ pub fn writer_properties(options: &ParquetOptions) -> Result<WriterProperties> {
         .set_statistics_enabled(EnabledStatistics::Page)
         // Rows per group are decided by bytes (see ParquetPart::write), not by a row count.
         .set_max_row_group_row_count(None)
+        .set_data_page_size_limit(page)
+        .set_dictionary_page_size_limit(page)
         .set_created_by(format!("sluice {}", env!("CARGO_PKG_VERSION")))
         .build())
 }
@@ -54,7 +62,7 @@ impl ParquetPart {
         path: &str,
     ) -> Result<Self> {
         let errors = out.errors();
-        let props = writer_properties(options)?;
+        let props = writer_properties(options, schema.fields().len())?;
         let writer = ArrowWriter::try_new(out, schema, Some(props))
             .map_err(|e| Error::internal(format!("cannot write Parquet for {path}: {e}")))?;
         Ok(ParquetPart {

@@ -1,0 +1,781 @@
+//! Column builders that recycle their memory.
+//!
+//! Arrow's builders allocate fresh buffers for every batch and grow them by doubling. At tens of
+//! megabytes per second per worker that churn, freed on another thread (the writer), leaves the
+//! allocator holding as much freed memory as the batches themselves — a byte budget on batches
+//! then says little about the process's resident memory. These builders instead keep plain
+//! `Vec`s, hand them to Arrow without copying, and take them back when the writer returns the
+//! batch ([`BatchBuilder::recycle`]), so a worker's two batches are allocated once and reused
+//! for the whole run.
+//!
+//! Readers append native values (`push_*`), already converted from the wire format; the builder
+//! knows the Arrow type. Variable-length text is validated as UTF-8 once per batch, when the
+//! array is built.
+
+use crate::error::{Error, Result};
+use arrow_array::{ArrayRef, RecordBatch, RecordBatchOptions, make_array};
+use arrow_buffer::{BooleanBufferBuilder, Buffer, NullBuffer, i256};
+use arrow_data::ArrayData;
+use arrow_schema::{DataType, Field, FieldRef, Fields, SchemaRef};
+
+/// Validity bits; no buffer is produced when every value is valid.
+#[derive(Debug)]
+struct Validity {
+    bits: BooleanBufferBuilder,
+    nulls: usize,
+}
+
+impl Validity {
+    fn new(capacity: usize) -> Self {
+        Validity {
+            bits: BooleanBufferBuilder::new(capacity),
+            nulls: 0,
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, valid: bool) {
+        self.bits.append(valid);
+        self.nulls += usize::from(!valid);
+    }
+
+    fn len(&self) -> usize {
+        self.bits.len()
+    }
+
+    fn finish(&mut self) -> Option<NullBuffer> {
+        let bits = self.bits.finish();
+        let nulls = std::mem::take(&mut self.nulls);
+        (nulls > 0).then(|| NullBuffer::new(bits))
+    }
+}
+
+/// Native values of a fixed-width column.
+#[derive(Debug)]
+enum Values {
+    I8(Vec<i8>),
+    I16(Vec<i16>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+    U8(Vec<u8>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+    U64(Vec<u64>),
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    I128(Vec<i128>),
+    I256(Vec<i256>),
+}
+
+macro_rules! each_values {
+    ($v:expr, $x:ident => $body:expr) => {
+        match $v {
+            Values::I8($x) => $body,
+            Values::I16($x) => $body,
+            Values::I32($x) => $body,
+            Values::I64($x) => $body,
+            Values::U8($x) => $body,
+            Values::U16($x) => $body,
+            Values::U32($x) => $body,
+            Values::U64($x) => $body,
+            Values::F32($x) => $body,
+            Values::F64($x) => $body,
+            Values::I128($x) => $body,
+            Values::I256($x) => $body,
+        }
+    };
+}
+
+impl Values {
+    fn for_type(dt: &DataType, capacity: usize) -> Option<Values> {
+        use DataType::*;
+        Some(match dt {
+            Int8 => Values::I8(Vec::with_capacity(capacity)),
+            Int16 => Values::I16(Vec::with_capacity(capacity)),
+            Int32 | Date32 | Time32(_) => Values::I32(Vec::with_capacity(capacity)),
+            Int64 | Date64 | Time64(_) | Timestamp(..) | Duration(_) => {
+                Values::I64(Vec::with_capacity(capacity))
+            }
+            UInt8 => Values::U8(Vec::with_capacity(capacity)),
+            UInt16 => Values::U16(Vec::with_capacity(capacity)),
+            UInt32 => Values::U32(Vec::with_capacity(capacity)),
+            UInt64 => Values::U64(Vec::with_capacity(capacity)),
+            Float32 => Values::F32(Vec::with_capacity(capacity)),
+            Float64 => Values::F64(Vec::with_capacity(capacity)),
+            Decimal128(..) => Values::I128(Vec::with_capacity(capacity)),
+            Decimal256(..) => Values::I256(Vec::with_capacity(capacity)),
+            _ => return None,
+        })
+    }
+
+    fn push_default(&mut self) {
+        each_values!(self, v => v.push(Default::default()))
+    }
+
+    fn take_buffer(&mut self) -> Buffer {
+        each_values!(self, v => Buffer::from_vec(std::mem::take(v)))
+    }
+
+    /// Take `buffer`'s memory back if it is ours alone (else keep what we have).
+    fn reclaim(&mut self, buffer: Buffer) {
+        each_values!(self, v => {
+            if let Ok(mut back) = buffer.into_vec() {
+                back.clear();
+                *v = back;
+            }
+        })
+    }
+}
+
+/// One column's builder.
+#[derive(Debug)]
+pub struct ColumnBuilder {
+    kind: Kind,
+}
+
+/// The builder's storage, by Arrow layout.
+#[derive(Debug)]
+enum Kind {
+    /// Booleans.
+    Bool {
+        /// Value bits.
+        values: BooleanBufferBuilder,
+        /// Validity.
+        validity: Validity,
+    },
+    /// Fixed-width native values (integers, floats, decimals, dates, times, timestamps).
+    Fixed {
+        /// The Arrow type produced.
+        data_type: DataType,
+        /// Values.
+        values: Values,
+        /// Validity.
+        validity: Validity,
+    },
+    /// Utf8 or Binary with 32-bit offsets.
+    Var {
+        /// True for Utf8.
+        utf8: bool,
+        /// Offsets (one more than values).
+        offsets: Vec<i32>,
+        /// Bytes.
+        data: Vec<u8>,
+        /// Validity.
+        validity: Validity,
+    },
+    /// FixedSizeBinary.
+    FixedBinary {
+        /// Bytes per value.
+        width: usize,
+        /// Bytes.
+        data: Vec<u8>,
+        /// Validity.
+        validity: Validity,
+    },
+    /// A struct of child columns.
+    Struct {
+        /// Child fields.
+        fields: Fields,
+        /// Child builders.
+        children: Vec<ColumnBuilder>,
+        /// Validity.
+        validity: Validity,
+    },
+    /// A list with 32-bit offsets.
+    List {
+        /// Item field.
+        field: FieldRef,
+        /// Offsets.
+        offsets: Vec<i32>,
+        /// Items.
+        child: Box<ColumnBuilder>,
+        /// Validity.
+        validity: Validity,
+    },
+}
+
+fn unsupported(dt: &DataType) -> Error {
+    Error::internal(format!("no column builder for Arrow type {dt}"))
+}
+
+fn offsets_with_zero(capacity: usize) -> Vec<i32> {
+    let mut o = Vec::with_capacity(capacity + 1);
+    o.push(0);
+    o
+}
+
+impl ColumnBuilder {
+    /// A builder for `dt` with room for `rows` values and `bytes` of variable-length data.
+    pub fn new(dt: &DataType, rows: usize, bytes: usize) -> Result<Self> {
+        let kind = match dt {
+            DataType::Boolean => Kind::Bool {
+                values: BooleanBufferBuilder::new(rows),
+                validity: Validity::new(rows),
+            },
+            DataType::Utf8 | DataType::Binary => Kind::Var {
+                utf8: matches!(dt, DataType::Utf8),
+                offsets: offsets_with_zero(rows),
+                data: Vec::with_capacity(bytes),
+                validity: Validity::new(rows),
+            },
+            DataType::FixedSizeBinary(w) => Kind::FixedBinary {
+                width: *w as usize,
+                data: Vec::with_capacity(rows * *w as usize),
+                validity: Validity::new(rows),
+            },
+            DataType::Struct(fields) => Kind::Struct {
+                children: fields
+                    .iter()
+                    .map(|f| ColumnBuilder::new(f.data_type(), rows, 0))
+                    .collect::<Result<_>>()?,
+                fields: fields.clone(),
+                validity: Validity::new(rows),
+            },
+            DataType::List(field) => Kind::List {
+                field: field.clone(),
+                offsets: offsets_with_zero(rows),
+                child: Box::new(ColumnBuilder::new(field.data_type(), rows, bytes)?),
+                validity: Validity::new(rows),
+            },
+            other => Kind::Fixed {
+                data_type: other.clone(),
+                values: Values::for_type(other, rows).ok_or_else(|| unsupported(other))?,
+                validity: Validity::new(rows),
+            },
+        };
+        Ok(ColumnBuilder { kind })
+    }
+
+    /// Values appended since the last batch.
+    pub fn len(&self) -> usize {
+        match &self.kind {
+            Kind::Bool { validity, .. }
+            | Kind::Fixed { validity, .. }
+            | Kind::Var { validity, .. }
+            | Kind::FixedBinary { validity, .. }
+            | Kind::Struct { validity, .. }
+            | Kind::List { validity, .. } => validity.len(),
+        }
+    }
+
+    /// True when nothing was appended since the last batch.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Append NULL.
+    pub fn push_null(&mut self) {
+        match &mut self.kind {
+            Kind::Bool { values, validity } => {
+                values.append(false);
+                validity.push(false);
+            }
+            Kind::Fixed {
+                values, validity, ..
+            } => {
+                values.push_default();
+                validity.push(false);
+            }
+            Kind::Var {
+                offsets,
+                data,
+                validity,
+                ..
+            } => {
+                offsets.push(data.len() as i32);
+                validity.push(false);
+            }
+            Kind::FixedBinary {
+                width,
+                data,
+                validity,
+            } => {
+                data.resize(data.len() + *width, 0);
+                validity.push(false);
+            }
+            Kind::Struct {
+                children, validity, ..
+            } => {
+                children.iter_mut().for_each(ColumnBuilder::push_null);
+                validity.push(false);
+            }
+            Kind::List {
+                offsets, validity, ..
+            } => {
+                offsets.push(*offsets.last().unwrap_or(&0));
+                validity.push(false);
+            }
+        }
+    }
+
+    /// Bytes of variable-length data held (text, binary; lists: their items'), for sizing.
+    pub fn var_bytes(&self) -> usize {
+        match &self.kind {
+            Kind::Var { data, .. } => data.len(),
+            Kind::List { child, .. } => child.var_bytes(),
+            _ => 0,
+        }
+    }
+
+    /// The list's item builder; `push_list_end` closes the list after its items were pushed.
+    pub fn list_items(&mut self) -> Option<&mut ColumnBuilder> {
+        match &mut self.kind {
+            Kind::List { child, .. } => Some(child),
+            _ => None,
+        }
+    }
+
+    /// Close a list value whose items were pushed through [`Self::list_items`]. Fails when
+    /// the batch's items exceed 32-bit offsets.
+    pub fn push_list_end(&mut self) -> Result<()> {
+        if let Kind::List {
+            offsets,
+            child,
+            validity,
+            ..
+        } = &mut self.kind
+        {
+            let end = i32::try_from(child.len()).map_err(|_| {
+                Error::data("a batch holds more than 2^31 list items; lower --batch-size")
+            })?;
+            offsets.push(end);
+            validity.push(true);
+        }
+        Ok(())
+    }
+
+    /// A struct's child builders; `push_struct_valid` marks the value valid after the children
+    /// were pushed.
+    pub fn struct_children(&mut self) -> Option<&mut [ColumnBuilder]> {
+        match &mut self.kind {
+            Kind::Struct { children, .. } => Some(children),
+            _ => None,
+        }
+    }
+
+    /// Mark a struct value valid (its children already pushed).
+    pub fn push_struct_valid(&mut self) {
+        if let Kind::Struct { validity, .. } = &mut self.kind {
+            validity.push(true);
+        }
+    }
+
+    /// Build the array of the values appended since the last batch; the builder is left empty.
+    pub fn finish(&mut self) -> Result<ArrayRef> {
+        let data = match &mut self.kind {
+            Kind::Bool { values, validity } => {
+                let len = values.len();
+                ArrayData::builder(DataType::Boolean)
+                    .len(len)
+                    .add_buffer(values.finish().into_inner())
+                    .nulls(validity.finish())
+                    .build()
+            }
+            Kind::Fixed {
+                data_type,
+                values,
+                validity,
+            } => {
+                let len = validity.len();
+                ArrayData::builder(data_type.clone())
+                    .len(len)
+                    .add_buffer(values.take_buffer())
+                    .nulls(validity.finish())
+                    .build()
+            }
+            Kind::Var {
+                utf8,
+                offsets,
+                data,
+                validity,
+            } => {
+                let len = validity.len();
+                let dt = if *utf8 {
+                    DataType::Utf8
+                } else {
+                    DataType::Binary
+                };
+                let offs = std::mem::take(offsets);
+                ArrayData::builder(dt)
+                    .len(len)
+                    .add_buffer(Buffer::from_vec(offs))
+                    .add_buffer(Buffer::from_vec(std::mem::take(data)))
+                    .nulls(validity.finish())
+                    .build()
+            }
+            Kind::FixedBinary {
+                width,
+                data,
+                validity,
+            } => {
+                let len = validity.len();
+                ArrayData::builder(DataType::FixedSizeBinary(*width as i32))
+                    .len(len)
+                    .add_buffer(Buffer::from_vec(std::mem::take(data)))
+                    .nulls(validity.finish())
+                    .build()
+            }
+            Kind::Struct {
+                fields,
+                children,
+                validity,
+            } => {
+                let len = validity.len();
+                let kids = children
+                    .iter_mut()
+                    .map(|c| c.finish().map(|a| a.to_data()))
+                    .collect::<Result<Vec<_>>>()?;
+                ArrayData::builder(DataType::Struct(fields.clone()))
+                    .len(len)
+                    .child_data(kids)
+                    .nulls(validity.finish())
+                    .build()
+            }
+            Kind::List {
+                field,
+                offsets,
+                child,
+                validity,
+            } => {
+                let len = validity.len();
+                let items = child.finish()?.to_data();
+                let offs = std::mem::take(offsets);
+                ArrayData::builder(DataType::List(field.clone()))
+                    .len(len)
+                    .add_buffer(Buffer::from_vec(offs))
+                    .child_data(vec![items])
+                    .nulls(validity.finish())
+                    .build()
+            }
+        };
+        // Restore the leading zero offset for the next batch.
+        match &mut self.kind {
+            Kind::Var { offsets, .. } | Kind::List { offsets, .. } => offsets.push(0),
+            _ => {}
+        }
+        let data = data.map_err(|e| match e {
+            arrow_schema::ArrowError::InvalidArgumentError(m)
+                if m.contains("utf-8") || m.contains("UTF8") || m.contains("utf8") =>
+            {
+                Error::data(format!("text is not valid UTF-8 ({m})"))
+            }
+            other => Error::from(other),
+        })?;
+        Ok(make_array(data))
+    }
+
+    /// Take back the memory of an array this builder produced, once its reader is done with it.
+    /// Buffers still shared elsewhere are left alone (the builder then allocates anew).
+    pub fn recycle(&mut self, array: ArrayRef) {
+        let data = array.to_data();
+        drop(array);
+        let (_, _, _, _, mut buffers, children) = data.into_parts();
+        match &mut self.kind {
+            Kind::Fixed { values, .. } => {
+                if let Some(b) = buffers.pop() {
+                    values.reclaim(b);
+                }
+            }
+            Kind::Var { offsets, data, .. } => {
+                if let (Some(d), Some(o)) = (buffers.pop(), buffers.pop()) {
+                    if let (true, Ok(mut v)) = (offsets.len() <= 1, o.into_vec::<i32>()) {
+                        v.clear();
+                        v.push(0);
+                        *offsets = v;
+                    }
+                    if let (true, Ok(mut v)) = (data.is_empty(), d.into_vec::<u8>()) {
+                        v.clear();
+                        *data = v;
+                    }
+                }
+            }
+            Kind::FixedBinary { data, .. } => {
+                if let (Some(d), true) = (buffers.pop(), data.is_empty())
+                    && let Ok(mut v) = d.into_vec::<u8>()
+                {
+                    v.clear();
+                    *data = v;
+                }
+            }
+            Kind::Struct {
+                children: builders, ..
+            } => {
+                for (b, c) in builders.iter_mut().zip(children) {
+                    b.recycle(make_array(c));
+                }
+            }
+            Kind::List { offsets, child, .. } => {
+                if let (Some(o), true) = (buffers.pop(), offsets.len() <= 1)
+                    && let Ok(mut v) = o.into_vec::<i32>()
+                {
+                    v.clear();
+                    v.push(0);
+                    *offsets = v;
+                }
+                if let Some(c) = children.into_iter().next() {
+                    child.recycle(make_array(c));
+                }
+            }
+            Kind::Bool { .. } => {}
+        }
+    }
+}
+
+/// Typed appends for the fixed-width variants. Pushing a value of the wrong native type is a
+/// bug in the adapter's type table and is reported as an internal error.
+macro_rules! push_fn {
+    ($name:ident, $t:ty, $variant:ident) => {
+        impl ColumnBuilder {
+            #[doc = concat!("Append a `", stringify!($t), "`.")]
+            #[inline]
+            pub fn $name(&mut self, v: $t) -> Result<()> {
+                match &mut self.kind {
+                    Kind::Fixed {
+                        values: Values::$variant(values),
+                        validity,
+                        ..
+                    } => {
+                        values.push(v);
+                        validity.push(true);
+                        Ok(())
+                    }
+                    _ => Err(Error::internal(concat!(
+                        "a ",
+                        stringify!($t),
+                        " was pushed into a column of another type"
+                    ))),
+                }
+            }
+        }
+    };
+}
+push_fn!(push_i8, i8, I8);
+push_fn!(push_i16, i16, I16);
+push_fn!(push_i32, i32, I32);
+push_fn!(push_i64, i64, I64);
+push_fn!(push_u8, u8, U8);
+push_fn!(push_u16, u16, U16);
+push_fn!(push_u32, u32, U32);
+push_fn!(push_u64, u64, U64);
+push_fn!(push_f32, f32, F32);
+push_fn!(push_f64, f64, F64);
+push_fn!(push_i128, i128, I128);
+push_fn!(push_i256, i256, I256);
+
+impl ColumnBuilder {
+    /// Append a boolean.
+    #[inline]
+    pub fn push_bool(&mut self, v: bool) -> Result<()> {
+        match &mut self.kind {
+            Kind::Bool { values, validity } => {
+                values.append(v);
+                validity.push(true);
+                Ok(())
+            }
+            _ => Err(Error::internal(
+                "a bool was pushed into a column of another type",
+            )),
+        }
+    }
+
+    /// Append text or binary bytes (text is validated for the whole batch when it is built),
+    /// or a FixedSizeBinary value of the right width.
+    #[inline]
+    pub fn push_bytes(&mut self, v: &[u8]) -> Result<()> {
+        match &mut self.kind {
+            Kind::Var {
+                offsets,
+                data,
+                validity,
+                ..
+            } => {
+                data.extend_from_slice(v);
+                let end = i32::try_from(data.len()).map_err(|_| {
+                    Error::data(
+                        "a batch holds more than 2 GB of text or binary; lower --batch-size",
+                    )
+                })?;
+                offsets.push(end);
+                validity.push(true);
+                Ok(())
+            }
+            Kind::FixedBinary {
+                width,
+                data,
+                validity,
+            } if v.len() == *width => {
+                data.extend_from_slice(v);
+                validity.push(true);
+                Ok(())
+            }
+            Kind::FixedBinary { width, .. } => Err(Error::data(format!(
+                "a value of {} bytes does not fit a fixed-size binary of {width}",
+                v.len()
+            ))),
+            _ => Err(Error::internal(
+                "bytes were pushed into a column of another type",
+            )),
+        }
+    }
+}
+
+/// The builders of a whole batch, with the row count and the byte budget bookkeeping.
+#[derive(Debug)]
+pub struct BatchBuilder {
+    schema: SchemaRef,
+    columns: Vec<ColumnBuilder>,
+    rows: usize,
+}
+
+impl BatchBuilder {
+    /// Builders for `schema`, sized for a first batch of `rows`.
+    pub fn new(schema: SchemaRef, rows: usize) -> Result<Self> {
+        let columns = schema
+            .fields()
+            .iter()
+            .map(|f| ColumnBuilder::new(f.data_type(), rows, rows * 16))
+            .collect::<Result<_>>()?;
+        Ok(BatchBuilder {
+            schema,
+            columns,
+            rows: 0,
+        })
+    }
+
+    /// The column builders, in schema order.
+    pub fn columns(&mut self) -> &mut [ColumnBuilder] {
+        &mut self.columns
+    }
+
+    /// The schema.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// Count one complete row (every column appended once).
+    #[inline]
+    pub fn row_done(&mut self) {
+        self.rows += 1;
+    }
+
+    /// Rows since the last batch.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Build the batch of the rows so far; the builders keep their memory for the next one.
+    pub fn finish(&mut self) -> Result<RecordBatch> {
+        let arrays = self
+            .columns
+            .iter_mut()
+            .map(ColumnBuilder::finish)
+            .collect::<Result<Vec<_>>>()?;
+        let rows = std::mem::take(&mut self.rows);
+        Ok(RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            arrays,
+            &RecordBatchOptions::new().with_row_count(Some(rows)),
+        )?)
+    }
+
+    /// Take back the memory of a batch this builder produced (see [`ColumnBuilder::recycle`]).
+    pub fn recycle(&mut self, batch: RecordBatch) {
+        let columns: Vec<ArrayRef> = batch.columns().to_vec();
+        drop(batch);
+        for (b, a) in self.columns.iter_mut().zip(columns) {
+            b.recycle(a);
+        }
+    }
+}
+
+/// A field for tests and adapters: `name` of `dt`, nullable.
+pub fn field(name: &str, dt: DataType) -> Field {
+    Field::new(name, dt, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int64Type, TimestampMicrosecondType};
+    use arrow_schema::{Schema, TimeUnit};
+    use std::sync::Arc;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            field("i", DataType::Int64),
+            field("s", DataType::Utf8),
+            field(
+                "t",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            ),
+            field(
+                "l",
+                DataType::List(Arc::new(field("item", DataType::Int64))),
+            ),
+        ]))
+    }
+
+    fn fill(b: &mut BatchBuilder, n: i64) {
+        for i in 0..n {
+            let c = b.columns();
+            c[0].push_i64(i).unwrap();
+            if i % 3 == 0 {
+                c[1].push_null()
+            } else {
+                c[1].push_bytes(format!("v{i}").as_bytes()).unwrap()
+            }
+            c[2].push_i64(i * 1_000_000).unwrap();
+            let items = c[3].list_items().unwrap();
+            items.push_i64(i).unwrap();
+            items.push_null();
+            c[3].push_list_end().unwrap();
+            b.row_done();
+        }
+    }
+
+    #[test]
+    fn builds_and_reuses_memory() {
+        let mut b = BatchBuilder::new(schema(), 16).unwrap();
+        fill(&mut b, 1000);
+        let batch = b.finish().unwrap();
+        assert_eq!(batch.num_rows(), 1000);
+        assert_eq!(batch.column(0).as_primitive::<Int64Type>().value(999), 999);
+        assert!(batch.column(1).is_null(0));
+        assert_eq!(batch.column(1).as_string::<i32>().value(1), "v1");
+        assert_eq!(
+            batch
+                .column(2)
+                .as_primitive::<TimestampMicrosecondType>()
+                .value(2),
+            2_000_000
+        );
+        assert_eq!(
+            batch.column(2).data_type(),
+            &DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+        );
+        assert_eq!(batch.column(3).as_list::<i32>().value(5).len(), 2);
+        let ptr = batch.column(0).to_data().buffers()[0].as_ptr();
+        b.recycle(batch);
+        fill(&mut b, 10);
+        let again = b.finish().unwrap();
+        assert_eq!(again.num_rows(), 10);
+        assert_eq!(
+            again.column(0).to_data().buffers()[0].as_ptr(),
+            ptr,
+            "the same memory is reused"
+        );
+        assert_eq!(again.column(1).as_string::<i32>().value(2), "v2");
+    }
+
+    #[test]
+    fn invalid_utf8_is_a_data_error() {
+        let s = Arc::new(Schema::new(vec![field("s", DataType::Utf8)]));
+        let mut b = BatchBuilder::new(s, 4).unwrap();
+        b.columns()[0].push_bytes(&[0xff, 0xfe]).unwrap();
+        b.row_done();
+        let e = b.finish().unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Data, "{e}");
+    }
+}
