@@ -1,6 +1,7 @@
 //! The `sluice` command: flags and YAML → a validated job → run → report, and an exit code
 //! that tells configuration, source and destination failures apart.
 
+mod alloc;
 mod args;
 mod config;
 mod display;
@@ -52,6 +53,7 @@ fn init_logging(cli: &Cli) {
 }
 
 fn main() -> ExitCode {
+    alloc::tune();
     let cli = Cli::parse();
     init_logging(&cli);
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -1,0 +1,33 @@
+//! Allocator settings for the `sluice` process.
+//!
+//! Why: glibc's malloc raises its mmap threshold dynamically (up to 32 MB) after the first large
+//! buffer is freed, so later multi-megabyte batch and page buffers come from the heap, and the
+//! heap keeps freed memory instead of returning it. Measured on a 10 M-row export, that retention
+//! alone put peak RSS at ~100 MB against a 64 MB budget; with a fixed 256 KB mmap threshold and a
+//! 128 KB trim threshold the same run peaked under 64 MB at no measurable cost in speed, because
+//! the engine recycles its big buffers rather than allocating them per batch.
+//!
+//! Limits: only glibc targets are tuned (musl and others keep their defaults); a library must
+//! not change the process allocator, so this lives in the binary, and the environment
+//! (`MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`) still wins when set.
+
+/// Fix glibc's mmap and trim thresholds unless the user set them in the environment.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+pub fn tune() {
+    const MMAP_THRESHOLD: libc::c_int = 256 << 10;
+    const TRIM_THRESHOLD: libc::c_int = 128 << 10;
+    if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
+        // SAFETY: mallopt only changes allocator parameters; it is called once at start-up,
+        // before any other thread exists.
+        unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD) };
+    }
+    if std::env::var_os("MALLOC_TRIM_THRESHOLD_").is_none() {
+        // SAFETY: as above.
+        unsafe { libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD) };
+    }
+}
+
+/// Other targets keep their allocator's defaults.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn tune() {}
