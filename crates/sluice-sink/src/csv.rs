@@ -58,21 +58,24 @@ impl CsvPart {
                 }
                 part.field.clear();
                 part.field.extend_from_slice(f.name().as_bytes());
-                part.push_field(false);
+                part.push_field(false, true);
             }
             part.buf.extend_from_slice(b"\n");
         }
         Ok(part)
     }
 
-    fn push_field(&mut self, from_value: bool) {
+    /// Append the rendered field, quoted if it must be. `scan` is false for columns whose text
+    /// (numbers, dates, times) cannot contain the delimiter, a quote or a line break.
+    fn push_field(&mut self, from_value: bool, scan: bool) {
         let d = self.options.delimiter;
         let needs = (from_value && self.field.is_empty())
             || (!self.options.null.is_empty() && self.field == self.options.null.as_bytes())
-            || self
-                .field
-                .iter()
-                .any(|&c| c == d || c == b'"' || c == b'\r' || c == b'\n');
+            || (scan
+                && self
+                    .field
+                    .iter()
+                    .any(|&c| c == d || c == b'"' || c == b'\r' || c == b'\n'));
         if needs {
             self.buf.push(b'"');
             for &c in &self.field {
@@ -112,6 +115,11 @@ impl PartWriter for CsvPart {
             .zip(schema.fields())
             .map(|(a, f)| renderer(a, f))
             .collect::<Result<Vec<_>>>()?;
+        let scan: Vec<bool> = schema
+            .fields()
+            .iter()
+            .map(|f| !plain_text(f.data_type(), self.options.delimiter))
+            .collect();
         for row in 0..batch.num_rows() {
             for (c, render) in renders.iter().enumerate() {
                 if c > 0 {
@@ -122,7 +130,7 @@ impl PartWriter for CsvPart {
                 } else {
                     self.field.clear();
                     render(row, &mut self.field);
-                    self.push_field(true);
+                    self.push_field(true, scan[c]);
                 }
             }
             self.buf.extend_from_slice(b"\n");
@@ -153,4 +161,31 @@ impl PartWriter for CsvPart {
             out.abort();
         }
     }
+}
+
+/// Whether values of this type always render as text free of the delimiter, quotes and line
+/// breaks: digits, signs, `.`, `:`, `-`, spaces, letters of `NaN`/`Infinity`/`e`/`Z`/`true`.
+/// Only for the usual delimiters; any other delimiter scans every field.
+fn plain_text(dt: &arrow_schema::DataType, delimiter: u8) -> bool {
+    use arrow_schema::DataType::*;
+    matches!(delimiter, b',' | b'\t' | b';' | b'|')
+        && matches!(
+            dt,
+            Boolean
+                | Int8
+                | Int16
+                | Int32
+                | Int64
+                | UInt8
+                | UInt16
+                | UInt32
+                | UInt64
+                | Float32
+                | Float64
+                | Decimal128(..)
+                | Decimal256(..)
+                | Date32
+                | Time64(_)
+                | Timestamp(..)
+        )
 }

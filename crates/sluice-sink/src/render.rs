@@ -91,21 +91,77 @@ fn decimal(out: &mut Vec<u8>, digits: &str, scale: i8) {
 
 fn fraction(out: &mut Vec<u8>, micros: u32) {
     if micros != 0 {
-        let s = format!(".{micros:06}");
-        out.extend_from_slice(s.trim_end_matches('0').as_bytes());
+        let mut digits = [b'0'; 6];
+        let mut m = micros;
+        for d in digits.iter_mut().rev() {
+            *d = b'0' + (m % 10) as u8;
+            m /= 10;
+        }
+        let used = 6 - digits.iter().rev().take_while(|&&d| d == b'0').count();
+        out.push(b'.');
+        out.extend_from_slice(&digits[..used]);
     }
+}
+
+/// Two digits of `v` (0..=99).
+fn two(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&[b'0' + (v / 10) as u8, b'0' + (v % 10) as u8]);
+}
+
+/// `HH:MM:SS` of a second of the day.
+fn hms(out: &mut Vec<u8>, secs: u32) {
+    two(out, secs / 3600);
+    out.push(b':');
+    two(out, (secs / 60) % 60);
+    out.push(b':');
+    two(out, secs % 60);
+}
+
+/// Year, month, day of a day count since 1970-01-01 in the proleptic Gregorian calendar
+/// (the civil-from-days algorithm: 400-year eras of 146,097 days).
+fn civil(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// `YYYY-MM-DD` for years 0..=9999 without going through a formatter; `false` outside them,
+/// where the caller falls back to chrono's ISO 8601 form (sign and more digits).
+fn ymd(out: &mut Vec<u8>, days: i64) -> bool {
+    let (y, m, d) = civil(days);
+    if !(0..=9999).contains(&y) {
+        return false;
+    }
+    let y = y as u32;
+    two(out, y / 100);
+    two(out, y % 100);
+    out.push(b'-');
+    two(out, m);
+    out.push(b'-');
+    two(out, d);
+    true
 }
 
 fn time_of_day(out: &mut Vec<u8>, micros: i64) {
     let secs = micros.div_euclid(1_000_000);
     let frac = micros.rem_euclid(1_000_000) as u32;
-    let _ = write!(
-        out,
-        "{:02}:{:02}:{:02}",
-        secs / 3600,
-        (secs / 60) % 60,
-        secs % 60
-    );
+    if (0..100 * 3600).contains(&secs) {
+        hms(out, secs as u32);
+    } else {
+        let _ = write!(
+            out,
+            "{:02}:{:02}:{:02}",
+            secs / 3600,
+            (secs / 60) % 60,
+            secs % 60
+        );
+    }
     fraction(out, frac);
 }
 
@@ -113,6 +169,7 @@ fn date(out: &mut Vec<u8>, days: i32) {
     match days {
         i32::MAX => out.extend_from_slice(b"infinity"),
         i32::MIN => out.extend_from_slice(b"-infinity"),
+        d if ymd(out, d as i64) => {}
         d => match NaiveDate::from_ymd_opt(1970, 1, 1)
             .and_then(|e| e.checked_add_signed(chrono::Duration::days(d as i64)))
         {
@@ -130,18 +187,28 @@ fn timestamp(out: &mut Vec<u8>, micros: i64, zoned: bool) {
     match micros {
         i64::MAX => out.extend_from_slice(b"infinity"),
         i64::MIN => out.extend_from_slice(b"-infinity"),
-        m => match DateTime::from_timestamp_micros(m) {
-            Some(dt) => {
-                let _ = write!(out, "{}", dt.format("%Y-%m-%d %H:%M:%S"));
-                fraction(out, (m.rem_euclid(1_000_000)) as u32);
-                if zoned {
-                    out.push(b'Z');
+        m => {
+            let secs = m.div_euclid(1_000_000);
+            let fast = ymd(out, secs.div_euclid(86_400));
+            if fast {
+                out.push(b' ');
+                hms(out, secs.rem_euclid(86_400) as u32);
+            } else {
+                match DateTime::from_timestamp_micros(m) {
+                    Some(dt) => {
+                        let _ = write!(out, "{}", dt.format("%Y-%m-%d %H:%M:%S"));
+                    }
+                    None => {
+                        let _ = write!(out, "{m}");
+                        return;
+                    }
                 }
             }
-            None => {
-                let _ = write!(out, "{m}");
+            fraction(out, (m.rem_euclid(1_000_000)) as u32);
+            if zoned {
+                out.push(b'Z');
             }
-        },
+        }
     }
 }
 
@@ -386,6 +453,37 @@ mod tests {
         );
         assert_eq!(s(|o| interval(o, 0, 0, 0)), "PT0S");
         assert_eq!(s(|o| interval(o, -1, 0, -60_000_000)), "P-1MT-1M");
+    }
+
+    #[test]
+    fn fast_calendar_matches_chrono() {
+        // Every day from 0001-01-01 to 9999-12-31 in steps, plus the edges around them.
+        let first = NaiveDate::from_ymd_opt(1, 1, 1).unwrap();
+        let epoch = NaiveDate::from_ymd_opt(1970, 1, 1).unwrap();
+        let start = (first - epoch).num_days();
+        let end = (NaiveDate::from_ymd_opt(9999, 12, 31).unwrap() - epoch).num_days();
+        let mut d = start - 400;
+        while d <= end + 400 {
+            let want = (epoch + chrono::Duration::days(d))
+                .format("%Y-%m-%d")
+                .to_string();
+            assert_eq!(s(|o| date(o, d as i32)), want, "day {d}");
+            d += 37;
+        }
+        for m in [
+            0i64,
+            -1,
+            86_399_999_999,
+            951_782_400_123_456,
+            -62_135_596_800_000_001,
+        ] {
+            let dt = DateTime::from_timestamp_micros(m).unwrap();
+            let mut want = dt.format("%Y-%m-%d %H:%M:%S%.f").to_string();
+            if want.contains('.') {
+                want = want.trim_end_matches('0').to_string();
+            }
+            assert_eq!(s(|o| timestamp(o, m, false)), want, "micros {m}");
+        }
     }
 
     #[test]
