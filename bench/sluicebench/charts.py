@@ -18,6 +18,7 @@ from sluicebench.settings import size_label  # noqa: E402
 FAMILY_COLORS = {
     "sluice": "#1f6fb4",
     "floor": "#555555",
+    "psql": "#999999",
     "rivet": "#d9822b",
     "connectorx": "#3a9a4a",
     "python": "#9a4ab0",
@@ -125,7 +126,8 @@ def _bar_chart(
         0.01,
         0.005,
         "bar colour: blue sluice · grey floor · orange rivet · green ConnectorX · "
-        "purple classic Python; shade: dataset size; whiskers: min–max over runs",
+        "light grey psql CSV · purple classic Python; shade: dataset size; "
+        "whiskers: min–max over runs",
         fontsize=7,
         color="#444444",
     )
@@ -178,6 +180,60 @@ def _harm_chart(rows: list[Row], engine: str, path: Path) -> Path | None:
     return path
 
 
+def _scaling_chart(rows: list[Row], engine: str, path: Path) -> Path | None:
+    """sluice rows/s at 1, 2, 4 workers, ctid against key chunks, with the floor as a line;
+    one panel per dataset kind (its largest size)."""
+    panels = [(k, sizes) for k, sizes, _ in _panels(rows, engine)]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
+    drawn = False
+    for ax, (kind, sizes) in zip(axes[0], panels):
+        size = sizes[-1]
+        sel = {r.name: r for r in rows if r.engine == engine and r.kind == kind and r.rows == size}
+        for chunk, style in (("ctid", "o-"), ("key", "s--")):
+            pts = [
+                (n, sel[f"sluice-{chunk}-p{n}"].rows_per_second.median)
+                for n in (1, 2, 4)
+                if f"sluice-{chunk}-p{n}" in sel and sel[f"sluice-{chunk}-p{n}"].rows_per_second
+            ]
+            if pts:
+                drawn = True
+                ax.plot(*zip(*pts), style, color=FAMILY_COLORS["sluice"], label=f"sluice {chunk}")
+        floor = sel.get("floor-copy-binary")
+        if floor and floor.rows_per_second:
+            ax.axhline(
+                floor.rows_per_second.median,
+                color=FAMILY_COLORS["floor"],
+                linestyle=":",
+                label="psql binary COPY floor",
+            )
+        for fam in ("connectorx", "rivet"):
+            pts = [
+                (n, sel[f"{fam}-p{n}"].rows_per_second.median)
+                for n in (1, 2, 4)
+                if f"{fam}-p{n}" in sel and sel[f"{fam}-p{n}"].rows_per_second
+            ]
+            if pts:
+                ax.plot(*zip(*pts), "^-", color=FAMILY_COLORS[fam], alpha=0.8, label=fam)
+        ax.set_xticks([1, 2, 4])
+        ax.set_xlabel("workers")
+        ax.set_ylabel("rows per second")
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"{kind} {size_label(size)}", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    if not drawn:
+        plt.close(fig)
+        return None
+    fig.suptitle(f"Parallel scaling ({engine}, 2 cores shared with the server)", fontsize=12)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def draw_all(rows: list[Row], out: Path) -> list[tuple[str, Path]]:
     """Every chart for every engine measured; returns (title, path) pairs."""
     charts: list[tuple[str, Path]] = []
@@ -211,6 +267,10 @@ def draw_all(rows: list[Row], out: Path) -> list[tuple[str, Path]]:
                 ),
             ),
             (f"Harm by strategy ({engine})", _harm_chart(rows, engine, out / f"harm-{engine}.png")),
+            (
+                f"Parallel scaling of sluice ({engine})",
+                _scaling_chart(rows, engine, out / f"scaling-{engine}.png"),
+            ),
         ):
             if path:
                 charts.append((title, path))

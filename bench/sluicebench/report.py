@@ -9,6 +9,7 @@ from pathlib import Path
 from sluicebench.aggregate import Row, aggregate, family_rank, find, floor_for, peer_for
 from sluicebench.charts import draw_all
 from sluicebench.results import load
+from sluicebench.sections import headline, memory, scaling
 from sluicebench.settings import REPO_DIR, size_label
 
 MIB = 2**20
@@ -33,6 +34,23 @@ TARGETS = [
     Target("narrow", "rss", 64, "narrow: peak RSS ≤ 64 MiB at 2 workers"),
     Target("wide", "floor", 1.2, "wide: wall ≤ 1.2× the psql binary COPY floor"),
     Target("wide", "rss", 128, "wide: peak RSS ≤ 128 MiB at 2 workers"),
+]
+
+
+# Peers a reader may expect here, and why they are not in the tables.
+NOT_INSTALLABLE = [
+    (
+        "DuckDB postgres scanner",
+        "the `duckdb` package installs from PyPI, but its `postgres` extension is downloaded "
+        "at run time from DuckDB's own extension server, which is not a package registry this "
+        "lab installs from; `INSTALL postgres` fails, so DuckDB is not measured.",
+    ),
+    (
+        "pgcopydb",
+        "a Debian package exists, but it copies a database into another database (COPY out, "
+        "COPY in); it writes no Parquet or CSV files, so its times would not compare. Its read "
+        "side is the same `COPY` the floor measures.",
+    ),
 ]
 
 
@@ -109,7 +127,7 @@ def render(results_dir: Path, docs_dir: Path) -> Path:
     charts_dir = docs_dir / "bench"
     charts = draw_all(rows, charts_dir)
     drawn = {path for _, path in charts}
-    for pattern in ("throughput-*.png", "rss-*.png", "harm-*.png"):
+    for pattern in ("throughput-*.png", "rss-*.png", "harm-*.png", "scaling-*.png"):
         for old in charts_dir.glob(pattern):
             if old not in drawn:
                 old.unlink()  # a chart of an engine this run did not measure
@@ -185,6 +203,10 @@ def render(results_dir: Path, docs_dir: Path) -> Path:
         add("sluice meets every target measured in this run.")
     add("")
 
+    L.extend(headline(rows))
+    L.extend(scaling(rows))
+    L.extend(memory(rows))
+
     add("## Charts")
     add("")
     for title, path in charts:
@@ -256,17 +278,18 @@ def render(results_dir: Path, docs_dir: Path) -> Path:
     add("")
 
     unavailable = dict(lab.get("unavailable") or {})
-    if unavailable:
-        add("## Not measured")
-        add("")
-        for k, why in unavailable.items():
-            label = {
-                "mariadb": "MariaDB (all strategies)",
-                "mariadb-sluice": "sluice on MariaDB",
-                "rivet": "rivet",
-            }.get(k, k)
-            add(f"- **{label}**: not available yet — {why}")
-        add("")
+    add("## Not measured")
+    add("")
+    for k, why in unavailable.items():
+        label = {
+            "mariadb": "MariaDB (all strategies)",
+            "mariadb-sluice": "sluice on MariaDB",
+            "rivet": "rivet",
+        }.get(k, k)
+        add(f"- **{label}**: not available in this build — {why}")
+    for label, why in NOT_INSTALLABLE:
+        add(f"- **{label}**: {why}")
+    add("")
 
     add("## How it is measured")
     add("")

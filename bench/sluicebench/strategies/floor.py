@@ -24,6 +24,15 @@ def _psql(fmt: str):
     return build
 
 
+def _psql_csv(ctx: Context) -> Invocation:
+    """psql writing a real CSV file with a header: what a user does without a tool, and the
+    natural peer of sluice's CSV output (one connection, one file, checked like sluice's)."""
+    ctx.out.mkdir(parents=True, exist_ok=True)  # psql does not create directories
+    path = ctx.out / f"{ctx.dataset.table}.csv"
+    cmd = f"\\copy public.{ctx.dataset.table} TO '{path}' (FORMAT csv, HEADER)"
+    return Invocation(argv=["psql", "-X", "-v", "ON_ERROR_STOP=1", ctx.url, "-c", cmd])
+
+
 def _mariadb(ctx: Context) -> Invocation:
     # The client's arguments are passed as the script's positional parameters: no quoting.
     script = 'mariadb "$@" | wc -l'
@@ -67,6 +76,14 @@ def strategies(engine: str) -> list[Strategy]:
                 "psql \\copy … (text) to /dev/null",
                 _psql("text"),
                 writes_files=False,
+            ),
+            Strategy(
+                "psql-csv-file",
+                "psql",
+                engine,
+                1,
+                "psql \\copy … (FORMAT csv, HEADER) to a CSV file",
+                _psql_csv,
             ),
         ]
     return [

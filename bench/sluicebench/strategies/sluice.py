@@ -14,7 +14,9 @@ PG_VARIANTS = [
     ("ctid-p1", 1, "ctid", "snapshot", "parquet", [], "ctid chunks, 1 worker"),
     ("ctid-p2", 2, "ctid", "snapshot", "parquet", [], "ctid chunks, 2 workers"),
     ("ctid-p4", 4, "ctid", "snapshot", "parquet", [], "ctid chunks, 4 workers"),
+    ("key-p1", 1, "key", "snapshot", "parquet", [], "key-range chunks, 1 worker"),
     ("key-p2", 2, "key", "snapshot", "parquet", [], "key-range chunks, 2 workers"),
+    ("key-p4", 4, "key", "snapshot", "parquet", [], "key-range chunks, 4 workers"),
     (
         "ctid-p2-chunk",
         2,
@@ -24,6 +26,7 @@ PG_VARIANTS = [
         [],
         "ctid, 2 workers, a transaction per chunk",
     ),
+    ("ctid-p1-csv", 1, "ctid", "snapshot", "csv", [], "ctid, 1 worker, CSV"),
     ("ctid-p2-csv", 2, "ctid", "snapshot", "csv", [], "ctid, 2 workers, CSV"),
     (
         "ctid-p2-nofsync",
