@@ -57,6 +57,8 @@ class Row:
     connections: Stat | None = None
     server_cpu: Stat | None = None
     files: Stat | None = None
+    predicted_rss: Stat | None = None  # the tool's own prediction (sluice's report), if any
+    own_rss: Stat | None = None  # the tool's own peak RSS figure (sluice's report), if any
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -115,6 +117,10 @@ def aggregate(runs: list[dict]) -> list[Row]:
             row.connections = pick(lambda r: r["harm"].get("peak_connections"))
             row.server_cpu = pick(lambda r: r["harm"].get("server_cpu_seconds"))
             row.files = pick(lambda r: r["output"]["files"] or None)
+            row.predicted_rss = pick(
+                lambda r: (r.get("tool_report") or {}).get("predicted_peak_rss_bytes")
+            )
+            row.own_rss = pick(lambda r: (r.get("tool_report") or {}).get("peak_rss_bytes"))
         rows.append(row)
     rows.sort(
         key=lambda r: (

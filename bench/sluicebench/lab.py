@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -66,7 +67,13 @@ def run_lab(s: Settings) -> Path:
         rivet=None if "rivet" in s.unavailable else _env("SLUICE_BENCH_RIVET", None),
     )
     s.scratch.mkdir(parents=True, exist_ok=True)
-    out_dir = results.new_results_dir(s.results_root)
+    if s.append:
+        out_dir = s.append
+        earlier = results.load(out_dir)
+        run_offset = max((r["run"] for r in earlier.runs), default=0)
+    else:
+        out_dir = results.new_results_dir(s.results_root)
+        earlier, run_offset = None, 0
     log(f"results go to {out_dir}")
 
     engines: list[Engine] = []
@@ -111,19 +118,28 @@ def run_lab(s: Settings) -> Path:
         "unavailable": s.unavailable,
         "datasets": [],
     }
+    if earlier:
+        # Keep the first invocation's header; list every command that added runs.
+        first = earlier.lab
+        first.setdefault("appended", []).append(
+            {"command": lab["command"], "started_at": lab["started_at"], "runs": s.runs}
+        )
+        first["unavailable"] = {**first.get("unavailable", {}), **s.unavailable}
+        lab = first
     if "mariadb" in s.engines and "mariadb" in s.unavailable:
         log(f"MariaDB not available yet: {s.unavailable['mariadb']}")
     results.write_json(out_dir / "lab.json", lab)
 
     for kind, rows in datasets_wanted(s):
         ds = datasets.ensure(pg, kind, rows, log=log)
-        lab["datasets"].append(asdict(ds))
+        if asdict(ds) not in lab["datasets"]:
+            lab["datasets"].append(asdict(ds))
         results.write_json(out_dir / "lab.json", lab)
         for engine in engines:
             if engine.name == "mariadb":
                 mariadb.copy_dataset(pg, pg_url, engine.url, ds, log=log)
             strategies = [st for st in all_strategies(engine.name) if _runnable(st, s)]
-            for run in range(1, s.runs + 1):
+            for run in range(run_offset + 1, run_offset + s.runs + 1):
                 order = strategies if run % 2 == 1 else list(reversed(strategies))
                 for pos, st in enumerate(order, 1):
                     r = measure_one(engine, ds, st, run, pos, tools, s)
@@ -138,8 +154,6 @@ def run_lab(s: Settings) -> Path:
 
 
 def _env(name: str, default):
-    import os
-
     return os.environ.get(name) or default
 
 
@@ -195,11 +209,14 @@ def measure_one(
         else MariaHarmSampler(engine.url, s.sample_interval)
     )
     time.sleep(0.5)  # let the previous run's backends go
+    # Other work on the machine shows in the times: the load average is kept with each run.
+    record["load_average_before"] = list(os.getloadavg())
     sampler.prepare()
     m = run_measured(
         inv.argv, env=inv.env, cwd=inv.cwd, timeout=RUN_TIMEOUT, on_start=sampler.start
     )
     harm = sampler.stop()
+    record["load_average_after"] = list(os.getloadavg())
 
     record.update(
         {

@@ -151,8 +151,12 @@ def render(results_dir: Path, docs_dir: Path) -> Path:
     )
     add("")
     add(f"- Command: `{lab['command']}`")
+    for extra in lab.get("appended", []):
+        add(f"- More runs added {extra['started_at'][:16].replace('T', ' ')} UTC: `{extra['command']}`")
     add(
-        f"- Runs per strategy: {lab['settings']['runs']}, in alternating order (forward, then reversed); "
+        f"- Runs per strategy: {lab['settings']['runs']}"
+        + (" in the first command (see each table's runs column for the total)" if lab.get("appended") else "")
+        + ", in alternating order (forward, then reversed); "
         "figures are the median with (min–max) when there is more than one run."
     )
     add(
@@ -163,6 +167,23 @@ def render(results_dir: Path, docs_dir: Path) -> Path:
         f"`bench/run --report-only {rel_results}`."
     )
     add("")
+
+    notes = results_dir / "notes.md"
+    if notes.exists():
+        add("## Notes on this run")
+        add("")
+        add(notes.read_text().strip())
+        add("")
+    loads = [
+        r["load_average_before"][0] for r in loaded.runs if r.get("load_average_before")
+    ]
+    if loads:
+        mid = sorted(loads)[len(loads) // 2]
+        add(
+            f"Load average (1 min) when each strategy started: median {mid:.1f}, "
+            f"min {min(loads):.1f}, max {max(loads):.1f} on {m['cores']} cores."
+        )
+        add("")
 
     add("## Targets")
     add("")
@@ -225,18 +246,18 @@ def render(results_dir: Path, docs_dir: Path) -> Path:
         add("")
         held = "longest xact s" if engine == "pg" else "longest query s"
         add(
-            "| strategy | workers | wall s | rows/s | MB/s | peak RSS MiB | CPU s | output MB (files) | "
+            "| strategy | workers | runs | wall s | rows/s | MB/s | peak RSS MiB | CPU s | output MB (files) | "
             f"xmin age | {held} | conns | server CPU s | vs floor | vs ConnectorX | vs rivet |"
         )
-        add("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+        add("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
         for r in dset:
             name = f"**{r.name}**" if r.family == "sluice" else r.name
             if r.unavailable:
-                add(f"| {name} | {r.workers} | not available | | | | | | | | | | | | |")
+                add(f"| {name} | {r.workers} | – | not available | | | | | | | | | | | | |")
                 continue
             if not r.wall:
                 add(
-                    f"| {name} | {r.workers} | **failed** ({len(r.failures)}/{r.runs}) "
+                    f"| {name} | {r.workers} | {r.runs} | **failed** ({len(r.failures)}/{r.runs}) "
                     "| | | | | | | | | | | | |"
                 )
                 continue
@@ -249,7 +270,7 @@ def render(results_dir: Path, docs_dir: Path) -> Path:
                     _ratio(r, peer_for(rows, r, "rivet")),
                 ]
             add(
-                f"| {name}{flag} | {r.workers} | {_range(r.wall)} | {_rate(r.rows_per_second.median)} | "
+                f"| {name}{flag} | {r.workers} | {r.ok} | {_range(r.wall)} | {_rate(r.rows_per_second.median)} | "
                 f"{_f(r.mb_per_second.median, 0)} | {_range(r.rss, MIB, 0)} | {_f(r.cpu.median)} | "
                 f"{_output(r)} | "
                 f"{_f(r.xmin_age.median, 0) if r.xmin_age else '–'} | "

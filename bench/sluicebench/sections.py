@@ -139,14 +139,17 @@ def memory(rows: list[Row]) -> list[str]:
         "binary, the allocator's slack and the connections' buffers, which the budget does "
         "not govern).",
         "",
-        "| dataset | strategy | workers | peak RSS MiB | × budget |",
-        "|---|---|--:|--:|--:|",
+        "| dataset | strategy | workers | peak RSS MiB (measured) | × budget "
+        "| sluice's own peak RSS MiB | sluice's predicted peak MiB |",
+        "|---|---|--:|--:|--:|--:|--:|",
     ]
     for r in sel:
         rss = r.rss.median / MIB
+        own = f"{r.own_rss.median / MIB:.0f}" if r.own_rss else "–"
+        pred = f"{r.predicted_rss.median / MIB:.0f}" if r.predicted_rss else "–"
         out.append(
             f"| {r.kind} {size_label(r.rows)} | {r.name} | {r.workers} | {rss:.0f} "
-            f"| {rss / MEMORY_BUDGET_MIB:.2f}× |"
+            f"| {rss / MEMORY_BUDGET_MIB:.2f}× | {own} | {pred} |"
         )
     return out + [""]
 

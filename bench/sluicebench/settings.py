@@ -60,6 +60,7 @@ class Settings:
     sample_interval: float
     command: str
     report_only: Path | None = None
+    append: Path | None = None
     no_report: bool = False
     list_only: bool = False
     unavailable: dict[str, str] = field(default_factory=dict)
@@ -113,6 +114,14 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         metavar="RESULTS_DIR",
         help="re-render docs/benchmarks.md and the charts from stored run JSON, measure nothing",
     )
+    p.add_argument(
+        "--append",
+        type=Path,
+        default=None,
+        metavar="RESULTS_DIR",
+        help="add runs to an earlier results directory (numbered after its runs) instead of "
+        "starting a new one; the report then covers both",
+    )
     a = p.parse_args(argv)
     narrow = _sizes(a.sizes)
     wide = _sizes(a.wide_sizes) if a.wide_sizes is not None else [_wide_default(n) for n in narrow]
@@ -134,6 +143,7 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         sample_interval=a.sample_interval,
         command=os.environ.get("SLUICE_BENCH_COMMAND", "bench/run " + " ".join(argv or [])),
         report_only=a.report_only,
+        append=a.append,
         no_report=a.no_report,
     )
     for key, env in (
