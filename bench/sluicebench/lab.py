@@ -191,8 +191,9 @@ def measure_one(
     why = _unavailable_reason(st, tools, s)
     if why:
         return {**record, "status": "unavailable", "error": why}
-    work = s.scratch / "work"
-    out = s.scratch / "out"
+    # Per lab process: two labs sharing a scratch directory must not delete each other's output.
+    work = s.scratch / f"lab-{os.getpid()}" / "work"
+    out = s.scratch / f"lab-{os.getpid()}" / "out"
     for d in (work, out):
         shutil.rmtree(d, ignore_errors=True)
     work.mkdir(parents=True)
@@ -270,6 +271,10 @@ def measure_one(
 def _cleanup(*dirs: Path) -> None:
     for d in dirs:
         shutil.rmtree(d, ignore_errors=True)
+        try:
+            d.parent.rmdir()  # the lab-<pid> directory, once both are gone
+        except OSError:
+            pass
     subprocess.run(["sync"], check=False)  # the next run should not pay for this one's writeback
 
 
@@ -277,7 +282,8 @@ def _print_line(engine: Engine, ds: Dataset, st: Strategy, run: int, r: dict) ->
     head = f"{engine.name} {ds.kind} {size_label(ds.rows)} run {run} {st.name:<22}"
     if r["status"] == "ok":
         print(
-            f"    {head} {r['wall_seconds']:7.2f} s  {r['rows_per_second'] / 1e6:6.2f} Mrows/s  "
+            f"    {head} {r['wall_seconds']:7.2f} s  {r['rows_per_second'] / 1e3:8.1f} krows/s  "
+            f"{r['mb_per_second']:6.1f} MB/s  "
             f"rss {r['peak_rss_bytes'] / 2**20:7.1f} MiB  cpu {r['cpu_seconds']:6.2f} s",
             flush=True,
         )
