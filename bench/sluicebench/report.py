@@ -97,7 +97,7 @@ def _verdict(row: Row | None, rows: list[Row], t: Target) -> tuple[str, str]:
         value = row.rss.median / MIB
         return (
             f"{value:.0f} MiB",
-            "meets" if value <= t.limit else f"**misses** ({value / t.limit:.1f}× the limit)",
+            "meets" if value <= t.limit else f"**misses** ({value / t.limit:.2f}× the limit)",
         )
     other = floor_for(rows, row) if t.what == "floor" else peer_for(rows, row, t.what)
     if other is None or other.wall is None:
