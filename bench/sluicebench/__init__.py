@@ -1,0 +1,1 @@
+"""sluice's benchmark lab: datasets, strategies, measurement, report. Entry point: bench/run."""

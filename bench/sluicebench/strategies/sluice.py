@@ -1,0 +1,97 @@
+"""sluice itself, in the variants the issues ask about.
+
+Defaults are sluice's own (zstd level 1, fsync on, chunk size chosen by the planner), so a
+row measures what a user gets; one variant turns fsync off to show what durability costs.
+"""
+
+from __future__ import annotations
+
+from sluicebench.strategies.base import Context, Invocation, Strategy
+
+# name suffix → (workers, chunk-by, consistency, format, extra flags, about)
+PG_VARIANTS = [
+    ("none-p1", 1, "none", "snapshot", "parquet", [], "one reader, no chunking (full table)"),
+    ("ctid-p1", 1, "ctid", "snapshot", "parquet", [], "ctid chunks, 1 worker"),
+    ("ctid-p2", 2, "ctid", "snapshot", "parquet", [], "ctid chunks, 2 workers"),
+    ("ctid-p4", 4, "ctid", "snapshot", "parquet", [], "ctid chunks, 4 workers"),
+    ("key-p1", 1, "key", "snapshot", "parquet", [], "key-range chunks, 1 worker"),
+    ("key-p2", 2, "key", "snapshot", "parquet", [], "key-range chunks, 2 workers"),
+    ("key-p4", 4, "key", "snapshot", "parquet", [], "key-range chunks, 4 workers"),
+    (
+        "ctid-p2-chunk",
+        2,
+        "ctid",
+        "chunk",
+        "parquet",
+        [],
+        "ctid, 2 workers, a transaction per chunk",
+    ),
+    ("ctid-p1-csv", 1, "ctid", "snapshot", "csv", [], "ctid, 1 worker, CSV"),
+    ("ctid-p2-csv", 2, "ctid", "snapshot", "csv", [], "ctid, 2 workers, CSV"),
+    (
+        "ctid-p2-nofsync",
+        2,
+        "ctid",
+        "snapshot",
+        "parquet",
+        ["--no-fsync"],
+        "ctid, 2 workers, --no-fsync",
+    ),
+]
+MYSQL_VARIANTS = [
+    ("none-p1", 1, "none", "snapshot", "parquet", [], "one reader, no chunking (full table)"),
+    ("key-p1", 1, "key", "snapshot", "parquet", [], "key-range chunks, 1 worker"),
+    ("key-p2", 2, "key", "snapshot", "parquet", [], "key-range chunks, 2 workers"),
+    ("key-p4", 4, "key", "snapshot", "parquet", [], "key-range chunks, 4 workers"),
+    ("key-p2-chunk", 2, "key", "chunk", "parquet", [], "key, 2 workers, a transaction per chunk"),
+    ("key-p2-csv", 2, "key", "snapshot", "csv", [], "key, 2 workers, CSV"),
+]
+
+
+def _build(workers: int, chunk_by: str, consistency: str, fmt: str, extra: list[str]):
+    def build(ctx: Context) -> Invocation:
+        report = ctx.work / "report.json"
+        table = f"public.{ctx.dataset.table}" if ctx.engine == "pg" else ctx.dataset.table
+        return Invocation(
+            argv=[
+                ctx.tools.sluice,
+                "export",
+                "-q",
+                "--source",
+                ctx.url,
+                "--table",
+                table,
+                "--to",
+                str(ctx.out),
+                "--format",
+                fmt,
+                "--parallel",
+                str(workers),
+                "--chunk-by",
+                chunk_by,
+                "--consistency",
+                consistency,
+                "--report-json",
+                str(report),
+                *extra,
+            ],
+            report_json=report,
+        )
+
+    return build
+
+
+def strategies(engine: str) -> list[Strategy]:
+    """sluice rows for `engine`."""
+    variants = PG_VARIANTS if engine == "pg" else MYSQL_VARIANTS
+    return [
+        Strategy(
+            f"sluice-{suffix}",
+            "sluice",
+            engine,
+            workers,
+            about,
+            _build(workers, chunk_by, consistency, fmt, extra),
+        )
+        for suffix, workers, chunk_by, consistency, fmt, extra, about in variants
+    ]
