@@ -32,14 +32,6 @@ fn big(db: &TestFdb, rows: u32) {
     ));
 }
 
-/// The tests of this file run one at a time: run concurrently in one process, the snapshot
-/// test has been seen to disagree with its oracle (see the notes of the Firebird adapter).
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn pointer_pages(db: &TestFdb, table: &str) -> usize {
     let r = db.row_strings(&format!(
         "SELECT COUNT(*) FROM RDB$PAGES p JOIN RDB$RELATIONS r ON r.RDB$RELATION_ID = p.RDB$RELATION_ID \
@@ -50,7 +42,6 @@ fn pointer_pages(db: &TestFdb, table: &str) -> usize {
 
 #[test]
 fn pointer_page_chunks_cover_every_row_once_and_merge_equals_one_worker() {
-    let _serial = serial();
     let db = TestFdb::new();
     big(&db, 60_000);
     let pps = pointer_pages(&db, "BIG");
@@ -202,7 +193,6 @@ fn matching_point(initial: &[String], exported: &[String], max: i64) -> Option<i
 
 #[test]
 fn workers_share_one_snapshot_under_concurrent_writes() {
-    let _serial = serial();
     let db = TestFdb::new();
     big(&db, 40_000);
     let initial = db.row_strings("SELECT ID, V, PAD FROM BIG");

@@ -209,12 +209,16 @@ impl FbTarget {
     /// Attach on the calling thread (blocking).
     fn attach(&self) -> Result<FbConn> {
         let lib = self.library.to_string_lossy().into_owned();
-        let mut client = DynLoad {
-            charset: charset::UTF_8,
-            lib_path: lib,
-        }
-        .try_to_client()
-        .map_err(|e| classify(e, Phase::Connect, &self.display))?;
+        let load = || {
+            DynLoad {
+                charset: charset::UTF_8,
+                lib_path: lib.clone(),
+            }
+            .try_to_client()
+            .map_err(|e| classify(e, Phase::Connect, &self.display))
+        };
+        keep_loaded(&lib, load)?;
+        let mut client = load()?;
         let db = client
             .attach_database(&self.attach_config(), Dialect::D3, false)
             .map_err(|e| classify(e, Phase::Connect, &self.display))?;
@@ -265,6 +269,20 @@ impl FbTarget {
             display: self.display.clone(),
         })
     }
+}
+
+/// Keep the client library loaded for the rest of the process. Each client handle loads the
+/// library and unloads it when dropped; an embedded engine unloaded while its own threads
+/// (garbage collector, cache writer) still run makes the process abort. One handle per library
+/// path is therefore leaked on first use.
+fn keep_loaded(lib: &str, load: impl Fn() -> Result<Client>) -> Result<()> {
+    static LOADED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+    if !loaded.iter().any(|l| l == lib) {
+        std::mem::forget(load()?);
+        loaded.push(lib.to_string());
+    }
+    Ok(())
 }
 
 /// A job run on a session's thread.

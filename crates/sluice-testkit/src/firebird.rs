@@ -146,12 +146,18 @@ pub struct FbConn {
 
 fn client() -> NativeFbClient<DynLoad> {
     need("FIREBIRD");
-    DynLoad {
-        charset: charset::UTF_8,
-        lib_path: need("FBCLIENT"),
-    }
-    .try_to_client()
-    .unwrap_or_else(|e| panic!("loading the Firebird client library: {e}"))
+    let load = || {
+        DynLoad {
+            charset: charset::UTF_8,
+            lib_path: need("FBCLIENT"),
+        }
+        .try_to_client()
+        .unwrap_or_else(|e| panic!("loading the Firebird client library: {e}"))
+    };
+    // Unloading the embedded engine while its threads run aborts the process: keep one handle.
+    static KEEP: std::sync::Once = std::sync::Once::new();
+    KEEP.call_once(|| std::mem::forget(load()));
+    load()
 }
 
 fn config(path: &Path) -> NativeFbAttachmentConfig {
@@ -270,18 +276,25 @@ impl Drop for FbConn {
     }
 }
 
+/// Tests of one process use the embedded engine one at a time (held for a test's lifetime), so
+/// a binary's Firebird tests run in turn: each already runs several processes and attachments,
+/// and the timing of one cannot disturb another.
+static ONE_TEST_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A database created for one test.
 pub struct TestFdb {
     /// The database file.
     pub path: PathBuf,
     /// Its embedded URL, `firebird:///…`.
     pub url: String,
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
 
 impl TestFdb {
     /// Create a database with a random name and 4 KB pages (the smallest, so that small test
     /// tables already span several pointer pages).
     pub fn new() -> TestFdb {
+        let turn = ONE_TEST_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let dir = PathBuf::from(need("SLUICE_TEST_FIREBIRD_DIR"));
         let path = dir.join(format!("t_{:016x}.fdb", rand::random::<u64>()));
         let mut c = client();
@@ -290,7 +303,11 @@ impl TestFdb {
             .unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
         let _ = c.detach_database(&mut db);
         let url = format!("firebird://{}", path.display());
-        TestFdb { path, url }
+        TestFdb {
+            path,
+            url,
+            _turn: turn,
+        }
     }
 
     /// A new attachment.
