@@ -8,6 +8,7 @@ use std::process::{Command, Output};
 
 #[allow(unused_imports)]
 pub use sluice_testkit::files;
+#[allow(unused_imports)]
 pub use sluice_testkit::pg::TestDb;
 
 /// The sluice binary built for these tests.

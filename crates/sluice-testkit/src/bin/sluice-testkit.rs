@@ -1,5 +1,6 @@
-//! `sluice-testkit run [--pg] -- COMMAND …`: start throwaway servers, run COMMAND with their
-//! URLs in the environment (`SLUICE_TEST_PG_URL`), stop and delete the servers, and exit with
+//! `sluice-testkit run [--pg] [--firebird] -- COMMAND …`: start throwaway servers, run COMMAND
+//! with their URLs in the environment (`SLUICE_TEST_PG_URL`; for `--firebird` an embedded
+//! runtime, see `sluice_testkit::firebird`), stop and delete the servers, and exit with
 //! COMMAND's status. Used by scripts/test, scripts/demo and bench/run.
 
 use anyhow::{Context, Result, bail};
@@ -18,15 +19,16 @@ fn main() -> ExitCode {
 fn run() -> Result<u8> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(split) = args.iter().position(|a| a == "--") else {
-        bail!("usage: sluice-testkit run [--pg] -- COMMAND [ARGS…]");
+        bail!("usage: sluice-testkit run [--pg] [--firebird] -- COMMAND [ARGS…]");
     };
     let (opts, cmd) = (&args[..split], &args[split + 1..]);
     if opts.first().map(String::as_str) != Some("run") || cmd.is_empty() {
-        bail!("usage: sluice-testkit run [--pg] -- COMMAND [ARGS…]");
+        bail!("usage: sluice-testkit run [--pg] [--firebird] -- COMMAND [ARGS…]");
     }
     let mut command = Command::new(&cmd[0]);
     command.args(&cmd[1..]);
     let mut servers = Vec::new();
+    let mut runtimes = Vec::new();
     for o in &opts[1..] {
         match o.as_str() {
             "--pg" => {
@@ -35,6 +37,16 @@ fn run() -> Result<u8> {
                 eprintln!("sluice-testkit: PostgreSQL on 127.0.0.1:{}", pg.port);
                 command.env("SLUICE_TEST_PG_URL", pg.url());
                 servers.push(pg);
+            }
+            "--firebird" => {
+                let fb = sluice_testkit::firebird::Runtime::prepare()
+                    .context("preparing the embedded Firebird runtime")?;
+                eprintln!(
+                    "sluice-testkit: embedded Firebird in {}",
+                    fb.root().display()
+                );
+                command.envs(fb.env());
+                runtimes.push(fb);
             }
             other => bail!("unknown option {other}"),
         }
@@ -48,6 +60,7 @@ fn run() -> Result<u8> {
     ignore_interrupts();
     let status = child.wait()?;
     drop(servers);
+    drop(runtimes);
     Ok(status.code().map(|c| c.clamp(0, 255) as u8).unwrap_or(1))
 }
 

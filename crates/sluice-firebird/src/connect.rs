@@ -1,0 +1,504 @@
+//! Connecting: URL parsing, finding the client library, and one thread per session.
+//!
+//! # URLs
+//! - `firebird:///abs/path/db.fdb` — **embedded**: the engine runs inside sluice's process,
+//!   no server. The client library is found through `FIREBIRD` (the embedded runtime's
+//!   directory, which must hold `libfbclient.so.2`, `plugins/`, `firebird.conf`) and must be
+//!   told where it is before it loads, so `FIREBIRD` must be set. Several processes can share
+//!   the file only with `ServerMode = SuperClassic` in that directory's `firebird.conf`.
+//! - `firebird://user[:password]@host[:port]//abs/path/db.fdb` — a **server** (default port
+//!   3050); `firebird://user@host/employee` names a database alias.
+//!
+//! The user defaults to `ISC_USER`, then `SYSDBA`; the password to `ISC_PASSWORD` (an embedded
+//! attachment needs none). Query parameters: `role=NAME`, `fbclient=PATH` (the client library;
+//! else `FBCLIENT`, else `$FIREBIRD/libfbclient.so.2` or `$FIREBIRD/lib/libfbclient.so.2`,
+//! else `libfbclient.so.2` on the loader's path).
+//!
+//! # Threads
+//! The client library is blocking. Each [`Session`] owns one attachment on a thread of its
+//! own and runs closures sent to it, so the async engine never blocks on a database call and
+//! the attachment never moves between threads.
+
+use crate::error::{Phase, classify};
+use percent_encoding::percent_decode_str;
+use rsfbclient_core::{
+    Column, Dialect, FbError, FirebirdClientDbOps, FirebirdClientSqlOps, FreeStmtOp, SqlType, TrOp,
+    charset,
+};
+use rsfbclient_native::{DynLoad, NativeFbAttachmentConfig, NativeFbClient, RemoteConfig};
+use sluice_core::redact::redact_url;
+use sluice_core::{Error, Result};
+use std::path::{Path, PathBuf};
+use tokio::sync::oneshot;
+
+type Client = NativeFbClient<DynLoad>;
+type DbHandle = <Client as FirebirdClientDbOps>::DbHandle;
+type TrHandle = <Client as FirebirdClientSqlOps>::TrHandle;
+
+/// The default port of a Firebird server.
+pub const DEFAULT_PORT: u16 = 3050;
+
+/// A parsed Firebird connection target.
+#[derive(Clone)]
+pub struct FbTarget {
+    /// Database file path or alias, as the engine wants it.
+    pub database: String,
+    /// `Some((host, port))` for a server, `None` for embedded.
+    pub server: Option<(String, u16)>,
+    user: String,
+    password: Option<String>,
+    role: Option<String>,
+    library: PathBuf,
+    display: String,
+}
+
+impl std::fmt::Debug for FbTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the password.
+        f.debug_struct("FbTarget")
+            .field("url", &self.display)
+            .finish()
+    }
+}
+
+fn decode(s: &str) -> String {
+    percent_decode_str(s).decode_utf8_lossy().into_owned()
+}
+
+impl FbTarget {
+    /// Parse a `firebird://` URL (see the module documentation for the forms).
+    pub fn parse(url: &str) -> Result<Self> {
+        let display = redact_url(url);
+        let Some(rest) = url.strip_prefix("firebird://") else {
+            return Err(Error::config(format!(
+                "source URL {display} is not a Firebird URL: it must start with firebird:// \
+                 (firebird:///abs/path/db.fdb embedded, or firebird://user@host:3050//abs/path/db.fdb)."
+            )));
+        };
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, ""),
+        };
+        let mut role = None;
+        let mut library = None;
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            match k {
+                "role" => role = Some(decode(v)),
+                "fbclient" => library = Some(PathBuf::from(decode(v))),
+                other => {
+                    return Err(Error::config(format!(
+                        "source URL {display} has the unknown parameter {other:?}: Firebird URLs \
+                         take role=NAME and fbclient=PATH."
+                    )));
+                }
+            }
+        }
+        let (userinfo, hostport) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let (mut user, mut password) = match userinfo {
+            Some(u) => match u.split_once(':') {
+                Some((u, p)) => (Some(decode(u)), Some(decode(p))),
+                None => (Some(decode(u)), None),
+            },
+            None => (None, None),
+        };
+        let server = if hostport.is_empty() {
+            None
+        } else {
+            let (host, port) = match hostport.rsplit_once(':') {
+                Some((h, p)) => (
+                    h.to_string(),
+                    p.parse::<u16>().map_err(|_| {
+                        Error::config(format!(
+                            "source URL {display} has the port {p:?}, which is not a number."
+                        ))
+                    })?,
+                ),
+                None => (hostport.to_string(), DEFAULT_PORT),
+            };
+            Some((host, port))
+        };
+        let database = match &server {
+            // Embedded: the path after firebird:// is absolute.
+            None => format!("/{}", decode(path)),
+            // Server: `//abs/path` is an absolute path, `/alias` an alias.
+            Some(_) => decode(path),
+        };
+        if database.trim_matches('/').is_empty() {
+            return Err(Error::config(format!(
+                "source URL {display} names no database: write firebird:///abs/path/db.fdb \
+                 (embedded) or firebird://user@host:3050//abs/path/db.fdb (server)."
+            )));
+        }
+        if user.as_deref().is_none_or(str::is_empty) {
+            user = Some(std::env::var("ISC_USER").unwrap_or_else(|_| "SYSDBA".into()));
+        }
+        if password.is_none() {
+            password = std::env::var("ISC_PASSWORD").ok();
+        }
+        let library = match library.or_else(|| std::env::var_os("FBCLIENT").map(PathBuf::from)) {
+            Some(l) => l,
+            None => match std::env::var_os("FIREBIRD").map(PathBuf::from) {
+                Some(root) => [
+                    root.join("libfbclient.so.2"),
+                    root.join("lib").join("libfbclient.so.2"),
+                ]
+                .into_iter()
+                .find(|p| p.exists())
+                .unwrap_or_else(|| root.join("libfbclient.so.2")),
+                None if server.is_none() => {
+                    return Err(Error::config(format!(
+                        "source URL {display} is an embedded database, which needs an embedded \
+                         Firebird runtime: set FIREBIRD to its directory (the one holding \
+                         libfbclient.so.2, plugins/ and firebird.conf; e.g. the runtime/ \
+                         directory of the firebird-embedded Python wheel) before running \
+                         sluice."
+                    )));
+                }
+                None => PathBuf::from("libfbclient.so.2"),
+            },
+        };
+        if server.is_none() && std::env::var_os("FIREBIRD").is_none() {
+            return Err(Error::config(format!(
+                "source URL {display} is an embedded database, but FIREBIRD is not set: the \
+                 client library falls back to a server without it. Set FIREBIRD to the \
+                 embedded runtime's directory."
+            )));
+        }
+        Ok(FbTarget {
+            database,
+            server,
+            user: user.unwrap_or_default(),
+            password,
+            role,
+            library,
+            display,
+        })
+    }
+
+    /// The URL with the password redacted.
+    pub fn display(&self) -> &str {
+        &self.display
+    }
+
+    /// The client library this target loads.
+    pub fn library(&self) -> &Path {
+        &self.library
+    }
+
+    fn attach_config(&self) -> NativeFbAttachmentConfig {
+        NativeFbAttachmentConfig {
+            db_name: self.database.clone(),
+            user: self.user.clone(),
+            role_name: self.role.clone(),
+            remote: self.server.as_ref().map(|(host, port)| RemoteConfig {
+                host: host.clone(),
+                port: *port,
+                pass: self.password.clone().unwrap_or_default(),
+            }),
+        }
+    }
+
+    /// Attach on the calling thread (blocking).
+    fn attach(&self) -> Result<FbConn> {
+        let lib = self.library.to_string_lossy().into_owned();
+        let load = || {
+            DynLoad {
+                charset: charset::UTF_8,
+                lib_path: lib.clone(),
+            }
+            .try_to_client()
+            .map_err(|e| classify(e, Phase::Connect, &self.display))
+        };
+        keep_loaded(&lib, load)?;
+        let mut client = load()?;
+        let db = client
+            .attach_database(&self.attach_config(), Dialect::D3, false)
+            .map_err(|e| classify(e, Phase::Connect, &self.display))?;
+        Ok(FbConn {
+            client,
+            db,
+            tr: 0,
+            display: self.display.clone(),
+        })
+    }
+
+    /// Open a session on its own thread, tagged with `tag` (a session context variable the
+    /// harm probe looks for).
+    pub async fn open(&self, tag: &str) -> Result<Session> {
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<Job>();
+        let me = self.clone();
+        let tag = tag.to_string();
+        std::thread::Builder::new()
+            .name("sluice-firebird".into())
+            .spawn(move || {
+                let opened = me.attach().and_then(|mut conn| {
+                    let id = conn.tag_session(&tag)?;
+                    Ok((conn, id))
+                });
+                let mut conn = match opened {
+                    Ok((conn, id)) => {
+                        let _ = ready_tx.send(Ok(id));
+                        conn
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                while let Ok(job) = jobs_rx.recv() {
+                    job(&mut conn);
+                }
+                conn.close();
+            })
+            .map_err(|e| Error::internal(format!("cannot start a session thread: {e}")))?;
+        let id = ready_rx
+            .await
+            .map_err(|_| Error::internal("the Firebird session thread ended while attaching"))??;
+        Ok(Session {
+            jobs: jobs_tx,
+            attachment: id,
+            display: self.display.clone(),
+        })
+    }
+}
+
+/// Keep the client library loaded for the rest of the process. Each client handle loads the
+/// library and unloads it when dropped; an embedded engine unloaded while its own threads
+/// (garbage collector, cache writer) still run makes the process abort. One handle per library
+/// path is therefore leaked on first use.
+fn keep_loaded(lib: &str, load: impl Fn() -> Result<Client>) -> Result<()> {
+    static LOADED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+    if !loaded.iter().any(|l| l == lib) {
+        std::mem::forget(load()?);
+        loaded.push(lib.to_string());
+    }
+    Ok(())
+}
+
+/// A job run on a session's thread.
+type Job = Box<dyn FnOnce(&mut FbConn) + Send>;
+
+/// One attachment, owned by its own thread.
+pub struct Session {
+    jobs: std::sync::mpsc::Sender<Job>,
+    attachment: u64,
+    display: String,
+}
+
+impl Session {
+    /// The server's attachment id (`CURRENT_CONNECTION`).
+    pub fn attachment_id(&self) -> u64 {
+        self.attachment
+    }
+
+    /// Run `f` on the session's thread and wait for its result.
+    pub async fn call<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut FbConn) -> R + Send + 'static,
+    ) -> Result<R> {
+        let (tx, rx) = oneshot::channel();
+        self.submit(move |c| {
+            let _ = tx.send(f(c));
+        })?;
+        rx.await.map_err(|_| self.gone())
+    }
+
+    /// Queue `f` on the session's thread without waiting (the caller talks to it through
+    /// channels it moved into `f`).
+    pub fn submit(&self, f: impl FnOnce(&mut FbConn) + Send + 'static) -> Result<()> {
+        self.jobs.send(Box::new(f)).map_err(|_| self.gone())
+    }
+
+    fn gone(&self) -> Error {
+        Error::source_transient(format!(
+            "the Firebird session on {} ended unexpectedly",
+            self.display
+        ))
+    }
+}
+
+/// An attachment with at most one open transaction, used on its session's thread.
+pub struct FbConn {
+    client: Client,
+    db: DbHandle,
+    tr: TrHandle,
+    display: String,
+}
+
+impl FbConn {
+    /// The redacted URL, for messages.
+    pub fn display(&self) -> &str {
+        &self.display
+    }
+
+    /// True while a transaction is open.
+    pub fn in_transaction(&self) -> bool {
+        self.tr != 0
+    }
+
+    /// Start a transaction with a `SET TRANSACTION …` statement (which is how a transaction
+    /// joins a snapshot by number: the client starts it with no transaction handle given).
+    pub fn begin(&mut self, set_transaction: &str) -> Result<(), FbError> {
+        if self.tr != 0 {
+            self.commit()?;
+        }
+        let mut tr: TrHandle = 0;
+        self.client
+            .exec_immediate(&mut self.db, &mut tr, Dialect::D3, set_transaction)?;
+        if tr == 0 {
+            return Err(FbError::from(
+                "SET TRANSACTION did not start a transaction".to_string(),
+            ));
+        }
+        self.tr = tr;
+        Ok(())
+    }
+
+    /// Commit the open transaction, if any.
+    pub fn commit(&mut self) -> Result<(), FbError> {
+        if self.tr != 0 {
+            let r = self
+                .client
+                .transaction_operation(&mut self.tr, TrOp::Commit);
+            self.tr = 0;
+            r?;
+        }
+        Ok(())
+    }
+
+    fn ensure_transaction(&mut self) -> Result<(), FbError> {
+        if self.tr == 0 {
+            self.begin("SET TRANSACTION READ ONLY ISOLATION LEVEL READ COMMITTED")?;
+        }
+        Ok(())
+    }
+
+    /// Run a statement inside the open transaction (one is started if none is).
+    pub fn execute(&mut self, sql: &str) -> Result<(), FbError> {
+        self.ensure_transaction()?;
+        self.client
+            .exec_immediate(&mut self.db, &mut self.tr, Dialect::D3, sql)
+    }
+
+    /// Run a query and call `row` for each row, stopping early when it returns `false`. A
+    /// transaction is started if none is open.
+    pub fn for_each_row(
+        &mut self,
+        sql: &str,
+        params: Vec<SqlType>,
+        mut row: impl FnMut(Vec<Column>) -> bool,
+    ) -> Result<(), FbError> {
+        self.ensure_transaction()?;
+        let (_, mut stmt) =
+            self.client
+                .prepare_statement(&mut self.db, &mut self.tr, Dialect::D3, sql)?;
+        let run = (|| {
+            self.client
+                .execute(&mut self.db, &mut self.tr, &mut stmt, params)?;
+            while let Some(cols) = self.client.fetch(&mut self.db, &mut self.tr, &mut stmt)? {
+                if !row(cols) {
+                    break;
+                }
+            }
+            Ok(())
+        })();
+        let freed = self.client.free_statement(&mut stmt, FreeStmtOp::Drop);
+        run.and(freed)
+    }
+
+    /// All rows of a query, as values.
+    pub fn query(&mut self, sql: &str, params: Vec<SqlType>) -> Result<Vec<Vec<SqlType>>, FbError> {
+        let mut out = Vec::new();
+        self.for_each_row(sql, params, |cols| {
+            out.push(cols.into_iter().map(|c| c.value).collect());
+            true
+        })?;
+        Ok(out)
+    }
+
+    fn tag_session(&mut self, tag: &str) -> Result<u64> {
+        let display = self.display.clone();
+        let rows = self
+            .query(
+                "SELECT RDB$SET_CONTEXT('USER_SESSION', 'SLUICE_TAG', CAST(? AS VARCHAR(255))), \
+                 CURRENT_CONNECTION FROM RDB$DATABASE",
+                vec![SqlType::Text(tag.to_string())],
+            )
+            .and_then(|r| self.commit().map(|_| r))
+            .map_err(|e| classify(e, Phase::Connect, &display))?;
+        Ok(rows
+            .first()
+            .and_then(|r| r.get(1))
+            .and_then(as_i64)
+            .unwrap_or(0) as u64)
+    }
+
+    fn close(mut self) {
+        if self.tr != 0 {
+            let _ = self
+                .client
+                .transaction_operation(&mut self.tr, TrOp::Rollback);
+        }
+        let _ = self.client.detach_database(&mut self.db);
+    }
+}
+
+/// An integer value of a catalog query (integers and numeric text).
+pub fn as_i64(v: &SqlType) -> Option<i64> {
+    match v {
+        SqlType::Integer(i) => Some(*i),
+        SqlType::Int128(i) => i64::try_from(*i).ok(),
+        SqlType::Floating(f) => Some(*f as i64),
+        SqlType::Text(t) => t.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// A text value of a catalog query, trimmed (catalog names are CHAR, padded with spaces).
+pub fn as_text(v: &SqlType) -> Option<String> {
+    match v {
+        SqlType::Text(t) => Some(t.trim_end().to_string()),
+        SqlType::Integer(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_urls() {
+        let t =
+            FbTarget::parse("firebird://app:s3cret@db.example:3051//data/shop.fdb?role=R").unwrap();
+        assert_eq!(t.database, "/data/shop.fdb");
+        assert_eq!(t.server, Some(("db.example".to_string(), 3051)));
+        assert_eq!(t.user, "app");
+        assert_eq!(t.role.as_deref(), Some("R"));
+        assert!(!format!("{t:?}").contains("s3cret"));
+        assert!(!t.display().contains("s3cret"));
+        let alias = FbTarget::parse("firebird://app@db/employee").unwrap();
+        assert_eq!(alias.database, "employee");
+        assert_eq!(alias.server, Some(("db".to_string(), DEFAULT_PORT)));
+    }
+
+    #[test]
+    fn bad_urls_say_how_to_fix() {
+        let e = FbTarget::parse("firebird://app:pw@db:port//x.fdb").unwrap_err();
+        assert!(e.to_string().contains("not a number"), "{e}");
+        let e = FbTarget::parse("firebird://app:pw@db:3050/").unwrap_err();
+        assert!(e.to_string().contains("names no database"), "{e}");
+        let e = FbTarget::parse("firebird://app@db/x?colour=red").unwrap_err();
+        assert!(e.to_string().contains("unknown parameter"), "{e}");
+    }
+}
