@@ -35,7 +35,9 @@ ensure_rust() {
     fi
 }
 
-# The packages every command needs: a C toolchain for zstd, and PostgreSQL (server + psql).
-BASE_PACKAGES=(build-essential pkg-config ca-certificates postgresql postgresql-client)
+# The packages every command needs: a C toolchain for zstd, PostgreSQL (server + psql) and
+# MariaDB (server + client).
+BASE_PACKAGES=(build-essential pkg-config ca-certificates postgresql postgresql-client
+    mariadb-server mariadb-client)
 
 testkit() { "$CARGO_TARGET_DIR/$1/sluice-testkit" "${@:2}"; }

@@ -9,13 +9,17 @@ pub fn open_source(url: &str) -> Result<Arc<dyn Source>> {
     if sluice_postgres::PgSource::handles(url) {
         return Ok(Arc::new(sluice_postgres::PgSource::new(url)?));
     }
+    if sluice_mysql::MySource::handles(url) {
+        return Ok(Arc::new(sluice_mysql::MySource::new(url)?));
+    }
     let scheme = url
         .split("://")
         .next()
         .filter(|_| url.contains("://"))
         .unwrap_or("");
     Err(Error::config(format!(
-        "source URL {} has {}: sluice reads postgres://user@host:port/database.",
+        "source URL {} has {}: sluice reads postgres://user@host:port/database and \
+         mysql://user@host:port/database (MySQL and MariaDB).",
         sluice_core::redact::redact_url(url),
         if scheme.is_empty() {
             "no scheme".to_string()

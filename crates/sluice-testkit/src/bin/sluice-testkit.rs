@@ -1,5 +1,5 @@
-//! `sluice-testkit run [--pg] -- COMMAND …`: start throwaway servers, run COMMAND with their
-//! URLs in the environment (`SLUICE_TEST_PG_URL`), stop and delete the servers, and exit with
+//! `sluice-testkit run [--pg] [--mariadb] -- COMMAND …`: start throwaway servers, run COMMAND
+//! with their URLs in the environment (`SLUICE_TEST_PG_URL`, `SLUICE_TEST_MYSQL_URL`), stop and delete the servers, and exit with
 //! COMMAND's status. Used by scripts/test, scripts/demo and bench/run.
 
 use anyhow::{Context, Result, bail};
@@ -18,11 +18,11 @@ fn main() -> ExitCode {
 fn run() -> Result<u8> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(split) = args.iter().position(|a| a == "--") else {
-        bail!("usage: sluice-testkit run [--pg] -- COMMAND [ARGS…]");
+        bail!("usage: sluice-testkit run [--pg] [--mariadb] -- COMMAND [ARGS…]");
     };
     let (opts, cmd) = (&args[..split], &args[split + 1..]);
     if opts.first().map(String::as_str) != Some("run") || cmd.is_empty() {
-        bail!("usage: sluice-testkit run [--pg] -- COMMAND [ARGS…]");
+        bail!("usage: sluice-testkit run [--pg] [--mariadb] -- COMMAND [ARGS…]");
     }
     let mut command = Command::new(&cmd[0]);
     command.args(&cmd[1..]);
@@ -34,7 +34,14 @@ fn run() -> Result<u8> {
                     sluice_testkit::server::PgServer::start().context("starting PostgreSQL")?;
                 eprintln!("sluice-testkit: PostgreSQL on 127.0.0.1:{}", pg.port);
                 command.env("SLUICE_TEST_PG_URL", pg.url());
-                servers.push(pg);
+                servers.push(Server::Pg(pg));
+            }
+            "--mariadb" => {
+                let m =
+                    sluice_testkit::server::MariadbServer::start().context("starting MariaDB")?;
+                eprintln!("sluice-testkit: MariaDB on 127.0.0.1:{}", m.port);
+                command.env("SLUICE_TEST_MYSQL_URL", m.url());
+                servers.push(Server::Mariadb(m));
             }
             other => bail!("unknown option {other}"),
         }
@@ -49,6 +56,13 @@ fn run() -> Result<u8> {
     let status = child.wait()?;
     drop(servers);
     Ok(status.code().map(|c| c.clamp(0, 255) as u8).unwrap_or(1))
+}
+
+/// A server kept alive (and stopped on drop) while the command runs.
+#[allow(dead_code)]
+enum Server {
+    Pg(sluice_testkit::server::PgServer),
+    Mariadb(sluice_testkit::server::MariadbServer),
 }
 
 #[allow(unsafe_code)]
