@@ -3,9 +3,11 @@
 //! modes; the statement time limit; a user without the privilege the global lock needs; wrong
 //! credentials and names.
 //!
-//! A killed worker in snapshot consistency cannot rejoin the snapshot (MySQL cannot join one
-//! later), so the run fails cleanly saying so, and `--resume` finishes it under a new snapshot
-//! with every row exactly once. In chunk consistency the chunk is retried on a new session.
+//! A killed worker in snapshot consistency continues on the spare session that began the same
+//! snapshot under the lock, so the run still reads one snapshot. With the spare used up, a
+//! second killed worker cannot rejoin (MySQL cannot join a snapshot later): the run fails
+//! cleanly saying so, and `--resume` finishes it under a new snapshot with every row exactly
+//! once. In chunk consistency the chunk is retried on a new session.
 
 #[allow(unused_imports)]
 mod common;
@@ -26,8 +28,14 @@ async fn big_table(db: &mut TestDb) {
     .await;
 }
 
-/// Start an export of `f` and kill the connection of a worker that is streaming rows.
-async fn export_and_kill(db: &mut TestDb, to: &std::path::Path, extra: &[&str]) -> common::Run {
+/// Start an export of `f` and kill the connections of `kills` workers, one after the other,
+/// each while it streams rows.
+async fn export_and_kill(
+    db: &mut TestDb,
+    to: &std::path::Path,
+    extra: &[&str],
+    kills: usize,
+) -> common::Run {
     let mut cmd = sluice();
     cmd.args(["export", "--source", &db.url, "--table", "f"])
         .args([
@@ -44,33 +52,87 @@ async fn export_and_kill(db: &mut TestDb, to: &std::path::Path, extra: &[&str]) 
     let child = tokio::task::spawn_blocking(move || common::run(&mut cmd));
     let deadline = Instant::now() + Duration::from_secs(60);
     let needle = format!("SELECT `id`, `v` FROM `{}`.`f`%", db.name);
-    loop {
+    let mut killed: Vec<u64> = Vec::new();
+    while killed.len() < kills {
+        let not_in = std::iter::once("0".to_string())
+            .chain(killed.iter().map(u64::to_string))
+            .collect::<Vec<_>>()
+            .join(",");
         let id: Option<u64> = db
             .conn
             .exec_first(
-                "SELECT ID FROM information_schema.PROCESSLIST \
-                 WHERE COMMAND IN ('Query', 'Execute') AND INFO LIKE ? AND ID <> CONNECTION_ID() LIMIT 1",
+                format!(
+                    "SELECT ID FROM information_schema.PROCESSLIST \
+                     WHERE COMMAND IN ('Query', 'Execute') AND INFO LIKE ? \
+                     AND ID <> CONNECTION_ID() AND ID NOT IN ({not_in}) LIMIT 1"
+                ),
                 (needle.clone(),),
             )
             .await
             .unwrap();
         if let Some(id) = id {
             db.conn.query_drop(format!("KILL {id}")).await.unwrap();
-            break;
+            killed.push(id);
+            continue;
         }
-        assert!(Instant::now() < deadline, "no worker query to kill");
+        assert!(
+            Instant::now() < deadline && !child.is_finished(),
+            "only {} of {kills} worker queries could be killed",
+            killed.len()
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     child.await.unwrap()
 }
 
+fn chunk_args(extra: &[&'static str]) -> Vec<&'static str> {
+    let mut a = vec![
+        "--table",
+        "f",
+        "--parallel",
+        "2",
+        "--chunk-size",
+        "4MB",
+        "--batch-size",
+        "256KB",
+    ];
+    a.extend_from_slice(extra);
+    a
+}
+
 #[tokio::test]
-async fn killed_worker_in_snapshot_mode_fails_cleanly_and_resume_finishes() {
+async fn killed_worker_in_snapshot_mode_continues_on_a_spare_session() {
     let mut db = TestDb::new().await;
     big_table(&mut db).await;
     let want = db.row_strings("SELECT id, v FROM f").await;
     let out = tempdir();
-    let run = export_and_kill(&mut db, out.path(), &[]).await;
+    let report = out.path().join("report.json");
+    let run = export_and_kill(
+        &mut db,
+        &out.path().join("data"),
+        &["--report-json", report.to_str().unwrap()],
+        1,
+    )
+    .await;
+    run.ok();
+    assert!(run.stderr.contains("retrying"), "{}", run.stderr);
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert!(r["retries"].as_u64().unwrap() >= 1, "{r}");
+    let got = files::row_strings(&files::dataset_batches(
+        &out.path().join(format!("data/{}.f", db.name)),
+    ));
+    files::assert_same_rows(&got, &want, "after a killed worker in snapshot mode");
+    let m = files::manifest(&out.path().join("data"));
+    assert_eq!(m["snapshots"].as_array().unwrap().len(), 1, "{m}");
+}
+
+#[tokio::test]
+async fn two_killed_workers_in_snapshot_mode_fail_cleanly_and_resume_finishes() {
+    let mut db = TestDb::new().await;
+    big_table(&mut db).await;
+    let want = db.row_strings("SELECT id, v FROM f").await;
+    let out = tempdir();
+    let run = export_and_kill(&mut db, out.path(), &[], 2).await;
     assert_eq!(run.code, 3, "{}", run.stderr);
     assert!(
         run.stderr.contains("cannot join a consistent snapshot") && run.stderr.contains("--resume"),
@@ -78,26 +140,12 @@ async fn killed_worker_in_snapshot_mode_fails_cleanly_and_resume_finishes() {
         run.stderr
     );
     assert!(!out.path().join("manifest.json").exists());
-    let resumed = export(
-        &db.url,
-        out.path(),
-        &[
-            "--table",
-            "f",
-            "--parallel",
-            "2",
-            "--chunk-size",
-            "4MB",
-            "--batch-size",
-            "256KB",
-            "--resume",
-        ],
-    );
+    let resumed = export(&db.url, out.path(), &chunk_args(&["--resume"]));
     resumed.ok();
     let got = files::row_strings(&files::dataset_batches(
         &out.path().join(format!("{}.f", db.name)),
     ));
-    files::assert_same_rows(&got, &want, "after a killed worker and --resume");
+    files::assert_same_rows(&got, &want, "after killed workers and --resume");
     let m = files::manifest(out.path());
     assert_eq!(m["snapshots"].as_array().unwrap().len(), 2);
 }
@@ -118,6 +166,7 @@ async fn killed_worker_in_chunk_mode_is_retried() {
             "--report-json",
             report.to_str().unwrap(),
         ],
+        1,
     )
     .await;
     run.ok();
@@ -196,7 +245,7 @@ async fn wrong_password_and_unknown_table_are_clear() {
     let db = TestDb::new().await;
     let out = tempdir();
     let bad = db.url_as(
-        sluice_testkit::server::MariadbServer::USER,
+        sluice_testkit::mariadb::MariadbServer::USER,
         "not-the-password",
     );
     let run = export(&bad, out.path(), &["--table", "x"]);

@@ -14,15 +14,14 @@
 
 use crate::connect::ZeroDates;
 use crate::types::WKB_EXTENSION;
-use arrow_array::builder::*;
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::RecordBatch;
 use arrow_buffer::i256;
 use arrow_schema::extension::EXTENSION_TYPE_NAME_KEY;
 use arrow_schema::{DataType, SchemaRef, TimeUnit};
 use mysql_async::Value;
 use sluice_core::ColumnDesc;
+use sluice_core::columns::BatchBuilder;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// A value that could not be decoded. The reader adds the column and row position.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,26 +33,66 @@ fn err<T>(msg: impl Into<String>) -> DResult<T> {
     Err(DecodeError(msg.into()))
 }
 
-/// One column's builder, chosen by Arrow type.
-enum Col {
-    Bool(BooleanBuilder),
-    I8(Int8Builder),
-    I16(Int16Builder),
-    I32(Int32Builder),
-    I64(Int64Builder),
-    U8(UInt8Builder),
-    U16(UInt16Builder),
-    U32(UInt32Builder),
-    U64(UInt64Builder),
-    F32(Float32Builder),
-    F64(Float64Builder),
-    Dec128(Decimal128Builder, i8),
-    Dec256(Decimal256Builder, i8),
-    Utf8(StringBuilder),
-    Binary(BinaryBuilder),
-    Date(Date32Builder),
-    Ts(TimestampMicrosecondBuilder),
-    Dur(DurationMicrosecondBuilder),
+/// How one column's driver values become Arrow values, chosen by Arrow type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Conv {
+    Bool,
+    I8,
+    I16,
+    I32,
+    I64,
+    U8,
+    U16,
+    U32,
+    U64,
+    F32,
+    F64,
+    /// Decimal with this scale.
+    Dec128(i8),
+    /// Decimal with this scale.
+    Dec256(i8),
+    /// Text or binary bytes.
+    Bytes,
+    Date,
+    Ts,
+    Dur,
+}
+
+impl Conv {
+    fn for_type(dt: &DataType) -> DResult<Conv> {
+        Ok(match dt {
+            DataType::Boolean => Conv::Bool,
+            DataType::Int8 => Conv::I8,
+            DataType::Int16 => Conv::I16,
+            DataType::Int32 => Conv::I32,
+            DataType::Int64 => Conv::I64,
+            DataType::UInt8 => Conv::U8,
+            DataType::UInt16 => Conv::U16,
+            DataType::UInt32 => Conv::U32,
+            DataType::UInt64 => Conv::U64,
+            DataType::Float32 => Conv::F32,
+            DataType::Float64 => Conv::F64,
+            DataType::Decimal128(_, s) => Conv::Dec128(*s),
+            DataType::Decimal256(_, s) => Conv::Dec256(*s),
+            DataType::Utf8 | DataType::Binary => Conv::Bytes,
+            DataType::Date32 => Conv::Date,
+            DataType::Timestamp(TimeUnit::Microsecond, _) => Conv::Ts,
+            DataType::Duration(TimeUnit::Microsecond) => Conv::Dur,
+            other => return err(format!("no decoder for Arrow type {other}")),
+        })
+    }
+
+    /// Arrow bytes per value besides variable-length data (a text value's offset).
+    fn width(self) -> usize {
+        match self {
+            Conv::Bool | Conv::I8 | Conv::U8 => 1,
+            Conv::I16 | Conv::U16 => 2,
+            Conv::I32 | Conv::U32 | Conv::F32 | Conv::Date | Conv::Bytes => 4,
+            Conv::I64 | Conv::U64 | Conv::F64 | Conv::Ts | Conv::Dur => 8,
+            Conv::Dec128(_) => 16,
+            Conv::Dec256(_) => 32,
+        }
+    }
 }
 
 /// Source facts that change how bytes are read.
@@ -64,92 +103,6 @@ enum Source {
     Bit,
     /// Geometry: SRID (u32 LE) + WKB.
     Geometry,
-}
-
-impl Col {
-    fn new(dt: &DataType) -> DResult<Col> {
-        Ok(match dt {
-            DataType::Boolean => Col::Bool(BooleanBuilder::new()),
-            DataType::Int8 => Col::I8(Int8Builder::new()),
-            DataType::Int16 => Col::I16(Int16Builder::new()),
-            DataType::Int32 => Col::I32(Int32Builder::new()),
-            DataType::Int64 => Col::I64(Int64Builder::new()),
-            DataType::UInt8 => Col::U8(UInt8Builder::new()),
-            DataType::UInt16 => Col::U16(UInt16Builder::new()),
-            DataType::UInt32 => Col::U32(UInt32Builder::new()),
-            DataType::UInt64 => Col::U64(UInt64Builder::new()),
-            DataType::Float32 => Col::F32(Float32Builder::new()),
-            DataType::Float64 => Col::F64(Float64Builder::new()),
-            DataType::Decimal128(p, s) => Col::Dec128(
-                Decimal128Builder::new()
-                    .with_precision_and_scale(*p, *s)
-                    .map_err(|e| DecodeError(e.to_string()))?,
-                *s,
-            ),
-            DataType::Decimal256(p, s) => Col::Dec256(
-                Decimal256Builder::new()
-                    .with_precision_and_scale(*p, *s)
-                    .map_err(|e| DecodeError(e.to_string()))?,
-                *s,
-            ),
-            DataType::Utf8 => Col::Utf8(StringBuilder::new()),
-            DataType::Binary => Col::Binary(BinaryBuilder::new()),
-            DataType::Date32 => Col::Date(Date32Builder::new()),
-            DataType::Timestamp(TimeUnit::Microsecond, tz) => {
-                Col::Ts(TimestampMicrosecondBuilder::new().with_timezone_opt(tz.clone()))
-            }
-            DataType::Duration(TimeUnit::Microsecond) => {
-                Col::Dur(DurationMicrosecondBuilder::new())
-            }
-            other => return err(format!("no decoder for Arrow type {other}")),
-        })
-    }
-
-    fn append_null(&mut self) {
-        match self {
-            Col::Bool(b) => b.append_null(),
-            Col::I8(b) => b.append_null(),
-            Col::I16(b) => b.append_null(),
-            Col::I32(b) => b.append_null(),
-            Col::I64(b) => b.append_null(),
-            Col::U8(b) => b.append_null(),
-            Col::U16(b) => b.append_null(),
-            Col::U32(b) => b.append_null(),
-            Col::U64(b) => b.append_null(),
-            Col::F32(b) => b.append_null(),
-            Col::F64(b) => b.append_null(),
-            Col::Dec128(b, _) => b.append_null(),
-            Col::Dec256(b, _) => b.append_null(),
-            Col::Utf8(b) => b.append_null(),
-            Col::Binary(b) => b.append_null(),
-            Col::Date(b) => b.append_null(),
-            Col::Ts(b) => b.append_null(),
-            Col::Dur(b) => b.append_null(),
-        }
-    }
-
-    fn finish(&mut self) -> ArrayRef {
-        match self {
-            Col::Bool(b) => Arc::new(b.finish()),
-            Col::I8(b) => Arc::new(b.finish()),
-            Col::I16(b) => Arc::new(b.finish()),
-            Col::I32(b) => Arc::new(b.finish()),
-            Col::I64(b) => Arc::new(b.finish()),
-            Col::U8(b) => Arc::new(b.finish()),
-            Col::U16(b) => Arc::new(b.finish()),
-            Col::U32(b) => Arc::new(b.finish()),
-            Col::U64(b) => Arc::new(b.finish()),
-            Col::F32(b) => Arc::new(b.finish()),
-            Col::F64(b) => Arc::new(b.finish()),
-            Col::Dec128(b, _) => Arc::new(b.finish()),
-            Col::Dec256(b, _) => Arc::new(b.finish()),
-            Col::Utf8(b) => Arc::new(b.finish()),
-            Col::Binary(b) => Arc::new(b.finish()),
-            Col::Date(b) => Arc::new(b.finish()),
-            Col::Ts(b) => Arc::new(b.finish()),
-            Col::Dur(b) => Arc::new(b.finish()),
-        }
-    }
 }
 
 /// An integer from a driver value: binary `Int`/`UInt`, text digits, or `bit` bytes.
@@ -444,21 +397,27 @@ impl Adjustments {
     }
 }
 
-/// Decodes rows of one schema into record batches.
+/// Decodes rows of one schema into record batches, in builders that keep their memory from
+/// batch to batch (see `sluice_core::columns`).
 pub struct RowDecoder {
-    schema: SchemaRef,
-    cols: Vec<(Col, Source)>,
-    rows: usize,
+    batch: BatchBuilder,
+    cols: Vec<(Conv, Source)>,
+    /// Arrow bytes of one row besides variable-length data.
+    fixed_row_bytes: usize,
     bytes: usize,
     zero_dates: ZeroDates,
     adjustments: Adjustments,
     failed_column: Option<usize>,
 }
 
+fn own(e: sluice_core::Error) -> DecodeError {
+    DecodeError(e.message().to_string())
+}
+
 impl RowDecoder {
     /// A decoder for `columns` (whose fields make `schema`).
     pub fn new(schema: SchemaRef, columns: &[ColumnDesc], zero_dates: ZeroDates) -> DResult<Self> {
-        let cols = columns
+        let cols: Vec<(Conv, Source)> = columns
             .iter()
             .map(|c| {
                 let src = if c.source_type.starts_with("bit") {
@@ -474,13 +433,21 @@ impl RowDecoder {
                 } else {
                     Source::Plain
                 };
-                Col::new(c.field.data_type()).map(|col| (col, src))
+                Conv::for_type(c.field.data_type()).map(|conv| (conv, src))
             })
             .collect::<DResult<_>>()?;
+        if cols.len() != schema.fields().len() {
+            return err(format!(
+                "{} columns for a schema of {} fields",
+                cols.len(),
+                schema.fields().len()
+            ));
+        }
+        let batch = BatchBuilder::new(schema, 1024).map_err(own)?;
         Ok(RowDecoder {
-            schema,
+            batch,
+            fixed_row_bytes: cols.iter().map(|c| c.0.width()).sum(),
             cols,
-            rows: 0,
             bytes: 0,
             zero_dates,
             adjustments: Adjustments::default(),
@@ -490,10 +457,11 @@ impl RowDecoder {
 
     /// Rows buffered since the last batch.
     pub fn rows(&self) -> usize {
-        self.rows
+        self.batch.rows()
     }
 
-    /// Value bytes buffered since the last batch: the batch's approximate Arrow size.
+    /// Arrow bytes buffered since the last batch: the batch's size in memory (values, offsets
+    /// and variable-length data; validity bits are not counted).
     pub fn buffered_bytes(&self) -> usize {
         self.bytes
     }
@@ -508,8 +476,11 @@ impl RowDecoder {
         &self.adjustments
     }
 
-    /// Append one row's values (in column order). Returns the row's value bytes, a measure of
-    /// what was received.
+    /// Append one row's values (in column order). Returns the row's value bytes as received, a
+    /// measure of what came over the wire.
+    ///
+    /// A row that fails part-way leaves the builders misaligned: the reader must abandon the
+    /// chunk (it does: a data error ends the read).
     pub fn append(&mut self, values: Vec<Option<Value>>) -> DResult<usize> {
         if values.len() != self.cols.len() {
             return err(format!(
@@ -518,22 +489,26 @@ impl RowDecoder {
                 self.cols.len()
             ));
         }
-        let mut row_bytes = 0;
+        let mut wire = 0;
+        let mut var = 0;
         for (i, v) in values.into_iter().enumerate() {
             let v = v.unwrap_or(Value::NULL);
-            row_bytes += match &v {
-                Value::Bytes(b) => b.len() + 1,
-                Value::NULL => 1,
-                _ => 8,
-            };
+            match &v {
+                Value::Bytes(b) => {
+                    wire += b.len() + 1;
+                    var += b.len();
+                }
+                Value::NULL => wire += 1,
+                _ => wire += 8,
+            }
             if let Err(e) = self.append_value(i, v) {
                 self.failed_column = Some(i);
                 return Err(e);
             }
         }
-        self.rows += 1;
-        self.bytes += row_bytes;
-        Ok(row_bytes)
+        self.batch.row_done();
+        self.bytes += self.fixed_row_bytes + var;
+        Ok(wire)
     }
 
     fn zero_date(&mut self, i: usize, c: &Civil) -> DResult<()> {
@@ -547,77 +522,70 @@ impl RowDecoder {
             ));
         }
         *self.adjustments.zero_dates.entry(i).or_default() += 1;
-        self.cols[i].0.append_null();
+        self.batch.columns()[i].push_null();
         Ok(())
     }
 
     fn append_value(&mut self, i: usize, v: Value) -> DResult<()> {
         if v == Value::NULL {
-            self.cols[i].0.append_null();
+            self.batch.columns()[i].push_null();
             return Ok(());
         }
-        let src = self.cols[i].1;
-        match &mut self.cols[i].0 {
-            Col::Bool(b) => b.append_value(int_of(&v, src)? != 0),
-            Col::I8(b) => b.append_value(fits(int_of(&v, src)?, "Int8")?),
-            Col::I16(b) => b.append_value(fits(int_of(&v, src)?, "Int16")?),
-            Col::I32(b) => b.append_value(fits(int_of(&v, src)?, "Int32")?),
-            Col::I64(b) => b.append_value(fits(int_of(&v, src)?, "Int64")?),
-            Col::U8(b) => b.append_value(fits(int_of(&v, src)?, "UInt8")?),
-            Col::U16(b) => b.append_value(fits(int_of(&v, src)?, "UInt16")?),
-            Col::U32(b) => b.append_value(fits(int_of(&v, src)?, "UInt32")?),
-            Col::U64(b) => b.append_value(fits(int_of(&v, src)?, "UInt64")?),
-            Col::F32(b) => match v {
-                Value::Float(f) => b.append_value(f),
-                other => b.append_value(float_of(&other)? as f32),
-            },
-            Col::F64(b) => b.append_value(float_of(&v)?),
-            Col::Dec128(b, s) => {
-                let s = *s;
-                b.append_value(decimal_i128(bytes_of(&v)?, s)?)
+        let (conv, src) = self.cols[i];
+        let pushed = match conv {
+            Conv::Bool => {
+                let n = int_of(&v, src)?;
+                self.batch.columns()[i].push_bool(n != 0)
             }
-            Col::Dec256(b, s) => {
-                let s = *s;
-                b.append_value(decimal_i256(bytes_of(&v)?, s)?)
+            Conv::I8 => self.batch.columns()[i].push_i8(fits(int_of(&v, src)?, "Int8")?),
+            Conv::I16 => self.batch.columns()[i].push_i16(fits(int_of(&v, src)?, "Int16")?),
+            Conv::I32 => self.batch.columns()[i].push_i32(fits(int_of(&v, src)?, "Int32")?),
+            Conv::I64 => self.batch.columns()[i].push_i64(fits(int_of(&v, src)?, "Int64")?),
+            Conv::U8 => self.batch.columns()[i].push_u8(fits(int_of(&v, src)?, "UInt8")?),
+            Conv::U16 => self.batch.columns()[i].push_u16(fits(int_of(&v, src)?, "UInt16")?),
+            Conv::U32 => self.batch.columns()[i].push_u32(fits(int_of(&v, src)?, "UInt32")?),
+            Conv::U64 => self.batch.columns()[i].push_u64(fits(int_of(&v, src)?, "UInt64")?),
+            Conv::F32 => {
+                let f = match v {
+                    Value::Float(f) => f,
+                    other => float_of(&other)? as f32,
+                };
+                self.batch.columns()[i].push_f32(f)
             }
-            Col::Utf8(b) => match std::str::from_utf8(bytes_of(&v)?) {
-                Ok(s) => b.append_value(s),
-                Err(e) => return err(format!("text is not valid UTF-8 ({e})")),
-            },
-            Col::Binary(b) => {
+            Conv::F64 => self.batch.columns()[i].push_f64(float_of(&v)?),
+            Conv::Dec128(s) => self.batch.columns()[i].push_i128(decimal_i128(bytes_of(&v)?, s)?),
+            Conv::Dec256(s) => self.batch.columns()[i].push_i256(decimal_i256(bytes_of(&v)?, s)?),
+            Conv::Bytes if src == Source::Geometry => {
                 let bytes = bytes_of(&v)?;
-                if src == Source::Geometry {
-                    if bytes.len() < 5 {
-                        return err("geometry value shorter than its SRID prefix");
-                    }
-                    let srid = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-                    b.append_value(&bytes[4..]);
-                    if srid != 0 {
-                        *self
-                            .adjustments
-                            .srids
-                            .entry(i)
-                            .or_default()
-                            .entry(srid)
-                            .or_default() += 1;
-                    }
-                } else {
-                    b.append_value(bytes)
+                if bytes.len() < 5 {
+                    return err("geometry value shorter than its SRID prefix");
                 }
+                let srid = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+                if srid != 0 {
+                    *self
+                        .adjustments
+                        .srids
+                        .entry(i)
+                        .or_default()
+                        .entry(srid)
+                        .or_default() += 1;
+                }
+                self.batch.columns()[i].push_bytes(&bytes[4..])
             }
-            Col::Date(b) => {
+            Conv::Bytes => self.batch.columns()[i].push_bytes(bytes_of(&v)?),
+            Conv::Date => {
                 let c = civil_of(&v)?;
                 match valid_days(&c) {
-                    Some(d) => b.append_value(
+                    Some(d) => self.batch.columns()[i].push_i32(
                         i32::try_from(d).map_err(|_| DecodeError("date out of range".into()))?,
                     ),
                     None => return self.zero_date(i, &c),
                 }
             }
-            Col::Ts(b) => {
+            Conv::Ts => {
                 let c = civil_of(&v)?;
                 match valid_days(&c) {
-                    Some(d) => b.append_value(
+                    Some(d) => self.batch.columns()[i].push_i64(
                         ((d * 24 + c.h as i64) * 60 + c.mi as i64) * 60_000_000
                             + c.s as i64 * 1_000_000
                             + c.us as i64,
@@ -625,22 +593,21 @@ impl RowDecoder {
                     None => return self.zero_date(i, &c),
                 }
             }
-            Col::Dur(b) => b.append_value(duration_of(&v)?),
-        }
-        Ok(())
+            Conv::Dur => self.batch.columns()[i].push_i64(duration_of(&v)?),
+        };
+        pushed.map_err(own)
     }
 
-    /// Build a batch from the buffered rows and reset the buffers.
-    pub fn finish_batch(&mut self) -> Result<RecordBatch, arrow_schema::ArrowError> {
-        let arrays: Vec<ArrayRef> = self.cols.iter_mut().map(|(c, _)| c.finish()).collect();
-        let rows = self.rows;
-        self.rows = 0;
+    /// Build a batch from the buffered rows; the builders keep their memory for the next one.
+    /// Text is checked to be UTF-8 here, once per batch.
+    pub fn finish_batch(&mut self) -> sluice_core::Result<RecordBatch> {
         self.bytes = 0;
-        RecordBatch::try_new_with_options(
-            self.schema.clone(),
-            arrays,
-            &arrow_array::RecordBatchOptions::new().with_row_count(Some(rows)),
-        )
+        self.batch.finish()
+    }
+
+    /// Take back the memory of a batch this decoder produced, once the writer is done with it.
+    pub fn recycle(&mut self, batch: RecordBatch) {
+        self.batch.recycle(batch);
     }
 }
 

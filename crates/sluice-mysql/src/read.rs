@@ -309,19 +309,23 @@ async fn drain<P: mysql_async::prelude::Protocol + Unpin>(
                 }
             }
             if dec.buffered_bytes() >= budget {
-                let batch = dec.finish_batch()?;
+                let batch = dec.finish_batch().map_err(|e| e.context(what))?;
                 let rows = batch.num_rows() as u64;
                 stats.rows += rows;
                 out.progress(rows, std::mem::take(&mut unreported_wire));
                 if out.send(batch).await.is_err() {
                     return Err(Error::interrupted(format!("{what}: the writer stopped")));
                 }
+                // The writer has finished the batch before this one: reuse its memory.
+                if let Some(done) = out.recycled() {
+                    dec.recycle(done);
+                }
                 sent = true;
             }
         }
     }
     if dec.rows() > 0 || !sent {
-        let batch = dec.finish_batch()?;
+        let batch = dec.finish_batch().map_err(|e| e.context(what))?;
         let rows = batch.num_rows() as u64;
         stats.rows += rows;
         out.progress(rows, unreported_wire);

@@ -4,8 +4,9 @@
 //! data only if they all begin `START TRANSACTION WITH CONSISTENT SNAPSHOT` while no transaction
 //! can commit. So, in snapshot consistency:
 //!
-//! 1. `reserve_readers(n)`: the worker sessions are connected (outside any lock) and set to
-//!    REPEATABLE READ — connecting is the slow part and must not happen under the lock.
+//! 1. `reserve_readers(n)`: the worker sessions (and a spare) are connected (outside any lock)
+//!    and set to REPEATABLE READ — connecting is the slow part and must not happen under the
+//!    lock.
 //! 2. `pin_snapshot`: take the briefest lock that stops commits —
 //!    - MariaDB ≥ 10.4: `BACKUP STAGE START; BACKUP STAGE BLOCK_COMMIT` (commits and binary log
 //!      writes wait; running queries and even long SELECTs do not, unlike FLUSH TABLES WITH READ
@@ -21,9 +22,12 @@
 //!    is checked — a cheap proof that they share one snapshot. On MySQL it is `SHOW MASTER
 //!    STATUS` (`SHOW BINARY LOG STATUS` from 8.2) read under the lock.
 //!
-//! A worker that loses its session cannot rejoin (no snapshot can be joined later), so
-//! `reopen_reader` fails permanently with advice: `--resume` finishes the missing parts under a
-//! new snapshot (each part is exactly one key range, read once), or `--consistency chunk`.
+//! No snapshot can be joined after it was taken, so one spare session ([`SPARE_SESSIONS`])
+//! begins its snapshot under the same lock and waits, idle: a worker that loses its session
+//! (killed, network cut) continues on the spare and retries its chunk under the very same
+//! snapshot. Once the spares are used up, `reopen_reader` fails permanently with advice:
+//! `--resume` finishes the missing parts under a new snapshot (each part is exactly one key
+//! range, read once), or `--consistency chunk`.
 //! A table altered or truncated after the snapshot fails its readers with error 1412, which says
 //! the same; no metadata locks are held on purpose, so the export never blocks a DDL (and all the
 //! queries queued behind it) for the length of the run.
@@ -43,6 +47,10 @@ use sluice_core::{
 };
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
+
+/// Sessions started on the shared snapshot beyond the workers, to replace a worker's lost
+/// session without leaving the snapshot. Each costs one idle connection for the run.
+pub const SPARE_SESSIONS: usize = 1;
 
 /// Which global lock lines the workers' snapshots up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +104,7 @@ pub struct MyCoordinator {
     datasets: Vec<Dataset>,
     reserved: Vec<Conn>,
     lock: Option<(LockMethod, Duration, usize)>,
+    spares_used: usize,
     findings: Findings,
 }
 
@@ -118,6 +127,7 @@ impl MyCoordinator {
             datasets: Vec::new(),
             reserved: Vec::new(),
             lock: None,
+            spares_used: 0,
             findings: Findings::default(),
         })
     }
@@ -314,7 +324,7 @@ impl Coordinator for MyCoordinator {
             return Ok(());
         }
         let display = self.target.display().to_string();
-        let mut conns = self.connect_many(n).await?;
+        let mut conns = self.connect_many(n + SPARE_SESSIONS).await?;
         for r in join_all(
             conns
                 .iter_mut()
@@ -413,12 +423,22 @@ impl Coordinator for MyCoordinator {
 
     async fn reopen_reader(&mut self) -> Result<Box<dyn ChunkReader>> {
         if self.consistency == Consistency::Snapshot {
+            // A spare began its transaction under the lock with the workers: same snapshot.
+            if let Some(conn) = self.reserved.pop() {
+                self.spares_used += 1;
+                tracing::info!(
+                    "a worker lost its session; it continues on a spare session of the same \
+                     snapshot"
+                );
+                return Ok(Box::new(self.reader(conn)));
+            }
             return Err(Error::source_permanent(format!(
-                "a worker lost its session on {}, and MySQL/MariaDB cannot join a consistent \
-                 snapshot after it was taken. The parts already written are kept: run the same \
-                 command again with --resume to read the missing parts under a new snapshot \
-                 (the manifest records which snapshot each part comes from), or use \
-                 --consistency chunk, where a lost session is simply replaced.",
+                "a worker lost its session on {}, no spare session of the snapshot is left, and \
+                 MySQL/MariaDB cannot join a consistent snapshot after it was taken. The parts \
+                 already written are kept: run the same command again with --resume to read the \
+                 missing parts under a new snapshot (the manifest records which snapshot each \
+                 part comes from), or use --consistency chunk, where a lost session is simply \
+                 replaced.",
                 self.target.display()
             )));
         }
@@ -433,6 +453,12 @@ impl Coordinator for MyCoordinator {
                 "global lock ({}) held {:.1} ms to start {n} worker snapshot(s)",
                 method.name(),
                 held.as_secs_f64() * 1000.0
+            ));
+        }
+        if self.spares_used > 0 {
+            notes.push(format!(
+                "{} worker session(s) lost and replaced by spare sessions of the same snapshot",
+                self.spares_used
             ));
         }
         notes.extend(self.findings.notes(&self.datasets));

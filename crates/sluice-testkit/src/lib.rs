@@ -1,7 +1,7 @@
 //! Test harness of sluice: real servers on loopback, never mocks.
 //!
 //! - [`server`] starts throwaway database servers in temporary directories on free loopback
-//!   ports (PostgreSQL, MariaDB), used by `sluice-testkit run`, which the test, demo and bench
+//!   ports (PostgreSQL; MariaDB in [`mariadb`]), used by `sluice-testkit run`, which the test, demo and bench
 //!   scripts call to wrap a command with servers around it.
 //! - [`pg`] is what tests use: the server URL from the environment (a test that needs a server
 //!   and finds none fails loudly, never skips), a fresh database per test, and helpers.
@@ -9,6 +9,7 @@
 //! - [`files`] reads exported Parquet and CSV back for comparison.
 
 pub mod files;
+pub mod mariadb;
 pub mod mysql;
 pub mod pg;
 pub mod server;

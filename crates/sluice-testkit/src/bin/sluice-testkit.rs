@@ -1,6 +1,7 @@
 //! `sluice-testkit run [--pg] [--mariadb] -- COMMAND …`: start throwaway servers, run COMMAND
-//! with their URLs in the environment (`SLUICE_TEST_PG_URL`, `SLUICE_TEST_MYSQL_URL`), stop and delete the servers, and exit with
-//! COMMAND's status. Used by scripts/test, scripts/demo and bench/run.
+//! with their URLs in the environment (`SLUICE_TEST_PG_URL`, `SLUICE_TEST_MYSQL_URL`), stop and
+//! delete the servers, and exit with COMMAND's status.
+//! Used by scripts/test, scripts/demo and bench/run.
 
 use anyhow::{Context, Result, bail};
 use std::process::{Command, ExitCode};
@@ -38,7 +39,7 @@ fn run() -> Result<u8> {
             }
             "--mariadb" => {
                 let m =
-                    sluice_testkit::server::MariadbServer::start().context("starting MariaDB")?;
+                    sluice_testkit::mariadb::MariadbServer::start().context("starting MariaDB")?;
                 eprintln!("sluice-testkit: MariaDB on 127.0.0.1:{}", m.port);
                 command.env("SLUICE_TEST_MYSQL_URL", m.url());
                 servers.push(Server::Mariadb(m));
@@ -62,7 +63,7 @@ fn run() -> Result<u8> {
 #[allow(dead_code)]
 enum Server {
     Pg(sluice_testkit::server::PgServer),
-    Mariadb(sluice_testkit::server::MariadbServer),
+    Mariadb(sluice_testkit::mariadb::MariadbServer),
 }
 
 #[allow(unsafe_code)]
