@@ -35,8 +35,10 @@ ensure_rust() {
     fi
 }
 
-# The packages every command needs: a C toolchain for zstd, PostgreSQL (server + psql), and
-# the libraries the embedded Firebird engine (PyPI wheel firebird-embedded) links against.
-BASE_PACKAGES=(build-essential pkg-config ca-certificates postgresql postgresql-client libtommath1 libtomcrypt1)
+# The packages every command needs: a C toolchain for zstd, PostgreSQL (server + psql), MariaDB
+# (server + client), and the libraries the embedded Firebird engine (PyPI wheel
+# firebird-embedded) links against.
+BASE_PACKAGES=(build-essential pkg-config ca-certificates postgresql postgresql-client
+    mariadb-server mariadb-client libtommath1 libtomcrypt1)
 
 testkit() { "$CARGO_TARGET_DIR/$1/sluice-testkit" "${@:2}"; }

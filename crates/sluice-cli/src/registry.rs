@@ -12,13 +12,18 @@ pub fn open_source(url: &str) -> Result<Arc<dyn Source>> {
     if sluice_firebird::FbSource::handles(url) {
         return Ok(Arc::new(sluice_firebird::FbSource::new(url)?));
     }
+    if sluice_mysql::MySource::handles(url) {
+        return Ok(Arc::new(sluice_mysql::MySource::new(url)?));
+    }
     let scheme = url
         .split("://")
         .next()
         .filter(|_| url.contains("://"))
         .unwrap_or("");
     Err(Error::config(format!(
-        "source URL {} has {}: sluice reads postgres://user@host:port/database and firebird:///abs/path/db.fdb (embedded) or firebird://user@host:port//abs/path/db.fdb.",
+        "source URL {} has {}: sluice reads postgres://user@host:port/database, \
+         mysql://user@host:port/database (MySQL and MariaDB), and \
+         firebird:///abs/path/db.fdb (embedded) or firebird://user@host:port//abs/path/db.fdb.",
         sluice_core::redact::redact_url(url),
         if scheme.is_empty() {
             "no scheme".to_string()

@@ -29,6 +29,7 @@ pub use error::{Error, ErrorKind, Result, Retry};
 pub use ident::QualifiedName;
 pub use position::{Position, SnapshotInfo};
 pub use source::{
-    ChunkReader, Consistency, Coordinator, HarmProbe, HarmSample, ReadStats, Source, SourceOptions,
+    ChunkReader, Consistency, Coordinator, HarmProbe, HarmSample, ReadStats, RunFacts, Source,
+    SourceOptions,
 };
 pub use table::{ColumnDesc, Dataset, DatasetKind, NamedQuery, Relation, Selection, SizeEstimate};

@@ -74,6 +74,15 @@ pub struct HarmSample {
     pub longest_statement: Duration,
 }
 
+/// What only the adapter knows about a run, for its report.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunFacts {
+    /// How long a server-wide lock was held to start the shared snapshot (MySQL), if one was.
+    pub global_lock_held: Option<Duration>,
+    /// Remarks for the report (e.g. values the adapter had to export as NULL, and why).
+    pub notes: Vec<String>,
+}
+
 /// A database the run reads from. Cheap to share; sessions are opened on demand.
 #[async_trait]
 pub trait Source: Send + Sync {
@@ -113,12 +122,27 @@ pub trait Coordinator: Send {
     /// discovery; readers opened afterwards see this snapshot.
     async fn pin_snapshot(&mut self, datasets: &[Dataset]) -> Result<SnapshotInfo>;
 
+    /// Called before [`Coordinator::pin_snapshot`] with the number of workers the run will
+    /// open, for engines whose workers must begin their transactions while the snapshot's lock
+    /// is held (MySQL opens the sessions here, outside the lock). Engines that can join a
+    /// snapshot later (PostgreSQL) keep the default, which does nothing.
+    async fn reserve_readers(&mut self, n: usize) -> Result<()> {
+        let _ = n;
+        Ok(())
+    }
+
     /// Open `n` worker sessions reading under the pinned snapshot.
     async fn open_readers(&mut self, n: usize) -> Result<Vec<Box<dyn ChunkReader>>>;
 
     /// Replace a worker session that was lost. Fails permanently when the snapshot can no
     /// longer be joined (the coordinator itself was lost, or the engine cannot rejoin one).
     async fn reopen_reader(&mut self) -> Result<Box<dyn ChunkReader>>;
+
+    /// Figures and remarks for the report, read once after the workers finished (before
+    /// [`Coordinator::release`]). The default has none.
+    fn run_facts(&self) -> RunFacts {
+        RunFacts::default()
+    }
 
     /// End the snapshot and close. Idempotent.
     async fn release(&mut self) -> Result<()>;

@@ -222,6 +222,9 @@ pub async fn run_export(
     let outcome = drive(ctx.clone(), readers, progress.clone(), cancel).await;
     progress.end();
     let (mut harm, harm_failed) = monitor.finish().await;
+    let facts = coordinator.lock().await.run_facts();
+    harm.global_lock_seconds = facts.global_lock_held.map(|d| d.as_secs_f64());
+    prepared.notes.extend(facts.notes);
     let _ = coordinator.lock().await.release().await;
     if job.consistency == Consistency::Snapshot {
         harm.snapshot_held_seconds = snapshot_since.elapsed().as_secs_f64();
@@ -349,6 +352,18 @@ async fn prepare(
             (state, HashSet::new())
         }
     };
+    // Engines whose workers must start their transactions under the snapshot's lock (MySQL)
+    // open those sessions now, as many as the run will use (see `workers` below).
+    let to_read = state
+        .chunks
+        .iter()
+        .filter(|c| !done.contains(&(c.dataset.clone(), c.ordinal)))
+        .count();
+    if to_read > 0 {
+        coordinator
+            .reserve_readers(sizing.workers.min(to_read).max(1))
+            .await?;
+    }
     let snapshot = coordinator.pin_snapshot(&datasets).await?;
     state.snapshots.push(SnapshotRecord {
         index: state.snapshots.len() as u32,

@@ -120,6 +120,11 @@ pub struct HarmRecord {
     pub longest_statement_seconds: f64,
     /// Peak number of connections the run held.
     pub peak_connections: u32,
+    /// How long a server-wide lock was held to start the snapshot, seconds (MySQL/MariaDB:
+    /// `BACKUP STAGE BLOCK_COMMIT` or `FLUSH TABLES WITH READ LOCK`); absent where none is
+    /// taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_lock_seconds: Option<f64>,
     /// Samples taken.
     pub samples: u64,
 }

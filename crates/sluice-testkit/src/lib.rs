@@ -1,14 +1,17 @@
 //! Test harness of sluice: real servers on loopback, never mocks.
 //!
 //! - [`server`] starts throwaway database servers in temporary directories on free loopback
-//!   ports (PostgreSQL today), used by `sluice-testkit run`, which the test, demo and bench
+//!   ports (PostgreSQL; MariaDB in [`mariadb`]), used by `sluice-testkit run`, which the test, demo and bench
 //!   scripts call to wrap a command with servers around it.
 //! - [`pg`] is what tests use: the server URL from the environment (a test that needs a server
 //!   and finds none fails loudly, never skips), a fresh database per test, and helpers.
+//! - [`mysql`] is the same for MariaDB/MySQL (`SLUICE_TEST_MYSQL_URL`).
 //! - [`files`] reads exported Parquet and CSV back for comparison.
 //! - [`firebird`] prepares an embedded Firebird runtime (no server) and test databases.
 
 pub mod files;
 pub mod firebird;
+pub mod mariadb;
+pub mod mysql;
 pub mod pg;
 pub mod server;

@@ -16,7 +16,7 @@ pub fn free_port() -> Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     euid() == 0
 }
 
@@ -27,7 +27,7 @@ fn euid() -> u32 {
 }
 
 /// A command that runs as the server's user.
-fn as_server_user(program: &Path, user: &str) -> Command {
+pub(crate) fn as_server_user(program: &Path, user: &str) -> Command {
     if is_root() {
         let mut c = Command::new("runuser");
         c.arg("-u").arg(user).arg("--").arg(program);
@@ -37,7 +37,7 @@ fn as_server_user(program: &Path, user: &str) -> Command {
     }
 }
 
-fn run(c: &mut Command, what: &str) -> Result<()> {
+pub(crate) fn run(c: &mut Command, what: &str) -> Result<()> {
     let out = c.output().with_context(|| format!("starting {what}"))?;
     if !out.status.success() {
         bail!(

@@ -1,7 +1,7 @@
-//! `sluice-testkit run [--pg] [--firebird] -- COMMAND …`: start throwaway servers, run COMMAND
-//! with their URLs in the environment (`SLUICE_TEST_PG_URL`; for `--firebird` an embedded
-//! runtime, see `sluice_testkit::firebird`), stop and delete the servers, and exit with
-//! COMMAND's status. Used by scripts/test, scripts/demo and bench/run.
+//! `sluice-testkit run [--pg] [--mariadb] [--firebird] -- COMMAND …`: start throwaway servers,
+//! run COMMAND with their URLs in the environment (`SLUICE_TEST_PG_URL`, `SLUICE_TEST_MYSQL_URL`;
+//! for `--firebird` an embedded runtime, see `sluice_testkit::firebird`), stop and delete the
+//! servers, and exit with COMMAND's status. Used by scripts/test, scripts/demo and bench/run.
 
 use anyhow::{Context, Result, bail};
 use std::process::{Command, ExitCode};
@@ -19,11 +19,11 @@ fn main() -> ExitCode {
 fn run() -> Result<u8> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(split) = args.iter().position(|a| a == "--") else {
-        bail!("usage: sluice-testkit run [--pg] [--firebird] -- COMMAND [ARGS…]");
+        bail!("usage: sluice-testkit run [--pg] [--mariadb] [--firebird] -- COMMAND [ARGS…]");
     };
     let (opts, cmd) = (&args[..split], &args[split + 1..]);
     if opts.first().map(String::as_str) != Some("run") || cmd.is_empty() {
-        bail!("usage: sluice-testkit run [--pg] [--firebird] -- COMMAND [ARGS…]");
+        bail!("usage: sluice-testkit run [--pg] [--mariadb] [--firebird] -- COMMAND [ARGS…]");
     }
     let mut command = Command::new(&cmd[0]);
     command.args(&cmd[1..]);
@@ -36,7 +36,14 @@ fn run() -> Result<u8> {
                     sluice_testkit::server::PgServer::start().context("starting PostgreSQL")?;
                 eprintln!("sluice-testkit: PostgreSQL on 127.0.0.1:{}", pg.port);
                 command.env("SLUICE_TEST_PG_URL", pg.url());
-                servers.push(pg);
+                servers.push(Server::Pg(pg));
+            }
+            "--mariadb" => {
+                let m =
+                    sluice_testkit::mariadb::MariadbServer::start().context("starting MariaDB")?;
+                eprintln!("sluice-testkit: MariaDB on 127.0.0.1:{}", m.port);
+                command.env("SLUICE_TEST_MYSQL_URL", m.url());
+                servers.push(Server::Mariadb(m));
             }
             "--firebird" => {
                 let fb = sluice_testkit::firebird::Runtime::prepare()
@@ -62,6 +69,13 @@ fn run() -> Result<u8> {
     drop(servers);
     drop(runtimes);
     Ok(status.code().map(|c| c.clamp(0, 255) as u8).unwrap_or(1))
+}
+
+/// A server kept alive (and stopped on drop) while the command runs.
+#[allow(dead_code)]
+enum Server {
+    Pg(sluice_testkit::server::PgServer),
+    Mariadb(sluice_testkit::mariadb::MariadbServer),
 }
 
 #[allow(unsafe_code)]

@@ -1,0 +1,391 @@
+//! Streaming one chunk: a `SELECT` whose rows are decoded into Arrow batches cut by bytes.
+//!
+//! A reader is one worker session. In snapshot consistency it lives inside a `START TRANSACTION
+//! WITH CONSISTENT SNAPSHOT, READ ONLY` begun while the coordinator held the global lock; in
+//! chunk consistency each `SELECT` runs on its own (autocommit), so each chunk is its own
+//! consistent read. Rows are pulled from the socket one at a time (the driver's row stream,
+//! never a buffered result set), so memory is the batch being built plus the socket buffers.
+//! After any error the session is discarded.
+
+use crate::chunking::from_clause;
+use crate::connect::{Protocol, ZeroDates};
+use crate::decode::{Adjustments, RowDecoder};
+use crate::error::{Phase, classify};
+use crate::sql::{hex_literal, quote_ident, quote_literal};
+use arrow_schema::DataType;
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, QueryResult, Row};
+use sluice_core::{
+    BatchSender, Chunk, ChunkBounds, ChunkReader, ColumnDesc, Dataset, Error, ReadStats, Result,
+};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// What readers had to change in the data (zero dates, stripped SRIDs), per dataset, for the
+/// report. Counted only for chunks read to the end.
+#[derive(Debug, Clone, Default)]
+pub struct Findings(Arc<Mutex<BTreeMap<String, Adjustments>>>);
+
+impl Findings {
+    fn add(&self, dataset: &str, a: &Adjustments) {
+        if a.is_empty() {
+            return;
+        }
+        if let Ok(mut m) = self.0.lock() {
+            m.entry(dataset.to_string()).or_default().merge(a);
+        }
+    }
+
+    /// One report line per dataset column with something to say.
+    pub fn notes(&self, datasets: &[Dataset]) -> Vec<String> {
+        let Ok(m) = self.0.lock() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (name, adj) in m.iter() {
+            let col = |i: &usize| {
+                datasets
+                    .iter()
+                    .find(|d| &d.name == name)
+                    .and_then(|d| d.columns.get(*i))
+                    .map(|c| c.name.clone())
+                    .unwrap_or_else(|| format!("#{i}"))
+            };
+            for (i, n) in &adj.zero_dates {
+                out.push(format!(
+                    "{name}.{}: {n} zero or invalid date(s) (such as 0000-00-00) exported as \
+                     NULL; add ?zero_dates=error to the URL to fail instead",
+                    col(i)
+                ));
+            }
+            for (i, srids) in &adj.srids {
+                let list = srids
+                    .iter()
+                    .map(|(s, n)| format!("SRID {s}: {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                out.push(format!(
+                    "{name}.{}: geometry exported as WKB without its SRID ({list}); export \
+                     ST_SRID(column) alongside with --query if you need it",
+                    col(i)
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// One worker session.
+pub struct MyReader {
+    conn: Conn,
+    target: String,
+    protocol: Protocol,
+    zero_dates: ZeroDates,
+    findings: Findings,
+}
+
+impl MyReader {
+    /// Wrap an open session (already inside the snapshot transaction, in snapshot consistency).
+    pub fn new(
+        conn: Conn,
+        target: String,
+        protocol: Protocol,
+        zero_dates: ZeroDates,
+        findings: Findings,
+    ) -> Self {
+        MyReader {
+            conn,
+            target,
+            protocol,
+            zero_dates,
+            findings,
+        }
+    }
+}
+
+fn is_numeric_text(v: &str) -> bool {
+    let body = v.strip_prefix('-').unwrap_or(v);
+    !body.is_empty()
+        && body
+            .bytes()
+            .all(|c| c.is_ascii_digit() || matches!(c, b'.' | b'e' | b'E' | b'+' | b'-'))
+        && body.bytes().next().is_some_and(|c| c.is_ascii_digit())
+}
+
+/// The SQL literal of a key bound `v` for column `c`: numbers validated and written bare, binary
+/// keys (carried as hex) as `X'…'`, everything else as a utf8mb4 text literal the server
+/// converts to the column's type.
+fn literal(c: &ColumnDesc, v: &str) -> Result<String> {
+    let bad = || {
+        Error::config(format!(
+            "key bound {v:?} is not a valid value of column {:?} ({}); the run state may have \
+             been edited: use --overwrite to plan again",
+            c.name, c.source_type
+        ))
+    };
+    match c.field.data_type() {
+        dt if dt.is_integer() => v.parse::<i128>().map(|n| n.to_string()).map_err(|_| bad()),
+        DataType::Float32
+        | DataType::Float64
+        | DataType::Decimal128(..)
+        | DataType::Decimal256(..) => {
+            if is_numeric_text(v) {
+                Ok(v.to_string())
+            } else {
+                Err(bad())
+            }
+        }
+        DataType::Binary => {
+            if !v.len().is_multiple_of(2) || !v.bytes().all(|c| c.is_ascii_hexdigit()) {
+                return Err(bad());
+            }
+            let bytes: Vec<u8> = (0..v.len())
+                .step_by(2)
+                .filter_map(|i| u8::from_str_radix(&v[i..i + 2], 16).ok())
+                .collect();
+            Ok(hex_literal(&bytes))
+        }
+        _ => Ok(quote_literal(v)),
+    }
+}
+
+fn key_parts(ds: &Dataset, cols: &[String], vals: &[String]) -> Result<Vec<(String, String)>> {
+    if cols.len() != vals.len() {
+        return Err(Error::internal(format!(
+            "{}: a key bound has {} values for {} columns",
+            ds.name,
+            vals.len(),
+            cols.len()
+        )));
+    }
+    cols.iter()
+        .zip(vals)
+        .map(|(c, v)| {
+            let d = ds.columns.iter().find(|d| &d.name == c).ok_or_else(|| {
+                Error::config(format!("key column {c:?} is not a column of {}", ds.name))
+            })?;
+            Ok((quote_ident(c), literal(d, v)?))
+        })
+        .collect()
+}
+
+/// `(cols) >= (vals)` in lexicographic order, spelled out so every server's range optimizer
+/// uses the index: `a > x OR (a = x AND b >= y)`.
+pub fn at_least(ds: &Dataset, cols: &[String], vals: &[String]) -> Result<String> {
+    lexicographic(&key_parts(ds, cols, vals)?, ">=")
+}
+
+/// `(cols) < (vals)` in lexicographic order.
+pub fn below(ds: &Dataset, cols: &[String], vals: &[String]) -> Result<String> {
+    lexicographic(&key_parts(ds, cols, vals)?, "<")
+}
+
+fn lexicographic(parts: &[(String, String)], last_op: &str) -> Result<String> {
+    let strict = if last_op == ">=" { ">" } else { "<" };
+    let mut alternatives = Vec::new();
+    for i in 0..parts.len() {
+        let mut conj: Vec<String> = parts[..i]
+            .iter()
+            .map(|(c, v)| format!("{c} = {v}"))
+            .collect();
+        let op = if i + 1 == parts.len() {
+            last_op
+        } else {
+            strict
+        };
+        conj.push(format!("{} {op} {}", parts[i].0, parts[i].1));
+        alternatives.push(conj.join(" AND "));
+    }
+    match alternatives.len() {
+        0 => Err(Error::internal("a key bound with no columns")),
+        1 => Ok(alternatives.remove(0)),
+        _ => Ok(format!("(({}))", alternatives.join(") OR ("))),
+    }
+}
+
+/// The WHERE clause selecting `bounds` (empty for the whole relation).
+fn predicate(ds: &Dataset, bounds: &ChunkBounds) -> Result<String> {
+    Ok(match bounds {
+        ChunkBounds::Whole => String::new(),
+        ChunkBounds::Pages { .. } => {
+            return Err(Error::config(format!(
+                "{}: a page-range chunk cannot be read from MySQL/MariaDB (the run state comes \
+                 from another engine?); use --overwrite to plan again",
+                ds.name
+            )));
+        }
+        ChunkBounds::Keys {
+            columns,
+            lower,
+            upper,
+        } => {
+            let mut conds: Vec<String> = Vec::new();
+            for c in columns {
+                let d = ds.columns.iter().find(|d| &d.name == c).ok_or_else(|| {
+                    Error::config(format!("key column {c:?} is not a column of {}", ds.name))
+                })?;
+                if d.field.is_nullable() {
+                    conds.push(format!("{} IS NOT NULL", quote_ident(c)));
+                }
+            }
+            if let Some(l) = lower {
+                conds.push(at_least(ds, columns, l)?);
+            }
+            if let Some(u) = upper {
+                conds.push(below(ds, columns, u)?);
+            }
+            if conds.is_empty() {
+                String::new()
+            } else {
+                format!(" WHERE {}", conds.join(" AND "))
+            }
+        }
+        ChunkBounds::KeyNulls { columns } => {
+            let any: Vec<String> = columns
+                .iter()
+                .map(|c| format!("{} IS NULL", quote_ident(c)))
+                .collect();
+            format!(" WHERE ({})", any.join(" OR "))
+        }
+    })
+}
+
+/// The SELECT that streams `chunk` of `ds`.
+pub fn select_sql(ds: &Dataset, chunk: &Chunk) -> Result<String> {
+    let cols: Vec<String> = ds
+        .columns
+        .iter()
+        .map(|c| {
+            let q = quote_ident(&c.name);
+            match c.cast.as_deref() {
+                Some("CHAR") => format!("CAST({q} AS CHAR CHARACTER SET utf8mb4) AS {q}"),
+                Some(t) => format!("CAST({q} AS {t}) AS {q}"),
+                None => q,
+            }
+        })
+        .collect();
+    let from = from_clause(ds, chunk.relation.as_ref())?;
+    let pred = predicate(ds, &chunk.bounds)?;
+    Ok(format!("SELECT {} FROM {from}{pred}", cols.join(", ")))
+}
+
+/// Pull rows from `result` into `dec`, sending a batch whenever the byte budget is reached.
+async fn drain<P: mysql_async::prelude::Protocol + Unpin>(
+    mut result: QueryResult<'_, 'static, P>,
+    dec: &mut RowDecoder,
+    ds: &Dataset,
+    out: &BatchSender,
+    what: &str,
+) -> Result<ReadStats> {
+    let mut stats = ReadStats::default();
+    let mut unreported_wire = 0u64;
+    let mut sent = false;
+    let budget = out.batch_bytes();
+    let stream = result
+        .stream::<Row>()
+        .await
+        .map_err(|e| classify(e, Phase::Read, &ds.name).context(what))?;
+    if let Some(mut stream) = stream {
+        while let Some(row) = stream.next().await {
+            let row = row.map_err(|e| classify(e, Phase::Read, &ds.name).context(what))?;
+            match dec.append(row.unwrap_raw()) {
+                Ok(n) => {
+                    stats.wire_bytes += n as u64;
+                    unreported_wire += n as u64;
+                }
+                Err(e) => {
+                    let col = dec
+                        .failed_column()
+                        .and_then(|i| ds.columns.get(i))
+                        .map(|c| format!(" column {:?} ({})", c.name, c.source_type))
+                        .unwrap_or_default();
+                    return Err(Error::data(format!(
+                        "{what}{col}, row {}: {}.",
+                        stats.rows + dec.rows() as u64 + 1,
+                        e.0
+                    )));
+                }
+            }
+            if dec.buffered_bytes() >= budget {
+                let batch = dec.finish_batch().map_err(|e| e.context(what))?;
+                let rows = batch.num_rows() as u64;
+                stats.rows += rows;
+                out.progress(rows, std::mem::take(&mut unreported_wire));
+                if out.send(batch).await.is_err() {
+                    return Err(Error::interrupted(format!("{what}: the writer stopped")));
+                }
+                // The writer has finished the batch before this one: reuse its memory.
+                if let Some(done) = out.recycled() {
+                    dec.recycle(done);
+                }
+                sent = true;
+            }
+        }
+    }
+    if dec.rows() > 0 || !sent {
+        let batch = dec.finish_batch().map_err(|e| e.context(what))?;
+        let rows = batch.num_rows() as u64;
+        stats.rows += rows;
+        out.progress(rows, unreported_wire);
+        if out.send(batch).await.is_err() {
+            return Err(Error::interrupted(format!("{what}: the writer stopped")));
+        }
+    }
+    Ok(stats)
+}
+
+#[async_trait]
+impl ChunkReader for MyReader {
+    async fn read(&mut self, ds: &Dataset, chunk: &Chunk, out: &BatchSender) -> Result<ReadStats> {
+        let sql = select_sql(ds, chunk)?;
+        let what = format!("{} part {}", ds.name, chunk.ordinal);
+        tracing::debug!(target: "sluice::read", "{what}: {sql}");
+        let mut dec = RowDecoder::new(ds.arrow_schema(), &ds.columns, self.zero_dates)
+            .map_err(|e| Error::internal(format!("{what}: {}", e.0)))?;
+        let stats = match self.protocol {
+            Protocol::Binary => {
+                let result = self
+                    .conn
+                    .exec_iter(sql.as_str(), ())
+                    .await
+                    .map_err(|e| classify(e, Phase::Read, &ds.name).context(&what))?;
+                drain(result, &mut dec, ds, out, &what).await?
+            }
+            Protocol::Text => {
+                let result = self
+                    .conn
+                    .query_iter(sql.as_str())
+                    .await
+                    .map_err(|e| classify(e, Phase::Read, &ds.name).context(&what))?;
+                drain(result, &mut dec, ds, out, &what).await?
+            }
+        };
+        self.findings.add(&ds.name, dec.adjustments());
+        tracing::trace!("{what}: {} rows from {}", stats.rows, self.target);
+        Ok(stats)
+    }
+
+    fn session_id(&self) -> Option<u64> {
+        Some(self.conn.id() as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn composite_bounds_are_one_parenthesised_condition() {
+        let parts = vec![
+            ("`a`".to_string(), "1".to_string()),
+            ("`b`".to_string(), "X'00'".to_string()),
+        ];
+        assert_eq!(
+            lexicographic(&parts, ">=").unwrap(),
+            "((`a` > 1) OR (`a` = 1 AND `b` >= X'00'))"
+        );
+        assert_eq!(lexicographic(&parts[..1], "<").unwrap(), "`a` < 1");
+    }
+}

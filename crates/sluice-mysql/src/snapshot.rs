@@ -1,0 +1,479 @@
+//! The coordinator: plans the run and starts every worker's transaction on one snapshot.
+//!
+//! MySQL and MariaDB cannot export a snapshot for other sessions to join. Workers see the same
+//! data only if they all begin `START TRANSACTION WITH CONSISTENT SNAPSHOT` while no transaction
+//! can commit. So, in snapshot consistency:
+//!
+//! 1. `reserve_readers(n)`: the worker sessions (and a spare) are connected (outside any lock)
+//!    and set to REPEATABLE READ — connecting is the slow part and must not happen under the
+//!    lock.
+//! 2. `pin_snapshot`: take the briefest lock that stops commits —
+//!    - MariaDB ≥ 10.4: `BACKUP STAGE START; BACKUP STAGE BLOCK_COMMIT` (commits and binary log
+//!      writes wait; running queries and even long SELECTs do not, unlike FLUSH TABLES WITH READ
+//!      LOCK, which must wait for every running statement to close its tables);
+//!    - MySQL, older MariaDB: `FLUSH TABLES WITH READ LOCK` (MySQL 8's `LOCK INSTANCE FOR
+//!      BACKUP` only blocks DDL, not commits, so it cannot line snapshots up);
+//!
+//!    then every worker runs `START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY` (all at
+//!    once), the GTID position is read, and the lock is released. The hold time is measured
+//!    from sending the lock statement to the release returning, and reported.
+//! 3. The binary log position is each worker's own `binlog_snapshot_file/position` on MariaDB
+//!    (exact for its snapshot, no privilege needed); all workers must report the same one, which
+//!    is checked — a cheap proof that they share one snapshot. On MySQL it is `SHOW MASTER
+//!    STATUS` (`SHOW BINARY LOG STATUS` from 8.2) read under the lock.
+//!
+//! No snapshot can be joined after it was taken, so one spare session ([`SPARE_SESSIONS`])
+//! begins its snapshot under the same lock and waits, idle: a worker that loses its session
+//! (killed, network cut) continues on the spare and retries its chunk under the very same
+//! snapshot. Once the spares are used up, `reopen_reader` fails permanently with advice:
+//! `--resume` finishes the missing parts under a new snapshot (each part is exactly one key
+//! range, read once), or `--consistency chunk`.
+//! A table altered or truncated after the snapshot fails its readers with error 1412, which says
+//! the same; no metadata locks are held on purpose, so the export never blocks a DDL (and all the
+//! queries queued behind it) for the length of the run.
+
+use crate::catalog::{self, Flavor, ServerInfo};
+use crate::chunking;
+use crate::connect::{MyTarget, Sessions};
+use crate::error::{Phase, classify};
+use crate::read::{Findings, MyReader};
+use async_trait::async_trait;
+use futures_util::future::join_all;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Row};
+use sluice_core::{
+    Chunk, ChunkReader, ChunkRequest, Consistency, Coordinator, Dataset, Error, Position, Result,
+    RunFacts, Selection, SnapshotInfo,
+};
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// Sessions started on the shared snapshot beyond the workers, to replace a worker's lost
+/// session without leaving the snapshot. Each costs one idle connection for the run.
+pub const SPARE_SESSIONS: usize = 1;
+
+/// Which global lock lines the workers' snapshots up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockMethod {
+    /// MariaDB ≥ 10.4.1: `BACKUP STAGE BLOCK_COMMIT`.
+    BackupStage,
+    /// `FLUSH TABLES WITH READ LOCK`.
+    FlushTables,
+}
+
+impl LockMethod {
+    /// The lock for this server.
+    pub fn for_server(s: &ServerInfo) -> Self {
+        if s.flavor == Flavor::Mariadb && s.at_least((10, 4, 1)) {
+            LockMethod::BackupStage
+        } else {
+            LockMethod::FlushTables
+        }
+    }
+
+    fn take(self) -> &'static str {
+        match self {
+            LockMethod::BackupStage => "BACKUP STAGE START; BACKUP STAGE BLOCK_COMMIT",
+            LockMethod::FlushTables => "FLUSH TABLES WITH READ LOCK",
+        }
+    }
+
+    fn release(self) -> &'static str {
+        match self {
+            LockMethod::BackupStage => "BACKUP STAGE END",
+            LockMethod::FlushTables => "UNLOCK TABLES",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            LockMethod::BackupStage => "BACKUP STAGE BLOCK_COMMIT",
+            LockMethod::FlushTables => "FLUSH TABLES WITH READ LOCK",
+        }
+    }
+}
+
+/// The coordinator session of one run.
+pub struct MyCoordinator {
+    target: MyTarget,
+    sessions: Sessions,
+    consistency: Consistency,
+    conn: Option<Conn>,
+    server: ServerInfo,
+    split_keys: HashMap<String, Vec<String>>,
+    datasets: Vec<Dataset>,
+    reserved: Vec<Conn>,
+    lock: Option<(LockMethod, Duration, usize)>,
+    spares_used: usize,
+    findings: Findings,
+}
+
+impl MyCoordinator {
+    /// Connect and read what the server is.
+    pub async fn open(
+        target: MyTarget,
+        sessions: Sessions,
+        consistency: Consistency,
+    ) -> Result<Self> {
+        let mut conn = target.connect(&sessions).await?;
+        let server = catalog::server_info(&mut conn, target.display()).await?;
+        Ok(MyCoordinator {
+            target,
+            sessions,
+            consistency,
+            conn: Some(conn),
+            server,
+            split_keys: HashMap::new(),
+            datasets: Vec::new(),
+            reserved: Vec::new(),
+            lock: None,
+            spares_used: 0,
+            findings: Findings::default(),
+        })
+    }
+
+    /// Server facts read at connect time.
+    pub fn server(&self) -> &ServerInfo {
+        &self.server
+    }
+
+    fn conn(&mut self) -> Result<&mut Conn> {
+        self.conn
+            .as_mut()
+            .ok_or_else(|| Error::internal("the coordinator session was already released"))
+    }
+
+    fn reader(&self, conn: Conn) -> MyReader {
+        MyReader::new(
+            conn,
+            self.target.display().to_string(),
+            self.target.protocol,
+            self.target.zero_dates,
+            self.findings.clone(),
+        )
+    }
+
+    /// Open `n` sessions in parallel.
+    async fn connect_many(&self, n: usize) -> Result<Vec<Conn>> {
+        join_all((0..n).map(|_| self.target.connect(&self.sessions)))
+            .await
+            .into_iter()
+            .collect()
+    }
+
+    /// The binary log position now (MySQL: `SHOW [MASTER | BINARY LOG] STATUS`), or `None`
+    /// without binary logging or without the privilege to read it.
+    async fn master_status(&mut self) -> Option<Position> {
+        let sql = if self.server.flavor == Flavor::Mysql && self.server.at_least((8, 2, 0)) {
+            "SHOW BINARY LOG STATUS"
+        } else {
+            "SHOW MASTER STATUS"
+        };
+        let row: Row = self.conn().ok()?.query_first(sql).await.ok()??;
+        let file = catalog::text(&row, 0);
+        if file.is_empty() {
+            return None;
+        }
+        let gtid = (row.len() > 4)
+            .then(|| catalog::text(&row, 4))
+            .filter(|g| !g.trim().is_empty());
+        Some(Position::Mysql {
+            file,
+            pos: catalog::number(&row, 1),
+            gtid,
+        })
+    }
+
+    /// Position of an open consistent-snapshot transaction on MariaDB (exact, unprivileged).
+    async fn snapshot_position(conn: &mut Conn) -> Result<Option<(String, u64)>> {
+        let rows: Vec<Row> = conn
+            .query("SHOW SESSION STATUS LIKE 'binlog_snapshot_%'")
+            .await
+            .map_err(|e| classify(e, Phase::Snapshot, "the snapshot"))?;
+        let get = |k: &str| {
+            rows.iter()
+                .find(|r| catalog::text(r, 0).eq_ignore_ascii_case(k))
+                .map(|r| catalog::text(r, 1))
+        };
+        Ok(
+            match (get("binlog_snapshot_file"), get("binlog_snapshot_position")) {
+                (Some(f), Some(p)) if !f.is_empty() => Some((f, p.parse().unwrap_or(0))),
+                _ => None,
+            },
+        )
+    }
+
+    fn now() -> String {
+        chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+    }
+
+    /// Lock, start every reserved session's snapshot, read the GTID position, unlock.
+    async fn lock_and_start(&mut self) -> Result<(Duration, Option<String>, Option<Position>)> {
+        let display = self.target.display().to_string();
+        let method = LockMethod::for_server(&self.server);
+        let mariadb = self.server.flavor == Flavor::Mariadb;
+        let mut reserved = std::mem::take(&mut self.reserved);
+        let conn = self.conn()?;
+        let started = Instant::now();
+        conn.query_drop(method.take()).await.map_err(|e| {
+            classify(e, Phase::Snapshot, &display).context(format!(
+                "taking the global lock ({}) that lines the workers' snapshots up",
+                method.name()
+            ))
+        })?;
+        // Under the lock: every worker begins its snapshot, all at once.
+        let begun = join_all(
+            reserved
+                .iter_mut()
+                .map(|c| c.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")),
+        )
+        .await;
+        let gtid_sql = if mariadb {
+            "SELECT @@gtid_binlog_pos"
+        } else {
+            "SELECT @@gtid_executed"
+        };
+        let gtid: std::result::Result<Option<String>, _> = conn.query_first(gtid_sql).await;
+        let status = if mariadb {
+            None
+        } else {
+            self.master_status().await
+        };
+        let conn = self.conn()?;
+        let released = conn.query_drop(method.release()).await;
+        let held = started.elapsed();
+        self.reserved = reserved;
+        released.map_err(|e| classify(e, Phase::Snapshot, &display))?;
+        for b in begun {
+            b.map_err(|e| classify(e, Phase::Snapshot, &display))?;
+        }
+        let gtid = gtid.ok().flatten().filter(|g| !g.trim().is_empty());
+        self.lock = Some((method, held, self.reserved.len()));
+        Ok((held, gtid, status))
+    }
+}
+
+#[async_trait]
+impl Coordinator for MyCoordinator {
+    fn server_version(&self) -> String {
+        self.server.display.clone()
+    }
+
+    async fn discover(&mut self, selection: &Selection) -> Result<Vec<Dataset>> {
+        let display = self.target.display().to_string();
+        let db = self.target.database().to_string();
+        let server = self.server.clone();
+        let conn = self
+            .conn
+            .as_mut()
+            .ok_or_else(|| Error::internal("the coordinator session was already released"))?;
+        let mut objects = Vec::new();
+        for name in &selection.tables {
+            objects.push(catalog::resolve_name(conn, name, &db, &display).await?);
+        }
+        let many = catalog::resolve_many(conn, selection, &display).await?;
+        if many.is_empty() && selection.tables.is_empty() && selection.queries.is_empty() {
+            return Err(Error::config(format!(
+                "no table in {display} matches --tables {:?} / --schema {:?}. List the tables \
+                 with SHOW TABLES FROM <database> and adjust the pattern (it must match all of \
+                 database.table).",
+                selection.patterns, selection.schemas
+            )));
+        }
+        objects.extend(many);
+        let mut seen = HashSet::new();
+        let mut datasets = Vec::new();
+        for obj in objects {
+            if seen.insert(obj.table.clone()) {
+                catalog::check_select(conn, &obj.table, &server, &display).await?;
+                let d = catalog::describe(conn, &obj, &server, &display).await?;
+                self.split_keys.insert(d.dataset.name.clone(), d.split_key);
+                datasets.push(d.dataset);
+            }
+        }
+        let mut names: HashSet<String> = datasets.iter().map(|d| d.name.clone()).collect();
+        for q in &selection.queries {
+            if !names.insert(q.name.clone()) {
+                return Err(Error::config(format!(
+                    "two datasets are named {:?}; give each --query a distinct name.",
+                    q.name
+                )));
+            }
+            datasets.push(catalog::describe_query(conn, q, &display).await?);
+        }
+        self.datasets = datasets.clone();
+        Ok(datasets)
+    }
+
+    async fn plan_chunks(
+        &mut self,
+        dataset: &Dataset,
+        request: &ChunkRequest,
+    ) -> Result<Vec<Chunk>> {
+        let display = self.target.display().to_string();
+        let key = self
+            .split_keys
+            .get(&dataset.name)
+            .cloned()
+            .unwrap_or_default();
+        chunking::plan(self.conn()?, dataset, &key, request, &display).await
+    }
+
+    async fn reserve_readers(&mut self, n: usize) -> Result<()> {
+        if self.consistency != Consistency::Snapshot {
+            return Ok(());
+        }
+        let display = self.target.display().to_string();
+        let mut conns = self.connect_many(n + SPARE_SESSIONS).await?;
+        for r in join_all(
+            conns
+                .iter_mut()
+                .map(|c| c.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")),
+        )
+        .await
+        {
+            r.map_err(|e| classify(e, Phase::Snapshot, &display))?;
+        }
+        self.reserved = conns;
+        Ok(())
+    }
+
+    async fn pin_snapshot(&mut self, datasets: &[Dataset]) -> Result<SnapshotInfo> {
+        // No table locks: see the module documentation (DDL fails the readers loudly instead).
+        let _ = datasets;
+        if self.consistency == Consistency::Chunk {
+            let position = if self.server.flavor == Flavor::Mariadb {
+                // A momentary consistent snapshot tells the position without any privilege.
+                let conn = self.conn()?;
+                let _ = conn
+                    .query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+                    .await;
+                let p = Self::snapshot_position(conn).await.ok().flatten();
+                let _ = conn.query_drop("COMMIT").await;
+                p.map(|(file, pos)| Position::Mysql {
+                    file,
+                    pos,
+                    gtid: None,
+                })
+            } else {
+                self.master_status().await
+            };
+            return Ok(SnapshotInfo {
+                id: None,
+                position: position.unwrap_or(Position::Unknown),
+                taken_at: Self::now(),
+            });
+        }
+        if self.reserved.is_empty() {
+            return Err(Error::internal(
+                "snapshot consistency needs reserve_readers before pin_snapshot",
+            ));
+        }
+        let taken_at = Self::now();
+        let (held, gtid, status) = self.lock_and_start().await?;
+        self.sessions.set_snapshot(Some(Instant::now() - held));
+        let position = if self.server.flavor == Flavor::Mariadb {
+            let mut seen = Vec::new();
+            for c in self.reserved.iter_mut() {
+                seen.push(Self::snapshot_position(c).await?);
+            }
+            if seen.windows(2).any(|w| w[0] != w[1]) {
+                return Err(Error::internal(format!(
+                    "the workers' snapshots do not share one binary log position ({seen:?}) \
+                     although they began under {}",
+                    LockMethod::for_server(&self.server).name()
+                )));
+            }
+            match seen.into_iter().next().flatten() {
+                Some((file, pos)) => Position::Mysql { file, pos, gtid },
+                None => Position::Unknown,
+            }
+        } else {
+            status.unwrap_or(Position::Unknown)
+        };
+        tracing::info!(
+            "snapshot of {} taken: global lock held {:.1} ms, position {position}",
+            self.target.display(),
+            held.as_secs_f64() * 1000.0
+        );
+        Ok(SnapshotInfo {
+            id: None,
+            position,
+            taken_at,
+        })
+    }
+
+    async fn open_readers(&mut self, n: usize) -> Result<Vec<Box<dyn ChunkReader>>> {
+        let conns = if self.consistency == Consistency::Snapshot {
+            if self.reserved.len() < n {
+                return Err(Error::internal(format!(
+                    "{n} readers asked for, {} reserved under the snapshot",
+                    self.reserved.len()
+                )));
+            }
+            self.reserved.drain(..n).collect()
+        } else {
+            self.connect_many(n).await?
+        };
+        Ok(conns
+            .into_iter()
+            .map(|c| Box::new(self.reader(c)) as Box<dyn ChunkReader>)
+            .collect())
+    }
+
+    async fn reopen_reader(&mut self) -> Result<Box<dyn ChunkReader>> {
+        if self.consistency == Consistency::Snapshot {
+            // A spare began its transaction under the lock with the workers: same snapshot.
+            if let Some(conn) = self.reserved.pop() {
+                self.spares_used += 1;
+                tracing::info!(
+                    "a worker lost its session; it continues on a spare session of the same \
+                     snapshot"
+                );
+                return Ok(Box::new(self.reader(conn)));
+            }
+            return Err(Error::source_permanent(format!(
+                "a worker lost its session on {}, no spare session of the snapshot is left, and \
+                 MySQL/MariaDB cannot join a consistent snapshot after it was taken. The parts \
+                 already written are kept: run the same command again with --resume to read the \
+                 missing parts under a new snapshot (the manifest records which snapshot each \
+                 part comes from), or use --consistency chunk, where a lost session is simply \
+                 replaced.",
+                self.target.display()
+            )));
+        }
+        let conn = self.target.connect(&self.sessions).await?;
+        Ok(Box::new(self.reader(conn)))
+    }
+
+    fn run_facts(&self) -> RunFacts {
+        let mut notes = Vec::new();
+        if let Some((method, held, n)) = self.lock {
+            notes.push(format!(
+                "global lock ({}) held {:.1} ms to start {n} worker snapshot(s)",
+                method.name(),
+                held.as_secs_f64() * 1000.0
+            ));
+        }
+        if self.spares_used > 0 {
+            notes.push(format!(
+                "{} worker session(s) lost and replaced by spare sessions of the same snapshot",
+                self.spares_used
+            ));
+        }
+        notes.extend(self.findings.notes(&self.datasets));
+        RunFacts {
+            global_lock_held: self.lock.map(|(_, held, _)| held),
+            notes,
+        }
+    }
+
+    async fn release(&mut self) -> Result<()> {
+        self.sessions.set_snapshot(None);
+        self.reserved.clear();
+        if let Some(conn) = self.conn.take() {
+            let _ = conn.disconnect().await;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,155 @@
+//! A throwaway MariaDB (Debian's `mariadb-server`) for tests, scripts and benchmarks: its own
+//! temporary directory, 127.0.0.1 on a free port, stopped and deleted when dropped. MariaDB
+//! refuses to run as root, so when this process is root it runs as the `mysql` user (created by
+//! Debian's package).
+
+use crate::server::{as_server_user, free_port, is_root, run};
+use anyhow::{Context, Result, bail};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Password of the test user [`MariadbServer::USER`] (loopback-only throwaway server).
+pub const MARIADB_PASSWORD: &str = "sluice-test-pw";
+
+/// A running throwaway MariaDB (Debian's `mariadb-server`).
+pub struct MariadbServer {
+    dir: tempfile::TempDir,
+    child: std::process::Child,
+    /// The port it listens on (127.0.0.1).
+    pub port: u16,
+}
+
+impl MariadbServer {
+    /// The test user: all privileges, with a password, from 127.0.0.1.
+    pub const USER: &'static str = "sluice";
+
+    /// `mariadb-install-db` + start `mariadbd`, with a binary log in row format (for snapshot
+    /// positions and, later, CDC), and durability off (a test server needs speed, not crash
+    /// safety). Then create [`Self::USER`] with [`MARIADB_PASSWORD`].
+    pub fn start() -> Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("sluice-mariadb-")
+            .tempdir()?;
+        let port = free_port()?;
+        let data = dir.path().join("data");
+        let socket = dir.path().join("mysqld.sock");
+        let cnf = dir.path().join("my.cnf");
+        std::fs::write(
+            &cnf,
+            format!(
+                "[mysqld]\ndatadir={}\nsocket={}\nport={port}\nbind-address=127.0.0.1\n\
+                 pid-file={}\nlog-error={}\nlog-bin=mariadb-bin\nserver-id=1\n\
+                 binlog_format=ROW\nbinlog_row_image=FULL\ninnodb_buffer_pool_size=256M\n\
+                 innodb_log_file_size=128M\ninnodb_flush_log_at_trx_commit=0\nsync_binlog=0\n\
+                 skip-name-resolve\nmax_connections=200\ncharacter-set-server=utf8mb4\n\
+                 collation-server=utf8mb4_bin\nsecure-file-priv=\n",
+                data.display(),
+                socket.display(),
+                dir.path().join("mariadbd.pid").display(),
+                dir.path().join("error.log").display(),
+            ),
+        )?;
+        if is_root() {
+            run(
+                Command::new("chown").arg("-R").arg("mysql").arg(dir.path()),
+                "chown of the server directory",
+            )?;
+        }
+        let defaults = format!("--defaults-file={}", cnf.display());
+        let mut install = Command::new("mariadb-install-db");
+        install
+            .arg(&defaults)
+            .args(["--auth-root-authentication-method=normal", "--skip-test-db"]);
+        if is_root() {
+            install.arg("--user=mysql");
+        }
+        run(&mut install, "mariadb-install-db").context(
+            "MariaDB's mariadb-install-db failed or is missing: install Debian's mariadb-server \
+             package (scripts/test does)",
+        )?;
+        let child = as_server_user(Path::new("/usr/sbin/mariadbd"), "mysql")
+            .arg(&defaults)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .context("starting /usr/sbin/mariadbd")?;
+        let server = MariadbServer { dir, child, port };
+        server.wait_ready(&socket)?;
+        let sql = format!(
+            "CREATE USER '{u}'@'127.0.0.1' IDENTIFIED BY '{MARIADB_PASSWORD}'; \
+             GRANT ALL PRIVILEGES ON *.* TO '{u}'@'127.0.0.1' WITH GRANT OPTION;",
+            u = Self::USER
+        );
+        run(
+            Command::new("mariadb")
+                .arg("--no-defaults")
+                .arg(format!("--socket={}", socket.display()))
+                .args(["-u", "root", "-e", &sql]),
+            "creating the MariaDB test user",
+        )?;
+        Ok(server)
+    }
+
+    fn wait_ready(&self, socket: &Path) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            let ok = Command::new("mariadb-admin")
+                .arg("--no-defaults")
+                .arg(format!("--socket={}", socket.display()))
+                .args(["-u", "root", "ping"])
+                .output()
+                .map(|o| o.status.success())
+                .unwrap_or(false);
+            if ok {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let log = std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default();
+        bail!(
+            "MariaDB did not accept connections on port {} within 60 s; error log:\n{log}",
+            self.port
+        )
+    }
+
+    /// URL of the test user, without a database (tests add their own).
+    pub fn url(&self) -> String {
+        format!(
+            "mysql://{}:{MARIADB_PASSWORD}@127.0.0.1:{}/mysql",
+            Self::USER,
+            self.port
+        )
+    }
+
+    /// Stop the server now (also done on drop): SIGKILL to `mariadbd` (found by its pid file,
+    /// since under `runuser` the child is not the server itself), as the data is thrown away.
+    pub fn stop(&mut self) {
+        let pid_file = self.dir.path().join("mariadbd.pid");
+        if let Some(pid) = std::fs::read_to_string(pid_file)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+        {
+            kill_now(pid);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for MariadbServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[allow(unsafe_code)]
+fn kill_now(pid: i32) {
+    if pid > 1 {
+        // SAFETY: kill(2) with a positive pid read from the server's own pid file; it touches
+        // no memory of this process.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+}
