@@ -1,5 +1,6 @@
-//! `sluice-testkit run [--pg] -- COMMAND …`: start throwaway servers, run COMMAND with their
-//! URLs in the environment (`SLUICE_TEST_PG_URL`), stop and delete the servers, and exit with
+//! `sluice-testkit run [--pg] [--s3] [--gcs] [--azure] -- COMMAND …`: start throwaway servers,
+//! run COMMAND with their URLs in the environment (`SLUICE_TEST_PG_URL`, `SLUICE_TEST_S3_URL`…
+//! and each cloud's credential variables), stop and delete the servers, and exit with
 //! COMMAND's status. Used by scripts/test, scripts/demo and bench/run.
 
 use anyhow::{Context, Result, bail};
@@ -18,15 +19,16 @@ fn main() -> ExitCode {
 fn run() -> Result<u8> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(split) = args.iter().position(|a| a == "--") else {
-        bail!("usage: sluice-testkit run [--pg] -- COMMAND [ARGS…]");
+        bail!("usage: sluice-testkit run [--pg] [--s3] [--gcs] [--azure] -- COMMAND [ARGS…]");
     };
     let (opts, cmd) = (&args[..split], &args[split + 1..]);
     if opts.first().map(String::as_str) != Some("run") || cmd.is_empty() {
-        bail!("usage: sluice-testkit run [--pg] -- COMMAND [ARGS…]");
+        bail!("usage: sluice-testkit run [--pg] [--s3] [--gcs] [--azure] -- COMMAND [ARGS…]");
     }
     let mut command = Command::new(&cmd[0]);
     command.args(&cmd[1..]);
     let mut servers = Vec::new();
+    let mut emulators = Vec::new();
     for o in &opts[1..] {
         match o.as_str() {
             "--pg" => {
@@ -35,6 +37,22 @@ fn run() -> Result<u8> {
                 eprintln!("sluice-testkit: PostgreSQL on 127.0.0.1:{}", pg.port);
                 command.env("SLUICE_TEST_PG_URL", pg.url());
                 servers.push(pg);
+            }
+            "--s3" | "--gcs" | "--azure" => {
+                use sluice_testkit::objstore::{Emulator, Store};
+                let store = match o.as_str() {
+                    "--s3" => Store::S3,
+                    "--gcs" => Store::Gcs,
+                    _ => Store::Azure,
+                };
+                let em = Emulator::start(store)
+                    .with_context(|| format!("starting the {store:?} emulator"))?;
+                eprintln!(
+                    "sluice-testkit: {store:?} emulator on 127.0.0.1:{}",
+                    em.port
+                );
+                command.envs(em.env());
+                emulators.push(em);
             }
             other => bail!("unknown option {other}"),
         }
@@ -48,6 +66,7 @@ fn run() -> Result<u8> {
     ignore_interrupts();
     let status = child.wait()?;
     drop(servers);
+    drop(emulators);
     Ok(status.code().map(|c| c.clamp(0, 255) as u8).unwrap_or(1))
 }
 
