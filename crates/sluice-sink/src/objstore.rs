@@ -13,8 +13,8 @@
 //! one small runtime owned by this module, and callers wait on a channel, so a call works from
 //! any thread.
 //!
-//! GCS: uploads go through `object_store` (XML API); listing, reading, sizes and deletes go
-//! through the JSON API ([`crate::objstore_gcs`]). Uploads larger than one part use the XML
+//! GCS: multipart uploads go through `object_store` (XML API); everything else goes through
+//! the JSON API ([`crate::objstore_gcs`]). Uploads larger than one part use the XML
 //! multipart API, which the GCS emulators do not serve, so that path is exercised only against
 //! real GCS.
 
@@ -134,6 +134,8 @@ impl ObjectStoreDestination {
     /// Open the location `to`; see [`crate::objstore_url`] for the URL forms and options.
     /// Builds the client only; [`Destination::check_writable`] makes the first request.
     pub fn open(to: &str) -> Result<Self> {
+        // Installs the TLS provider, which building a client needs.
+        runtime()?;
         let Location {
             cloud,
             store,
@@ -144,7 +146,6 @@ impl ObjectStoreDestination {
             upload_concurrency,
             gcs,
         } = objstore_url::open(to)?;
-        runtime()?;
         Ok(ObjectStoreDestination {
             shared: Arc::new(Shared {
                 cloud,
@@ -192,6 +193,11 @@ impl Destination for ObjectStoreDestination {
     fn put(&self, path: &str, data: &[u8]) -> Result<()> {
         let s = self.shared.clone();
         let key = s.key(path);
+        if let Some(g) = s.gcs.clone() {
+            let data = bytes::Bytes::from(data.to_vec());
+            return run(async move { g.put(&key, data).await })?
+                .map_err(|e| s.error(&e, "write", path));
+        }
         let payload = PutPayload::from(data.to_vec());
         let store = s.store.clone();
         run(async move { store.put(&key, payload).await })?
@@ -376,6 +382,11 @@ impl UploadWriter {
         let Some(mut up) = self.upload.take() else {
             // Smaller than one part: one atomic PUT.
             let (store, key) = (self.shared.store.clone(), self.key.clone());
+            if let Some(g) = self.shared.gcs.clone() {
+                let data = bytes::Bytes::from(std::mem::take(&mut self.buf));
+                return run(async move { g.put(&key, data).await })?
+                    .map_err(|e| self.shared.error(&e, "write", &self.path));
+            }
             let payload = PutPayload::from(std::mem::take(&mut self.buf));
             return run(async move { store.put(&key, payload).await })?
                 .map(|_| ())

@@ -1,18 +1,25 @@
 //! Google Cloud Storage through its JSON API, for everything but uploads.
 //!
-//! `object_store` speaks GCS's XML API. Uploads (`PUT`, multipart) stay with it; listing,
-//! reading, sizes and deletes go through the JSON API here, which GCS serves fully and which
-//! the local GCS emulators serve too (gcp-storage-emulator answers the XML API's list, `HEAD`
-//! and `DELETE` with empty bodies or 501, and its XML `GET` carries no `ETag`, which
-//! `object_store` requires). Errors are returned as `object_store` errors so that one
+//! `object_store` speaks GCS's XML API. Multipart uploads stay with it; single uploads,
+//! listing, reading, sizes and deletes go through the JSON API here, which GCS serves fully
+//! and which the local GCS emulators serve too (gcp-storage-emulator answers `object_store`'s
+//! XML `PUT`, `HEAD` and `DELETE` with 501 and its list with an empty body, and its XML `GET`
+//! carries no `ETag`, which `object_store` requires). Errors are returned as `object_store` errors so that one
 //! classification serves every store.
 
 use bytes::Bytes;
 use object_store::gcp::GcpCredentialProvider;
 use object_store::path::Path;
-use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use std::ops::Range;
 use std::time::Duration;
+
+/// Everything but RFC 3986's unreserved characters is escaped in names and query values.
+const ESCAPE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
 
 type StoreResult<T> = std::result::Result<T, object_store::Error>;
 
@@ -58,8 +65,8 @@ impl GcsJson {
         format!(
             "{}/storage/v1/b/{}/o/{}",
             self.base,
-            utf8_percent_encode(&self.bucket, NON_ALPHANUMERIC),
-            utf8_percent_encode(&name, NON_ALPHANUMERIC)
+            utf8_percent_encode(&self.bucket, ESCAPE),
+            utf8_percent_encode(&name, ESCAPE)
         )
     }
 
@@ -164,6 +171,23 @@ impl GcsJson {
         }
     }
 
+    /// Store `data` as `key` with one JSON-API media upload (atomic: the object appears whole).
+    pub async fn put(&self, key: &Path, data: Bytes) -> StoreResult<()> {
+        let name = percent_encoding::percent_decode_str(key.as_ref()).decode_utf8_lossy();
+        let url = format!(
+            "{}/upload/storage/v1/b/{}/o?uploadType=media&name={}",
+            self.base,
+            utf8_percent_encode(&self.bucket, ESCAPE),
+            utf8_percent_encode(&name, ESCAPE)
+        );
+        let req = self
+            .client
+            .post(url)
+            .header("Content-Type", "application/octet-stream")
+            .body(data);
+        self.send(req, key.as_ref(), false).await.map(|_| ())
+    }
+
     /// Delete `key`; a missing object is not an error.
     pub async fn delete(&self, key: &Path) -> StoreResult<()> {
         let req = self.client.delete(self.object_url(key));
@@ -181,17 +205,20 @@ impl GcsJson {
         let url = format!(
             "{}/storage/v1/b/{}/o",
             self.base,
-            utf8_percent_encode(&self.bucket, NON_ALPHANUMERIC)
+            utf8_percent_encode(&self.bucket, ESCAPE)
         );
         let mut out = Vec::new();
         let mut page: Option<String> = None;
         loop {
-            let mut query = url::form_urlencoded::Serializer::new(String::new());
-            query.append_pair("prefix", &want);
-            if let Some(p) = &page {
-                query.append_pair("pageToken", p);
-            }
-            let req = self.client.get(format!("{url}?{}", query.finish()));
+            let query = {
+                let mut q = url::form_urlencoded::Serializer::new(String::new());
+                q.append_pair("prefix", &want);
+                if let Some(p) = &page {
+                    q.append_pair("pageToken", p);
+                }
+                q.finish()
+            };
+            let req = self.client.get(format!("{url}?{query}"));
             let body = self
                 .send(req, &self.bucket, false)
                 .await?
