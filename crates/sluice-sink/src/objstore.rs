@@ -36,8 +36,6 @@ use std::sync::{Arc, OnceLock};
 fn runtime() -> Result<&'static tokio::runtime::Runtime> {
     static RT: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = OnceLock::new();
     RT.get_or_init(|| {
-        // reqwest is built without a bundled TLS provider (to avoid aws-lc-rs); use ring's.
-        let _ = rustls::crypto::ring::default_provider().install_default();
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("sluice-upload")
@@ -134,7 +132,6 @@ impl ObjectStoreDestination {
     /// Open the location `to`; see [`crate::objstore_url`] for the URL forms and options.
     /// Builds the client only; [`Destination::check_writable`] makes the first request.
     pub fn open(to: &str) -> Result<Self> {
-        // Installs the TLS provider, which building a client needs.
         runtime()?;
         let Location {
             cloud,

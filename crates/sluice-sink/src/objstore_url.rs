@@ -135,6 +135,9 @@ fn parse_size(s: &str) -> Option<usize> {
 
 /// Parse `to` (an `s3://`, `gs://`, `az://`… URL) and build its store.
 pub fn open(to: &str) -> Result<Location> {
+    // reqwest is built without a bundled TLS provider (to keep aws-lc-rs out); use ring's.
+    // Installing twice is harmless (the second call reports the first and changes nothing).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cloud = Cloud::of(to).ok_or_else(|| bad_url(to, "not an object-store URL"))?;
     let url = url::Url::parse(to).map_err(|e| {
         bad_url(
