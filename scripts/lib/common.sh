@@ -42,3 +42,23 @@ BASE_PACKAGES=(build-essential pkg-config ca-certificates postgresql postgresql-
     mariadb-server mariadb-client libtommath1 libtomcrypt1)
 
 testkit() { "$CARGO_TARGET_DIR/$1/sluice-testkit" "${@:2}"; }
+
+# Object-storage emulators for the tests, under ~/.cache/sluice/objstore (where sluice-testkit
+# looks for them; SLUICE_OBJSTORE_TOOLS overrides): moto's S3 server and gcp-storage-emulator
+# in a Python venv, Azurite (Azure Blob) from npm. A stamp holding the pinned versions makes
+# re-runs a no-op.
+OBJSTORE_PY=("moto[server]==5.2.5" "gcp-storage-emulator==2026.7.19")
+OBJSTORE_NPM=("azurite@3.35.0")
+ensure_objstore_emulators() {
+    local dir="${SLUICE_OBJSTORE_TOOLS:-$HOME/.cache/sluice/objstore}"
+    local want="${OBJSTORE_PY[*]} ${OBJSTORE_NPM[*]}"
+    if [ -f "$dir/stamp" ] && [ "$(cat "$dir/stamp")" = "$want" ]; then return 0; fi
+    ensure_debian_packages python3 python3-venv
+    command -v npm >/dev/null || ensure_debian_packages nodejs npm
+    say "installing object-storage emulators into $dir"
+    mkdir -p "$dir"
+    [ -x "$dir/venv/bin/python" ] || /usr/bin/python3 -m venv "$dir/venv"
+    "$dir/venv/bin/python" -m pip install -q "${OBJSTORE_PY[@]}"
+    npm install --silent --no-save --prefix "$dir/npm" "${OBJSTORE_NPM[@]}" >/dev/null
+    printf '%s' "$want" > "$dir/stamp"
+}

@@ -1,7 +1,7 @@
 //! The one place that maps a URL to an adapter: sources by scheme, destinations by scheme.
 
 use sluice_core::{Error, Result, Source};
-use sluice_sink::{Destination, LocalDestination};
+use sluice_sink::{Destination, LocalDestination, ObjectStoreDestination};
 use std::sync::Arc;
 
 /// Open the source adapter for `url`.
@@ -33,15 +33,19 @@ pub fn open_source(url: &str) -> Result<Arc<dyn Source>> {
     )))
 }
 
-/// Open the destination for `to`: a local path or a `file://` URL.
+/// Open the destination for `to`: a local path, a `file://` URL, or an object store
+/// (`s3://`, `gs://`, `az://` and their aliases).
 pub fn open_destination(to: &str, fsync: bool) -> Result<Arc<dyn Destination>> {
+    if ObjectStoreDestination::handles(to) {
+        return Ok(Arc::new(ObjectStoreDestination::open(to)?));
+    }
     if let Some(path) = to.strip_prefix("file://") {
         return Ok(Arc::new(LocalDestination::new(path, fsync)));
     }
     if let Some((scheme, _)) = to.split_once("://") {
         return Err(Error::config(format!(
-            "--to {} uses {scheme}://, which this build cannot write to: give a local directory \
-             or a file:// URL.",
+            "--to {} uses {scheme}://, which sluice cannot write to: give a local directory, \
+             a file:// URL, or s3://, gs://, az:// (object storage).",
             sluice_core::redact::redact_url(to)
         )));
     }

@@ -1,7 +1,7 @@
 //! The output side of sluice: formats over destinations.
 //!
-//! Knows no database. A [`Destination`] stores objects (local disk today; object stores
-//! through the same trait) and makes each visible only when complete. A [`PartWriter`] turns
+//! Knows no database. A [`Destination`] stores objects (local disk, or S3, GCS and Azure Blob
+//! through [`ObjectStoreDestination`]) and makes each visible only when complete. A [`PartWriter`] turns
 //! Arrow batches into one part file in a format (Parquet or CSV). The [`manifest`] is written
 //! last and is what marks a dataset complete: a reader that sees `manifest.json` sees every
 //! part it lists, whole.
@@ -16,6 +16,9 @@ pub mod layout;
 pub mod local;
 pub mod manifest;
 pub mod merge;
+pub mod objstore;
+pub mod objstore_gcs;
+pub mod objstore_url;
 pub mod parquet;
 mod render;
 
@@ -24,3 +27,4 @@ pub use format::{
     Compression, CsvOptions, FormatOptions, ParquetOptions, PartStats, PartWriter, open_part,
 };
 pub use local::LocalDestination;
+pub use objstore::ObjectStoreDestination;

@@ -8,10 +8,12 @@
 //! - [`mysql`] is the same for MariaDB/MySQL (`SLUICE_TEST_MYSQL_URL`).
 //! - [`files`] reads exported Parquet and CSV back for comparison.
 //! - [`firebird`] prepares an embedded Firebird runtime (no server) and test databases.
+//! - [`objstore`] starts object-storage emulators (S3, GCS, Azure Blob) the same way.
 
 pub mod files;
 pub mod firebird;
 pub mod mariadb;
 pub mod mysql;
+pub mod objstore;
 pub mod pg;
 pub mod server;

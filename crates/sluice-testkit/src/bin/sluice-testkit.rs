@@ -1,7 +1,9 @@
-//! `sluice-testkit run [--pg] [--mariadb] [--firebird] -- COMMAND …`: start throwaway servers,
-//! run COMMAND with their URLs in the environment (`SLUICE_TEST_PG_URL`, `SLUICE_TEST_MYSQL_URL`;
-//! for `--firebird` an embedded runtime, see `sluice_testkit::firebird`), stop and delete the
-//! servers, and exit with COMMAND's status. Used by scripts/test, scripts/demo and bench/run.
+//! `sluice-testkit run [--pg] [--mariadb] [--firebird] [--s3] [--gcs] [--azure] -- COMMAND …`:
+//! start throwaway servers, run COMMAND with their URLs in the environment
+//! (`SLUICE_TEST_PG_URL`, `SLUICE_TEST_MYSQL_URL`, `SLUICE_TEST_S3_URL`… and each cloud's
+//! credential variables; for `--firebird` an embedded runtime, see `sluice_testkit::firebird`),
+//! stop and delete the servers, and exit with COMMAND's status. Used by scripts/test,
+//! scripts/demo and bench/run.
 
 use anyhow::{Context, Result, bail};
 use std::process::{Command, ExitCode};
@@ -19,16 +21,21 @@ fn main() -> ExitCode {
 fn run() -> Result<u8> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(split) = args.iter().position(|a| a == "--") else {
-        bail!("usage: sluice-testkit run [--pg] [--mariadb] [--firebird] -- COMMAND [ARGS…]");
+        bail!(
+            "usage: sluice-testkit run [--pg] [--mariadb] [--firebird] [--s3] [--gcs] [--azure] -- COMMAND [ARGS…]"
+        );
     };
     let (opts, cmd) = (&args[..split], &args[split + 1..]);
     if opts.first().map(String::as_str) != Some("run") || cmd.is_empty() {
-        bail!("usage: sluice-testkit run [--pg] [--mariadb] [--firebird] -- COMMAND [ARGS…]");
+        bail!(
+            "usage: sluice-testkit run [--pg] [--mariadb] [--firebird] [--s3] [--gcs] [--azure] -- COMMAND [ARGS…]"
+        );
     }
     let mut command = Command::new(&cmd[0]);
     command.args(&cmd[1..]);
     let mut servers = Vec::new();
     let mut runtimes = Vec::new();
+    let mut emulators = Vec::new();
     for o in &opts[1..] {
         match o.as_str() {
             "--pg" => {
@@ -55,6 +62,22 @@ fn run() -> Result<u8> {
                 command.envs(fb.env());
                 runtimes.push(fb);
             }
+            "--s3" | "--gcs" | "--azure" => {
+                use sluice_testkit::objstore::{Emulator, Store};
+                let store = match o.as_str() {
+                    "--s3" => Store::S3,
+                    "--gcs" => Store::Gcs,
+                    _ => Store::Azure,
+                };
+                let em = Emulator::start(store)
+                    .with_context(|| format!("starting the {store:?} emulator"))?;
+                eprintln!(
+                    "sluice-testkit: {store:?} emulator on 127.0.0.1:{}",
+                    em.port
+                );
+                command.envs(em.env());
+                emulators.push(em);
+            }
             other => bail!("unknown option {other}"),
         }
     }
@@ -68,6 +91,7 @@ fn run() -> Result<u8> {
     let status = child.wait()?;
     drop(servers);
     drop(runtimes);
+    drop(emulators);
     Ok(status.code().map(|c| c.clamp(0, 255) as u8).unwrap_or(1))
 }
 
