@@ -2,10 +2,10 @@
 //!
 //! Why: glibc's malloc raises its mmap threshold dynamically (up to 32 MB) after the first large
 //! buffer is freed, so later multi-megabyte batch and page buffers come from the heap, and the
-//! heap keeps freed memory instead of returning it. Measured on a 10 M-row export, that retention
-//! alone put peak RSS at ~100 MB against a 64 MB budget; with a fixed 256 KB mmap threshold and a
-//! 128 KB trim threshold the same run peaked under 64 MB at no measurable cost in speed, because
-//! the engine recycles its big buffers rather than allocating them per batch.
+//! heap keeps freed memory instead of returning it. In the benchmark lab (docs/benchmarks.md,
+//! 10 M-row narrow table, 2 workers, 64 MB budget) peak RSS was 102 MiB before these settings
+//! and 66 MiB after; the engine recycles its big buffers rather than allocating them per batch,
+//! so mmap-backed buffers cost little.
 //!
 //! Limits: only glibc targets are tuned (musl and others keep their defaults); a library must
 //! not change the process allocator, so this lives in the binary, and the environment

@@ -5,7 +5,7 @@
 //! the adapter casts them back to the column type inside its own quoting, so a chunk can be
 //! saved in the run state and replayed by a resumed run.
 
-use crate::table::TableRef;
+use crate::table::{Dataset, TableRef};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -124,4 +124,30 @@ pub struct Chunk {
     pub est_bytes: u64,
     /// Estimated rows.
     pub est_rows: u64,
+}
+
+impl Chunk {
+    /// Chunk `ordinal` of `ds` over `bounds`, reading the dataset's own relation; every
+    /// adapter's chunk planner builds its chunks through this (set `relation` for a leaf).
+    pub fn new(ds: &Dataset, ordinal: usize, bounds: ChunkBounds, bytes: u64, rows: u64) -> Chunk {
+        Chunk {
+            dataset: ds.name.clone(),
+            ordinal: ordinal as u32,
+            relation: None,
+            bounds,
+            est_bytes: bytes,
+            est_rows: rows,
+        }
+    }
+
+    /// The whole of `ds` as one chunk, carrying the dataset's size estimate.
+    pub fn whole(ds: &Dataset) -> Chunk {
+        Chunk::new(
+            ds,
+            0,
+            ChunkBounds::Whole,
+            ds.estimate.bytes,
+            ds.estimate.rows,
+        )
+    }
 }

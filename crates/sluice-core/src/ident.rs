@@ -4,12 +4,31 @@
 //! double quotes is taken exactly (a doubled quote is a literal quote); a bare part is matched
 //! exactly first and, failing that, case-insensitively by the adapter's catalog lookup — so a
 //! user need not know how the database folds case, yet a quoted name is never reinterpreted.
-//! Quoting for SQL is the adapters' job (each has a `quote_ident`); this module never produces
-//! SQL.
+//! Quoting for SQL is the adapters' job (each has a `quote_ident`, built on [`enclose`]); this
+//! module never produces SQL itself.
 
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::fmt;
+
+/// Wrap `text` in `quote`, doubling every `quote` inside it: the one escaping rule behind every
+/// adapter's identifier quoting (`"…"`, `` `…` ``) and standard SQL string literals (`'…'`).
+///
+/// Why one function: quoting is where injection hides, so every engine shares one tested piece.
+/// Limits: it knows no backslash escapes; an engine whose literals honour them (MySQL without
+/// `NO_BACKSLASH_ESCAPES`) must not use it for literals.
+pub fn enclose(text: &str, quote: char) -> String {
+    let mut s = String::with_capacity(text.len() + 2);
+    s.push(quote);
+    for c in text.chars() {
+        if c == quote {
+            s.push(quote);
+        }
+        s.push(c);
+    }
+    s.push(quote);
+    s
+}
 
 /// One part of a qualified name, with whether the user quoted it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -118,6 +137,14 @@ impl fmt::Display for QualifiedName {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn enclose_doubles_only_its_own_quote() {
+        assert_eq!(enclose(r#"a"b'c"#, '"'), r#""a""b'c""#);
+        assert_eq!(enclose("it's", '\''), "'it''s'");
+        assert_eq!(enclose("x`y", '`'), "`x``y`");
+        assert_eq!(enclose("", '"'), "\"\"");
+    }
 
     #[test]
     fn parses_plain_and_quoted() {

@@ -20,25 +20,8 @@ use sluice_core::{
     Chunk, ChunkBounds, ChunkRequest, ChunkStrategy, Dataset, DatasetKind, Error, Result,
 };
 
-fn chunk(ds: &Dataset, ordinal: usize, bounds: ChunkBounds, bytes: u64, rows: u64) -> Chunk {
-    Chunk {
-        dataset: ds.name.clone(),
-        ordinal: ordinal as u32,
-        relation: None,
-        bounds,
-        est_bytes: bytes,
-        est_rows: rows,
-    }
-}
-
 fn whole(ds: &Dataset) -> Vec<Chunk> {
-    vec![chunk(
-        ds,
-        0,
-        ChunkBounds::Whole,
-        ds.estimate.bytes,
-        ds.estimate.rows,
-    )]
+    vec![Chunk::whole(ds)]
 }
 
 /// Runs of pointer pages of about `target` bytes each.
@@ -56,7 +39,7 @@ pub fn pointer_page_runs(ds: &Dataset, target: u64, page_size: u64) -> Vec<Chunk
         let last = end >= pps;
         let span = if last { pps - first } else { per_run };
         let share = |total: u64| (total * span) / pps;
-        out.push(chunk(
+        out.push(Chunk::new(
             ds,
             out.len(),
             ChunkBounds::Pages {
@@ -174,7 +157,7 @@ fn key_ranges(conn: &mut FbConn, ds: &Dataset, col: &str, target: u64) -> Result
     let mut lower: Option<Vec<String>> = None;
     for i in 0..ranges {
         let upper = bounds.get(i).map(|b| vec![b.to_string()]);
-        out.push(chunk(
+        out.push(Chunk::new(
             ds,
             i,
             ChunkBounds::Keys {
@@ -188,7 +171,7 @@ fn key_ranges(conn: &mut FbConn, ds: &Dataset, col: &str, target: u64) -> Result
         lower = upper;
     }
     if desc.field.is_nullable() {
-        out.push(chunk(
+        out.push(Chunk::new(
             ds,
             out.len(),
             ChunkBounds::KeyNulls {

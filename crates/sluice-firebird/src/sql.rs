@@ -8,30 +8,12 @@
 /// Quote an identifier: wrap in double quotes, double any inner double quote. Always quotes,
 /// so case (Firebird stores unquoted names in upper case) and special characters survive.
 pub fn quote_ident(name: &str) -> String {
-    let mut s = String::with_capacity(name.len() + 2);
-    s.push('"');
-    for c in name.chars() {
-        if c == '"' {
-            s.push('"');
-        }
-        s.push(c);
-    }
-    s.push('"');
-    s
+    sluice_core::ident::enclose(name, '"')
 }
 
 /// Quote a string literal: wrap in single quotes, double inner single quotes.
 pub fn quote_literal(value: &str) -> String {
-    let mut s = String::with_capacity(value.len() + 2);
-    s.push('\'');
-    for c in value.chars() {
-        if c == '\'' {
-            s.push('\'');
-        }
-        s.push(c);
-    }
-    s.push('\'');
-    s
+    sluice_core::ident::enclose(value, '\'')
 }
 
 /// An integer key bound, re-parsed so that only digits and a sign reach the SQL text (chunk

@@ -47,25 +47,8 @@ pub fn from_clause(ds: &Dataset, relation: Option<&TableRef>) -> Result<String> 
     }
 }
 
-fn chunk(ds: &Dataset, ordinal: usize, bounds: ChunkBounds, bytes: u64, rows: u64) -> Chunk {
-    Chunk {
-        dataset: ds.name.clone(),
-        ordinal: ordinal as u32,
-        relation: None,
-        bounds,
-        est_bytes: bytes,
-        est_rows: rows,
-    }
-}
-
 fn whole(ds: &Dataset) -> Vec<Chunk> {
-    vec![chunk(
-        ds,
-        0,
-        ChunkBounds::Whole,
-        ds.estimate.bytes,
-        ds.estimate.rows,
-    )]
+    vec![Chunk::whole(ds)]
 }
 
 fn parts_for(bytes: u64, target: u64) -> u64 {
@@ -210,7 +193,7 @@ async fn key_ranges(
             lower: lower.clone(),
             upper: upper.clone(),
         };
-        out.push(chunk(
+        out.push(Chunk::new(
             ds,
             i,
             b,
@@ -220,7 +203,7 @@ async fn key_ranges(
         lower = upper;
     }
     if nullable {
-        out.push(chunk(
+        out.push(Chunk::new(
             ds,
             out.len(),
             ChunkBounds::KeyNulls { columns },

@@ -10,16 +10,7 @@ use sluice_core::table::TableRef;
 /// Quote an identifier: wrap in backticks, double any inner backtick. Always quotes, so case,
 /// reserved words and special characters survive exactly.
 pub fn quote_ident(name: &str) -> String {
-    let mut s = String::with_capacity(name.len() + 2);
-    s.push('`');
-    for c in name.chars() {
-        if c == '`' {
-            s.push('`');
-        }
-        s.push(c);
-    }
-    s.push('`');
-    s
+    sluice_core::ident::enclose(name, '`')
 }
 
 /// `` `database`.`table` ``.

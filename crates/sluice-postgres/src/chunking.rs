@@ -47,12 +47,8 @@ fn chunk(
     rows: u64,
 ) -> Chunk {
     Chunk {
-        dataset: ds.name.clone(),
-        ordinal: ordinal as u32,
         relation,
-        bounds,
-        est_bytes: bytes,
-        est_rows: rows,
+        ..Chunk::new(ds, ordinal, bounds, bytes, rows)
     }
 }
 
@@ -74,14 +70,7 @@ fn whole(ds: &Dataset) -> Vec<Chunk> {
             })
             .collect();
     }
-    vec![chunk(
-        ds,
-        0,
-        None,
-        ChunkBounds::Whole,
-        ds.estimate.bytes,
-        ds.estimate.rows,
-    )]
+    vec![Chunk::whole(ds)]
 }
 
 fn parts_for(bytes: u64, target: u64) -> u64 {

@@ -9,16 +9,7 @@ use sluice_core::table::TableRef;
 /// Quote an identifier for PostgreSQL: wrap in double quotes, double any inner double quote.
 /// Always quotes, so case and special characters survive exactly.
 pub fn quote_ident(name: &str) -> String {
-    let mut s = String::with_capacity(name.len() + 2);
-    s.push('"');
-    for c in name.chars() {
-        if c == '"' {
-            s.push('"');
-        }
-        s.push(c);
-    }
-    s.push('"');
-    s
+    sluice_core::ident::enclose(name, '"')
 }
 
 /// `"schema"."name"`.
@@ -29,16 +20,7 @@ pub fn quote_table(t: &TableRef) -> String {
 /// Quote a string literal (standard_conforming_strings = on): wrap in single quotes, double
 /// inner single quotes. NUL bytes cannot occur in PostgreSQL text, so none are handled.
 pub fn quote_literal(value: &str) -> String {
-    let mut s = String::with_capacity(value.len() + 2);
-    s.push('\'');
-    for c in value.chars() {
-        if c == '\'' {
-            s.push('\'');
-        }
-        s.push(c);
-    }
-    s.push('\'');
-    s
+    sluice_core::ident::enclose(value, '\'')
 }
 
 #[cfg(test)]
