@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 
-from sluicebench import datasets, mariadb, results
+from sluicebench import datasets, mariadb, objstore, results
 from sluicebench.datasets import Dataset
 from sluicebench.harm import MariaHarmSampler, PgHarmSampler
 from sluicebench.machine import describe
@@ -162,6 +162,8 @@ def _runnable(st: Strategy, s: Settings) -> bool:
 
 
 def _unavailable_reason(st: Strategy, tools: Tools, s: Settings) -> str | None:
+    if st.needs_s3 and objstore.available():
+        return objstore.available()
     if st.family == "rivet" and not tools.rivet:
         return s.unavailable.get("rivet", "rivet is not installed")
     if st.engine == "mariadb" and st.family == "sluice" and "mariadb-sluice" in s.unavailable:
@@ -244,6 +246,14 @@ def measure_one(
         _cleanup(out, work)
         return record
 
+    if inv.fetch:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            inv.fetch()
+        except Exception as e:
+            record.update(status="failed", error=f"could not fetch the output: {e}")
+            _cleanup(out, work)
+            return record
     if st.writes_files:
         o = inspect(out)
         record["output"] = asdict(o)

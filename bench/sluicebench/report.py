@@ -9,7 +9,7 @@ from pathlib import Path
 from sluicebench.aggregate import Row, aggregate, family_rank, find, floor_for, peer_for
 from sluicebench.charts import draw_all
 from sluicebench.results import load
-from sluicebench.sections import headline, memory, scaling
+from sluicebench.sections import headline, memory, object_storage, scaling
 from sluicebench.settings import REPO_DIR, size_label
 
 MIB = 2**20
@@ -227,6 +227,7 @@ def render(results_dir: Path, docs_dir: Path) -> Path:
     L.extend(headline(rows))
     L.extend(scaling(rows))
     L.extend(memory(rows))
+    L.extend(object_storage(loaded.runs))
 
     add("## Charts")
     add("")

@@ -50,6 +50,9 @@ class Invocation:
     # sluice's own report, kept in the run JSON.
     report_json: Path | None = None
     cwd: Path | None = None
+    # Run after the measured command (not timed): brings output that went elsewhere (an object
+    # store) into the context's `out` directory for checking, and removes it there.
+    fetch: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class Strategy:
     about: str  # one line for the report
     build: Callable[[Context], Invocation] = field(compare=False)
     writes_files: bool = True  # False: output goes to /dev/null, rows come from stdout
+    needs_s3: bool = False  # writes to the S3 emulator the lab's test kit started
 
 
 def last_int(pattern: str) -> Callable[[str], int | None]:

@@ -1,11 +1,13 @@
 """sluice itself, in the variants the issues ask about.
 
 Defaults are sluice's own (zstd level 1, fsync on, chunk size chosen by the planner), so a
-row measures what a user gets; one variant turns fsync off to show what durability costs.
+row measures what a user gets; one variant turns fsync off to show what durability costs, and
+one writes to S3 (the moto emulator) to compare object storage with local disk.
 """
 
 from __future__ import annotations
 
+from sluicebench import objstore
 from sluicebench.strategies.base import Context, Invocation, Strategy
 
 # name suffix → (workers, chunk-by, consistency, format, extra flags, about)
@@ -37,6 +39,15 @@ PG_VARIANTS = [
         ["--no-fsync"],
         "ctid, 2 workers, --no-fsync",
     ),
+    (
+        "ctid-p2-s3",
+        2,
+        "ctid",
+        "snapshot",
+        "parquet",
+        [],
+        "ctid, 2 workers, to S3 (the moto emulator on loopback)",
+    ),
 ]
 MYSQL_VARIANTS = [
     ("none-p1", 1, "none", "snapshot", "parquet", [], "one reader, no chunking (full table)"),
@@ -48,10 +59,15 @@ MYSQL_VARIANTS = [
 ]
 
 
-def _build(workers: int, chunk_by: str, consistency: str, fmt: str, extra: list[str]):
+def _build(
+    workers: int, chunk_by: str, consistency: str, fmt: str, extra: list[str], s3: bool = False
+):
     def build(ctx: Context) -> Invocation:
         report = ctx.work / "report.json"
         table = f"public.{ctx.dataset.table}" if ctx.engine == "pg" else ctx.dataset.table
+        to, fetch = str(ctx.out), None
+        if s3:
+            to, fetch = objstore.s3_target(ctx.out)
         return Invocation(
             argv=[
                 ctx.tools.sluice,
@@ -62,7 +78,7 @@ def _build(workers: int, chunk_by: str, consistency: str, fmt: str, extra: list[
                 "--table",
                 table,
                 "--to",
-                str(ctx.out),
+                to,
                 "--format",
                 fmt,
                 "--parallel",
@@ -76,6 +92,7 @@ def _build(workers: int, chunk_by: str, consistency: str, fmt: str, extra: list[
                 *extra,
             ],
             report_json=report,
+            fetch=fetch,
         )
 
     return build
@@ -91,7 +108,8 @@ def strategies(engine: str) -> list[Strategy]:
             engine,
             workers,
             about,
-            _build(workers, chunk_by, consistency, fmt, extra),
+            _build(workers, chunk_by, consistency, fmt, extra, suffix.endswith("-s3")),
+            needs_s3=suffix.endswith("-s3"),
         )
         for suffix, workers, chunk_by, consistency, fmt, extra, about in variants
     ]

@@ -43,7 +43,9 @@ pub enum Command {
 const EXPORT_EXAMPLES: &str = "Examples:\n  \
     sluice export --source postgres://app@db:5432/shop --table public.orders --to ./out\n  \
     sluice export --source postgres://app@db/shop --tables 'public\\.order_.*' --format csv --to ./csv\n  \
-    sluice export -c sluice.yaml --parallel 4 --resume\n\n\
+    sluice export -c sluice.yaml --parallel 4 --resume\n  \
+    sluice export --source postgres://app@db/shop --table public.orders --to s3://bucket/exports \\\n    \
+    --storage-option endpoint=http://127.0.0.1:9000 --storage-option allow_http=true --part-size 16MB\n\n\
     Output: <to>/<schema>.<table>/part-00000.parquet … and <to>/manifest.json, written last.";
 
 /// Output format.
@@ -164,6 +166,15 @@ pub struct ExportArgs {
     /// Skip fsync of written files (faster, not crash-safe).
     #[arg(long)]
     pub no_fsync: bool,
+    /// Object stores: bytes per multipart-upload part (default 5MB; S3 needs at least 5MB); each open file holds up to (1 + --upload-concurrency) parts, counted in --memory.
+    #[arg(long, value_name = "BYTES")]
+    pub part_size: Option<String>,
+    /// Object stores: parts of one file uploading at once (default 2).
+    #[arg(long, value_name = "N")]
+    pub upload_concurrency: Option<usize>,
+    /// Object stores: a client setting as KEY=VALUE, e.g. endpoint=http://127.0.0.1:9000, region=eu-west-1, allow_http=true (the keys of the object_store crate's S3, GCS and Azure builders). Repeatable; wins over the --to URL's query. Values are never printed.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub storage_option: Vec<String>,
 }
 
 /// `sluice plan`.

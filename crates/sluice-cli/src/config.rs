@@ -11,6 +11,12 @@
 //! format: parquet
 //! parallel: 4
 //! chunk_size: 128MB
+//! # object stores only:
+//! part_size: 16MB
+//! upload_concurrency: 4
+//! storage_option:
+//!   endpoint: http://127.0.0.1:9000
+//!   allow_http: "true"
 //! ```
 //! A flag given on the command line replaces the file's value (a repeated flag replaces the
 //! whole list). Unknown keys are refused, with their line and column.
@@ -86,6 +92,9 @@ struct FileConfig {
     overwrite: Option<bool>,
     report_json: Option<PathBuf>,
     no_fsync: Option<bool>,
+    part_size: Option<SizeValue>,
+    upload_concurrency: Option<usize>,
+    storage_option: Option<BTreeMap<String, String>>,
 }
 
 fn load(path: &Path) -> Result<FileConfig> {
@@ -216,6 +225,9 @@ pub struct Resolved {
     pub report_json: Option<PathBuf>,
     /// fsync committed files.
     pub fsync: bool,
+    /// Object-store client options (`part_size`, `upload_concurrency` and the builders' keys),
+    /// applied after the `--to` URL's query.
+    pub storage_options: Vec<(String, String)>,
 }
 
 /// Resolve the selection flags (shared by export and plan) and, for export, the output flags.
@@ -331,6 +343,8 @@ pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resol
         }),
     };
     let flag = |f: fn(&ExportArgs) -> bool| e.is_some_and(f);
+    let to = pick(e.and_then(|e| e.to.clone()), file.to.take());
+    let storage_options = storage_options(e, &mut file, to.as_deref())?;
     Ok(Resolved {
         source,
         selection,
@@ -342,7 +356,7 @@ pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resol
         batch_bytes,
         row_group_bytes,
         format,
-        to: pick(e.and_then(|e| e.to.clone()), file.to.take()),
+        to,
         merge: flag(|e| e.merge) || file.merge.unwrap_or(false),
         resume: flag(|e| e.resume) || file.resume.unwrap_or(false),
         overwrite: flag(|e| e.overwrite) || file.overwrite.unwrap_or(false),
@@ -351,7 +365,70 @@ pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resol
             file.report_json.take(),
         ),
         fsync: !(flag(|e| e.no_fsync) || file.no_fsync.unwrap_or(false)),
+        storage_options,
     })
+}
+
+/// Object-store options from the file's `storage_option` map, then `--storage-option` flags,
+/// then `part_size` and `upload_concurrency` (flag over file); later entries win.
+fn storage_options(
+    e: Option<&ExportArgs>,
+    file: &mut FileConfig,
+    to: Option<&str>,
+) -> Result<Vec<(String, String)>> {
+    let mut out: Vec<(String, String)> = file
+        .storage_option
+        .take()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    for kv in e.map(|e| e.storage_option.as_slice()).unwrap_or_default() {
+        let (k, v) = kv
+            .split_once('=')
+            .filter(|(k, _)| !k.trim().is_empty())
+            .ok_or_else(|| {
+                // Not shown: the text may be a secret.
+                Error::config(
+                    "a --storage-option is not KEY=VALUE (its text is not shown, it may hold a \
+                     secret): write e.g. --storage-option endpoint=http://127.0.0.1:9000.",
+                )
+            })?;
+        out.push((k.trim().to_string(), v.to_string()));
+    }
+    if let Some(size) = pick(
+        e.and_then(|e| e.part_size.clone()),
+        file.part_size.take().map(|s| s.text()),
+    ) {
+        let bytes = parse_size(&size, "--part-size")?;
+        if bytes < 1 << 20 {
+            return Err(Error::config(format!(
+                "--part-size {size} is too small: give at least 1MB (S3 needs 5MB)."
+            )));
+        }
+        out.push(("part_size".into(), bytes.to_string()));
+    }
+    if let Some(n) = pick(
+        e.and_then(|e| e.upload_concurrency),
+        file.upload_concurrency,
+    ) {
+        if n == 0 {
+            return Err(Error::config("--upload-concurrency must be at least 1."));
+        }
+        out.push(("upload_concurrency".into(), n.to_string()));
+    }
+    if !out.is_empty() && !to.is_some_and(sluice_sink::ObjectStoreDestination::handles) {
+        return Err(Error::config(format!(
+            "--part-size, --upload-concurrency and --storage-option ({}) apply to object stores \
+             only, and --to is {}: remove them or write to s3://, gs:// or az://.",
+            out.iter()
+                .map(|(k, _)| k.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            to.map(sluice_core::redact::redact_url)
+                .unwrap_or_else(|| "not given".into())
+        )));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

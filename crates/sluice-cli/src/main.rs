@@ -67,17 +67,35 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(run(cli));
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
+    // Every task (and the database sessions it held) is dropped before the libraries shut down.
+    drop(runtime);
+    let code = match result {
+        Ok(()) => 0,
         Err(e) => {
             // sluice's own errors already carry the driver's detail in their one paragraph.
             match e.downcast_ref::<sluice_core::Error>() {
                 Some(own) => eprintln!("sluice: error: {own}"),
                 None => eprintln!("sluice: error: {e:#}"),
             }
-            ExitCode::from(exit_code(&e))
+            exit_code(&e)
         }
+    };
+    if registry::release_process_resources() {
+        leave_now(code);
     }
+    ExitCode::from(code)
+}
+
+/// Exit without running the exit handlers of libraries that were already shut down (see
+/// [`registry::release_process_resources`]); output is flushed first, and every file was
+/// committed (fsync + rename) before this point.
+#[allow(unsafe_code)]
+fn leave_now(code: u8) -> ! {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: _exit ends the process at once; nothing after this runs.
+    unsafe { libc::_exit(i32::from(code)) }
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -89,7 +107,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
 fn job_from(resolved: &config::Resolved, to: &str) -> anyhow::Result<ExportJob> {
     let source = registry::open_source(&resolved.source)?;
-    let destination = registry::open_destination(to, resolved.fsync)?;
+    let destination = registry::open_destination(to, resolved.fsync, &resolved.storage_options)?;
     let mut job = ExportJob::new(
         source,
         destination,

@@ -33,11 +33,26 @@ pub fn open_source(url: &str) -> Result<Arc<dyn Source>> {
     )))
 }
 
+/// Release what source adapters hold for the whole process (today: the Firebird client
+/// library, whose own exit-time shutdown can deadlock with an embedded engine). Returns true
+/// when the process must then leave with `_exit` rather than run its exit handlers.
+pub fn release_process_resources() -> bool {
+    sluice_firebird::shutdown(std::time::Duration::from_secs(10))
+}
+
 /// Open the destination for `to`: a local path, a `file://` URL, or an object store
 /// (`s3://`, `gs://`, `az://` and their aliases).
-pub fn open_destination(to: &str, fsync: bool) -> Result<Arc<dyn Destination>> {
+/// `storage_options` go to object stores (see `config::Resolved::storage_options`).
+pub fn open_destination(
+    to: &str,
+    fsync: bool,
+    storage_options: &[(String, String)],
+) -> Result<Arc<dyn Destination>> {
     if ObjectStoreDestination::handles(to) {
-        return Ok(Arc::new(ObjectStoreDestination::open(to)?));
+        return Ok(Arc::new(ObjectStoreDestination::open_with(
+            to,
+            storage_options,
+        )?));
     }
     if let Some(path) = to.strip_prefix("file://") {
         return Ok(Arc::new(LocalDestination::new(path, fsync)));

@@ -94,9 +94,8 @@ async fn four_workers_see_one_snapshot_under_concurrent_writes() {
     let changes_at_snapshot = changes.load(Ordering::Relaxed);
     let want = sluice_testkit::pg::rows_as_strings(&oracle, "SELECT id, v, pad FROM hot").await;
 
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+    let output = tokio::task::spawn_blocking(move || finish(child))
         .await
-        .unwrap()
         .unwrap();
     assert!(
         output.status.success(),

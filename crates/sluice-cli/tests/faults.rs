@@ -59,9 +59,8 @@ async fn terminated_worker_is_retried_and_the_export_is_exact() {
         assert!(Instant::now() < deadline, "no COPY to terminate");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+    let output = tokio::task::spawn_blocking(move || finish(child))
         .await
-        .unwrap()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");

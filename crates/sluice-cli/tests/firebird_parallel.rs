@@ -239,14 +239,18 @@ fn workers_share_one_snapshot_under_concurrent_writes() {
             "--to",
         ])
         .arg(out.path())
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    let output = finish(output);
     let after = changes.load(Ordering::Relaxed) as i64;
     stop.store(true, Ordering::Relaxed);
     writer.join().unwrap();
     assert!(
         output.status.success(),
-        "{}",
+        "{}:\n{}",
+        output.status,
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(

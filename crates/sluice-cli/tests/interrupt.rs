@@ -111,7 +111,7 @@ async fn sigterm_stops_cleanly_with_exit_130() {
         .status()
         .unwrap();
     assert!(status.success());
-    let output = child.wait_with_output().unwrap();
+    let output = finish(child);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(130), "{stderr}");
     assert!(stderr.contains("--resume"), "{stderr}");

@@ -53,6 +53,7 @@ pub fn plan_inputs(job: &ExportJob) -> PlanInputs {
         batch_bytes: job.batch_bytes,
         row_group_bytes: job.row_group_bytes,
         holds_row_group: matches!(job.format, FormatOptions::Parquet(_)),
+        writer_buffer_bytes: job.destination.buffer_bytes_per_writer(),
         cores: std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1),
@@ -384,6 +385,24 @@ async fn prepare(
     let skipped = state.chunks.len() - remaining.len();
     let workers = sizing.workers.min(remaining.len()).max(1);
     let budget = plan::budget(workers, &inputs);
+    let predicted = plan::predicted_peak_rss(workers, &budget, inputs.writer_buffer_bytes);
+    if predicted > inputs.memory {
+        notes.push(format!(
+            "memory: {workers} worker(s) need about {} MB with the smallest batches{}, more \
+             than --memory {} MB; raise --memory or lower --parallel",
+            predicted >> 20,
+            if inputs.writer_buffer_bytes > 0 {
+                format!(
+                    " and {} MB of upload parts per worker (lower --part-size or \
+                     --upload-concurrency)",
+                    inputs.writer_buffer_bytes >> 20
+                )
+            } else {
+                String::new()
+            },
+            inputs.memory >> 20
+        ));
+    }
     if job.consistency == Consistency::Chunk {
         notes.push(
             "consistency chunk: each part was read in its own transaction, so the output is not \
@@ -599,7 +618,11 @@ async fn finish(
             0.0
         },
         peak_rss_bytes: peak_rss_bytes(),
-        predicted_peak_rss_bytes: plan::predicted_peak_rss(prepared.workers, &prepared.budget),
+        predicted_peak_rss_bytes: plan::predicted_peak_rss(
+            prepared.workers,
+            &prepared.budget,
+            job.destination.buffer_bytes_per_writer(),
+        ),
         batch_bytes: prepared.budget.batch_bytes,
         workers: prepared.workers,
         parts_written: committed.len(),

@@ -13,7 +13,8 @@
 //! user gives one number, the memory target (`--memory`, default [`DEFAULT_MEMORY`]); the
 //! planner splits what is left after [`BASE_RSS`] among the workers and derives the batch and
 //! row-group budgets from it, so more workers get smaller batches rather than more memory:
-//! `peak ≈ BASE + workers × (2 × batch + row group + WORKER_OVERHEAD)`.
+//! `peak ≈ BASE + workers × (2 × batch + row group + WORKER_OVERHEAD + writer buffers)`, where
+//! the writer buffers are an object store's upload parts in flight (none for local files).
 
 use sluice_core::Dataset;
 use std::time::Duration;
@@ -58,6 +59,8 @@ pub struct PlanInputs {
     pub row_group_bytes: Option<usize>,
     /// Whether the format holds a row group in memory (Parquet does, CSV does not).
     pub holds_row_group: bool,
+    /// Destination buffers per worker's open file (object-store upload parts), bytes.
+    pub writer_buffer_bytes: u64,
     /// Cores of this machine.
     pub cores: usize,
 }
@@ -75,7 +78,7 @@ pub struct Budget {
 pub fn budget(workers: usize, inputs: &PlanInputs) -> Budget {
     let per_worker = (inputs
         .memory
-        .saturating_sub(BASE_RSS + workers as u64 * WORKER_OVERHEAD)
+        .saturating_sub(BASE_RSS + workers as u64 * (WORKER_OVERHEAD + inputs.writer_buffer_bytes))
         / workers.max(1) as u64) as usize;
     let share = if inputs.holds_row_group { 4 } else { 2 };
     let batch_bytes = inputs
@@ -146,11 +149,15 @@ pub fn size(datasets: &[Dataset], inputs: &PlanInputs) -> Sizing {
     }
 }
 
-/// Predicted peak resident memory for `workers` with `budget`.
-pub fn predicted_peak_rss(workers: usize, budget: &Budget) -> u64 {
+/// Predicted peak resident memory for `workers` with `budget`, each worker's open file
+/// holding `writer_buffer_bytes` of destination buffers.
+pub fn predicted_peak_rss(workers: usize, budget: &Budget, writer_buffer_bytes: u64) -> u64 {
     BASE_RSS
         + workers as u64
-            * (2 * budget.batch_bytes as u64 + budget.row_group_bytes as u64 + WORKER_OVERHEAD)
+            * (2 * budget.batch_bytes as u64
+                + budget.row_group_bytes as u64
+                + WORKER_OVERHEAD
+                + writer_buffer_bytes)
 }
 
 #[cfg(test)]
@@ -179,6 +186,7 @@ mod tests {
             batch_bytes: None,
             row_group_bytes: None,
             holds_row_group: true,
+            writer_buffer_bytes: 0,
             cores,
         }
     }
@@ -218,7 +226,7 @@ mod tests {
         for workers in [1, 2, 4, 8] {
             let b = budget(workers, &i);
             assert!(
-                predicted_peak_rss(workers, &b) <= DEFAULT_MEMORY,
+                predicted_peak_rss(workers, &b, 0) <= DEFAULT_MEMORY,
                 "{workers} workers: {b:?}"
             );
             assert!(b.batch_bytes >= MIN_BATCH && b.row_group_bytes >= MIN_ROW_GROUP);
@@ -232,6 +240,13 @@ mod tests {
         };
         assert_eq!(budget(2, &csv).row_group_bytes, 0);
         assert!(budget(2, &csv).batch_bytes > budget(2, &i).batch_bytes);
+        // An object store's upload parts come out of the same target: smaller batches.
+        let upload = PlanInputs {
+            writer_buffer_bytes: 15 << 20,
+            ..i
+        };
+        assert!(budget(2, &upload).batch_bytes < budget(2, &i).batch_bytes);
+        assert!(predicted_peak_rss(2, &budget(2, &upload), 15 << 20) <= DEFAULT_MEMORY);
         // What the user fixes is kept.
         let fixed = PlanInputs {
             batch_bytes: Some(1 << 20),

@@ -111,7 +111,11 @@ pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
             work_seconds: sizing.work_seconds,
             chunk_bytes: sizing.chunk_bytes,
             batch_bytes: budget(workers, &inputs).batch_bytes,
-            predicted_peak_rss_bytes: predicted_peak_rss(workers, &budget(workers, &inputs)),
+            predicted_peak_rss_bytes: predicted_peak_rss(
+                workers,
+                &budget(workers, &inputs),
+                inputs.writer_buffer_bytes,
+            ),
             connections: workers + snapshot_connection + 1,
             datasets: plans,
         })

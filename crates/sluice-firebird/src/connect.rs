@@ -237,9 +237,11 @@ impl FbTarget {
         let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<Job>();
         let me = self.clone();
         let tag = tag.to_string();
+        let live = LiveSession::enter();
         std::thread::Builder::new()
             .name("sluice-firebird".into())
             .spawn(move || {
+                let _live = live;
                 let opened = me.attach().and_then(|mut conn| {
                     let id = conn.tag_session(&tag)?;
                     Ok((conn, id))
@@ -271,12 +273,100 @@ impl FbTarget {
     }
 }
 
+/// Session threads that are attached or still detaching: [`shutdown`] waits for them.
+static LIVE_SESSIONS: (std::sync::Mutex<usize>, std::sync::Condvar) =
+    (std::sync::Mutex::new(0), std::sync::Condvar::new());
+
+/// Counts one session thread from before it starts until it has detached and ends.
+struct LiveSession;
+
+impl LiveSession {
+    fn enter() -> LiveSession {
+        *LIVE_SESSIONS.0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        LiveSession
+    }
+}
+
+impl Drop for LiveSession {
+    fn drop(&mut self) {
+        let mut n = LIVE_SESSIONS.0.lock().unwrap_or_else(|e| e.into_inner());
+        *n = n.saturating_sub(1);
+        LIVE_SESSIONS.1.notify_all();
+    }
+}
+
+/// Libraries loaded (and kept loaded) by this process, by path.
+static LOADED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Shut the client library down before the process exits; returns true when one was loaded
+/// (the caller should then leave with `_exit`, see below).
+///
+/// Why: the library shuts itself down from its own static destructors when the process
+/// exits, and with an embedded engine that shutdown can deadlock (a destructor waits for an
+/// engine thread that waits for it), so a finished export would never exit. This waits up to
+/// `wait` for every session thread to detach (dropping a [`Session`] only asks its thread to
+/// detach), then calls `fb_shutdown`, which stops the engine's threads and releases its locks
+/// on shared database files while everything is still intact. The library's own exit-time
+/// shutdown then finds nothing to do, but the caller should still skip the remaining exit
+/// handlers (flush its output, then `libc::_exit`), since they belong to a library that has
+/// been shut down. Limit: a session stuck in a database call past `wait` is abandoned (the
+/// engine's shutdown then cancels it).
+pub fn shutdown(wait: std::time::Duration) -> bool {
+    let loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if loaded.is_empty() {
+        return false;
+    }
+    let live = LIVE_SESSIONS.0.lock().unwrap_or_else(|e| e.into_inner());
+    let (live, _) = LIVE_SESSIONS
+        .1
+        .wait_timeout_while(live, wait, |n| *n > 0)
+        .unwrap_or_else(|e| e.into_inner());
+    if *live > 0 {
+        tracing::warn!(
+            sessions = *live,
+            "Firebird sessions still busy at exit; shutting the client library down anyway"
+        );
+    }
+    drop(live);
+    for lib in loaded {
+        fb_shutdown(&lib, wait);
+    }
+    true
+}
+
+/// Call `fb_shutdown` of the already loaded library at `lib` (the Rust bindings do not
+/// expose it, so it is looked up by name).
+#[allow(unsafe_code)]
+fn fb_shutdown(lib: &str, wait: std::time::Duration) {
+    /// `fb_shutrsn_app_stopped` of ibase.h.
+    const APP_STOPPED: libc::c_int = -3;
+    let Ok(path) = std::ffi::CString::new(lib) else {
+        return;
+    };
+    // SAFETY: RTLD_NOLOAD only returns a handle to a library this process already loaded (and
+    // keeps loaded, see `keep_loaded`); `fb_shutdown` has this C signature in ibase.h.
+    unsafe {
+        let handle = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        if handle.is_null() {
+            return;
+        }
+        let sym = libc::dlsym(handle, c"fb_shutdown".as_ptr());
+        if !sym.is_null() {
+            let f: extern "C" fn(libc::c_uint, libc::c_int) -> libc::c_int =
+                std::mem::transmute(sym);
+            let millis = libc::c_uint::try_from(wait.as_millis()).unwrap_or(libc::c_uint::MAX);
+            if f(millis, APP_STOPPED) != 0 {
+                tracing::warn!("the Firebird client library did not shut down cleanly");
+            }
+        }
+    }
+}
+
 /// Keep the client library loaded for the rest of the process. Each client handle loads the
 /// library and unloads it when dropped; an embedded engine unloaded while its own threads
 /// (garbage collector, cache writer) still run makes the process abort. One handle per library
 /// path is therefore leaked on first use.
 fn keep_loaded(lib: &str, load: impl Fn() -> Result<Client>) -> Result<()> {
-    static LOADED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
     if !loaded.iter().any(|l| l == lib) {
         std::mem::forget(load()?);

@@ -33,7 +33,7 @@ pub mod types;
 use async_trait::async_trait;
 use sluice_core::{Coordinator, HarmProbe, Result, Source, SourceOptions};
 
-pub use connect::FbTarget;
+pub use connect::{FbTarget, shutdown};
 
 /// A Firebird source.
 #[derive(Debug, Clone)]

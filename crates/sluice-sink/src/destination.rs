@@ -29,6 +29,13 @@ pub trait Destination: Send + Sync {
     /// Start writing the object at `path`.
     fn create(&self, path: &str) -> Result<Box<dyn ObjectWriter>>;
 
+    /// Memory one open writer holds at most besides what the format buffers (upload parts in
+    /// flight for object stores; nothing for local files, which the kernel buffers). The
+    /// planner takes it out of the memory target before sizing batches.
+    fn buffer_bytes_per_writer(&self) -> u64 {
+        0
+    }
+
     /// Write a whole small object atomically (manifest, receipts).
     fn put(&self, path: &str, data: &[u8]) -> Result<()>;
 

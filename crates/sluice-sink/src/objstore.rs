@@ -132,6 +132,12 @@ impl ObjectStoreDestination {
     /// Open the location `to`; see [`crate::objstore_url`] for the URL forms and options.
     /// Builds the client only; [`Destination::check_writable`] makes the first request.
     pub fn open(to: &str) -> Result<Self> {
+        Self::open_with(to, &[])
+    }
+
+    /// [`Self::open`] with options given outside the URL (same keys as its query, e.g.
+    /// `part_size`, `upload_concurrency`, `endpoint`, `region`), which win over the query.
+    pub fn open_with(to: &str, options: &[(String, String)]) -> Result<Self> {
         runtime()?;
         let Location {
             cloud,
@@ -142,7 +148,7 @@ impl ObjectStoreDestination {
             part_size,
             upload_concurrency,
             gcs,
-        } = objstore_url::open(to)?;
+        } = objstore_url::open(to, options)?;
         Ok(ObjectStoreDestination {
             shared: Arc::new(Shared {
                 cloud,
@@ -173,6 +179,11 @@ impl Destination for ObjectStoreDestination {
         self.put(&probe, b"ok")
             .map_err(|e| e.context("checking that --to is writable"))?;
         self.delete(&probe)
+    }
+
+    fn buffer_bytes_per_writer(&self) -> u64 {
+        // One part being filled plus up to `upload_concurrency` parts uploading.
+        (1 + self.shared.upload_concurrency as u64) * self.shared.part_size as u64
     }
 
     fn create(&self, path: &str) -> Result<Box<dyn ObjectWriter>> {

@@ -133,8 +133,11 @@ fn parse_size(s: &str) -> Option<usize> {
     n.checked_mul(mult)
 }
 
-/// Parse `to` (an `s3://`, `gs://`, `az://`… URL) and build its store.
-pub fn open(to: &str) -> Result<Location> {
+/// Parse `to` (an `s3://`, `gs://`, `az://`… URL) and build its store. `extra` holds options
+/// given outside the URL (the CLI's `--part-size`, `--upload-concurrency`, `--storage-option`
+/// and their YAML keys), with the same keys as the query; they are applied after the query,
+/// so they win over it.
+pub fn open(to: &str, extra: &[(String, String)]) -> Result<Location> {
     // reqwest is built without a bundled TLS provider (to keep aws-lc-rs out); use ring's.
     // Installing twice is harmless (the second call reports the first and changes nothing).
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -176,7 +179,11 @@ pub fn open(to: &str) -> Result<Location> {
     let mut part_size = DEFAULT_PART_SIZE;
     let mut upload_concurrency = DEFAULT_UPLOAD_CONCURRENCY;
     let mut options = Vec::new();
-    for (k, v) in url.query_pairs() {
+    let pairs = url
+        .query_pairs()
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .chain(extra.iter().cloned());
+    for (k, v) in pairs {
         match k.as_ref() {
             "part_size" => {
                 part_size = parse_size(&v).filter(|n| *n >= 1 << 20).ok_or_else(|| {
@@ -191,7 +198,7 @@ pub fn open(to: &str) -> Result<Location> {
                     )
                 })?;
             }
-            _ => options.push((k.into_owned(), v.into_owned())),
+            _ => options.push((k, v)),
         }
     }
     let unknown = |k: &str| {
@@ -384,7 +391,7 @@ mod tests {
         assert_eq!(shown_url(to), "az://c/p");
         let t = scrub("error sending request for url (http://h/c/o?sig=SECRET&x=1) here");
         assert!(!t.contains("SECRET"), "{t}");
-        let e = open("s3://b/p?no_such_option=1")
+        let e = open("s3://b/p?no_such_option=1", &[])
             .err()
             .map(|e| e.to_string());
         assert!(

@@ -169,6 +169,43 @@ fn config(path: &Path) -> NativeFbAttachmentConfig {
     }
 }
 
+/// Shut the embedded engine down from an exit handler of our own. The client library also
+/// shuts itself down from its static destructors at exit, and that can deadlock with an
+/// embedded engine; our handler is registered after the engine's plugins are loaded (after the
+/// first attachment), so it runs before their destructors, which then find nothing to do.
+fn shut_down_at_exit() {
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    REGISTER.call_once(|| {
+        // SAFETY: registering a plain `extern "C" fn()` with atexit.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::atexit(engine_shutdown);
+        }
+    });
+}
+
+#[allow(unsafe_code)]
+extern "C" fn engine_shutdown() {
+    let Ok(lib) = std::ffi::CString::new(need("FBCLIENT")) else {
+        return;
+    };
+    // SAFETY: RTLD_NOLOAD only finds the library this process loaded (and never unloads, see
+    // `client`); `fb_shutdown(unsigned timeout_ms, int reason)` is declared so in ibase.h.
+    unsafe {
+        let handle = libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        if handle.is_null() {
+            return;
+        }
+        let sym = libc::dlsym(handle, c"fb_shutdown".as_ptr());
+        if !sym.is_null() {
+            let f: extern "C" fn(libc::c_uint, libc::c_int) -> libc::c_int =
+                std::mem::transmute(sym);
+            // fb_shutrsn_app_stopped
+            f(10_000, -3);
+        }
+    }
+}
+
 impl FbConn {
     /// Attach the database at `path`.
     pub fn attach(path: &Path) -> FbConn {
@@ -176,6 +213,7 @@ impl FbConn {
         let db = client
             .attach_database(&config(path), Dialect::D3, false)
             .unwrap_or_else(|e| panic!("attaching {}: {e}", path.display()));
+        shut_down_at_exit();
         FbConn { client, db }
     }
 
@@ -302,6 +340,7 @@ impl TestFdb {
             .create_database(&config(&path), Some(4096), Dialect::D3)
             .unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
         let _ = c.detach_database(&mut db);
+        shut_down_at_exit();
         let url = format!("firebird://{}", path.display());
         TestFdb {
             path,

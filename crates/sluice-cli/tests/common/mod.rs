@@ -3,8 +3,10 @@
 //! server.
 #![allow(dead_code)]
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 #[allow(unused_imports)]
 pub use sluice_testkit::files;
@@ -32,12 +34,67 @@ impl Run {
     }
 }
 
+/// How long a test lets one `sluice` run take before it kills it and fails: a hung export
+/// fails its test with the output so far instead of stalling the whole suite.
+/// `SLUICE_TEST_RUN_TIMEOUT` (seconds) overrides the default of 300.
+fn run_timeout() -> Duration {
+    let secs = std::env::var("SLUICE_TEST_RUN_TIMEOUT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300);
+    Duration::from_secs(secs)
+}
+
+/// Wait for a spawned `sluice` and collect its output (piped streams are read as it runs).
+/// Past the run timeout the process is killed and the test fails, showing what it printed.
+pub fn finish(mut child: Child) -> Output {
+    fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    }
+    let out = drain(child.stdout.take());
+    let err = drain(child.stderr.take());
+    let deadline = Instant::now() + run_timeout();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for sluice") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "sluice (pid {}) did not finish within {:?} and was killed; it printed:\n{}{}",
+                child.id(),
+                run_timeout(),
+                String::from_utf8_lossy(&out.join().unwrap_or_default()),
+                String::from_utf8_lossy(&err.join().unwrap_or_default()),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
+}
+
 pub fn run(cmd: &mut Command) -> Run {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running sluice");
     let Output {
         status,
         stdout,
         stderr,
-    } = cmd.output().expect("running sluice");
+    } = finish(child);
     Run {
         code: status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&stdout).into_owned(),
