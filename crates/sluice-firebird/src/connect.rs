@@ -329,22 +329,24 @@ pub fn shutdown(wait: std::time::Duration) -> bool {
     }
     drop(live);
     for lib in loaded {
-        fb_shutdown(&lib, wait);
+        shutdown_library(&lib, wait);
     }
     true
 }
 
-/// Call `fb_shutdown` of the already loaded library at `lib` (the Rust bindings do not
-/// expose it, so it is looked up by name).
+/// Call `fb_shutdown` of the client library at `lib`, if this process loaded it (the Rust
+/// bindings do not expose it, so it is looked up by name). [`shutdown`] uses it for the
+/// libraries sessions loaded; a process that loads the library itself (the test kit) calls it
+/// directly. Does nothing when the library is not loaded.
 #[allow(unsafe_code)]
-fn fb_shutdown(lib: &str, wait: std::time::Duration) {
+pub fn shutdown_library(lib: &str, wait: std::time::Duration) {
     /// `fb_shutrsn_app_stopped` of ibase.h.
     const APP_STOPPED: libc::c_int = -3;
     let Ok(path) = std::ffi::CString::new(lib) else {
         return;
     };
-    // SAFETY: RTLD_NOLOAD only returns a handle to a library this process already loaded (and
-    // keeps loaded, see `keep_loaded`); `fb_shutdown` has this C signature in ibase.h.
+    // SAFETY: RTLD_NOLOAD only returns a handle to a library this process already loaded;
+    // `fb_shutdown` has this C signature in ibase.h.
     unsafe {
         let handle = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
         if handle.is_null() {

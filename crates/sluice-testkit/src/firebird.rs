@@ -184,25 +184,10 @@ fn shut_down_at_exit() {
     });
 }
 
-#[allow(unsafe_code)]
 extern "C" fn engine_shutdown() {
-    let Ok(lib) = std::ffi::CString::new(need("FBCLIENT")) else {
-        return;
-    };
-    // SAFETY: RTLD_NOLOAD only finds the library this process loaded (and never unloads, see
-    // `client`); `fb_shutdown(unsigned timeout_ms, int reason)` is declared so in ibase.h.
-    unsafe {
-        let handle = libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
-        if handle.is_null() {
-            return;
-        }
-        let sym = libc::dlsym(handle, c"fb_shutdown".as_ptr());
-        if !sym.is_null() {
-            let f: extern "C" fn(libc::c_uint, libc::c_int) -> libc::c_int =
-                std::mem::transmute(sym);
-            // fb_shutrsn_app_stopped
-            f(10_000, -3);
-        }
+    // No panics here: this runs inside exit(). FBCLIENT was set when the engine was loaded.
+    if let Ok(lib) = std::env::var("FBCLIENT") {
+        sluice_firebird::connect::shutdown_library(&lib, std::time::Duration::from_secs(10));
     }
 }
 
