@@ -10,7 +10,7 @@ from sluicebench.aggregate import Row, aggregate, family_rank, find, floor_for, 
 from sluicebench.charts import draw_all
 from sluicebench.results import load
 from sluicebench.sections import headline, memory, object_storage, scaling
-from sluicebench.settings import REPO_DIR, size_label
+from sluicebench.settings import DOCS_DIR, REPO_DIR, size_label
 
 MIB = 2**20
 HEADLINE = "sluice-ctid-p2"  # the configuration the targets are read on (PostgreSQL)
@@ -133,6 +133,8 @@ def render(results_dir: Path, docs_dir: Path) -> Path:
                 old.unlink()  # a chart of an engine this run did not measure
     md = docs_dir / "benchmarks.md"
     rel_results = os.path.relpath(results_dir, REPO_DIR)
+    default_docs = docs_dir.resolve() == DOCS_DIR.resolve()
+    docs_flag = "" if default_docs else f" --docs {os.path.relpath(docs_dir, REPO_DIR)}"
     m = lab["machine"]
     L: list[str] = []
     add = L.append
@@ -160,11 +162,12 @@ def render(results_dir: Path, docs_dir: Path) -> Path:
         "figures are the median with (min–max) when there is more than one run."
     )
     add(
-        f"- Raw results: [`{rel_results}/`](../{rel_results}/) — one JSON per run, plus `lab.json`."
+        f"- Raw results: [`{rel_results}/`]({os.path.relpath(results_dir, docs_dir)}/) — one JSON "
+        "per run, plus `lab.json`."
     )
     add(
         "- Regenerate this page from them without measuring: "
-        f"`bench/run --report-only {rel_results}`."
+        f"`bench/run --report-only {rel_results}{docs_flag}`."
     )
     add("")
 
@@ -228,6 +231,8 @@ def render(results_dir: Path, docs_dir: Path) -> Path:
     L.extend(scaling(rows))
     L.extend(memory(rows))
     L.extend(object_storage(loaded.runs))
+    if default_docs:
+        L.extend(other_passes(docs_dir))
 
     add("## Charts")
     add("")
@@ -370,3 +375,28 @@ def render(results_dir: Path, docs_dir: Path) -> Path:
     add("")
     md.write_text("\n".join(L))
     return md
+
+
+def other_passes(docs_dir: Path) -> list[str]:
+    """Links to the pages of passes rendered with `--docs DIR` (each under docs/DIR/), with the
+    command and date each page records, so this page names every lab command behind a figure."""
+    pages = sorted(docs_dir.glob("*/benchmarks.md"))
+    if not pages:
+        return []
+    out = [
+        "## Other passes",
+        "",
+        "Passes rendered to their own pages (`bench/run … --docs DIR`), each from its own "
+        "results directory:",
+        "",
+    ]
+    for page in pages:
+        lines = page.read_text().splitlines()
+        measured = next((ln for ln in lines if ln.startswith("Measured ")), "")
+        command = next((ln for ln in lines if ln.startswith("- Command: ")), "")
+        when = measured.split(" on ")[0].removeprefix("Measured ")
+        out.append(
+            f"- [{os.path.relpath(page, docs_dir)}]({os.path.relpath(page, docs_dir)}): "
+            f"{when}, {command.removeprefix('- Command: ')}"
+        )
+    return out + [""]
