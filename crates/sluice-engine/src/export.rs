@@ -121,6 +121,9 @@ struct Prepared {
     skipped: usize,
     workers: usize,
     budget: Budget,
+    /// The planner's predicted peak RSS for `workers` with `budget` and the destination's
+    /// writer buffers (computed once, reported at the end).
+    predicted_peak_rss: u64,
     notes: Vec<String>,
 }
 
@@ -424,6 +427,7 @@ async fn prepare(
         skipped,
         workers,
         budget,
+        predicted_peak_rss: predicted,
         notes,
     })
 }
@@ -618,11 +622,7 @@ async fn finish(
             0.0
         },
         peak_rss_bytes: peak_rss_bytes(),
-        predicted_peak_rss_bytes: plan::predicted_peak_rss(
-            prepared.workers,
-            &prepared.budget,
-            job.destination.buffer_bytes_per_writer(),
-        ),
+        predicted_peak_rss_bytes: prepared.predicted_peak_rss,
         batch_bytes: prepared.budget.batch_bytes,
         workers: prepared.workers,
         parts_written: committed.len(),
