@@ -201,6 +201,15 @@ pub fn report_text(r: &Report) -> String {
             h.peak_connections
         ),
     );
+    if h.peak_blocked_sessions > 0 {
+        row(
+            "blocked",
+            format!(
+                "up to {} other session(s) waited on this run's locks, the longest {:.2} s",
+                h.peak_blocked_sessions, h.longest_blocked_wait_seconds
+            ),
+        );
+    }
     if r.retries > 0 {
         row("retries", r.retries.to_string());
     }

@@ -17,6 +17,7 @@ pub mod batch;
 pub mod chunk;
 pub mod columns;
 pub mod error;
+pub mod failpoint;
 pub mod ident;
 pub mod position;
 pub mod redact;

@@ -72,6 +72,12 @@ pub struct HarmSample {
     pub longest_transaction: Duration,
     /// Longest running statement among our sessions.
     pub longest_statement: Duration,
+    /// Other sessions waiting right now on a lock one of our sessions holds (PostgreSQL:
+    /// `pg_blocking_pids`; MySQL/MariaDB: metadata-lock waits). An `ALTER` queued behind our
+    /// lock blocks every later query on its table, so this is harm the DBA must see.
+    pub blocked_sessions: u32,
+    /// Longest wait among those blocked sessions.
+    pub longest_blocked_wait: Duration,
 }
 
 /// What only the adapter knows about a run, for its report.

@@ -379,6 +379,7 @@ async fn prepare(
     let bytes = serde_json::to_vec_pretty(&state).map_err(|e| Error::internal(e.to_string()))?;
     let d = dest.clone();
     blocking(move || d.put(RUN_STATE, &bytes)).await?;
+    sluice_core::failpoint::hit("export.after_plan")?;
     let remaining: Vec<Chunk> = state
         .chunks
         .iter()
@@ -533,6 +534,7 @@ async fn finish(
             let target = layout::merged_path(&ds.name, job.format.extension());
             let files: Vec<String> = parts.iter().map(|p| p.file.clone()).collect();
             let (d, f, t) = (dest.clone(), job.format.clone(), target.clone());
+            sluice_core::failpoint::hit("export.before_merge")?;
             let stats = blocking(move || merge::merge(&d, &f, &files, rows, &t)).await?;
             Some(MergedRecord {
                 file: target,
@@ -575,6 +577,7 @@ async fn finish(
         harm: harm.clone(),
     };
     let bytes = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::internal(e.to_string()))?;
+    sluice_core::failpoint::hit("export.before_manifest")?;
     let d = dest.clone();
     blocking(move || d.put(MANIFEST, &bytes)).await?;
     if job.merge {

@@ -33,6 +33,10 @@ impl Peaks {
         r.longest_statement_seconds = r
             .longest_statement_seconds
             .max(s.longest_statement.as_secs_f64());
+        r.peak_blocked_sessions = r.peak_blocked_sessions.max(s.blocked_sessions);
+        r.longest_blocked_wait_seconds = r
+            .longest_blocked_wait_seconds
+            .max(s.longest_blocked_wait.as_secs_f64());
     }
 }
 
@@ -106,16 +110,21 @@ mod tests {
             xmin_age: Some(5),
             longest_transaction: Duration::from_secs(2),
             longest_statement: Duration::from_secs(1),
+            ..HarmSample::default()
         });
         p.add(&HarmSample {
             connections: 2,
             xmin_age: None,
             longest_transaction: Duration::from_secs(4),
             longest_statement: Duration::ZERO,
+            blocked_sessions: 2,
+            longest_blocked_wait: Duration::from_millis(1500),
         });
         assert_eq!(p.record.peak_connections, 3);
         assert_eq!(p.record.peak_xmin_age, Some(5));
         assert_eq!(p.record.longest_transaction_seconds, 4.0);
         assert_eq!(p.record.samples, 2);
+        assert_eq!(p.record.peak_blocked_sessions, 2);
+        assert_eq!(p.record.longest_blocked_wait_seconds, 1.5);
     }
 }

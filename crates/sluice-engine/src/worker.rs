@@ -150,14 +150,23 @@ async fn export_chunk(
             let object = dest.create(&path)?;
             let mut part = open_part(&format, schema, object, &path)?;
             while let Some(batch) = rx.blocking_recv() {
-                if let Err(e) = part.write(&batch) {
+                if let Err(e) = part
+                    .write(&batch)
+                    .and_then(|()| sluice_core::failpoint::hit("export.after_batch"))
+                {
                     part.abort();
                     return Err(e);
                 }
                 let _ = back_tx.try_send(batch);
             }
             match commit_rx.blocking_recv() {
-                Ok(true) => part.finish(),
+                Ok(true) => {
+                    if let Err(e) = sluice_core::failpoint::hit("export.before_commit") {
+                        part.abort();
+                        return Err(e);
+                    }
+                    part.finish()
+                }
                 _ => {
                     part.abort();
                     Err(Error::interrupted("part aborted"))
@@ -206,6 +215,8 @@ async fn export_chunk(
     let receipt = serde_json::to_vec_pretty(&record).map_err(|e| Error::internal(e.to_string()))?;
     let dest = ctx.destination.clone();
     let receipt_path = layout::receipt_path(&ds.name, chunk.ordinal);
+    sluice_core::failpoint::hit("export.before_receipt")?;
     blocking(move || dest.put(&receipt_path, &receipt)).await?;
+    sluice_core::failpoint::hit("export.after_receipt")?;
     Ok(record)
 }

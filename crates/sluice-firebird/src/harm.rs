@@ -76,6 +76,8 @@ impl HarmProbe for FbHarmProbe {
             xmin_age: v(1),
             longest_transaction: ms(2),
             longest_statement: ms(3),
+
+            ..HarmSample::default()
         })
     }
 }

@@ -72,6 +72,7 @@ impl HarmProbe for MyHarmProbe {
                 .unwrap_or_default()
                 .max(longest_statement),
             longest_statement,
+            ..HarmSample::default()
         })
     }
 }

@@ -53,6 +53,8 @@ impl HarmProbe for PgHarmProbe {
             xmin_age: r.get::<_, Option<i64>>(1).map(|v| v.max(0) as u64),
             longest_transaction: secs(r.get(2)),
             longest_statement: secs(r.get(3)),
+
+            ..HarmSample::default()
         })
     }
 }

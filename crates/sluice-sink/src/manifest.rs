@@ -125,6 +125,12 @@ pub struct HarmRecord {
     /// taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global_lock_seconds: Option<f64>,
+    /// Peak number of other sessions waiting on a lock our sessions held.
+    #[serde(default)]
+    pub peak_blocked_sessions: u32,
+    /// Longest wait of a session blocked by our locks, seconds.
+    #[serde(default)]
+    pub longest_blocked_wait_seconds: f64,
     /// Samples taken.
     pub samples: u64,
 }
