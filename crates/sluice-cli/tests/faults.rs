@@ -47,7 +47,8 @@ async fn terminated_worker_is_retried_and_the_export_is_exact() {
             .client
             .query_one(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-                 WHERE application_name LIKE 'sluice-%' AND query LIKE 'COPY%' AND state = 'active'",
+                 WHERE application_name = 'sluice' AND datname = current_database() \
+                 AND query LIKE 'COPY%' AND state = 'active'",
                 &[],
             )
             .await

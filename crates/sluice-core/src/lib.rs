@@ -23,6 +23,7 @@ pub mod position;
 pub mod redact;
 pub mod source;
 pub mod table;
+pub mod tls;
 
 pub use batch::{BatchSender, ReadCounters};
 pub use chunk::{Chunk, ChunkBounds, ChunkRequest, ChunkStrategy};

@@ -1,6 +1,9 @@
 //! Sampling the harm a run does to PostgreSQL, from a session of its own.
 //!
-//! Our sessions are found by their `application_name` (the run's tag). A sample reads
+//! Our sessions are found by the backend pids recorded under the run's tag when they connected
+//! ([`PgTarget::sessions`]), narrowed to our `application_name` so a pid the server has since
+//! given to another client's session is not counted. (`application_name` alone cannot tell
+//! two runs apart: it is `sluice`, or what the user set.) A sample reads
 //! `pg_stat_activity` in its own autocommit statement — statistics views are frozen per
 //! transaction, so the probe must not sit in one.
 
@@ -14,6 +17,7 @@ use tokio_postgres::Client;
 /// The harm probe session.
 pub struct PgHarmProbe {
     client: Client,
+    pg: PgTarget,
     tag: String,
     target: String,
 }
@@ -24,6 +28,7 @@ impl PgHarmProbe {
     pub async fn open(pg: &PgTarget, tag: &str) -> Result<Self> {
         Ok(PgHarmProbe {
             client: pg.connect(tag).await?,
+            pg: pg.clone(),
             tag: tag.to_string(),
             target: pg.display().to_string(),
         })
@@ -42,8 +47,11 @@ impl HarmProbe for PgHarmProbe {
                             FILTER (WHERE pid <> pg_backend_pid())), 0)::float8, \
                         coalesce(extract(epoch FROM max(clock_timestamp() - query_start) \
                             FILTER (WHERE state = 'active' AND pid <> pg_backend_pid())), 0)::float8 \
-                 FROM pg_stat_activity WHERE application_name = $1",
-                &[&self.tag],
+                 FROM pg_stat_activity WHERE pid = ANY($1) AND application_name = $2",
+                &[
+                    &self.pg.sessions(&self.tag),
+                    &self.pg.params().application_name,
+                ],
             )
             .await
             .map_err(|e| classify(e, Phase::Catalog, &self.target))?;

@@ -17,11 +17,13 @@ use futures_util::{StreamExt, pin_mut};
 use sluice_core::{
     BatchSender, Chunk, ChunkBounds, ChunkReader, Dataset, Error, ReadStats, Result,
 };
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 /// One worker session.
 pub struct PgReader {
     client: Client,
+    /// Connects the cancel request over the session's kind of channel (TLS or not).
+    pg: PgTarget,
     target: String,
     pid: u32,
 }
@@ -47,6 +49,7 @@ impl PgReader {
             .get(0);
         Ok(PgReader {
             client,
+            pg: pg.clone(),
             target,
             pid: pid as u32,
         })
@@ -142,7 +145,7 @@ pub fn copy_sql(ds: &Dataset, chunk: &Chunk) -> Result<String> {
 
 impl PgReader {
     async fn cancel(&self) {
-        if let Err(e) = self.client.cancel_token().cancel_query(NoTls).await {
+        if let Err(e) = self.pg.cancel(self.client.cancel_token()).await {
             tracing::debug!("cancelling a COPY failed: {e}");
         }
     }
