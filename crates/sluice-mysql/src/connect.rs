@@ -5,12 +5,24 @@
 //! session), so values and key bounds read in one session mean the same in every other.
 //! MySQL has no `application_name`; sessions are recognised by their connection ids, which the
 //! [`Sessions`] registry shared by the coordinator, the readers and the harm probe keeps.
+//!
+//! # TLS
+//! `ssl-mode` has the MySQL clients' meaning: `DISABLED`; `PREFERRED` (default: TLS when the
+//! server offers it, certificate not verified); `REQUIRED` (TLS, not verified); `VERIFY_CA`
+//! (the certificate must chain to `ssl-ca`, or to the system's CAs without it); and
+//! `VERIFY_IDENTITY` (and be valid for the host name). `ssl-ca` without `ssl-mode` means
+//! `VERIFY_CA`, as in the MySQL 8 client. `ssl-cert`/`ssl-key` present a client certificate.
+//! The driver's own "skip the host name" switch does not work with the rustls version in use,
+//! so `VERIFY_CA` handles a host-name mismatch itself: the chain was verified before the name
+//! (see `sluice_core::tls`), and the session is made again naming a host the certificate holds.
 
 use crate::error::{Phase, classify};
-use mysql_async::{Conn, OptsBuilder};
+use mysql_async::{ClientIdentity, Conn, OptsBuilder, SslOpts};
 use sluice_core::redact::{redact_url, scrub};
-use sluice_core::{Error, Result};
+use sluice_core::tls::{self as core_tls, Problem, Roots};
+use sluice_core::{Error, ErrorKind, Result, Retry};
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,6 +51,64 @@ pub enum Protocol {
     Text,
 }
 
+/// The MySQL clients' `ssl-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SslMode {
+    /// No TLS.
+    Disabled,
+    /// TLS when the server offers it; the certificate is not verified (the default).
+    Preferred,
+    /// TLS; the certificate is not verified.
+    Required,
+    /// TLS; the certificate must chain to a trusted CA.
+    VerifyCa,
+    /// TLS; the certificate must chain to a trusted CA and be valid for the host name.
+    VerifyIdentity,
+}
+
+impl SslMode {
+    fn parse(v: &str) -> Option<SslMode> {
+        Some(match v.to_ascii_uppercase().as_str() {
+            "DISABLED" => SslMode::Disabled,
+            "PREFERRED" => SslMode::Preferred,
+            "REQUIRED" => SslMode::Required,
+            "VERIFY_CA" => SslMode::VerifyCa,
+            "VERIFY_IDENTITY" => SslMode::VerifyIdentity,
+            _ => return None,
+        })
+    }
+
+    /// The MySQL spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SslMode::Disabled => "DISABLED",
+            SslMode::Preferred => "PREFERRED",
+            SslMode::Required => "REQUIRED",
+            SslMode::VerifyCa => "VERIFY_CA",
+            SslMode::VerifyIdentity => "VERIFY_IDENTITY",
+        }
+    }
+}
+
+/// TLS settings of a target, checked at parse time.
+#[derive(Clone)]
+struct Tls {
+    mode: SslMode,
+    ca: Option<Roots>,
+    identity: Option<(PathBuf, PathBuf)>,
+    /// The system's CAs (DER), loaded once when `VERIFY_*` has no `ssl-ca`.
+    system_roots: Arc<Vec<Vec<u8>>>,
+    /// What earlier sessions of the run learnt: the server offers no TLS (`PREFERRED` then
+    /// stops asking), or the name to verify a `VERIFY_CA` certificate against.
+    learnt: Arc<Mutex<Learnt>>,
+}
+
+#[derive(Default)]
+struct Learnt {
+    no_server_tls: bool,
+    name_override: Option<String>,
+}
+
 /// A parsed MySQL/MariaDB connection target.
 #[derive(Clone)]
 pub struct MyTarget {
@@ -49,6 +119,7 @@ pub struct MyTarget {
     database: String,
     socket: Option<String>,
     display: String,
+    tls: Tls,
     /// Zero-date policy (`?zero_dates=null|error`).
     pub zero_dates: ZeroDates,
     /// Row protocol (`?protocol=binary|text`).
@@ -68,7 +139,9 @@ fn bad_url(display: &str, why: &str) -> Error {
     Error::config(format!(
         "source URL {display} {why}. Use mysql://user[:password]@host[:port]/database (or \
          mariadb://…), percent-encoding special characters in the password; options: \
-         ?zero_dates=null|error, ?protocol=binary|text, ?socket=/path/to/mysqld.sock."
+         ?zero_dates=null|error, ?protocol=binary|text, ?socket=/path/to/mysqld.sock, \
+         ?ssl-mode=DISABLED|PREFERRED|REQUIRED|VERIFY_CA|VERIFY_IDENTITY, ?ssl-ca=PATH, \
+         ?ssl-cert=PATH&ssl-key=PATH."
     ))
 }
 
@@ -77,7 +150,9 @@ impl MyTarget {
     ///
     /// A password missing from the URL is taken from `MYSQL_PWD`; a missing user from `USER`.
     /// A missing port means 3306. Options: `zero_dates=null|error` (strict mode fails on zero
-    /// dates), `protocol=binary|text`, `socket=PATH` (connect through a Unix socket).
+    /// dates), `protocol=binary|text`, `socket=PATH` (connect through a Unix socket), and TLS:
+    /// `ssl-mode`, `ssl-ca`, `ssl-cert`, `ssl-key` (see the module documentation). Certificate
+    /// files are read here, so a bad path fails before any connection.
     pub fn parse(url: &str) -> Result<Self> {
         let display = redact_url(url);
         if !(url.starts_with("mysql://") || url.starts_with("mariadb://")) {
@@ -129,11 +204,30 @@ impl MyTarget {
             database,
             socket: None,
             display: display.clone(),
+            tls: Tls {
+                mode: SslMode::Preferred,
+                ca: None,
+                identity: None,
+                system_roots: Arc::default(),
+                learnt: Arc::default(),
+            },
             zero_dates: ZeroDates::Null,
             protocol: Protocol::Binary,
         };
+        let mut mode = None;
+        let (mut cert, mut key) = (None, None);
         for (k, v) in parsed.query_pairs() {
             match (k.as_ref(), v.as_ref()) {
+                ("ssl-mode" | "ssl_mode" | "sslmode", m) => {
+                    mode = Some(SslMode::parse(m).ok_or_else(|| {
+                        bad_url(&display, &format!("has ssl-mode={m}, which is not a mode"))
+                    })?);
+                }
+                ("ssl-ca" | "ssl_ca", p) if !p.is_empty() => {
+                    t.tls.ca = Some(Roots::File(PathBuf::from(p)));
+                }
+                ("ssl-cert" | "ssl_cert", p) if !p.is_empty() => cert = Some(PathBuf::from(p)),
+                ("ssl-key" | "ssl_key", p) if !p.is_empty() => key = Some(PathBuf::from(p)),
                 ("zero_dates", "null") => t.zero_dates = ZeroDates::Null,
                 ("zero_dates", "error") => t.zero_dates = ZeroDates::Error,
                 ("protocol", "binary") => t.protocol = Protocol::Binary,
@@ -144,7 +238,113 @@ impl MyTarget {
                 }
             }
         }
+        t.tls.mode = match (mode, &t.tls.ca) {
+            (Some(m), _) => m,
+            // As the MySQL 8 client: a CA without a mode asks for verification.
+            (None, Some(_)) => SslMode::VerifyCa,
+            (None, None) => SslMode::Preferred,
+        };
+        t.tls.identity = match (cert, key) {
+            (Some(c), Some(k)) => Some((c, k)),
+            (None, None) => None,
+            _ => {
+                return Err(bad_url(
+                    &display,
+                    "names only one of ssl-cert and ssl-key (a client certificate needs both)",
+                ));
+            }
+        };
+        t.check_tls()?;
         Ok(t)
+    }
+
+    /// Read and check the TLS files now, so a bad path fails before any connection.
+    fn check_tls(&mut self) -> Result<()> {
+        let tls = &mut self.tls;
+        if tls.mode == SslMode::Disabled {
+            return Ok(());
+        }
+        let verify = matches!(tls.mode, SslMode::VerifyCa | SslMode::VerifyIdentity);
+        match &tls.ca {
+            Some(ca) if verify => {
+                core_tls::load_roots(ca, "ssl-ca")?;
+            }
+            Some(_) => tracing::warn!(
+                "ssl-ca is ignored with ssl-mode={}: the server's certificate is not verified \
+                 (use ssl-mode=VERIFY_CA or VERIFY_IDENTITY)",
+                tls.mode.as_str()
+            ),
+            None if verify => {
+                core_tls::load_roots(&Roots::System, "ssl-ca")?;
+                tls.system_roots = Arc::new(
+                    rustls_native_certs::load_native_certs()
+                        .certs
+                        .into_iter()
+                        .map(|c| c.as_ref().to_vec())
+                        .collect(),
+                );
+            }
+            None => {}
+        }
+        if let Some((cert, key)) = &tls.identity {
+            core_tls::load_identity(
+                cert,
+                key,
+                core_tls::IdentityOptions {
+                    cert: "ssl-cert",
+                    key: "ssl-key",
+                    check_key_permissions: false,
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The driver's TLS options for the next session; `None` for a plaintext one.
+    fn ssl_opts(&self) -> Option<SslOpts> {
+        let tls = &self.tls;
+        let learnt = tls.learnt.lock().ok();
+        let mode = tls.mode;
+        if mode == SslMode::Disabled
+            || (mode == SslMode::Preferred && learnt.as_ref().is_some_and(|l| l.no_server_tls))
+        {
+            return None;
+        }
+        core_tls::install_default_provider();
+        let verify = matches!(mode, SslMode::VerifyCa | SslMode::VerifyIdentity);
+        // Without verification the driver still builds a verifier (never asked about the
+        // chain), which needs some roots: its built-in ones. With verification only ours count.
+        let mut opts = SslOpts::default()
+            .with_disable_built_in_roots(verify)
+            .with_danger_accept_invalid_certs(!verify);
+        if verify {
+            let roots = match &tls.ca {
+                Some(Roots::File(p)) => vec![p.clone().into()],
+                _ => tls
+                    .system_roots
+                    .iter()
+                    .map(|der| der.clone().into())
+                    .collect(),
+            };
+            opts = opts.with_root_certs(roots);
+        }
+        if mode == SslMode::VerifyCa
+            && let Some(name) = learnt.as_ref().and_then(|l| l.name_override.clone())
+        {
+            opts = opts.with_danger_tls_hostname_override(Some(name));
+        }
+        if let Some((cert, key)) = &tls.identity {
+            opts = opts.with_client_identity(Some(ClientIdentity::new(
+                cert.clone().into(),
+                key.clone().into(),
+            )));
+        }
+        Some(opts)
+    }
+
+    /// The `ssl-mode` in effect.
+    pub fn ssl_mode(&self) -> SslMode {
+        self.tls.mode
     }
 
     /// The URL with the password redacted.
@@ -157,8 +357,143 @@ impl MyTarget {
         &self.database
     }
 
-    /// Open a session with sluice's settings and register it in `sessions`.
+    /// Open a session with sluice's settings and register it in `sessions`. With
+    /// `ssl-mode=PREFERRED` a server without TLS is asked once per run, then sessions go
+    /// plaintext; with `VERIFY_CA` a certificate valid for another host name than the URL's is
+    /// accepted by naming one of its hosts (its chain was verified).
     pub async fn connect(&self, sessions: &Sessions) -> Result<Conn> {
+        let mut retried = false;
+        loop {
+            let ssl = self.ssl_opts();
+            let with_tls = ssl.is_some();
+            match self.connect_once(ssl).await {
+                Ok(conn) => {
+                    sessions.add(conn.id());
+                    return Ok(conn);
+                }
+                Err(Failed::Driver(e)) if !retried => {
+                    let no_tls = matches!(
+                        &e,
+                        mysql_async::Error::Driver(
+                            mysql_async::DriverError::NoClientSslFlagFromServer
+                        )
+                    );
+                    let name = core_tls::explain(&e)
+                        .map(|f| core_tls::presented_names(&f.problem))
+                        .and_then(|n| n.into_iter().next());
+                    let mut learnt =
+                        self.tls.learnt.lock().map_err(|_| {
+                            Error::internal("the MySQL TLS state lock was poisoned")
+                        })?;
+                    match (self.tls.mode, no_tls, name) {
+                        (SslMode::Preferred, true, _) => {
+                            tracing::debug!("the server offers no TLS; connecting without it");
+                            learnt.no_server_tls = true;
+                        }
+                        (SslMode::VerifyCa, false, Some(name)) if with_tls => {
+                            tracing::debug!(
+                                "the certificate's chain is trusted but it names {name}; \
+                                 verifying it as {name} (ssl-mode=VERIFY_CA)"
+                            );
+                            learnt.name_override = Some(name);
+                        }
+                        _ => return Err(self.explain(e, with_tls)),
+                    }
+                    retried = true;
+                }
+                Err(Failed::Driver(e)) => return Err(self.explain(e, with_tls)),
+                Err(Failed::Done(e)) => return Err(e),
+            }
+        }
+    }
+
+    /// A driver error as a sluice error: TLS problems named with their fix.
+    fn explain(&self, e: mysql_async::Error, with_tls: bool) -> Error {
+        let mode = self.tls.mode.as_str();
+        if let Some(f) = core_tls::explain(&e) {
+            let fix = match f.problem {
+                Problem::UnknownCa => format!(
+                    "Set ssl-ca to the certificate of the CA that signed the server's \
+                     certificate (trusted now: {}), or use ssl-mode=REQUIRED to encrypt without \
+                     verifying the server.",
+                    self.tls
+                        .ca
+                        .as_ref()
+                        .map(|r| r.to_string())
+                        .unwrap_or_else(|| Roots::System.to_string())
+                ),
+                Problem::NameMismatch { .. } => "Connect with a host name the certificate is \
+                     valid for, or use ssl-mode=VERIFY_CA to verify the CA but not the host name."
+                    .to_string(),
+                Problem::Validity | Problem::BadCertificate => "The server's certificate must \
+                     be replaced (or this machine's clock corrected); ssl-mode=REQUIRED would \
+                     encrypt without verifying it."
+                    .to_string(),
+                Problem::ServerRefused => "Set ssl-cert and ssl-key to a client certificate \
+                     signed by a CA the server trusts (its ssl_ca)."
+                    .to_string(),
+                Problem::Other => "Check that the server accepts TLS 1.2 or 1.3.".to_string(),
+            };
+            return Error::new(
+                ErrorKind::Source,
+                Retry::Permanent,
+                format!(
+                    "could not connect to MySQL/MariaDB at {} over TLS (ssl-mode={mode}): {}. \
+                     {fix}",
+                    self.display, f.text
+                ),
+            );
+        }
+        if matches!(
+            &e,
+            mysql_async::Error::Driver(mysql_async::DriverError::NoClientSslFlagFromServer)
+        ) {
+            return Error::new(
+                ErrorKind::Source,
+                Retry::Permanent,
+                format!(
+                    "the MySQL/MariaDB server at {} does not offer TLS, but ssl-mode={mode} \
+                     requires it. Configure TLS on the server (ssl_cert, ssl_key), or use \
+                     ssl-mode=PREFERRED to connect without it.",
+                    self.display
+                ),
+            );
+        }
+        let server_code = match &e {
+            mysql_async::Error::Server(s) => Some(s.code),
+            _ => None,
+        };
+        let base = classify(e, Phase::Connect, &self.display);
+        let base = Error::new(
+            base.kind(),
+            base.retry(),
+            scrub(base.message(), self.password.as_deref()),
+        );
+        match server_code {
+            // MySQL: ER_SECURE_TRANSPORT_REQUIRED; MariaDB reports the same refusal as
+            // "access denied".
+            Some(3159) | Some(crate::error::code::ER_ACCESS_DENIED_ERROR) if !with_tls => {
+                Error::new(
+                    base.kind(),
+                    base.retry(),
+                    format!(
+                        "{} The session was not encrypted (ssl-mode={mode}{}): if the server \
+                         requires secure transport (require_secure_transport=ON), connect with \
+                         TLS: ssl-mode=REQUIRED, VERIFY_CA or VERIFY_IDENTITY.",
+                        base.message(),
+                        if self.tls.mode == SslMode::Disabled {
+                            ""
+                        } else {
+                            ", and the server did not offer TLS"
+                        }
+                    ),
+                )
+            }
+            _ => base,
+        }
+    }
+
+    async fn connect_once(&self, ssl: Option<SslOpts>) -> std::result::Result<Conn, Failed> {
         let opts = OptsBuilder::default()
             .ip_or_hostname(self.host.clone())
             .tcp_port(self.port)
@@ -169,25 +504,27 @@ impl MyTarget {
             .socket(self.socket.clone())
             .tcp_nodelay(true)
             .stmt_cache_size(16)
+            .ssl_opts(ssl)
             .init(SESSION_INIT.to_vec());
-        let conn = tokio::time::timeout(Duration::from_secs(10), Conn::new(opts))
+        tokio::time::timeout(Duration::from_secs(10), Conn::new(opts))
             .await
             .map_err(|_| {
-                Error::source_transient(format!(
+                Failed::Done(Error::source_transient(format!(
                     "could not connect to MySQL/MariaDB at {} within 10 s. Check that the server \
                      is running and that host and port in the URL are right.",
                     self.display
-                ))
+                )))
             })?
-            .map_err(|e| classify(e, Phase::Connect, &self.display))
-            .map_err(|e| {
-                // Driver messages never hold the password, but be certain.
-                let msg = scrub(e.message(), self.password.as_deref());
-                Error::new(e.kind(), e.retry(), msg)
-            })?;
-        sessions.add(conn.id());
-        Ok(conn)
+            .map_err(Failed::Driver)
     }
+}
+
+/// How one connection attempt failed.
+enum Failed {
+    /// The driver's error, which a retry with other TLS settings may get past.
+    Driver(mysql_async::Error),
+    /// Final.
+    Done(Error),
 }
 
 /// The connection ids of one run's sessions, and when its shared snapshot began; shared by the

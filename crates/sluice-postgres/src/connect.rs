@@ -130,7 +130,9 @@ impl PgTarget {
         token
             .cancel_query(self.tls.clone())
             .await
-            .map_err(|e| classify(e, Phase::Connect, &self.display))
+            .map_err(|e| classify(e, Phase::Connect, &self.display))?;
+        tracing::debug!("sent a query cancel request to {}", self.display);
+        Ok(())
     }
 
     /// Open a session, recorded under `tag` (see [`Self::sessions`]). Hosts are tried in
@@ -287,7 +289,25 @@ fn driver_error(t: &PgTarget, host: &HostSpec, e: tokio_postgres::Error, used_tl
             ),
         );
     }
-    let text = e.to_string();
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    if text.contains("password missing") {
+        return Error::new(
+            ErrorKind::Source,
+            Retry::Permanent,
+            format!(
+                "PostgreSQL at {} asks for a password and none was given: put it in the URL, \
+                 in PGPASSWORD, or in the password file {} (whose permissions must be 0600).",
+                t.display,
+                p.passfile_display()
+            ),
+        );
+    }
     if text.contains("server does not support TLS") {
         return Error::new(
             ErrorKind::Source,

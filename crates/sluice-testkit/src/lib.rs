@@ -9,6 +9,7 @@
 //! - [`files`] reads exported Parquet and CSV back for comparison.
 //! - [`firebird`] prepares an embedded Firebird runtime (no server) and test databases.
 //! - [`objstore`] starts object-storage emulators (S3, GCS, Azure Blob) the same way.
+//! - [`tls`] generates the certificates of the TLS servers (`--pg-tls`, `--mariadb-tls`).
 
 pub mod files;
 pub mod firebird;
@@ -17,3 +18,4 @@ pub mod mysql;
 pub mod objstore;
 pub mod pg;
 pub mod server;
+pub mod tls;

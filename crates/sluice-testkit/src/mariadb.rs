@@ -28,6 +28,18 @@ impl MariadbServer {
     /// positions and, later, CDC), and durability off (a test server needs speed, not crash
     /// safety). Then create [`Self::USER`] with [`MARIADB_PASSWORD`].
     pub fn start() -> Result<Self> {
+        Self::start_with(None)
+    }
+
+    /// Like [`Self::start`], with TLS from `pki`'s certificate for
+    /// [`crate::tls::NAMED_HOST`] and `require_secure_transport = ON`: TCP sessions must use
+    /// TLS (the Unix socket, used for setup, counts as secure). The user
+    /// [`crate::tls::CLIENT_USER`] (no password, `REQUIRE X509`) logs in by client certificate.
+    pub fn start_tls(pki: &crate::tls::TestPki) -> Result<Self> {
+        Self::start_with(Some(pki))
+    }
+
+    fn start_with(pki: Option<&crate::tls::TestPki>) -> Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("sluice-mariadb-")
             .tempdir()?;
@@ -50,6 +62,24 @@ impl MariadbServer {
                 dir.path().join("error.log").display(),
             ),
         )?;
+        if let Some(pki) = pki {
+            for (from, to) in [
+                (pki.named_server_cert(), "server.crt"),
+                (pki.named_server_key(), "server.key"),
+                (pki.ca(), "ca.crt"),
+            ] {
+                std::fs::copy(&from, dir.path().join(to))
+                    .with_context(|| format!("copying {}", from.display()))?;
+            }
+            crate::server::append(
+                &cnf,
+                &format!(
+                    "ssl_cert={d}/server.crt\nssl_key={d}/server.key\nssl_ca={d}/ca.crt\n\
+                     require_secure_transport=ON\n",
+                    d = dir.path().display()
+                ),
+            )?;
+        }
         if is_root() {
             run(
                 Command::new("chown").arg("-R").arg("mysql").arg(dir.path()),
@@ -76,11 +106,18 @@ impl MariadbServer {
             .context("starting /usr/sbin/mariadbd")?;
         let server = MariadbServer { dir, child, port };
         server.wait_ready(&socket)?;
-        let sql = format!(
+        let mut sql = format!(
             "CREATE USER '{u}'@'127.0.0.1' IDENTIFIED BY '{MARIADB_PASSWORD}'; \
              GRANT ALL PRIVILEGES ON *.* TO '{u}'@'127.0.0.1' WITH GRANT OPTION;",
             u = Self::USER
         );
+        if pki.is_some() {
+            sql.push_str(&format!(
+                "CREATE USER '{c}'@'127.0.0.1' REQUIRE X509; \
+                 GRANT ALL PRIVILEGES ON *.* TO '{c}'@'127.0.0.1';",
+                c = crate::tls::CLIENT_USER
+            ));
+        }
         run(
             Command::new("mariadb")
                 .arg("--no-defaults")
@@ -110,6 +147,15 @@ impl MariadbServer {
         bail!(
             "MariaDB did not accept connections on port {} within 60 s; error log:\n{log}",
             self.port
+        )
+    }
+
+    /// URL of `root` through the Unix socket (for setting up a server that requires secure
+    /// transport; the socket counts as secure).
+    pub fn socket_url(&self) -> String {
+        format!(
+            "mysql://root@localhost/mysql?socket={}",
+            self.dir.path().join("mysqld.sock").display()
         )
     }
 

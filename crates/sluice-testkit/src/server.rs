@@ -69,6 +69,12 @@ pub fn pg_bin_dir() -> Result<PathBuf> {
         .context("no PostgreSQL version with initdb under /usr/lib/postgresql")
 }
 
+/// The password user of a TLS server ([`PgServer::create_tls_users`]).
+pub const TLS_PASSWORD_USER: &str = "pwuser";
+
+/// Its password (a throwaway loopback server's).
+pub const TLS_PASSWORD: &str = "tls-test-pw-7c1e";
+
 /// A running throwaway PostgreSQL.
 pub struct PgServer {
     dir: tempfile::TempDir,
@@ -83,6 +89,19 @@ impl PgServer {
     /// SCRAM passwords for every other user (so authentication failures can be tested), and
     /// durability off (a test server needs speed, not crash safety).
     pub fn start() -> Result<Self> {
+        Self::start_with(None)
+    }
+
+    /// Like [`Self::start`], but with `ssl = on` using `pki`'s server certificate, and TCP
+    /// connections accepted only over TLS (`hostssl`): the `postgres` superuser by trust, the
+    /// user [`crate::tls::CLIENT_USER`] by client certificate (`cert`), every other user by
+    /// SCRAM password. Unix-socket sessions (for test setup) are trusted.
+    /// [`Self::create_tls_users`] makes the two test users.
+    pub fn start_tls(pki: &crate::tls::TestPki) -> Result<Self> {
+        Self::start_with(Some(pki))
+    }
+
+    fn start_with(pki: Option<&crate::tls::TestPki>) -> Result<Self> {
         let bin = pg_bin_dir()?;
         let dir = tempfile::Builder::new().prefix("sluice-pg-").tempdir()?;
         let user = "postgres".to_string();
@@ -112,17 +131,43 @@ impl PgServer {
             dir.path().display()
         );
         append(&data.join("postgresql.conf"), &conf)?;
-        let hba = "local all all trust\nhost all postgres 127.0.0.1/32 trust\n\
-                   host replication postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n\
-                   host replication all 127.0.0.1/32 scram-sha-256\n";
+        let hba = match pki {
+            None => "local all all trust\nhost all postgres 127.0.0.1/32 trust\n\
+                     host replication postgres 127.0.0.1/32 trust\n\
+                     host all all 127.0.0.1/32 scram-sha-256\n\
+                     host replication all 127.0.0.1/32 scram-sha-256\n"
+                .to_string(),
+            Some(pki) => {
+                for (from, to) in [
+                    (pki.server_cert(), "server.crt"),
+                    (pki.server_key(), "server.key"),
+                    (pki.ca(), "ca.crt"),
+                ] {
+                    std::fs::copy(&from, data.join(to))
+                        .with_context(|| format!("copying {}", from.display()))?;
+                }
+                append(
+                    &data.join("postgresql.conf"),
+                    "ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n\
+                     ssl_ca_file = 'ca.crt'\n",
+                )?;
+                format!(
+                    "local all all trust\nhostssl all postgres 127.0.0.1/32 trust\n\
+                     hostssl all {} 127.0.0.1/32 cert\nhostssl all all 127.0.0.1/32 scram-sha-256\n",
+                    crate::tls::CLIENT_USER
+                )
+            }
+        };
         std::fs::write(data.join("pg_hba.conf"), hba)?;
         if is_root() {
-            run(
-                Command::new("chown")
-                    .arg("postgres")
-                    .arg(data.join("pg_hba.conf")),
-                "chown pg_hba.conf",
-            )?;
+            for f in ["pg_hba.conf", "server.crt", "server.key", "ca.crt"] {
+                if data.join(f).exists() {
+                    run(
+                        Command::new("chown").arg("postgres").arg(data.join(f)),
+                        "chown of the server's files",
+                    )?;
+                }
+            }
         }
         let mut start = as_server_user(&bin.join("pg_ctl"), &user);
         start
@@ -164,6 +209,45 @@ impl PgServer {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// Superuser URL of the `postgres` database through the Unix socket (never TLS; how tests
+    /// set up a server that accepts TCP only over TLS).
+    pub fn socket_url(&self) -> String {
+        format!(
+            "postgres://postgres@/postgres?host={}&port={}",
+            self.dir.path().display(),
+            self.port
+        )
+    }
+
+    /// Create the users of a TLS server: [`crate::tls::CLIENT_USER`] (client certificate) and
+    /// [`TLS_PASSWORD_USER`] with [`TLS_PASSWORD`], both able to read every table.
+    pub fn create_tls_users(&self) -> Result<()> {
+        let sql = format!(
+            "CREATE ROLE {cert} LOGIN; GRANT pg_read_all_data TO {cert}; \
+             CREATE ROLE {pw} LOGIN PASSWORD '{TLS_PASSWORD}'; GRANT pg_read_all_data TO {pw};",
+            cert = crate::tls::CLIENT_USER,
+            pw = TLS_PASSWORD_USER
+        );
+        run(
+            Command::new(self.bin.join("psql"))
+                .arg("-h")
+                .arg(self.dir.path())
+                .arg("-p")
+                .arg(self.port.to_string())
+                .args([
+                    "-U",
+                    "postgres",
+                    "-d",
+                    "postgres",
+                    "-v",
+                    "ON_ERROR_STOP=1",
+                    "-c",
+                ])
+                .arg(&sql),
+            "creating the TLS test users",
+        )
+    }
+
     /// Stop the server now (also done on drop).
     pub fn stop(&self) {
         let mut stop = as_server_user(&self.bin.join("pg_ctl"), &self.user);
@@ -180,7 +264,7 @@ impl Drop for PgServer {
     }
 }
 
-fn append(path: &Path, text: &str) -> Result<()> {
+pub(crate) fn append(path: &Path, text: &str) -> Result<()> {
     use std::io::Write;
     let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
     f.write_all(text.as_bytes())?;

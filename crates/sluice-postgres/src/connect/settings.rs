@@ -155,6 +155,14 @@ impl PgParams {
         })
     }
 
+    /// The password file consulted, for messages.
+    pub fn passfile_display(&self) -> String {
+        self.passfile
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "~/.pgpass".into())
+    }
+
     /// A driver configuration for one host, with sluice's session settings and `ssl` as the
     /// driver's TLS mode (the caller decides it from [`Self::sslmode`] and its fallbacks).
     pub fn driver_config(&self, host: &HostSpec, ssl: DriverSsl) -> Config {
@@ -231,7 +239,12 @@ pub(super) fn resolve(
             })?,
     };
     let dbname = kw.get("dbname").unwrap_or(&user).to_string();
-    let hosts = host_list(kw).map_err(opt)?;
+    let hosts = host_list(kw).map_err(|why| {
+        opt(format!(
+            "cannot be parsed ({why}). Use the form \
+             postgres://user[:password]@host[:port]/database, percent-encoding special characters."
+        ))
+    })?;
     let password = kw.get("password").map(str::to_string);
     let passfile = kw
         .get("passfile")
@@ -372,14 +385,14 @@ fn host_list(kw: &params::Keywords) -> std::result::Result<Vec<HostSpec>, String
     let n = hosts.len().max(addrs.len()).max(1);
     if hosts.len() > 1 && !addrs.is_empty() && addrs.len() != hosts.len() {
         return Err(format!(
-            "host names {} hosts but hostaddr {} addresses; give one address per host.",
+            "host names {} hosts but hostaddr {} addresses: give one address per host",
             hosts.len(),
             addrs.len()
         ));
     }
     if ports.len() > 1 && ports.len() != n {
         return Err(format!(
-            "names {n} hosts but {} ports; give one port, or one per host.",
+            "{n} hosts but {} ports: give one port, or one per host",
             ports.len()
         ));
     }
@@ -389,13 +402,13 @@ fn host_list(kw: &params::Keywords) -> std::result::Result<Vec<HostSpec>, String
             None | Some("") => 5432,
             Some(p) => p
                 .parse::<u16>()
-                .map_err(|_| format!("port {p:?} is not a port number."))?,
+                .map_err(|_| format!("port {p:?} is not a port number"))?,
         };
         let hostaddr = match addrs.get(i).map(String::as_str) {
             None | Some("") => None,
             Some(a) => Some(
                 a.parse::<IpAddr>()
-                    .map_err(|_| format!("hostaddr {a:?} is not an IP address."))?,
+                    .map_err(|_| format!("hostaddr {a:?} is not an IP address"))?,
             ),
         };
         let host = match hosts.get(i).map(String::as_str) {
