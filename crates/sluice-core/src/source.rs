@@ -44,8 +44,9 @@ impl std::fmt::Display for Consistency {
 /// Options every session of a run shares.
 #[derive(Debug, Clone)]
 pub struct SourceOptions {
-    /// A tag identifying this run's sessions on the server (PostgreSQL `application_name`), so
-    /// the harm probe — and a DBA — can find them.
+    /// A tag identifying this run's sessions, so the harm probe can find them: PostgreSQL
+    /// records each session's backend pid under it, Firebird sets it as a session context
+    /// variable (MySQL keeps connection ids instead).
     pub session_tag: String,
     /// How readers agree on what they see.
     pub consistency: Consistency,

@@ -584,6 +584,75 @@ mod tests {
         assert!(f.text.contains("unknown CA"), "{}", f.text);
     }
 
+    /// A CA and a leaf certificate for `name` signed by it, expired if asked.
+    fn chain(name: &str, expired: bool) -> (RootCertStore, CertificateDer<'static>) {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, format!("CA for {name}"));
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let mut leaf = CertificateParams::new(vec![name.to_string()]).unwrap();
+        if expired {
+            leaf.not_before = rcgen::date_time_ymd(2001, 1, 1);
+            leaf.not_after = rcgen::date_time_ymd(2002, 1, 1);
+        }
+        let leaf = leaf.signed_by(&key, &issuer).unwrap();
+        let mut roots = RootCertStore::empty();
+        roots.add(ca_cert.der().clone()).unwrap();
+        (roots, leaf.der().clone())
+    }
+
+    fn verify(
+        level: Verify,
+        roots: RootCertStore,
+        leaf: &CertificateDer<'_>,
+        host: &str,
+    ) -> std::result::Result<(), Failure> {
+        let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+            .build()
+            .unwrap();
+        let v: Arc<dyn ServerCertVerifier> = match level {
+            Verify::Chain => Arc::new(ChainOnly(webpki)),
+            _ => webpki,
+        };
+        let name = ServerName::try_from(host.to_string()).unwrap();
+        v.verify_server_cert(leaf, &[], &name, &[], UnixTime::now())
+            .map(|_| ())
+            .map_err(|e| describe(&e))
+    }
+
+    #[test]
+    fn certificate_problems_are_named() {
+        let (roots, leaf) = chain("db.example", true);
+        let f = verify(Verify::Full, roots, &leaf, "db.example").unwrap_err();
+        assert_eq!(f.problem, Problem::Validity);
+        assert!(
+            f.text.contains("expired") && f.text.contains("2002-01-01"),
+            "{}",
+            f.text
+        );
+
+        let (roots, leaf) = chain("db.example", false);
+        let f = verify(Verify::Full, roots.clone(), &leaf, "other.example").unwrap_err();
+        assert_eq!(
+            f.problem,
+            Problem::NameMismatch {
+                expected: "other.example".into(),
+                presented: vec!["db.example".into()],
+            }
+        );
+        assert!(f.text.contains("host name mismatch"), "{}", f.text);
+        // verify-ca accepts the name mismatch, not an unknown CA.
+        verify(Verify::Chain, roots, &leaf, "other.example").unwrap();
+        let (other_roots, _) = chain("x", false);
+        let f = verify(Verify::Chain, other_roots, &leaf, "db.example").unwrap_err();
+        assert_eq!(f.problem, Problem::UnknownCa);
+    }
+
     #[test]
     fn world_readable_keys_are_refused() {
         use std::os::unix::fs::PermissionsExt;

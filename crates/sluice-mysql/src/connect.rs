@@ -592,6 +592,29 @@ mod tests {
     }
 
     #[test]
+    fn ssl_options() {
+        let t = MyTarget::parse("mysql://u@h/db").unwrap();
+        assert_eq!(t.ssl_mode(), SslMode::Preferred);
+        let t = MyTarget::parse("mysql://u@h/db?ssl-mode=disabled").unwrap();
+        assert_eq!(t.ssl_mode(), SslMode::Disabled);
+        assert!(t.ssl_opts().is_none());
+        let t = MyTarget::parse("mysql://u@h/db?ssl-mode=REQUIRED").unwrap();
+        assert!(t.ssl_opts().is_some());
+        // A CA without a mode asks for verification; a missing CA file fails at parse time.
+        let e = MyTarget::parse("mysql://u:topsecret@h/db?ssl-ca=/nonexistent/ca.pem").unwrap_err();
+        assert_eq!(e.kind(), sluice_core::ErrorKind::Config);
+        assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+        assert!(!e.to_string().contains("topsecret"), "{e}");
+        for bad in [
+            "mysql://u@h/db?ssl-mode=ON",
+            "mysql://u@h/db?ssl-cert=/tmp/c.pem",
+        ] {
+            let e = MyTarget::parse(bad).unwrap_err();
+            assert_eq!(e.kind(), sluice_core::ErrorKind::Config, "{bad}");
+        }
+    }
+
+    #[test]
     fn rejects_bad_urls_without_leaking() {
         for bad in [
             "postgres://u:topsecret@h/db",
