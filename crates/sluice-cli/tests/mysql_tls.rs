@@ -121,6 +121,19 @@ async fn ssl_modes_against_require_secure_transport() {
         &["--table", "t"],
     );
     failed(&run, &["unknown CA", "ssl-ca"]);
+    // A Unix socket is secure transport without TLS, whatever ssl-mode says.
+    let socket = std::env::var("SLUICE_TEST_MYSQL_TLS_SOCKET_URL").unwrap();
+    let out = tempdir();
+    export(
+        &format!(
+            "{}&ssl-mode=VERIFY_IDENTITY",
+            socket.replacen("/mysql?", &format!("/{db}?"), 1)
+        ),
+        out.path(),
+        &["--table", "t"],
+    )
+    .ok();
+    assert_exported(out.path(), &db, &rows);
 }
 
 #[tokio::test]

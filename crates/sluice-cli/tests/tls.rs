@@ -302,6 +302,38 @@ async fn default_root_certificate_makes_require_verify_the_ca() {
 }
 
 #[tokio::test]
+async fn host_lists_and_session_attributes() {
+    let db = TlsDb::new().await;
+    let dead = sluice_testkit::server::free_port().unwrap();
+    let tls = format!("sslmode=verify-full&sslrootcert={}", ca());
+    // The first host refuses connections; the second is the server.
+    let list = format!(
+        "postgres://postgres@127.0.0.1:{dead},localhost:{}/{}?{tls}&target_session_attrs=read-write",
+        port(),
+        db.name
+    );
+    let out = tempdir();
+    export(&list, out.path(), &["--table", "t"]).ok();
+    db.assert_exported(out.path());
+    // The server is a primary, so no host of the list is read-only.
+    let out = tempdir();
+    let run = export(
+        &list.replace("read-write", "read-only"),
+        out.path(),
+        &["--table", "t"],
+    );
+    failed(
+        &run,
+        3,
+        &[
+            "any PostgreSQL host",
+            "target_session_attrs=read-only",
+            "refused",
+        ],
+    );
+}
+
+#[tokio::test]
 async fn unix_socket_host() {
     let db = TlsDb::new().await;
     let socket = std::env::var("SLUICE_TEST_PG_TLS_SOCKET_URL").unwrap();

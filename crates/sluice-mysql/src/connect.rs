@@ -12,6 +12,7 @@
 //! (the certificate must chain to `ssl-ca`, or to the system's CAs without it); and
 //! `VERIFY_IDENTITY` (and be valid for the host name). `ssl-ca` without `ssl-mode` means
 //! `VERIFY_CA`, as in the MySQL 8 client. `ssl-cert`/`ssl-key` present a client certificate.
+//! Sessions through a Unix socket (`?socket=`) never use TLS.
 //! The driver's own "skip the host name" switch does not work with the rustls version in use,
 //! so `VERIFY_CA` handles a host-name mismatch itself: the chain was verified before the name
 //! (see `sluice_core::tls`), and the session is made again naming a host the certificate holds.
@@ -305,7 +306,9 @@ impl MyTarget {
         let tls = &self.tls;
         let learnt = tls.learnt.lock().ok();
         let mode = tls.mode;
+        // A Unix socket never carries TLS (the driver would ask for it and then not do it).
         if mode == SslMode::Disabled
+            || self.socket.is_some()
             || (mode == SslMode::Preferred && learnt.as_ref().is_some_and(|l| l.no_server_tls))
         {
             return None;

@@ -308,6 +308,29 @@ fn driver_error(t: &PgTarget, host: &HostSpec, e: tokio_postgres::Error, used_tl
             ),
         );
     }
+    if text.contains("database does not allow writes") || text.contains("database is not read only")
+    {
+        return Error::new(
+            ErrorKind::Source,
+            Retry::Permanent,
+            format!(
+                "host {} of {} is not {} (target_session_attrs={}): list a host that is, or \
+                 relax target_session_attrs.",
+                host.host_str(),
+                t.display,
+                if text.contains("writes") {
+                    "read-write (it is a standby or read-only)"
+                } else {
+                    "read-only (it accepts writes)"
+                },
+                if text.contains("writes") {
+                    "read-write"
+                } else {
+                    "read-only"
+                }
+            ),
+        );
+    }
     if text.contains("server does not support TLS") {
         return Error::new(
             ErrorKind::Source,
