@@ -15,8 +15,10 @@ use std::path::PathBuf;
         snapshot, memory bounded by bytes, and a report of what the run cost the source.",
     after_help = "Exit codes: 0 success, 2 bad configuration or usage, 3 source failure, \
         4 destination failure, 5 data that cannot be represented, 130 interrupted, \
-        1 internal error.\n\nPasswords may come from the environment (PGPASSWORD) instead of \
-        the URL; they never appear in messages, logs, reports or manifests."
+        1 internal error.\n\nPasswords may come from the environment (PGPASSWORD, ~/.pgpass, \
+        MYSQL_PWD, ISC_PASSWORD) instead of the URL; they never appear in messages, logs, \
+        reports or manifests. TLS: ?sslmode=verify-full&sslrootcert=PATH (PostgreSQL, libpq's \
+        options and PG* variables), ?ssl-mode=VERIFY_IDENTITY&ssl-ca=PATH (MySQL/MariaDB)."
 )]
 pub struct Cli {
     /// More log output (repeat for more).
@@ -86,7 +88,8 @@ pub struct SelectArgs {
     /// YAML file with the same settings as the flags (flags override it).
     #[arg(short = 'c', long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Source database URL, e.g. postgres://user@host:5432/db (password: in the URL or PGPASSWORD).
+    /// Source database URL, e.g. postgres://user@host:5432/db?sslmode=verify-full (password: in
+    /// the URL, PGPASSWORD or ~/.pgpass).
     #[arg(long, value_name = "URL")]
     pub source: Option<String>,
     /// A table to export, as name or schema.name; double-quote parts to match case exactly. Repeatable.
