@@ -79,7 +79,9 @@ fn main() {
     );
     println!(
         "cargo:rustc-env=SLUICE_RUSTC={}",
-        rustc_version.as_deref().unwrap_or("rustc (unknown version)")
+        rustc_version
+            .as_deref()
+            .unwrap_or("rustc (unknown version)")
     );
     println!(
         "cargo:rustc-env=SLUICE_TARGET={}",

@@ -38,7 +38,13 @@ pub struct Cli {
     #[arg(short, long, global = true)]
     pub quiet: bool,
     /// Log lines as text (coloured on a terminal unless NO_COLOR is set) or as JSON, one object per line.
-    #[arg(long, global = true, value_enum, value_name = "FORMAT", env = "SLUICE_LOG_FORMAT")]
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        value_name = "FORMAT",
+        env = "SLUICE_LOG_FORMAT"
+    )]
     pub log_format: Option<LogFormat>,
     /// Print the version and commit; with --verbose also the sources, destinations and formats of this build.
     #[arg(short = 'V', long)]

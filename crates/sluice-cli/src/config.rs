@@ -22,9 +22,7 @@
 //! A flag given on the command line replaces the file's value (a repeated flag replaces the
 //! whole list). Unknown keys are refused, with their line and column.
 
-use crate::args::{
-    CompressionArg, ConsistencyArg, ExportArgs, FormatArg, LogFormat, SelectArgs,
-};
+use crate::args::{CompressionArg, ConsistencyArg, ExportArgs, FormatArg, LogFormat, SelectArgs};
 use serde::Deserialize;
 use sluice_core::{
     ChunkStrategy, Consistency, Error, NamedQuery, QualifiedName, Result, Selection,

@@ -97,12 +97,7 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
         }
     }
     match first_failure {
-        Some(e) => Err(Error::new(
-            e.kind(),
-            e.retry(),
-            "a check failed (see above)",
-        )
-        .into()),
+        Some(e) => Err(Error::new(e.kind(), e.retry(), "a check failed (see above)").into()),
         None => Ok(()),
     }
 }

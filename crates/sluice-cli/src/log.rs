@@ -172,7 +172,11 @@ mod tests {
     impl<S: Subscriber> tracing_subscriber::Layer<S> for Seen {
         fn on_event(&self, e: &Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
             if let Ok(mut v) = self.0.lock() {
-                v.push(format!("{} {}", e.metadata().level(), e.metadata().target()));
+                v.push(format!(
+                    "{} {}",
+                    e.metadata().level(),
+                    e.metadata().target()
+                ));
             }
         }
     }
@@ -234,7 +238,13 @@ mod tests {
             .event_format(JsonLines)
             .finish();
         tracing::subscriber::with_default(subscriber, || {
-            tracing::warn!(sessions = 3u64, busy = true, who = "w\"1", "still {} busy", 3);
+            tracing::warn!(
+                sessions = 3u64,
+                busy = true,
+                who = "w\"1",
+                "still {} busy",
+                3
+            );
         });
         let text = String::from_utf8(buf.lock().map(|b| b.clone()).unwrap_or_default())
             .unwrap_or_default();

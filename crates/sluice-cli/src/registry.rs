@@ -39,7 +39,10 @@ pub const DESTINATIONS: &[(&str, &[&str])] = &[
     ("local directory", &["a path", "file://"]),
     ("S3 and S3-compatible stores", &["s3://", "s3a://"]),
     ("Google Cloud Storage", &["gs://", "gcs://"]),
-    ("Azure Blob Storage", &["az://", "azure://", "abfs://", "abfss://"]),
+    (
+        "Azure Blob Storage",
+        &["az://", "azure://", "abfs://", "abfss://"],
+    ),
 ];
 
 /// Open the source adapter for `url`.

@@ -1,7 +1,7 @@
 //! What a run reports when it ends: throughput, memory, and the harm done to the source.
 
-use serde::{Deserialize, Serialize};
 use crate::phase::PhaseRecord;
+use serde::{Deserialize, Serialize};
 use sluice_sink::manifest::HarmRecord;
 
 /// Per-dataset figures.

@@ -113,6 +113,22 @@ pub fn export(url: &str, to: &Path, args: &[&str]) -> Run {
         .args(args))
 }
 
+/// Every retry warning in `stderr` names its part once: `<dataset> part <n>: … — retrying in …`
+/// (the reader names the part; the worker that logs the warning adds no prefix of its own).
+/// Fails when there is no retry warning at all.
+pub fn assert_retries_name_their_part_once(stderr: &str, dataset: &str) {
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("retrying in"))
+        .collect();
+    assert!(!warnings.is_empty(), "no retry warning in:\n{stderr}");
+    for w in warnings {
+        assert_eq!(w.matches(" part ").count(), 1, "the part named once: {w}");
+        assert_eq!(w.matches(dataset).count(), 1, "{dataset} named once: {w}");
+        assert!(w.contains(&format!("{dataset} part ")), "{w}");
+    }
+}
+
 /// A fresh temporary directory (removed when dropped).
 pub fn tempdir() -> tempfile::TempDir {
     tempfile::Builder::new()
