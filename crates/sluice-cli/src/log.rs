@@ -196,8 +196,7 @@ mod tests {
             tracing::info!(target: "sluice_postgres::read", "x");
             tracing::info!(target: "hyper::client", "x");
         });
-        let v = seen.lock().map(|v| v.clone()).unwrap_or_default();
-        v
+        seen.lock().map(|v| v.clone()).unwrap_or_default()
     }
 
     #[test]

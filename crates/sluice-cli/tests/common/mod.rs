@@ -16,7 +16,9 @@ pub use sluice_testkit::pg::TestDb;
 /// The sluice binary built for these tests.
 pub fn sluice() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
-    c.env_remove("PGPASSWORD").env("SLUICE_LOG", "warn");
+    c.env_remove("PGPASSWORD")
+        .env_remove("SLUICE_LOG_FORMAT")
+        .env("SLUICE_LOG", "warn");
     c
 }
 
