@@ -11,6 +11,7 @@
 //! format: parquet
 //! parallel: 4
 //! chunk_size: 128MB
+//! log_format: json          # or --log-format; text by default
 //! # object stores only:
 //! part_size: 16MB
 //! upload_concurrency: 4
@@ -21,7 +22,7 @@
 //! A flag given on the command line replaces the file's value (a repeated flag replaces the
 //! whole list). Unknown keys are refused, with their line and column.
 
-use crate::args::{CompressionArg, ConsistencyArg, ExportArgs, FormatArg, SelectArgs};
+use crate::args::{CompressionArg, ConsistencyArg, ExportArgs, FormatArg, LogFormat, SelectArgs};
 use serde::Deserialize;
 use sluice_core::{
     ChunkStrategy, Consistency, Error, NamedQuery, QualifiedName, Result, Selection,
@@ -95,6 +96,7 @@ struct FileConfig {
     part_size: Option<SizeValue>,
     upload_concurrency: Option<usize>,
     storage_option: Option<BTreeMap<String, String>>,
+    log_format: Option<LogFormat>,
 }
 
 fn load(path: &Path) -> Result<FileConfig> {
@@ -117,8 +119,9 @@ fn load(path: &Path) -> Result<FileConfig> {
     })
 }
 
-/// Parse a byte size: a number with an optional unit B, K/KB/KiB, M/MB/MiB, G/GB/GiB (all
-/// powers of 1024).
+/// Parse a byte size: a number with an optional unit B, K/KB/KiB, M/MB/MiB, G/GB/GiB, all
+/// powers of 1024 (1MB = 1,048,576 bytes, as in PostgreSQL's settings). Every size sluice
+/// prints uses the same units (`display::megabytes`), spelled KB, MB, GB.
 pub fn parse_size(text: &str, what: &str) -> Result<u64> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
@@ -228,6 +231,8 @@ pub struct Resolved {
     /// Object-store client options (`part_size`, `upload_concurrency` and the builders' keys),
     /// applied after the `--to` URL's query.
     pub storage_options: Vec<(String, String)>,
+    /// The file's `log_format` (the `--log-format` flag wins over it; see `main.rs`).
+    pub log_format: Option<LogFormat>,
 }
 
 /// Resolve the selection flags (shared by export and plan) and, for export, the output flags.
@@ -366,6 +371,7 @@ pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resol
         ),
         fsync: !(flag(|e| e.no_fsync) || file.no_fsync.unwrap_or(false)),
         storage_options,
+        log_format: file.log_format,
     })
 }
 

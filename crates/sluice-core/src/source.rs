@@ -160,6 +160,10 @@ pub trait Coordinator: Send {
 pub trait ChunkReader: Send {
     /// Stream the rows of `chunk` of `dataset` into `out` as Arrow batches cut at
     /// `out.batch_bytes()`. On error the batches already sent must be discarded by the caller.
+    ///
+    /// Errors name the chunk once, as `<dataset> part <ordinal>: …` (the reader knows the row
+    /// and column that failed, so it is the one that says which chunk); callers log and return
+    /// them as they are, without a prefix of their own, so no message names its subject twice.
     async fn read(
         &mut self,
         dataset: &Dataset,

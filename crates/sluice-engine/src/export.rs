@@ -5,12 +5,15 @@
 //!   ─▶ write run.json ─▶ N workers × (chunk ─▶ part ─▶ receipt) ─▶ release snapshot
 //!   ─▶ manifest.json (last) ─▶ report
 //! ```
+//! The run is timed in phases (`crate::phase::EXPORT_PHASES`: connect, plan, snapshot, read,
+//! merge, manifest), logged as each ends and listed in the report.
 //! The manifest is written only after every part of the plan has a receipt, so its presence
 //! means the output is complete. Any failure leaves no manifest, and at most hidden
 //! temporaries, which `--resume` removes before finishing the missing parts.
 
 use crate::harm::HarmMonitor;
 use crate::job::ExportJob;
+use crate::phase::{EXPORT_PHASES, PhaseTimer};
 use crate::plan::{self, Budget, PlanInputs};
 use crate::progress::{Progress, ProgressStart, ProgressTick};
 use crate::queue::WorkQueue;
@@ -133,7 +136,23 @@ pub async fn run_export(
     progress: Arc<dyn Progress>,
     cancel: watch::Receiver<bool>,
 ) -> Result<Report> {
+    let mut phases = PhaseTimer::new(EXPORT_PHASES);
+    let result = timed_export(job, progress, cancel, &mut phases).await;
+    if result.is_err() {
+        // Logs the phase the run stopped in and how long it had run.
+        phases.abandon();
+    }
+    result
+}
+
+async fn timed_export(
+    job: ExportJob,
+    progress: Arc<dyn Progress>,
+    cancel: watch::Receiver<bool>,
+    phases: &mut PhaseTimer,
+) -> Result<Report> {
     let started = Instant::now();
+    phases.enter("connect");
     let dest = job.destination.clone();
     {
         let d = dest.clone();
@@ -146,7 +165,7 @@ pub async fn run_export(
     let run_id = new_run_id();
     if matches!(prior, Prior::Complete) && !job.overwrite {
         if job.resume {
-            return Ok(already_complete(&job, run_id, started));
+            return Ok(already_complete(&job, run_id, started, phases));
         }
         return Err(Error::config(format!(
             "{} already holds a complete export (manifest.json). Use --overwrite to replace it, \
@@ -171,7 +190,8 @@ pub async fn run_export(
     let mut coordinator = job.source.open_coordinator(&options).await?;
     let snapshot_since = Instant::now();
     let server_version = coordinator.server_version();
-    let prepared = prepare(&job, coordinator.as_mut(), prior, &run_id).await;
+    phases.enter("plan");
+    let prepared = prepare(&job, coordinator.as_mut(), prior, &run_id, phases).await;
     let mut prepared = match prepared {
         Ok(p) => p,
         Err(e) => {
@@ -190,6 +210,7 @@ pub async fn run_export(
             }
         }
     };
+    phases.enter("read");
     let probe = match job.source.open_harm_probe(&options).await {
         Ok(p) => (Some(p), None),
         Err(e) => (None, Some(format!("harm monitor unavailable: {e}"))),
@@ -239,7 +260,17 @@ pub async fn run_export(
             .notes
             .push(format!("harm figures are incomplete: {why}"));
     }
-    finish(&job, prepared, ctx, harm, run_id, server_version, started).await
+    finish(
+        &job,
+        prepared,
+        ctx,
+        harm,
+        run_id,
+        server_version,
+        started,
+        phases,
+    )
+    .await
 }
 
 /// Resolve what to do: fresh plan or resumed plan, output checks, snapshot pin, run.json.
@@ -248,6 +279,7 @@ async fn prepare(
     coordinator: &mut dyn Coordinator,
     prior: Prior,
     run_id: &str,
+    phases: &mut PhaseTimer,
 ) -> Result<Prepared> {
     let dest = job.destination.clone();
     let datasets = coordinator.discover(&job.selection).await?;
@@ -356,6 +388,7 @@ async fn prepare(
             (state, HashSet::new())
         }
     };
+    phases.enter("snapshot");
     // Engines whose workers must start their transactions under the snapshot's lock (MySQL)
     // open those sessions now, as many as the run will use (see `workers` below).
     let to_read = state
@@ -500,6 +533,7 @@ async fn drive(
 }
 
 /// Write the manifest from every receipt and build the report.
+#[allow(clippy::too_many_arguments)]
 async fn finish(
     job: &ExportJob,
     prepared: Prepared,
@@ -508,7 +542,9 @@ async fn finish(
     run_id: String,
     server_version: String,
     started: Instant,
+    phases: &mut PhaseTimer,
 ) -> Result<Report> {
+    phases.enter(if job.merge { "merge" } else { "manifest" });
     let dest = job.destination.clone();
     let d = dest.clone();
     let receipts = blocking(move || resume::receipts(d.as_ref())).await?;
@@ -576,6 +612,9 @@ async fn finish(
         datasets: datasets.clone(),
         harm: harm.clone(),
     };
+    if job.merge {
+        phases.enter("manifest");
+    }
     let bytes = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::internal(e.to_string()))?;
     sluice_core::failpoint::hit("export.before_manifest")?;
     let d = dest.clone();
@@ -620,7 +659,7 @@ async fn finish(
         wall_seconds: wall,
         rows_per_second: if wall > 0.0 { rows as f64 / wall } else { 0.0 },
         mb_per_second: if wall > 0.0 {
-            bytes_read as f64 / 1e6 / wall
+            bytes_read as f64 / (1u64 << 20) as f64 / wall
         } else {
             0.0
         },
@@ -643,10 +682,16 @@ async fn finish(
             })
             .collect(),
         notes: prepared.notes,
+        phases: phases.finish(),
     })
 }
 
-fn already_complete(job: &ExportJob, run_id: String, started: Instant) -> Report {
+fn already_complete(
+    job: &ExportJob,
+    run_id: String,
+    started: Instant,
+    phases: &mut PhaseTimer,
+) -> Report {
     Report {
         run_id,
         source: format!("{} {}", job.source.engine(), job.source.display_url()),
@@ -675,5 +720,6 @@ fn already_complete(job: &ExportJob, run_id: String, started: Instant) -> Report
         notes: vec![
             "the output was already complete (manifest.json present); nothing to do".into(),
         ],
+        phases: phases.finish(),
     }
 }

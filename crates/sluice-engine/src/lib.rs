@@ -16,12 +16,14 @@
 //! | `resume`    | what the output already holds                               |
 //! | `retry`     | bounded backoff with jitter                                 |
 //! | `harm`      | the harm monitor                                            |
+//! | `phase`     | where the time went: numbered phases with durations         |
 //! | `report`    | the end-of-run report                                       |
 //! | `progress`  | progress callbacks                                          |
 
 pub mod export;
 pub mod harm;
 pub mod job;
+pub mod phase;
 pub mod plan;
 pub mod preview;
 pub mod progress;
@@ -34,6 +36,7 @@ pub mod worker;
 
 pub use export::run_export;
 pub use job::ExportJob;
+pub use phase::{EXPORT_PHASES, PhaseRecord, PhaseTimer};
 pub use plan::DEFAULT_MEMORY;
 pub use preview::{PlanReport, plan_export};
 pub use progress::{Progress, ProgressStart, ProgressTick, Silent};

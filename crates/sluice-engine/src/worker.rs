@@ -91,10 +91,10 @@ pub async fn run(ctx: Arc<WorkerContext>, reader: Box<dyn ChunkReader>) -> Resul
                         return Err(e.context(format!("gave up after {attempt} attempts")));
                     }
                     let delay = ctx.retry.delay(attempt);
+                    // The error names the part already (readers name their chunk, writers
+                    // their file): a prefix here would say it twice.
                     tracing::warn!(
-                        "{} part {}: {e} — retrying in {} ms (attempt {} of {})",
-                        chunk.dataset,
-                        chunk.ordinal,
+                        "{e} — retrying in {} ms (attempt {} of {})",
                         delay.as_millis(),
                         attempt + 1,
                         ctx.retry.max_attempts

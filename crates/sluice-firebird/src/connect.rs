@@ -65,6 +65,26 @@ fn decode(s: &str) -> String {
     percent_decode_str(s).decode_utf8_lossy().into_owned()
 }
 
+/// The client library the environment names, without loading it: `FBCLIENT`, else
+/// `$FIREBIRD/libfbclient.so.2` or `$FIREBIRD/lib/libfbclient.so.2` (the first that exists; the
+/// former when neither does); `None` when neither variable is set (the loader's path is then
+/// searched, or a URL's `fbclient=` decides). `sluice doctor` uses it to check a run's needs.
+pub fn client_library_from_env() -> Option<PathBuf> {
+    if let Some(l) = std::env::var_os("FBCLIENT") {
+        return Some(PathBuf::from(l));
+    }
+    let root = PathBuf::from(std::env::var_os("FIREBIRD")?);
+    Some(
+        [
+            root.join("libfbclient.so.2"),
+            root.join("lib").join("libfbclient.so.2"),
+        ]
+        .into_iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| root.join("libfbclient.so.2")),
+    )
+}
+
 impl FbTarget {
     /// Parse a `firebird://` URL (see the module documentation for the forms).
     pub fn parse(url: &str) -> Result<Self> {
@@ -143,27 +163,18 @@ impl FbTarget {
         if password.is_none() {
             password = std::env::var("ISC_PASSWORD").ok();
         }
-        let library = match library.or_else(|| std::env::var_os("FBCLIENT").map(PathBuf::from)) {
+        let library = match library.or_else(client_library_from_env) {
             Some(l) => l,
-            None => match std::env::var_os("FIREBIRD").map(PathBuf::from) {
-                Some(root) => [
-                    root.join("libfbclient.so.2"),
-                    root.join("lib").join("libfbclient.so.2"),
-                ]
-                .into_iter()
-                .find(|p| p.exists())
-                .unwrap_or_else(|| root.join("libfbclient.so.2")),
-                None if server.is_none() => {
-                    return Err(Error::config(format!(
-                        "source URL {display} is an embedded database, which needs an embedded \
-                         Firebird runtime: set FIREBIRD to its directory (the one holding \
-                         libfbclient.so.2, plugins/ and firebird.conf; e.g. the runtime/ \
-                         directory of the firebird-embedded Python wheel) before running \
-                         sluice."
-                    )));
-                }
-                None => PathBuf::from("libfbclient.so.2"),
-            },
+            None if server.is_none() => {
+                return Err(Error::config(format!(
+                    "source URL {display} is an embedded database, which needs an embedded \
+                     Firebird runtime: set FIREBIRD to its directory (the one holding \
+                     libfbclient.so.2, plugins/ and firebird.conf; e.g. the runtime/ \
+                     directory of the firebird-embedded Python wheel) before running \
+                     sluice."
+                )));
+            }
+            None => PathBuf::from("libfbclient.so.2"),
         };
         if server.is_none() && std::env::var_os("FIREBIRD").is_none() {
             return Err(Error::config(format!(

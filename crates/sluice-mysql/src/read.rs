@@ -278,6 +278,7 @@ async fn drain<P: mysql_async::prelude::Protocol + Unpin>(
     ds: &Dataset,
     out: &BatchSender,
     what: &str,
+    target: &str,
 ) -> Result<ReadStats> {
     let mut stats = ReadStats::default();
     let mut unreported_wire = 0u64;
@@ -286,10 +287,10 @@ async fn drain<P: mysql_async::prelude::Protocol + Unpin>(
     let stream = result
         .stream::<Row>()
         .await
-        .map_err(|e| classify(e, Phase::Read, &ds.name).context(what))?;
+        .map_err(|e| classify(e, Phase::Read, target).context(what))?;
     if let Some(mut stream) = stream {
         while let Some(row) = stream.next().await {
-            let row = row.map_err(|e| classify(e, Phase::Read, &ds.name).context(what))?;
+            let row = row.map_err(|e| classify(e, Phase::Read, target).context(what))?;
             match dec.append(row.unwrap_raw()) {
                 Ok(n) => {
                     stats.wire_bytes += n as u64;
@@ -341,6 +342,8 @@ impl ChunkReader for MyReader {
     async fn read(&mut self, ds: &Dataset, chunk: &Chunk, out: &BatchSender) -> Result<ReadStats> {
         let sql = select_sql(ds, chunk)?;
         let what = format!("{} part {}", ds.name, chunk.ordinal);
+        // Errors say `<what>: … while reading <server>`: the part once, then where it was read.
+        let target = self.target.clone();
         tracing::debug!(target: "sluice::read", "{what}: {sql}");
         let mut dec = RowDecoder::new(ds.arrow_schema(), &ds.columns, self.zero_dates)
             .map_err(|e| Error::internal(format!("{what}: {}", e.0)))?;
@@ -350,16 +353,16 @@ impl ChunkReader for MyReader {
                     .conn
                     .exec_iter(sql.as_str(), ())
                     .await
-                    .map_err(|e| classify(e, Phase::Read, &ds.name).context(&what))?;
-                drain(result, &mut dec, ds, out, &what).await?
+                    .map_err(|e| classify(e, Phase::Read, &target).context(&what))?;
+                drain(result, &mut dec, ds, out, &what, &target).await?
             }
             Protocol::Text => {
                 let result = self
                     .conn
                     .query_iter(sql.as_str())
                     .await
-                    .map_err(|e| classify(e, Phase::Read, &ds.name).context(&what))?;
-                drain(result, &mut dec, ds, out, &what).await?
+                    .map_err(|e| classify(e, Phase::Read, &target).context(&what))?;
+                drain(result, &mut dec, ds, out, &what, &target).await?
             }
         };
         self.findings.add(&ds.name, dec.adjustments());

@@ -163,7 +163,7 @@ impl ChunkReader for PgReader {
             .client
             .copy_out(sql.as_str())
             .await
-            .map_err(|e| classify(e, Phase::Read, &ds.name).context(&what))?;
+            .map_err(|e| classify(e, Phase::Read, &self.target).context(&what))?;
         pin_mut!(stream);
         let budget = out.batch_bytes();
         let mut stats = ReadStats::default();
@@ -171,7 +171,7 @@ impl ChunkReader for PgReader {
         let mut sent = false;
         let mut done = false;
         while let Some(msg) = stream.next().await {
-            let msg = msg.map_err(|e| classify(e, Phase::Read, &ds.name).context(&what))?;
+            let msg = msg.map_err(|e| classify(e, Phase::Read, &self.target).context(&what))?;
             stats.wire_bytes += msg.len() as u64;
             unreported_wire += msg.len() as u64;
             match dec.feed(&msg) {

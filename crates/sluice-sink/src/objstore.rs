@@ -1,6 +1,6 @@
 //! Object-store destination: S3 (and S3-compatible stores), Google Cloud Storage, Azure Blob.
 //!
-//! Files stream out as multipart uploads: a writer buffers one part (`part_size`, 5 MiB by
+//! Files stream out as multipart uploads: a writer buffers one part (`part_size`, 5MB by
 //! default) and hands full parts to the upload, at most `upload_concurrency` in flight, so
 //! memory per open file is about `(1 + upload_concurrency) × part_size` whatever the file's
 //! size. An object becomes visible only when its upload is completed, which is atomic on

@@ -41,7 +41,7 @@ pub fn download(url: &str, dir: &Path) -> Vec<String> {
     names
 }
 
-/// ~100k rows of 64 hex characters (≈ 7.5 MB as CSV: over one 5 MiB upload part when merged).
+/// ~100k rows of 64 hex characters (≈ 7.5 MB as CSV: over one 5MB upload part when merged).
 pub async fn table(db: &TestDb, rows: u32) {
     db.exec(&format!(
         "CREATE TABLE o (id bigint PRIMARY KEY, v text);
