@@ -275,15 +275,22 @@ fn build_columns(raw: Vec<RawColumn>, types: &TypeMap, money_scale: i8) -> Vec<C
 }
 
 /// Describe a resolved table, partitioned table or view as a dataset.
+///
+/// Row-level security: with `enable_row_security` false (the default, as in pg_dump), a table
+/// whose policies would hide rows from the user (`row_security_active`) is refused here, before
+/// anything is read, naming the table and the fix; every session also runs with
+/// `row_security = off`, so a policy that escapes this check fails the read instead of
+/// filtering it. With it true the dataset is marked filtered.
 pub async fn describe(
     client: &Client,
     obj: &Resolved,
     server: &ServerInfo,
     types: &mut TypeMap,
     target: &str,
+    enable_row_security: bool,
 ) -> Result<Dataset> {
     let err = catalog_err(target);
-    let name = obj.table.to_string();
+    let name = obj.table.dataset_name();
     let privilege = client
         .query_one(
             "SELECT has_table_privilege($1::oid, 'SELECT') \
@@ -338,29 +345,45 @@ pub async fn describe(
     .await?;
     let columns = build_columns(raw, types, server.money_scale);
 
+    // The primary key, else the narrowest unique index over NOT NULL columns (a valid,
+    // non-partial index on plain columns): either identifies a row, so key ranges over it hold
+    // every row exactly once. INCLUDE columns are not part of the key.
     let pk_rows = client
         .query(
-            "SELECT a.attname::text FROM pg_index i \
+            "SELECT array_agg(a.attname::text ORDER BY k.ord) FROM pg_index i \
              CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) \
              JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
-             WHERE i.indrelid = $1 AND i.indisprimary ORDER BY k.ord",
+             WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid AND i.indpred IS NULL \
+               AND i.indexprs IS NULL AND k.ord <= i.indnkeyatts \
+             GROUP BY i.indexrelid, i.indisprimary HAVING bool_and(a.attnotnull) \
+             ORDER BY i.indisprimary DESC, count(*), i.indexrelid LIMIT 1",
             &[&obj.oid],
         )
         .await
         .map_err(&err)?;
-    let primary_key = pk_rows.iter().map(|r| r.get(0)).collect();
+    let primary_key: Vec<String> = pk_rows
+        .first()
+        .map(|r| r.get::<_, Vec<String>>(0))
+        .unwrap_or_default();
 
+    let mut outside_snapshot = Vec::new();
+    let mut policed = Vec::new();
+    if rls_active(client, obj.oid, target).await? {
+        policed.push(obj.table.to_string());
+    }
     let (kind, relations) = match obj.relkind {
         'r' | 'm' => (
             DatasetKind::Table,
             vec![relation_size(client, obj.oid, &obj.table, target).await?],
         ),
         'p' => {
+            // Foreign partitions too: a plan of plain partitions only would drop their rows.
             let leaves = client
                 .query(
-                    "SELECT c.oid, n.nspname::text, c.relname::text FROM pg_partition_tree($1::oid) t \
+                    "SELECT c.oid, n.nspname::text, c.relname::text, c.relkind::text \
+                     FROM pg_partition_tree($1::oid) t \
                      JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
-                     WHERE t.isleaf AND c.relkind = 'r' ORDER BY 2, 3",
+                     WHERE t.isleaf AND c.relkind IN ('r', 'f') ORDER BY 2, 3",
                     &[&obj.oid],
                 )
                 .await
@@ -371,12 +394,36 @@ pub async fn describe(
                     schema: l.get(1),
                     name: l.get(2),
                 };
-                rels.push(relation_size(client, l.get(0), &t, target).await?);
+                let oid: u32 = l.get(0);
+                if l.get::<_, String>(3) == "f" {
+                    outside_snapshot.push(t.to_string());
+                }
+                if rls_active(client, oid, target).await? {
+                    policed.push(t.to_string());
+                }
+                rels.push(relation_size(client, oid, &t, target).await?);
             }
             (DatasetKind::Partitioned, rels)
         }
+        'f' => {
+            outside_snapshot.push(obj.table.to_string());
+            (DatasetKind::View, Vec::new())
+        }
         _ => (DatasetKind::View, Vec::new()),
     };
+    if !policed.is_empty() && !enable_row_security {
+        return Err(Error::source_permanent(format!(
+            "row-level security policies on {} would hide rows of {name} from user {} in \
+             {target}, so the export would be silently incomplete. Connect as the table's owner \
+             or a role with BYPASSRLS (ALTER ROLE {} BYPASSRLS; pg_dump needs the same), or \
+             pass --enable-row-security to export only the rows {} may see (the manifest then \
+             marks the dataset as filtered).",
+            policed.join(", "),
+            server.user,
+            quote_ident(&server.user),
+            server.user
+        )));
+    }
     let estimate = if relations.is_empty() {
         explain_estimate(
             client,
@@ -399,7 +446,20 @@ pub async fn describe(
         columns,
         primary_key,
         estimate,
+        outside_snapshot,
+        row_security_filtered: !policed.is_empty(),
     })
+}
+
+/// Whether row-level security policies apply to the current user on `oid` (the table has
+/// RLS enabled and the user is neither its owner — unless FORCE — nor BYPASSRLS nor superuser).
+/// `row_security_active` answers that whatever the session's `row_security` setting.
+async fn rls_active(client: &Client, oid: u32, target: &str) -> Result<bool> {
+    let r = client
+        .query_one("SELECT row_security_active($1::oid)", &[&oid])
+        .await
+        .map_err(catalog_err(target))?;
+    Ok(r.get(0))
 }
 
 async fn relation_size(
@@ -539,5 +599,7 @@ pub async fn describe_query(
         columns: build_columns(raw, types, server.money_scale),
         primary_key: Vec::new(),
         estimate,
+        outside_snapshot: Vec::new(),
+        row_security_filtered: false,
     })
 }

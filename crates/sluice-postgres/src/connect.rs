@@ -3,7 +3,9 @@
 //! Every session sluice opens carries the run's tag as `application_name` (so the harm probe
 //! and a DBA can find it in `pg_stat_activity`) and the same output-affecting settings (UTC,
 //! ISO dates, exact float text), so text casts and key bounds round-trip identically in every
-//! session.
+//! session. Every session also runs with `row_security = off`, as pg_dump's do: a table whose
+//! row-level security policies would hide rows from the user fails to read instead of being
+//! silently filtered, unless the run opted in ([`PgTarget::with_row_security`]).
 
 use crate::error::{Phase, classify};
 use sluice_core::redact::redact_url;
@@ -14,7 +16,8 @@ use tokio_postgres::{Client, Config, NoTls};
 
 /// Settings applied to every session through the startup packet (no extra round trip).
 const SESSION_OPTIONS: &str = "-c TimeZone=UTC -c DateStyle=ISO -c IntervalStyle=iso_8601 \
-     -c extra_float_digits=3 -c standard_conforming_strings=on -c lock_timeout=10s";
+     -c extra_float_digits=3 -c standard_conforming_strings=on -c lock_timeout=10s \
+     -c row_security=off";
 
 /// A parsed PostgreSQL connection target.
 #[derive(Clone)]
@@ -89,6 +92,20 @@ impl PgTarget {
         };
         config.options(options);
         Ok(PgTarget { config, display })
+    }
+
+    /// This target with row-level security applied to its sessions when `enable` (the user
+    /// opted in to exporting only the rows policies let them see, `--enable-row-security`);
+    /// otherwise sessions keep `row_security = off`.
+    pub fn with_row_security(mut self, enable: bool) -> Self {
+        if enable {
+            let options = format!(
+                "{} -c row_security=on",
+                self.config.get_options().unwrap_or_default()
+            );
+            self.config.options(options);
+        }
+        self
     }
 
     /// The URL with the password redacted.

@@ -63,12 +63,11 @@ impl Source for PgSource {
     }
 
     async fn open_coordinator(&self, options: &SourceOptions) -> Result<Box<dyn Coordinator>> {
-        let c = snapshot::PgCoordinator::open(
-            self.target.clone(),
-            options.session_tag.clone(),
-            options.consistency,
-        )
-        .await?;
+        let target = self
+            .target
+            .clone()
+            .with_row_security(options.enable_row_security);
+        let c = snapshot::PgCoordinator::open(target, options).await?;
         Ok(Box::new(c))
     }
 
