@@ -228,7 +228,14 @@ async fn chunk_consistency_reads_every_unchanged_key_exactly_once_under_writes()
     let run = export(
         &db.url,
         tempdir().path(),
-        &["--table", "c", "--chunk-by", "ctid", "--consistency", "chunk"],
+        &[
+            "--table",
+            "c",
+            "--chunk-by",
+            "ctid",
+            "--consistency",
+            "chunk",
+        ],
     );
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(

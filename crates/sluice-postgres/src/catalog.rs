@@ -366,51 +366,41 @@ pub async fn describe(
         .map(|r| r.get::<_, Vec<String>>(0))
         .unwrap_or_default();
 
-    let mut outside_snapshot = Vec::new();
-    let mut policed = Vec::new();
-    if rls_active(client, obj.oid, target).await? {
-        policed.push(obj.table.to_string());
-    }
-    let (kind, relations) = match obj.relkind {
-        'r' | 'm' => (
-            DatasetKind::Table,
-            vec![relation_size(client, obj.oid, &obj.table, target).await?],
-        ),
-        'p' => {
-            // Foreign partitions too: a plan of plain partitions only would drop their rows.
-            let leaves = client
-                .query(
-                    "SELECT c.oid, n.nspname::text, c.relname::text, c.relkind::text \
-                     FROM pg_partition_tree($1::oid) t \
-                     JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
-                     WHERE t.isleaf AND c.relkind IN ('r', 'f') ORDER BY 2, 3",
-                    &[&obj.oid],
-                )
-                .await
-                .map_err(&err)?;
-            let mut rels = Vec::new();
-            for l in leaves {
+    // Leaf partitions, foreign ones too: a plan of plain partitions only would drop their rows.
+    let leaves: Vec<(u32, TableRef, bool)> = if obj.relkind == 'p' {
+        client
+            .query(
+                "SELECT c.oid, n.nspname::text, c.relname::text, c.relkind = 'f' \
+                 FROM pg_partition_tree($1::oid) t \
+                 JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE t.isleaf AND c.relkind IN ('r', 'f') ORDER BY 2, 3",
+                &[&obj.oid],
+            )
+            .await
+            .map_err(&err)?
+            .iter()
+            .map(|l| {
                 let t = TableRef {
                     schema: l.get(1),
                     name: l.get(2),
                 };
-                let oid: u32 = l.get(0);
-                if l.get::<_, String>(3) == "f" {
-                    outside_snapshot.push(t.to_string());
-                }
-                if rls_active(client, oid, target).await? {
-                    policed.push(t.to_string());
-                }
-                rels.push(relation_size(client, oid, &t, target).await?);
-            }
-            (DatasetKind::Partitioned, rels)
-        }
-        'f' => {
-            outside_snapshot.push(obj.table.to_string());
-            (DatasetKind::View, Vec::new())
-        }
-        _ => (DatasetKind::View, Vec::new()),
+                (l.get(0), t, l.get(3))
+            })
+            .collect()
+    } else {
+        Vec::new()
     };
+    // Before anything reads the table: with row_security = off even the planner's estimate
+    // of a policed table fails.
+    let mut policed = Vec::new();
+    if rls_active(client, obj.oid, target).await? {
+        policed.push(obj.table.to_string());
+    }
+    for (oid, t, _) in &leaves {
+        if rls_active(client, *oid, target).await? {
+            policed.push(t.to_string());
+        }
+    }
     if !policed.is_empty() && !enable_row_security {
         return Err(Error::source_permanent(format!(
             "row-level security policies on {} would hide rows of {name} from user {} in \
@@ -424,6 +414,28 @@ pub async fn describe(
             server.user
         )));
     }
+    let mut outside_snapshot = Vec::new();
+    let (kind, relations) = match obj.relkind {
+        'r' | 'm' => (
+            DatasetKind::Table,
+            vec![relation_size(client, obj.oid, &obj.table, target).await?],
+        ),
+        'p' => {
+            let mut rels = Vec::new();
+            for (oid, t, foreign) in &leaves {
+                if *foreign {
+                    outside_snapshot.push(t.to_string());
+                }
+                rels.push(relation_size(client, *oid, t, target).await?);
+            }
+            (DatasetKind::Partitioned, rels)
+        }
+        'f' => {
+            outside_snapshot.push(obj.table.to_string());
+            (DatasetKind::View, Vec::new())
+        }
+        _ => (DatasetKind::View, Vec::new()),
+    };
     let estimate = if relations.is_empty() {
         explain_estimate(
             client,

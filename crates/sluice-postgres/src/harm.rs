@@ -122,7 +122,11 @@ impl Exclusive {
 /// explains another failure.
 pub async fn exclusive_lockers(client: &Client, relations: &[String], tag: &str) -> Vec<Exclusive> {
     let sql = format!(
-        "SELECT w.pid, coalesce(w.usename::text, ''), l.relation::regclass::text, l.granted, \
+        "SELECT w.pid, coalesce(w.usename::text, ''), \
+                coalesce((SELECT n.nspname || '.' || c.relname FROM pg_class c \
+                 JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = l.relation), \
+                 l.relation::text), \
+                l.granted, \
                 coalesce({WAITED}, 0)::float8, \
                 left(regexp_replace(coalesce(w.query, ''), '\\s+', ' ', 'g'), 200) \
          FROM pg_locks l JOIN pg_stat_activity w ON w.pid = l.pid \

@@ -131,12 +131,15 @@ fn queued_ddl(
     who: &[crate::harm::Exclusive],
 ) -> Error {
     let waiting = if who.is_empty() {
-        "another session".to_string()
+        String::new()
     } else {
-        who.iter()
-            .map(|w| w.describe())
-            .collect::<Vec<_>>()
-            .join("; ")
+        format!(
+            " — {}",
+            who.iter()
+                .map(|w| w.describe())
+                .collect::<Vec<_>>()
+                .join("; ")
+        )
     };
     let cancel = who
         .iter()
@@ -144,8 +147,8 @@ fn queued_ddl(
         .map(|w| format!("SELECT pg_cancel_backend({})", w.pid))
         .unwrap_or_else(|| "pg_cancel_backend(<pid>)".into());
     Error::source_permanent(format!(
-        "{} part {}: {waiting} is waiting for an ACCESS EXCLUSIVE lock on {rel} (DDL such as \
-         ALTER, TRUNCATE, DROP, VACUUM FULL). It queued behind the ACCESS SHARE lock this \
+        "{} part {}: another session is waiting for an ACCESS EXCLUSIVE lock on {rel} (DDL \
+         such as ALTER, TRUNCATE, DROP, VACUUM FULL){waiting}. It queued behind the ACCESS SHARE lock this \
          export holds on {rel} for its whole snapshot (as pg_dump does, so TRUNCATE and table \
          rewrites cannot break the snapshot), and every new reader of {rel} now queues behind \
          it — this export's next worker included — so neither can go on. The export stops now \
