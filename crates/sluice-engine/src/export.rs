@@ -125,7 +125,7 @@ pub async fn run_export(
     // One run at a time per output: a second one would remove the first one's temporaries.
     let lock = {
         let d = dest.clone();
-        let holder = LockHolder::this_process(&run_id, &now_rfc3339());
+        let holder = LockHolder::now(&run_id);
         blocking(move || d.lock(&holder)).await?
     };
     let result = locked(&job, &lock, run_id, started, progress, cancel).await;

@@ -269,13 +269,18 @@ impl Coordinator for PgCoordinator {
                 let names: Vec<String> = lock.iter().chain(&touch).map(quote_table).collect();
                 let who = exclusive_lockers(client, &names, &self.tag).await;
                 if !who.is_empty() {
-                    err = err.context(format!(
-                        "in the way: {}",
-                        who.iter()
-                            .map(|w| w.describe())
-                            .collect::<Vec<_>>()
-                            .join("; ")
-                    ));
+                    err = Error::new(
+                        err.kind(),
+                        err.retry(),
+                        format!(
+                            "{} In the way: {}.",
+                            err.message(),
+                            who.iter()
+                                .map(|w| w.describe())
+                                .collect::<Vec<_>>()
+                                .join("; ")
+                        ),
+                    );
                 }
             }
             return Err(err);

@@ -315,6 +315,7 @@ impl LocalDestination {
                     return Err(held_by(
                         &self.display(),
                         LockHolder::from_bytes(&text).as_ref(),
+                        "",
                     ));
                 }
                 Err(TryLockError::Error(e)) => {

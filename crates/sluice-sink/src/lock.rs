@@ -12,7 +12,8 @@
 //! - **Object stores** have no such thing: the lock object is created only if absent
 //!   (`If-None-Match: *`, GCS `ifGenerationMatch=0`), and its holder rewrites it every
 //!   [`HEARTBEAT`] with a conditional write on the version it last wrote. A lock whose
-//!   heartbeat is older than [`STALE_AFTER`] belongs to a run that died; a new run takes it
+//!   heartbeat is older than [`STALE_AFTER`], or whose holder ran on this machine and is no
+//!   longer running, belongs to a run that died; a new run takes it
 //!   over with a conditional write on the version it read, so of two runs doing that at once
 //!   one wins. A holder that finds its lock taken over (it was stalled past [`STALE_AFTER`])
 //!   stops before writing the manifest ([`OutputLock::check`]). Limits: this trusts the
@@ -55,6 +56,11 @@ impl LockHolder {
         }
     }
 
+    /// This process, for run `run_id`, taking the lock now.
+    pub fn now(run_id: &str) -> LockHolder {
+        Self::this_process(run_id, &chrono::Utc::now().to_rfc3339())
+    }
+
     /// `run 0123abcd (pid 42 on db-export-1, since 2026-…)`.
     pub fn describe(&self) -> String {
         format!(
@@ -68,6 +74,15 @@ impl LockHolder {
         let at = chrono::DateTime::parse_from_rfc3339(&self.heartbeat).ok()?;
         let age = chrono::Utc::now().signed_duration_since(at);
         Some(age.to_std().unwrap_or(Duration::ZERO))
+    }
+
+    /// True when the holder ran on this machine and its process is gone (a run that was
+    /// killed): its lock can be taken over at once. A reused pid only makes a dead holder look
+    /// alive, which errs on the safe side.
+    pub fn is_dead_here(&self) -> bool {
+        self.host == host_name()
+            && self.pid != std::process::id()
+            && !std::path::Path::new(&format!("/proc/{}", self.pid)).exists()
     }
 
     /// The bytes stored in the lock.
@@ -90,15 +105,15 @@ fn host_name() -> String {
         .unwrap_or_else(|| "unknown host".into())
 }
 
-/// The error for an output another run holds.
-pub fn held_by(shown: &str, holder: Option<&LockHolder>) -> Error {
+/// The error for an output another run holds; `more` is appended (may be empty).
+pub fn held_by(shown: &str, holder: Option<&LockHolder>, more: &str) -> Error {
     let who = holder
         .map(LockHolder::describe)
         .unwrap_or_else(|| "another run (it has not written its name yet)".into());
     Error::config(format!(
         "another sluice run is writing {shown}: {who}. Two runs on one output would remove each \
          other's files: wait for it to finish (or stop it), then run again. Its sessions on the \
-         source are named sluice-<run id> (PostgreSQL application_name)."
+         source are named sluice-<run id> (PostgreSQL application_name).{more}"
     ))
 }
 
@@ -122,7 +137,7 @@ mod tests {
         assert_eq!(LockHolder::from_bytes(&h.to_bytes()), Some(h.clone()));
         assert!(h.heartbeat_age().is_some_and(|a| a < STALE_AFTER));
         assert!(LockHolder::from_bytes(b"").is_none());
-        let e = held_by("/out", Some(&h));
+        let e = held_by("/out", Some(&h), "");
         assert!(e.to_string().contains("run abc"), "{e}");
         assert!(
             e.to_string()

@@ -239,20 +239,31 @@ pub(crate) fn acquire(
                     continue; // released meanwhile
                 };
                 let other = LockHolder::from_bytes(&data);
-                let alive = other
-                    .as_ref()
-                    .and_then(LockHolder::heartbeat_age)
-                    .is_some_and(|age| age < STALE_AFTER);
+                let alive = other.as_ref().is_some_and(|h| {
+                    !h.is_dead_here() && h.heartbeat_age().is_some_and(|age| age < STALE_AFTER)
+                });
                 if alive {
-                    return Err(held_by(shown, other.as_ref()));
+                    let age = other
+                        .as_ref()
+                        .and_then(LockHolder::heartbeat_age)
+                        .map(|a| a.as_secs())
+                        .unwrap_or(0);
+                    return Err(held_by(
+                        shown,
+                        other.as_ref(),
+                        &format!(
+                            " Its lock was last refreshed {age} s ago; if that run died on \
+                             another machine, the lock is taken over once it is {} s old.",
+                            STALE_AFTER.as_secs()
+                        ),
+                    ));
                 }
                 match replace(&shared, shown, bytes.clone(), &version)? {
                     Some(v) => {
                         if let Some(dead) = &other {
                             tracing::info!(
-                                "took over the lock of {}, whose heartbeat stopped {} s ago",
-                                dead.describe(),
-                                dead.heartbeat_age().map(|a| a.as_secs()).unwrap_or(0)
+                                "took over the lock of {}, which is no longer running",
+                                dead.describe()
                             );
                         }
                         v
@@ -289,5 +300,5 @@ pub(crate) fn acquire(
             thread: Mutex::new(Some(thread)),
         }));
     }
-    Err(held_by(shown, last.as_ref()))
+    Err(held_by(shown, last.as_ref(), ""))
 }
