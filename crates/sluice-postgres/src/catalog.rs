@@ -3,6 +3,10 @@
 //! Everything here reads `pg_catalog` with bound parameters (no SQL built from names), so it
 //! runs the same inside the coordinator's snapshot (where it sees the schema as of the
 //! snapshot) and in a plain session (for `sluice plan`).
+//!
+//! Longer than 500 lines because describing a relation is one sequence of catalog reads —
+//! privileges, columns and types, keys, partitions, row-level security, sizes — that must run
+//! in this order (nothing may read a policed table before the row-level security check).
 
 use crate::error::{Phase, classify};
 use crate::sql::{quote_ident, quote_table};

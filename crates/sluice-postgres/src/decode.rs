@@ -6,6 +6,9 @@
 //! heap allocation, no intermediate row type. Tuples are usually one per CopyData message, but
 //! the protocol does not promise it, so a tuple split across messages is carried over.
 //!
+//! Longer than 500 lines: one decoder per binary wire format (numerics, arrays, intervals,
+//! times) with the unit tests that pin each format down; split, the formats would scatter.
+//!
 //! Which decoder a column gets follows from its Arrow type alone (see `types.rs`): every column
 //! that is cast when read is cast to a type whose binary form is what its Arrow type expects.
 

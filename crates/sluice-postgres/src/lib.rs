@@ -12,7 +12,7 @@
 //! | `chunking.rs` | ctid page ranges, key ranges                                         |
 //! | `read.rs`     | one chunk as `COPY … (FORMAT binary)`                                |
 //! | `decode.rs`   | binary COPY bytes → Arrow builders                                   |
-//! | `harm.rs`     | what the run costs the server                                        |
+//! | `harm.rs`     | what the run costs the server; who holds or waits for a lock in its way |
 //! | `error.rs`    | SQLSTATE → transient / permanent, with the fix                       |
 //! | `sql.rs`      | identifier and literal quoting                                       |
 

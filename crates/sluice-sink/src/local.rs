@@ -9,7 +9,7 @@ use crate::destination::{Destination, ObjectInfo, ObjectWriter, io_error};
 use crate::layout::LOCK;
 use crate::lock::{LockHolder, OutputLock, held_by};
 use sluice_core::{Error, Result};
-use std::fs::{self, File, TryLockError};
+use std::fs::{self, File};
 use std::io::{self, BufWriter, Read, Seek, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -290,6 +290,24 @@ impl Drop for FileLock {
     }
 }
 
+/// Take an exclusive advisory lock on `file` without waiting: `Ok(false)` when another open
+/// file holds it. Released when the file is closed (by the kernel, however the process ends).
+#[allow(unsafe_code)]
+fn try_flock(file: &File) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock only reads the descriptor number, which `file` keeps open during the call.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
 impl LocalDestination {
     fn take_lock(&self, holder: &LockHolder) -> Result<Arc<dyn OutputLock>> {
         let path = self.full(LOCK);
@@ -307,9 +325,9 @@ impl LocalDestination {
                 .truncate(false)
                 .open(&path)
                 .map_err(|e| io_error(&e, "open", &shown))?;
-            match file.try_lock() {
-                Ok(()) => {}
-                Err(TryLockError::WouldBlock) => {
+            match try_flock(&file) {
+                Ok(true) => {}
+                Ok(false) => {
                     let mut text = Vec::new();
                     let _ = file.read_to_end(&mut text);
                     return Err(held_by(
@@ -318,7 +336,7 @@ impl LocalDestination {
                         "",
                     ));
                 }
-                Err(TryLockError::Error(e)) => {
+                Err(e) => {
                     return Err(io_error(&e, "lock", &shown).context(
                         "the output directory's file system does not support file locks; \
                          write to a local file system",
