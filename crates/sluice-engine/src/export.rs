@@ -1,13 +1,15 @@
 //! Running an export from start to finish.
 //!
 //! ```text
-//! inspect output ─▶ open coordinator (snapshot taken) ─▶ discover ─▶ plan chunks ─▶ pin (locks)
-//!   ─▶ write run.json ─▶ N workers × (chunk ─▶ part ─▶ receipt) ─▶ release snapshot
-//!   ─▶ manifest.json (last) ─▶ report
+//! lock output ─▶ inspect output ─▶ open coordinator (snapshot taken) ─▶ discover
+//!   ─▶ plan chunks (or reconcile the unfinished plan) ─▶ pin (locks) ─▶ write run.json
+//!   ─▶ N workers × (chunk ─▶ part ─▶ receipt) ─▶ release snapshot
+//!   ─▶ manifest.json (last) ─▶ report ─▶ unlock output
 //! ```
 //! The manifest is written only after every part of the plan has a receipt, so its presence
 //! means the output is complete. Any failure leaves no manifest, and at most hidden
-//! temporaries, which `--resume` removes before finishing the missing parts.
+//! temporaries and unreceipted parts, which `--resume` removes before finishing what is
+//! missing (`prepare.rs`, `resume.rs`).
 
 use crate::finish::{Finished, already_complete, finish};
 use crate::harm::HarmMonitor;
