@@ -338,7 +338,10 @@ async fn resume_plan(
     let removed =
         blocking(move || resume::remove_unvouched(d.as_ref(), &n, &receipts, &files)).await?;
     if removed > 0 {
-        tracing::info!("removed {removed} file(s) left by the interrupted run without a receipt");
+        tracing::info!(
+            "removed {removed} file(s) of the interrupted run that no receipt of this plan vouches \
+             for (temporaries, parts without receipts, parts of datasets read again)"
+        );
     }
     notes.extend(decided.notes);
     Ok((state, done))

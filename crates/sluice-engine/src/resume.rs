@@ -20,8 +20,10 @@
 //!
 //! - complete (every chunk has a receipt): kept as it is, whatever changed since;
 //! - incomplete and key-ranged, same columns and partitions: only the missing chunks are read;
-//! - incomplete and physical, or its columns or partitions changed: its parts and receipts are
-//!   dropped and it is planned and read again, whole, under the new snapshot;
+//! - partly read and physical, or incomplete and its columns or partitions changed: its parts
+//!   and receipts are dropped and it is planned and read again, whole, under the new snapshot
+//!   (a physical dataset of which nothing was read keeps its plan: all of it is read under the
+//!   new snapshot anyway);
 //! - no longer in the catalog (dropped, or no longer matching `--tables`/`--schema`): kept if
 //!   complete, else the resume is refused;
 //! - newly in the catalog (a table created since that matches the selection): planned and read
@@ -187,7 +189,7 @@ pub fn clear(dest: &dyn Destination, datasets: &[String], extension: &str) -> Re
 pub enum Replan {
     /// It was not in the unfinished run's plan (created, or newly matching the selection).
     New,
-    /// It is incomplete and its chunks are physical (page ranges or partitions).
+    /// It is partly read and its chunks are physical (page ranges or partitions).
     Physical,
     /// It is incomplete and its columns changed.
     ColumnsChanged,
@@ -266,7 +268,13 @@ pub fn reconcile(
                     Some(Replan::ColumnsChanged)
                 } else if partitions {
                     Some(Replan::PartitionsChanged)
-                } else if chunks.iter().any(|c| c.is_physical()) {
+                } else if chunks.iter().any(|c| c.is_physical())
+                    && chunks
+                        .iter()
+                        .any(|c| done.contains(&(c.dataset.clone(), c.ordinal)))
+                {
+                    // Partly read: the rest would come from another snapshot. (Nothing read:
+                    // all of it comes from the new snapshot, so the plan stands.)
                     Some(Replan::Physical)
                 } else {
                     None
@@ -371,6 +379,7 @@ mod tests {
                 record("a", "id", &["public.a"]),
                 record("k", "id", &[]),
                 record("c", "id", &["public.c"]),
+                record("z", "id", &["public.z"]),
             ],
             vec![
                 chunk("a", 0, pages(0, Some(10)), Some("a")),
@@ -378,6 +387,8 @@ mod tests {
                 chunk("k", 0, keys(None, Some(5)), None),
                 chunk("k", 1, keys(Some(5), None), None),
                 chunk("c", 0, pages(0, None), Some("c")),
+                chunk("z", 0, pages(0, Some(10)), Some("z")),
+                chunk("z", 1, pages(10, None), Some("z")),
             ],
         );
         let now = s.datasets.clone();
