@@ -188,6 +188,9 @@ pub struct SelectArgs {
     /// Output format.
     #[arg(long, value_enum)]
     pub format: Option<FormatArg>,
+    /// PostgreSQL: export only the rows row-level security policies let this user see, instead of failing on a table whose policies would hide rows (pg_dump's flag of the same name). The manifest marks such datasets as filtered.
+    #[arg(long)]
+    pub enable_row_security: bool,
 }
 
 /// `sluice export`.

@@ -81,6 +81,7 @@ struct FileConfig {
     memory: Option<SizeValue>,
     batch_size: Option<SizeValue>,
     format: Option<FormatArg>,
+    enable_row_security: Option<bool>,
     to: Option<String>,
     compression: Option<CompressionArg>,
     zstd_level: Option<i32>,
@@ -182,6 +183,23 @@ fn parse_delimiter(text: &str) -> Result<u8> {
     }
 }
 
+/// `--csv-null`: the text must not contain what CSV gives meaning to, or a NULL would read
+/// back as something else (or break the row).
+fn check_csv_null(null: &str, delimiter: u8) -> Result<()> {
+    if null
+        .bytes()
+        .any(|b| b == delimiter || matches!(b, b'"' | b'\r' | b'\n'))
+    {
+        return Err(Error::config(format!(
+            "--csv-null {null:?} contains the delimiter {:?}, a double quote or a line break, so \
+             NULL could not be told apart from data (or would break the row): choose a text \
+             without them, e.g. --csv-null NULL or --csv-null '\\N'.",
+            delimiter as char
+        )));
+    }
+    Ok(())
+}
+
 fn pick<T>(flag: Option<T>, file: Option<T>) -> Option<T> {
     flag.or(file)
 }
@@ -216,6 +234,8 @@ pub struct Resolved {
     pub row_group_bytes: Option<usize>,
     /// Output format.
     pub format: FormatOptions,
+    /// Export only rows visible under row-level security.
+    pub enable_row_security: bool,
     /// Output location.
     pub to: Option<String>,
     /// Merge parts into one file per dataset.
@@ -334,18 +354,24 @@ pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resol
             // The engine replaces this with the budget it derives from --memory.
             row_group_bytes: row_group_bytes.unwrap_or(ParquetOptions::default().row_group_bytes),
         }),
-        FormatArg::Csv => FormatOptions::Csv(CsvOptions {
-            delimiter: match pick(
+        FormatArg::Csv => {
+            let delimiter = match pick(
                 e.and_then(|e| e.csv_delimiter.clone()),
                 file.csv_delimiter.take(),
             ) {
                 Some(d) => parse_delimiter(&d)?,
                 None => b',',
-            },
-            null: pick(e.and_then(|e| e.csv_null.clone()), file.csv_null.take())
-                .unwrap_or_default(),
-            header: !(e.is_some_and(|e| e.csv_no_header) || file.csv_no_header.unwrap_or(false)),
-        }),
+            };
+            let null =
+                pick(e.and_then(|e| e.csv_null.clone()), file.csv_null.take()).unwrap_or_default();
+            check_csv_null(&null, delimiter)?;
+            FormatOptions::Csv(CsvOptions {
+                delimiter,
+                null,
+                header: !(e.is_some_and(|e| e.csv_no_header)
+                    || file.csv_no_header.unwrap_or(false)),
+            })
+        }
     };
     let flag = |f: fn(&ExportArgs) -> bool| e.is_some_and(f);
     let to = pick(e.and_then(|e| e.to.clone()), file.to.take());
@@ -361,6 +387,8 @@ pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resol
         batch_bytes,
         row_group_bytes,
         format,
+        enable_row_security: select.enable_row_security
+            || file.enable_row_security.unwrap_or(false),
         to,
         merge: flag(|e| e.merge) || file.merge.unwrap_or(false),
         resume: flag(|e| e.resume) || file.resume.unwrap_or(false),
@@ -460,5 +488,18 @@ mod tests {
         assert_eq!(parse_chunk_by("ctid").unwrap(), ChunkStrategy::Physical);
         assert!(parse_chunk_by("key:").is_err());
         assert!(parse_chunk_by("rows").is_err());
+    }
+
+    #[test]
+    fn csv_null_cannot_hold_what_csv_gives_meaning_to() {
+        for ok in ["", "NULL", "\\N", "n/a"] {
+            assert!(check_csv_null(ok, b',').is_ok(), "{ok}");
+        }
+        for bad in [",", "a,b", "\"", "x\ny", "\r"] {
+            let e = check_csv_null(bad, b',').unwrap_err();
+            assert!(e.to_string().contains("--csv-null"), "{e}");
+        }
+        assert!(check_csv_null(";", b';').is_err());
+        assert!(check_csv_null(";", b',').is_ok());
     }
 }

@@ -224,11 +224,12 @@ pub fn report_text(r: &Report) -> String {
         row(
             "dataset",
             format!(
-                "{}: {} rows, {} in {} file(s)",
+                "{}: {} rows, {} in {} file(s); {}",
                 d.name,
                 thousands(d.rows),
                 megabytes(d.bytes),
-                d.parts
+                d.parts,
+                d.guarantee
             ),
         );
     }

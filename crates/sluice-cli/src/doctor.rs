@@ -42,6 +42,7 @@ async fn source(url: &str) -> Check {
         let options = SourceOptions {
             session_tag: "sluice-doctor".into(),
             consistency: Consistency::Snapshot,
+            enable_row_security: false,
         };
         let mut coordinator = source.open_coordinator(&options).await?;
         let version = coordinator.server_version();

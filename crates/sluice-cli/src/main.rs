@@ -197,6 +197,7 @@ fn job_from(resolved: &config::Resolved, to: &str) -> anyhow::Result<ExportJob> 
     job.resume = resolved.resume;
     job.overwrite = resolved.overwrite;
     job.merge = resolved.merge;
+    job.enable_row_security = resolved.enable_row_security;
     Ok(job)
 }
 

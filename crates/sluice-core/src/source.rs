@@ -50,6 +50,10 @@ pub struct SourceOptions {
     pub session_tag: String,
     /// How readers agree on what they see.
     pub consistency: Consistency,
+    /// Export only the rows row-level security policies let the user see, instead of failing
+    /// on a table whose policies would filter rows (PostgreSQL `row_security`; engines without
+    /// row-level security ignore it).
+    pub enable_row_security: bool,
 }
 
 /// What one chunk read produced.

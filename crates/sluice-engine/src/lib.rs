@@ -11,6 +11,8 @@
 //! | `plan`      | the cost and memory model                                   |
 //! | `preview`   | `sluice plan`: the plan without reading                     |
 //! | `export`    | one run from start to manifest                              |
+//! | `prepare`   | before reading: output checks, fresh or resumed plan, run.json |
+//! | `finish`    | after reading: manifest, guarantees, report                 |
 //! | `queue`     | the work queue, largest chunk first                         |
 //! | `worker`    | chunk → part → receipt, with retries                        |
 //! | `resume`    | what the output already holds                               |
@@ -21,10 +23,12 @@
 //! | `progress`  | progress callbacks                                          |
 
 pub mod export;
+pub mod finish;
 pub mod harm;
 pub mod job;
 pub mod phase;
 pub mod plan;
+mod prepare;
 pub mod preview;
 pub mod progress;
 pub mod queue;

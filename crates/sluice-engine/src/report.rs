@@ -15,6 +15,8 @@ pub struct DatasetReport {
     pub bytes: u64,
     /// Number of files.
     pub parts: usize,
+    /// What its rows are guaranteed to be (the manifest's `guarantee`, in words).
+    pub guarantee: String,
 }
 
 /// The end-of-run report (also written as JSON with `--report-json`).

@@ -394,6 +394,8 @@ pub async fn describe(
                 rows: rows_est,
                 bytes,
             },
+            outside_snapshot: Vec::new(),
+            row_security_filtered: false,
         },
         split_key,
     })
@@ -508,6 +510,8 @@ pub async fn describe_query(conn: &mut Conn, q: &NamedQuery, target: &str) -> Re
         columns: columns_of(raw),
         primary_key: Vec::new(),
         estimate: SizeEstimate::default(),
+        outside_snapshot: Vec::new(),
+        row_security_filtered: false,
     })
 }
 

@@ -3,6 +3,8 @@
 //! server.
 #![allow(dead_code)]
 
+pub mod writer;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
