@@ -35,9 +35,9 @@ pub struct Cli {
 pub enum Command {
     /// Export tables, views or queries to Parquet or CSV files.
     #[command(after_help = EXPORT_EXAMPLES)]
-    Export(ExportArgs),
+    Export(Box<ExportArgs>),
     /// Show what an export would do — sizes, chunks, workers, memory — without reading rows.
-    Plan(PlanArgs),
+    Plan(Box<PlanArgs>),
 }
 
 const EXPORT_EXAMPLES: &str = "Examples:\n  \
@@ -166,6 +166,15 @@ pub struct ExportArgs {
     /// Skip fsync of written files (faster, not crash-safe).
     #[arg(long)]
     pub no_fsync: bool,
+    /// MySQL/MariaDB: the longest wait, in seconds, for the global lock that lines the workers' snapshots up (every write on the server may queue behind a waiting lock) and for any metadata lock the run's sessions need (default 10).
+    #[arg(long, value_name = "SECONDS")]
+    pub lock_wait_timeout: Option<u64>,
+    /// MySQL/MariaDB: do not take the global lock while another session's statement that would make it wait has run this many seconds or longer (default 10; 0 turns the guard off).
+    #[arg(long, value_name = "SECONDS")]
+    pub long_query_guard: Option<u64>,
+    /// MySQL/MariaDB: wait up to this many seconds for such long statements to end before refusing (default 0: refuse at once). No lock is held meanwhile.
+    #[arg(long, value_name = "SECONDS")]
+    pub long_query_wait: Option<u64>,
     /// Object stores: bytes per multipart-upload part (default 5MB; S3 needs at least 5MB); each open file holds up to (1 + --upload-concurrency) parts, counted in --memory.
     #[arg(long, value_name = "BYTES")]
     pub part_size: Option<String>,

@@ -14,6 +14,10 @@
 //! # object stores only:
 //! part_size: 16MB
 //! upload_concurrency: 4
+//! # MySQL/MariaDB only (seconds):
+//! lock_wait_timeout: 10
+//! long_query_guard: 10
+//! long_query_wait: 300
 //! storage_option:
 //!   endpoint: http://127.0.0.1:9000
 //!   allow_http: "true"
@@ -95,6 +99,9 @@ struct FileConfig {
     part_size: Option<SizeValue>,
     upload_concurrency: Option<usize>,
     storage_option: Option<BTreeMap<String, String>>,
+    lock_wait_timeout: Option<u64>,
+    long_query_guard: Option<u64>,
+    long_query_wait: Option<u64>,
 }
 
 fn load(path: &Path) -> Result<FileConfig> {
@@ -228,6 +235,8 @@ pub struct Resolved {
     /// Object-store client options (`part_size`, `upload_concurrency` and the builders' keys),
     /// applied after the `--to` URL's query.
     pub storage_options: Vec<(String, String)>,
+    /// MySQL/MariaDB lock bounds, when any of their flags or keys was given.
+    pub locking: Option<sluice_mysql::Locking>,
 }
 
 /// Resolve the selection flags (shared by export and plan) and, for export, the output flags.
@@ -345,6 +354,7 @@ pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resol
     let flag = |f: fn(&ExportArgs) -> bool| e.is_some_and(f);
     let to = pick(e.and_then(|e| e.to.clone()), file.to.take());
     let storage_options = storage_options(e, &mut file, to.as_deref())?;
+    let locking = locking(e, &file)?;
     Ok(Resolved {
         source,
         selection,
@@ -366,7 +376,41 @@ pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resol
         ),
         fsync: !(flag(|e| e.no_fsync) || file.no_fsync.unwrap_or(false)),
         storage_options,
+        locking,
     })
+}
+
+/// The MySQL/MariaDB lock bounds from `lock_wait_timeout`, `long_query_guard` and
+/// `long_query_wait` (flag over file), or `None` when none is given.
+fn locking(e: Option<&ExportArgs>, file: &FileConfig) -> Result<Option<sluice_mysql::Locking>> {
+    let wait = pick(e.and_then(|e| e.lock_wait_timeout), file.lock_wait_timeout);
+    let guard = pick(e.and_then(|e| e.long_query_guard), file.long_query_guard);
+    let guard_wait = pick(e.and_then(|e| e.long_query_wait), file.long_query_wait);
+    if wait.is_none() && guard.is_none() && guard_wait.is_none() {
+        return Ok(None);
+    }
+    let mut l = sluice_mysql::Locking::default();
+    if let Some(w) = wait {
+        if !(1..=31_536_000).contains(&w) {
+            return Err(Error::config(format!(
+                "--lock-wait-timeout {w} is out of range: give 1 to 31536000 seconds."
+            )));
+        }
+        l.wait_timeout = std::time::Duration::from_secs(w);
+    }
+    if let Some(g) = guard {
+        l.long_query_guard = (g > 0).then(|| std::time::Duration::from_secs(g));
+    }
+    if let Some(w) = guard_wait {
+        if l.long_query_guard.is_none() {
+            return Err(Error::config(
+                "--long-query-wait needs the long-query guard: drop --long-query-guard 0, or \
+                 drop --long-query-wait.",
+            ));
+        }
+        l.long_query_wait = std::time::Duration::from_secs(w);
+    }
+    Ok(Some(l))
 }
 
 /// Object-store options from the file's `storage_option` map, then `--storage-option` flags,

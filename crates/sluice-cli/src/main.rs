@@ -100,13 +100,13 @@ fn leave_now(code: u8) -> ! {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Export(args) => export(args, cli.quiet).await,
-        Command::Plan(args) => plan(args).await,
+        Command::Export(args) => export(*args, cli.quiet).await,
+        Command::Plan(args) => plan(*args).await,
     }
 }
 
 fn job_from(resolved: &config::Resolved, to: &str) -> anyhow::Result<ExportJob> {
-    let source = registry::open_source(&resolved.source)?;
+    let source = registry::open_source(&resolved.source, resolved.locking)?;
     let destination = registry::open_destination(to, resolved.fsync, &resolved.storage_options)?;
     let mut job = ExportJob::new(
         source,

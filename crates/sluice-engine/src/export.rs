@@ -125,6 +125,8 @@ struct Prepared {
     /// writer buffers (computed once, reported at the end).
     predicted_peak_rss: u64,
     notes: Vec<String>,
+    /// Datasets not covered by the snapshot, with why (from the coordinator's run facts).
+    outside_snapshot: BTreeMap<String, String>,
 }
 
 /// Run `job`. `cancel` turning true stops the run (parts in flight are aborted, no manifest).
@@ -228,7 +230,9 @@ pub async fn run_export(
     let (mut harm, harm_failed) = monitor.finish().await;
     let facts = coordinator.lock().await.run_facts();
     harm.global_lock_seconds = facts.global_lock_held.map(|d| d.as_secs_f64());
+    harm.global_lock_wait_seconds = facts.global_lock_wait.map(|d| d.as_secs_f64());
     prepared.notes.extend(facts.notes);
+    prepared.outside_snapshot = facts.outside_snapshot;
     let _ = coordinator.lock().await.release().await;
     if job.consistency == Consistency::Snapshot {
         harm.snapshot_held_seconds = snapshot_since.elapsed().as_secs_f64();
@@ -266,6 +270,7 @@ async fn prepare(
             bytes: 0,
             parts: Vec::new(),
             merged: None,
+            outside_snapshot: None,
         })
         .collect();
     let resuming = match prior {
@@ -430,6 +435,7 @@ async fn prepare(
         budget,
         predicted_peak_rss: predicted,
         notes,
+        outside_snapshot: BTreeMap::new(),
     })
 }
 
@@ -556,6 +562,7 @@ async fn finish(
                 .unwrap_or_else(|| parts.iter().map(|p| p.bytes).sum()),
             parts,
             merged,
+            outside_snapshot: prepared.outside_snapshot.get(&ds.name).cloned(),
         });
     }
     let source = SourceRecord {

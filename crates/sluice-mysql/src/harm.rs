@@ -6,6 +6,20 @@
 //! transaction is the shared snapshot's age, known to the run itself (reading InnoDB's
 //! transaction list would need the PROCESS privilege), or the longest statement in chunk
 //! consistency, where each read is its own transaction.
+//!
+//! **Sessions blocked by our metadata locks.** A worker's snapshot transaction keeps a shared
+//! metadata lock on every table it has read until the transaction ends — the end of the run.
+//! A DDL on such a table (`ALTER`, `TRUNCATE`, `RENAME`, `DROP`) waits for it, and every later
+//! query on that table queues behind the waiting DDL. The readers record the tables they hold
+//! in the [`LockBook`]; each sample counts the other sessions in the state `Waiting for table
+//! metadata lock` whose statement names one of those tables, and their longest wait. Neither
+//! MySQL nor MariaDB shows which table a waiting session waits for without extra
+//! instrumentation (`performance_schema.metadata_locks` is off by default on MariaDB, and
+//! MariaDB's `METADATA_LOCK_INFO` plugin, not loaded by default, lists granted locks only), so
+//! the statement's text is matched against the table names: a statement reaching a held table
+//! only through a view or a stored routine is not counted. Seeing other users' sessions needs
+//! the `PROCESS` privilege. The first time a session is seen waiting, a warning names it; the
+//! report lists them.
 
 use crate::catalog::{self, Flavor};
 use crate::connect::{MyTarget, Sessions};
@@ -13,8 +27,94 @@ use crate::error::{Phase, classify};
 use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
+use sluice_core::table::TableRef;
 use sluice_core::{HarmProbe, HarmSample, Result};
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+/// A session seen waiting for a metadata lock one of the run's sessions holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Blocked {
+    /// Its statement, cut short.
+    pub statement: String,
+    /// The held tables it names.
+    pub tables: Vec<TableRef>,
+    /// The longest wait seen.
+    pub waited: Duration,
+}
+
+/// Which tables the run's sessions hold metadata locks on, and who was seen waiting for them.
+#[derive(Debug, Default)]
+pub struct LockBook {
+    held: BTreeMap<TableRef, usize>,
+    blocked: BTreeMap<u64, Blocked>,
+}
+
+impl LockBook {
+    /// A session of the run took a metadata lock on `t` (until [`LockBook::release`]).
+    pub fn hold(&mut self, t: &TableRef) {
+        *self.held.entry(t.clone()).or_default() += 1;
+    }
+
+    /// A session of the run let go of its lock on `t` (statement or transaction ended).
+    pub fn release(&mut self, t: &TableRef) {
+        if let Some(n) = self.held.get_mut(t) {
+            *n -= 1;
+            if *n == 0 {
+                self.held.remove(t);
+            }
+        }
+    }
+
+    /// The tables held now.
+    pub fn held(&self) -> Vec<TableRef> {
+        self.held.keys().cloned().collect()
+    }
+
+    /// Record a sighting; true the first time this session is seen.
+    fn saw(&mut self, id: u64, b: Blocked) -> bool {
+        match self.blocked.get_mut(&id) {
+            Some(old) => {
+                old.waited = old.waited.max(b.waited);
+                false
+            }
+            None => {
+                self.blocked.insert(id, b);
+                true
+            }
+        }
+    }
+
+    /// Report lines, one per session seen blocked (at most five, then a count).
+    pub fn notes(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .blocked
+            .iter()
+            .take(5)
+            .map(|(id, b)| {
+                format!(
+                    "session {id} waited up to {:.1} s for a metadata lock on {} held by this \
+                     run's snapshot ({}); a DDL waiting there makes every later query on the \
+                     table wait too, and a snapshot keeps its metadata locks until the run ends",
+                    b.waited.as_secs_f64(),
+                    b.tables
+                        .iter()
+                        .map(|t| t.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    b.statement
+                )
+            })
+            .collect();
+        if self.blocked.len() > 5 {
+            out.push(format!(
+                "and {} more session(s) waited on this run's metadata locks",
+                self.blocked.len() - 5
+            ));
+        }
+        out
+    }
+}
 
 /// The harm probe session.
 pub struct MyHarmProbe {
@@ -39,20 +139,181 @@ impl MyHarmProbe {
             target: target.display().to_string(),
         })
     }
+
+    fn millis(&self) -> &'static str {
+        match self.flavor {
+            Flavor::Mariadb => "TIME_MS",
+            Flavor::Mysql => "TIME * 1000",
+        }
+    }
+
+    /// Other sessions waiting for a metadata lock on a table the run holds: (count, longest).
+    async fn blocked(&mut self, list: &str) -> Result<(u32, Duration)> {
+        let held = self.sessions.locks(|b| b.held()).unwrap_or_default();
+        if held.is_empty() {
+            return Ok((0, Duration::ZERO));
+        }
+        let sql = format!(
+            "SELECT ID, {}, DB, LEFT(INFO, 300) FROM information_schema.PROCESSLIST \
+             WHERE STATE = 'Waiting for table metadata lock' AND ID NOT IN ({list})",
+            self.millis()
+        );
+        let rows: Vec<Row> = self
+            .conn
+            .query(sql)
+            .await
+            .map_err(|e| classify(e, Phase::Catalog, &self.target))?;
+        let (mut count, mut longest) = (0u32, Duration::ZERO);
+        for r in &rows {
+            let (id, waited) = (
+                catalog::number(r, 0),
+                Duration::from_millis(catalog::number(r, 1)),
+            );
+            let (db, info) = (catalog::text(r, 2), catalog::text(r, 3));
+            let tables: Vec<TableRef> = held
+                .iter()
+                .filter(|t| mentions(&info, &db, t))
+                .cloned()
+                .collect();
+            if tables.is_empty() {
+                continue;
+            }
+            count += 1;
+            longest = longest.max(waited);
+            let statement = info.split_whitespace().collect::<Vec<_>>().join(" ");
+            let first = self.sessions.locks(|b| {
+                b.saw(
+                    id,
+                    Blocked {
+                        statement: statement.clone(),
+                        tables: tables.clone(),
+                        waited,
+                    },
+                )
+            });
+            if first == Some(true) {
+                tracing::warn!(
+                    "session {id} waits for a metadata lock on {} that this export's snapshot \
+                     holds until the run ends ({statement}); later queries on the table queue \
+                     behind it. Stop the export (Ctrl-C, then --resume) to let it through, or \
+                     stop that statement.",
+                    tables
+                        .iter()
+                        .map(|t| t.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+        }
+        Ok((count, longest))
+    }
+}
+
+/// Whether `sql`, run with default database `db`, names table `t` (identifiers compared
+/// without regard to case; string literals and comments skipped).
+pub fn mentions(sql: &str, db: &str, t: &TableRef) -> bool {
+    #[derive(PartialEq)]
+    enum Tok {
+        Ident(String),
+        Dot,
+        Other,
+    }
+    let mut toks = Vec::new();
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '`' => {
+                let mut id = String::new();
+                while let Some(c) = chars.next() {
+                    if c == '`' {
+                        if chars.peek() == Some(&'`') {
+                            chars.next();
+                            id.push('`');
+                        } else {
+                            break;
+                        }
+                    } else {
+                        id.push(c);
+                    }
+                }
+                toks.push(Tok::Ident(id));
+            }
+            '\'' | '"' => {
+                while let Some(d) = chars.next() {
+                    if d == '\\' {
+                        chars.next();
+                    } else if d == c {
+                        if chars.peek() == Some(&c) {
+                            chars.next();
+                        } else {
+                            break;
+                        }
+                    }
+                }
+                toks.push(Tok::Other);
+            }
+            '.' => toks.push(Tok::Dot),
+            c if c.is_alphanumeric() || c == '_' || c == '$' => {
+                let mut id = c.to_string();
+                while let Some(&d) = chars.peek() {
+                    if d.is_alphanumeric() || d == '_' || d == '$' {
+                        id.push(d);
+                        chars.next();
+                    } else {
+                        break;
+                    }
+                }
+                toks.push(Tok::Ident(id));
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                let mut prev = ' ';
+                for d in chars.by_ref() {
+                    if prev == '*' && d == '/' {
+                        break;
+                    }
+                    prev = d;
+                }
+            }
+            c if c.is_whitespace() => {}
+            _ => toks.push(Tok::Other),
+        }
+    }
+    let same = |a: &str, b: &str| a.to_lowercase() == b.to_lowercase();
+    for (i, tok) in toks.iter().enumerate() {
+        let Tok::Ident(name) = tok else { continue };
+        if !same(name, &t.name) {
+            continue;
+        }
+        let qualified_by = match (
+            i.checked_sub(2).map(|j| &toks[j]),
+            i.checked_sub(1).map(|j| &toks[j]),
+        ) {
+            (Some(Tok::Ident(schema)), Some(Tok::Dot)) => Some(schema.as_str()),
+            (_, Some(Tok::Dot)) => continue, // `x.y.name`: a column, not a table
+            _ => None,
+        };
+        match qualified_by {
+            Some(schema) if same(schema, &t.schema) => return true,
+            Some(_) => {}
+            None if same(db, &t.schema) && toks.get(i + 1) != Some(&Tok::Dot) => return true,
+            None => {}
+        }
+    }
+    false
 }
 
 #[async_trait]
 impl HarmProbe for MyHarmProbe {
     async fn sample(&mut self) -> Result<HarmSample> {
         let ids = self.sessions.ids();
-        let list = ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-        let millis = match self.flavor {
-            Flavor::Mariadb => "TIME_MS",
-            Flavor::Mysql => "TIME * 1000",
-        };
+        let list = std::iter::once("CONNECTION_ID()".to_string())
+            .chain(ids.iter().map(u32::to_string))
+            .collect::<Vec<_>>()
+            .join(",");
         let sql = format!(
             "SELECT COUNT(*), COALESCE(MAX(CASE WHEN COMMAND = 'Query' AND ID <> CONNECTION_ID() \
-             THEN {millis} END), 0) FROM information_schema.PROCESSLIST WHERE ID IN ({list})"
+             THEN {} END), 0) FROM information_schema.PROCESSLIST WHERE ID IN ({list})",
+            self.millis()
         );
         let row: Option<Row> = self
             .conn
@@ -63,7 +324,9 @@ impl HarmProbe for MyHarmProbe {
             .map(|r| (catalog::number(&r, 0), catalog::number(&r, 1)))
             .unwrap_or((0, 0));
         let longest_statement = Duration::from_millis(statement_ms);
+        let (blocked_sessions, longest_blocked_wait) = self.blocked(&list).await?;
         Ok(HarmSample {
+            // The probe's own session is counted through CONNECTION_ID() in the list.
             connections: connections.min(u32::MAX as u64) as u32,
             xmin_age: None,
             longest_transaction: self
@@ -72,7 +335,69 @@ impl HarmProbe for MyHarmProbe {
                 .unwrap_or_default()
                 .max(longest_statement),
             longest_statement,
-            ..HarmSample::default()
+            blocked_sessions,
+            longest_blocked_wait,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(schema: &str, name: &str) -> TableRef {
+        TableRef {
+            schema: schema.into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn statements_are_matched_to_tables() {
+        let orders = t("shop", "orders");
+        assert!(mentions("ALTER TABLE orders ADD c int", "shop", &orders));
+        assert!(mentions("alter table `Orders` add c int", "shop", &orders));
+        assert!(mentions("SELECT * FROM shop.orders", "other", &orders));
+        assert!(mentions("select 1 from `shop` . `orders` o", "", &orders));
+        assert!(mentions("TRUNCATE /* x */ orders", "shop", &orders));
+        assert!(!mentions("ALTER TABLE orders ADD c int", "other", &orders));
+        assert!(!mentions("SELECT * FROM other.orders", "shop", &orders));
+        assert!(!mentions("SELECT 'orders' FROM t", "shop", &orders));
+        assert!(!mentions("SELECT o.orders FROM o", "shop", &orders));
+        assert!(!mentions("SELECT * FROM orders_2024", "shop", &orders));
+        assert!(mentions(
+            "SELECT * FROM `we``ird`",
+            "shop",
+            &t("shop", "we`ird")
+        ));
+    }
+
+    #[test]
+    fn the_book_counts_holders_and_sightings() {
+        let mut b = LockBook::default();
+        let x = t("d", "x");
+        b.hold(&x);
+        b.hold(&x);
+        b.release(&x);
+        assert_eq!(b.held(), vec![x.clone()]);
+        b.release(&x);
+        assert!(b.held().is_empty());
+        let seen = |ms| Blocked {
+            statement: "ALTER TABLE x ADD c int".into(),
+            tables: vec![x.clone()],
+            waited: Duration::from_millis(ms),
+        };
+        assert!(b.saw(7, seen(100)));
+        assert!(!b.saw(7, seen(900)));
+        let notes = b.notes();
+        assert_eq!(notes.len(), 1);
+        assert!(
+            notes[0].starts_with("session 7 waited up to 0.9 s"),
+            "{notes:?}"
+        );
+        assert!(
+            notes[0].contains("d.x") && notes[0].contains("ALTER TABLE"),
+            "{notes:?}"
+        );
     }
 }

@@ -81,6 +81,11 @@ pub struct DatasetRecord {
     /// The single file of a `--merge` export.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merged: Option<MergedRecord>,
+    /// Present when this dataset's rows are *not* at the snapshot's point in time although
+    /// the run's consistency is `snapshot`, saying why (a MySQL table in a non-transactional
+    /// engine such as MyISAM: each part is one consistent read, the whole table is not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outside_snapshot: Option<String>,
 }
 
 /// The one file of a merged dataset.
@@ -125,6 +130,10 @@ pub struct HarmRecord {
     /// taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global_lock_seconds: Option<f64>,
+    /// How long the run waited to be granted that lock, seconds (writes on the server may
+    /// queue behind a waiting request; bounded by `--lock-wait-timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_lock_wait_seconds: Option<f64>,
     /// Peak number of other sessions waiting on a lock our sessions held.
     #[serde(default)]
     pub peak_blocked_sessions: u32,
