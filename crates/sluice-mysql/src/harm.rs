@@ -24,6 +24,7 @@
 use crate::catalog::{self, Flavor};
 use crate::connect::{MyTarget, Sessions};
 use crate::error::{Phase, classify};
+use crate::sql::names_table;
 use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
@@ -85,17 +86,18 @@ impl LockBook {
         }
     }
 
-    /// Report lines, one per session seen blocked (at most five, then a count).
+    /// The report line naming the sessions seen blocked (at most five), if any.
     pub fn notes(&self) -> Vec<String> {
-        let mut out: Vec<String> = self
+        if self.blocked.is_empty() {
+            return Vec::new();
+        }
+        let mut seen: Vec<String> = self
             .blocked
             .iter()
             .take(5)
             .map(|(id, b)| {
                 format!(
-                    "session {id} waited up to {:.1} s for a metadata lock on {} held by this \
-                     run's snapshot ({}); a DDL waiting there makes every later query on the \
-                     table wait too, and a snapshot keeps its metadata locks until the run ends",
+                    "session {id} for {:.1} s on {} ({})",
                     b.waited.as_secs_f64(),
                     b.tables
                         .iter()
@@ -107,12 +109,15 @@ impl LockBook {
             })
             .collect();
         if self.blocked.len() > 5 {
-            out.push(format!(
-                "and {} more session(s) waited on this run's metadata locks",
-                self.blocked.len() - 5
-            ));
+            seen.push(format!("and {} more", self.blocked.len() - 5));
         }
-        out
+        vec![format!(
+            "{} other session(s) waited for metadata locks held by this run's snapshot: {}. A \
+             snapshot keeps a metadata lock on every table it has read until the run ends; a \
+             DDL waiting for one makes every later query on that table wait too",
+            self.blocked.len(),
+            seen.join("; ")
+        )]
     }
 }
 
@@ -172,7 +177,7 @@ impl MyHarmProbe {
             let (db, info) = (catalog::text(r, 2), catalog::text(r, 3));
             let tables: Vec<TableRef> = held
                 .iter()
-                .filter(|t| mentions(&info, &db, t))
+                .filter(|t| names_table(&info, &db, t))
                 .cloned()
                 .collect();
             if tables.is_empty() {
@@ -207,99 +212,6 @@ impl MyHarmProbe {
         }
         Ok((count, longest))
     }
-}
-
-/// Whether `sql`, run with default database `db`, names table `t` (identifiers compared
-/// without regard to case; string literals and comments skipped).
-pub fn mentions(sql: &str, db: &str, t: &TableRef) -> bool {
-    #[derive(PartialEq)]
-    enum Tok {
-        Ident(String),
-        Dot,
-        Other,
-    }
-    let mut toks = Vec::new();
-    let mut chars = sql.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '`' => {
-                let mut id = String::new();
-                while let Some(c) = chars.next() {
-                    if c == '`' {
-                        if chars.peek() == Some(&'`') {
-                            chars.next();
-                            id.push('`');
-                        } else {
-                            break;
-                        }
-                    } else {
-                        id.push(c);
-                    }
-                }
-                toks.push(Tok::Ident(id));
-            }
-            '\'' | '"' => {
-                while let Some(d) = chars.next() {
-                    if d == '\\' {
-                        chars.next();
-                    } else if d == c {
-                        if chars.peek() == Some(&c) {
-                            chars.next();
-                        } else {
-                            break;
-                        }
-                    }
-                }
-                toks.push(Tok::Other);
-            }
-            '.' => toks.push(Tok::Dot),
-            c if c.is_alphanumeric() || c == '_' || c == '$' => {
-                let mut id = c.to_string();
-                while let Some(&d) = chars.peek() {
-                    if d.is_alphanumeric() || d == '_' || d == '$' {
-                        id.push(d);
-                        chars.next();
-                    } else {
-                        break;
-                    }
-                }
-                toks.push(Tok::Ident(id));
-            }
-            '/' if chars.peek() == Some(&'*') => {
-                let mut prev = ' ';
-                for d in chars.by_ref() {
-                    if prev == '*' && d == '/' {
-                        break;
-                    }
-                    prev = d;
-                }
-            }
-            c if c.is_whitespace() => {}
-            _ => toks.push(Tok::Other),
-        }
-    }
-    let same = |a: &str, b: &str| a.to_lowercase() == b.to_lowercase();
-    for (i, tok) in toks.iter().enumerate() {
-        let Tok::Ident(name) = tok else { continue };
-        if !same(name, &t.name) {
-            continue;
-        }
-        let qualified_by = match (
-            i.checked_sub(2).map(|j| &toks[j]),
-            i.checked_sub(1).map(|j| &toks[j]),
-        ) {
-            (Some(Tok::Ident(schema)), Some(Tok::Dot)) => Some(schema.as_str()),
-            (_, Some(Tok::Dot)) => continue, // `x.y.name`: a column, not a table
-            _ => None,
-        };
-        match qualified_by {
-            Some(schema) if same(schema, &t.schema) => return true,
-            Some(_) => {}
-            None if same(db, &t.schema) && toks.get(i + 1) != Some(&Tok::Dot) => return true,
-            None => {}
-        }
-    }
-    false
 }
 
 #[async_trait]
@@ -350,26 +262,6 @@ mod tests {
             schema: schema.into(),
             name: name.into(),
         }
-    }
-
-    #[test]
-    fn statements_are_matched_to_tables() {
-        let orders = t("shop", "orders");
-        assert!(mentions("ALTER TABLE orders ADD c int", "shop", &orders));
-        assert!(mentions("alter table `Orders` add c int", "shop", &orders));
-        assert!(mentions("SELECT * FROM shop.orders", "other", &orders));
-        assert!(mentions("select 1 from `shop` . `orders` o", "", &orders));
-        assert!(mentions("TRUNCATE /* x */ orders", "shop", &orders));
-        assert!(!mentions("ALTER TABLE orders ADD c int", "other", &orders));
-        assert!(!mentions("SELECT * FROM other.orders", "shop", &orders));
-        assert!(!mentions("SELECT 'orders' FROM t", "shop", &orders));
-        assert!(!mentions("SELECT o.orders FROM o", "shop", &orders));
-        assert!(!mentions("SELECT * FROM orders_2024", "shop", &orders));
-        assert!(mentions(
-            "SELECT * FROM `we``ird`",
-            "shop",
-            &t("shop", "we`ird")
-        ));
     }
 
     #[test]

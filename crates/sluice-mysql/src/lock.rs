@@ -9,13 +9,16 @@
 //! - `FLUSH TABLES WITH READ LOCK` on MySQL waits for every running statement that has tables
 //!   open (long `SELECT`s included) and for every running write;
 //! - `BACKUP STAGE BLOCK_COMMIT` waits for running writes to non-transactional tables (MyISAM)
-//!   and commits in flight; long `SELECT`s and InnoDB writes do not make it wait.
+//!   and commits in flight, and `BACKUP STAGE START` for some DDL (`CREATE TABLE … SELECT`);
+//!   long `SELECT`s, InnoDB writes and even a copying `ALTER TABLE` of an InnoDB table do not
+//!   make it wait.
 //!
 //! The servers' default `lock_wait_timeout` is a day (MariaDB) or a year (MySQL). So:
 //!
 //! 1. **Long-query guard** ([`guard`]): before locking, list the statements of other sessions
 //!    that have run for `--long-query-guard` or longer and could make the lock wait (for
-//!    `BACKUP STAGE`, statements that are not reads). If there are any, wait up to
+//!    `BACKUP STAGE`: writes naming a non-transactional table, and any statement that is
+//!    neither a read nor such a plain write, e.g. DDL or `CALL`). If there are any, wait up to
 //!    `--long-query-wait` for them to end (no lock is held meanwhile, so nothing queues), then
 //!    refuse, naming them. Seeing other users' statements needs the `PROCESS` privilege;
 //!    without it the guard sees only this user's and says so in the report.
@@ -29,8 +32,10 @@
 
 use crate::catalog::{self, Flavor, ServerInfo};
 use crate::error::{Phase, classify, code};
+use crate::sql;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
+use sluice_core::table::TableRef;
 use sluice_core::{Error, Result};
 use std::time::{Duration, Instant};
 
@@ -75,50 +80,27 @@ impl LockMethod {
             LockMethod::FlushTables => "FLUSH TABLES WITH READ LOCK",
         }
     }
-
-    /// Whether a statement of another session can make this lock wait. Only the statement's
-    /// first keyword is looked at; anything not recognised as a read counts (a false alarm is
-    /// a refusal with a message, a miss is a bounded wait).
-    fn can_be_blocked_by(self, info: Option<&str>) -> bool {
-        match self {
-            LockMethod::FlushTables => true,
-            LockMethod::BackupStage => !info.is_some_and(is_read),
-        }
-    }
 }
 
-/// True when `sql` is a read (`SELECT`, `WITH`, `SHOW`, …), judged by its first keyword after
-/// comments and parentheses.
-fn is_read(sql: &str) -> bool {
-    let mut s = sql.trim_start();
-    loop {
-        if let Some(rest) = s.strip_prefix("/*") {
-            s = rest
-                .split_once("*/")
-                .map(|(_, r)| r)
-                .unwrap_or("")
-                .trim_start();
-        } else if let Some(rest) = s.strip_prefix('(') {
-            s = rest.trim_start();
-        } else if s.starts_with("--") || s.starts_with('#') {
-            s = s
-                .split_once('\n')
-                .map(|(_, r)| r)
-                .unwrap_or("")
-                .trim_start();
-        } else {
-            break;
-        }
+/// What a statement of another session is, as far as the global lock is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A read (`SELECT`, `WITH`, `SHOW`, …).
+    Read,
+    /// A plain row write (`INSERT`, `UPDATE`, `DELETE`, `REPLACE`, `LOAD`): `BACKUP STAGE`
+    /// waits for it only if it writes a non-transactional table.
+    RowWrite,
+    /// Anything else (DDL, `CALL`, unknown): counted as able to block.
+    Other,
+}
+
+fn kind(info: Option<&str>) -> Kind {
+    match info.map(sql::first_keyword).as_deref() {
+        Some("SELECT" | "WITH" | "SHOW" | "DESC" | "DESCRIBE" | "EXPLAIN" | "HELP" | "VALUES")
+        | Some("TABLE") => Kind::Read,
+        Some("INSERT" | "UPDATE" | "DELETE" | "REPLACE" | "LOAD") => Kind::RowWrite,
+        _ => Kind::Other,
     }
-    let word: String = s
-        .chars()
-        .take_while(|c| c.is_ascii_alphabetic())
-        .collect::<String>()
-        .to_ascii_uppercase();
-    matches!(
-        word.as_str(),
-        "SELECT" | "WITH" | "SHOW" | "DESC" | "DESCRIBE" | "EXPLAIN" | "HELP" | "VALUES" | "TABLE"
-    )
 }
 
 /// How the run may wait for, and around, the global lock. Also bounds how long any of the
@@ -222,7 +204,7 @@ pub async fn blocking_statements(
     let rows: Vec<Row> = conn
         .exec(
             format!(
-                "SELECT ID, USER, {millis}, COALESCE(STATE, ''), LEFT(INFO, 160) \
+                "SELECT ID, USER, {millis}, COALESCE(STATE, ''), LEFT(INFO, 300), DB \
                  FROM information_schema.PROCESSLIST \
                  WHERE COMMAND IN ('Query', 'Execute') AND ID NOT IN ({not_ours}) \
                  AND USER NOT IN ('system user', 'event_scheduler') AND {millis} >= ? \
@@ -232,20 +214,75 @@ pub async fn blocking_statements(
         )
         .await
         .map_err(|e| classify(e, Phase::Snapshot, target))?;
-    Ok(rows
+    let mut found: Vec<(Statement, Kind, String)> = rows
         .iter()
         .map(|r| {
             let info = catalog::text(r, 4);
-            Statement {
+            let info =
+                (!info.is_empty()).then(|| info.split_whitespace().collect::<Vec<_>>().join(" "));
+            let k = kind(info.as_deref());
+            let s = Statement {
                 id: catalog::number(r, 0),
                 user: catalog::text(r, 1),
                 running: Duration::from_millis(catalog::number(r, 2)),
                 state: catalog::text(r, 3),
-                info: (!info.is_empty())
-                    .then(|| info.split_whitespace().collect::<Vec<_>>().join(" ")),
-            }
+                info,
+            };
+            (s, k, catalog::text(r, 5))
         })
-        .filter(|s| method.can_be_blocked_by(s.info.as_deref()))
+        .collect();
+    if method == LockMethod::BackupStage {
+        found.retain(|(_, k, _)| *k != Kind::Read);
+        let writes: Vec<&str> = found
+            .iter()
+            .filter(|(_, k, _)| *k == Kind::RowWrite)
+            .filter_map(|(s, _, _)| s.info.as_deref())
+            .collect();
+        let non_trans = non_transactional_named(conn, &writes, target).await?;
+        found.retain(|(s, k, db)| {
+            *k == Kind::Other
+                || non_trans
+                    .iter()
+                    .any(|t| sql::names_table(s.info.as_deref().unwrap_or(""), db, t))
+        });
+    }
+    Ok(found.into_iter().map(|(s, _, _)| s).collect())
+}
+
+/// The tables in non-transactional engines among those `statements` name.
+async fn non_transactional_named(
+    conn: &mut Conn,
+    statements: &[&str],
+    target: &str,
+) -> Result<Vec<TableRef>> {
+    let mut names: Vec<String> = statements
+        .iter()
+        .flat_map(|s| sql::identifiers(s))
+        .map(|n| n.to_lowercase())
+        .collect();
+    names.sort();
+    names.dedup();
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let marks = vec!["?"; names.len()].join(",");
+    let rows: Vec<Row> = conn
+        .exec(
+            format!(
+                "SELECT t.TABLE_SCHEMA, t.TABLE_NAME FROM information_schema.TABLES t \
+                 JOIN information_schema.ENGINES e ON e.ENGINE = t.ENGINE \
+                 WHERE e.TRANSACTIONS = 'NO' AND LOWER(t.TABLE_NAME) IN ({marks})"
+            ),
+            names,
+        )
+        .await
+        .map_err(|e| classify(e, Phase::Snapshot, target))?;
+    Ok(rows
+        .iter()
+        .map(|r| TableRef {
+            schema: catalog::text(r, 0),
+            name: catalog::text(r, 1),
+        })
         .collect())
 }
 
@@ -376,7 +413,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_are_told_from_writes() {
+    fn statements_are_classified() {
         for read in [
             "SELECT SLEEP(10)",
             "  select * from t",
@@ -385,21 +422,23 @@ mod tests {
             "WITH x AS (SELECT 1) SELECT * FROM x",
             "SHOW PROCESSLIST",
         ] {
-            assert!(is_read(read), "{read}");
-            assert!(!LockMethod::BackupStage.can_be_blocked_by(Some(read)));
-            assert!(LockMethod::FlushTables.can_be_blocked_by(Some(read)));
+            assert_eq!(kind(Some(read)), Kind::Read, "{read}");
         }
         for write in [
             "UPDATE m SET v = SLEEP(5)",
             "insert into t select * from u",
-            "ALTER TABLE t ENGINE=MyISAM",
-            "CALL p()",
             "-- note\nDELETE FROM t",
         ] {
-            assert!(!is_read(write), "{write}");
-            assert!(LockMethod::BackupStage.can_be_blocked_by(Some(write)));
+            assert_eq!(kind(Some(write)), Kind::RowWrite, "{write}");
         }
-        assert!(LockMethod::BackupStage.can_be_blocked_by(None));
+        for other in [
+            "ALTER TABLE t ENGINE=MyISAM",
+            "CALL p()",
+            "CREATE TABLE c SELECT 1",
+        ] {
+            assert_eq!(kind(Some(other)), Kind::Other, "{other}");
+        }
+        assert_eq!(kind(None), Kind::Other);
     }
 
     #[test]
