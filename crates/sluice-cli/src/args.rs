@@ -175,6 +175,9 @@ pub struct ExportArgs {
     /// MySQL/MariaDB: wait up to this many seconds for such long statements to end before refusing (default 0: refuse at once). No lock is held meanwhile.
     #[arg(long, value_name = "SECONDS")]
     pub long_query_wait: Option<u64>,
+    /// MySQL/MariaDB: hold READ locks on non-transactional tables (MyISAM, Aria, MEMORY) from the snapshot to the end of the run, so they match the snapshot; writes to them wait meanwhile. Without it they are read as they are and marked outside_snapshot in the manifest.
+    #[arg(long)]
+    pub lock_non_transactional: bool,
     /// Object stores: bytes per multipart-upload part (default 5MB; S3 needs at least 5MB); each open file holds up to (1 + --upload-concurrency) parts, counted in --memory.
     #[arg(long, value_name = "BYTES")]
     pub part_size: Option<String>,

@@ -18,6 +18,7 @@
 //! lock_wait_timeout: 10
 //! long_query_guard: 10
 //! long_query_wait: 300
+//! lock_non_transactional: true
 //! storage_option:
 //!   endpoint: http://127.0.0.1:9000
 //!   allow_http: "true"
@@ -102,6 +103,7 @@ struct FileConfig {
     lock_wait_timeout: Option<u64>,
     long_query_guard: Option<u64>,
     long_query_wait: Option<u64>,
+    lock_non_transactional: Option<bool>,
 }
 
 fn load(path: &Path) -> Result<FileConfig> {
@@ -354,7 +356,7 @@ pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resol
     let flag = |f: fn(&ExportArgs) -> bool| e.is_some_and(f);
     let to = pick(e.and_then(|e| e.to.clone()), file.to.take());
     let storage_options = storage_options(e, &mut file, to.as_deref())?;
-    let locking = locking(e, &file)?;
+    let locking = locking(e, &file, consistency)?;
     Ok(Resolved {
         source,
         selection,
@@ -380,16 +382,32 @@ pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resol
     })
 }
 
-/// The MySQL/MariaDB lock bounds from `lock_wait_timeout`, `long_query_guard` and
-/// `long_query_wait` (flag over file), or `None` when none is given.
-fn locking(e: Option<&ExportArgs>, file: &FileConfig) -> Result<Option<sluice_mysql::Locking>> {
+/// The MySQL/MariaDB lock settings from `lock_wait_timeout`, `long_query_guard`,
+/// `long_query_wait` and `lock_non_transactional` (flag over file), or `None` when none is
+/// given.
+fn locking(
+    e: Option<&ExportArgs>,
+    file: &FileConfig,
+    consistency: Consistency,
+) -> Result<Option<sluice_mysql::Locking>> {
     let wait = pick(e.and_then(|e| e.lock_wait_timeout), file.lock_wait_timeout);
     let guard = pick(e.and_then(|e| e.long_query_guard), file.long_query_guard);
     let guard_wait = pick(e.and_then(|e| e.long_query_wait), file.long_query_wait);
-    if wait.is_none() && guard.is_none() && guard_wait.is_none() {
+    let lock_nt =
+        e.is_some_and(|e| e.lock_non_transactional) || file.lock_non_transactional.unwrap_or(false);
+    if wait.is_none() && guard.is_none() && guard_wait.is_none() && !lock_nt {
         return Ok(None);
     }
-    let mut l = sluice_mysql::Locking::default();
+    if lock_nt && consistency == Consistency::Chunk {
+        return Err(Error::config(
+            "--lock-non-transactional keeps non-transactional tables at the snapshot's moment, \
+             and --consistency chunk takes no snapshot: drop one of them.",
+        ));
+    }
+    let mut l = sluice_mysql::Locking {
+        lock_non_transactional: lock_nt,
+        ..sluice_mysql::Locking::default()
+    };
     if let Some(w) = wait {
         if !(1..=31_536_000).contains(&w) {
             return Err(Error::config(format!(

@@ -16,8 +16,9 @@ pub fn open_source(url: &str, locking: Option<sluice_mysql::Locking>) -> Result<
     }
     if locking.is_some() {
         return Err(Error::config(format!(
-            "--lock-wait-timeout, --long-query-guard and --long-query-wait apply to MySQL and \
-             MariaDB sources only, and the source is {}: remove them.",
+            "--lock-wait-timeout, --long-query-guard, --long-query-wait and \
+             --lock-non-transactional apply to MySQL and MariaDB sources only, and the source is \
+             {}: remove them.",
             sluice_core::redact::redact_url(url)
         )));
     }

@@ -25,6 +25,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
+const MDL: &str = "Waiting for table metadata lock";
+
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A statement running on its own session until stopped (also when the test fails).
@@ -128,16 +130,16 @@ async fn export_with(
     tokio::task::spawn_blocking(move || common::run(&mut cmd))
 }
 
-/// Wait until `n` sessions of `db` wait for a metadata lock, each for `ms` or longer.
-async fn queued(db: &mut TestDb, n: u64, ms: u64) {
+/// Wait until `n` sessions of `db` are in `state`, each for `ms` or longer.
+async fn queued(db: &mut TestDb, state: &str, n: u64, ms: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let waiting: Option<u64> = db
             .conn
             .exec_first(
                 "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
-                 WHERE STATE = 'Waiting for table metadata lock' AND DB = ? AND TIME_MS >= ?",
-                (db.name.clone(), ms),
+                 WHERE STATE = ? AND DB = ? AND TIME_MS >= ?",
+                (state, db.name.clone(), ms),
             )
             .await
             .unwrap();
@@ -347,14 +349,14 @@ async fn sessions_queued_behind_our_metadata_lock_are_reported() {
             .await
     });
     // The ALTER waits for our lock, then a query waits behind the ALTER, both for a while.
-    queued(&mut db, 1, 0).await;
+    queued(&mut db, MDL, 1, 0).await;
     let mut reader_conn = connect(&db.url).await;
     let reader = tokio::spawn(async move {
         reader_conn
             .query_first::<u64, _>("SELECT COUNT(*) FROM t")
             .await
     });
-    queued(&mut db, 2, 1200).await;
+    queued(&mut db, MDL, 2, 1200).await;
     drop(release);
     let run = run.await.unwrap();
     run.ok();
@@ -463,6 +465,64 @@ async fn non_transactional_tables_are_marked_outside_the_snapshot() {
     let n = notes(&json(&report));
     assert!(n.contains(&format!("{}.m: MyISAM table", db.name)), "{n}");
     assert!(run.stderr.contains("is a MyISAM table"), "{}", run.stderr);
+
+    // --lock-non-transactional: they are held still from the snapshot to the end of the run;
+    // a writer to the MyISAM table waits (and is counted), the InnoDB writer does not.
+    let fp = tempdir();
+    let report = out.path().join("report-locked.json");
+    let dir = out.path().join("locked");
+    let run = export_with(
+        &db.url,
+        &dir,
+        &[
+            "--table",
+            "i",
+            "--table",
+            "m",
+            "--table",
+            "a",
+            "--lock-non-transactional",
+            "--report-json",
+            report.to_str().unwrap(),
+        ],
+        "export.after_plan=wait@1",
+        fp.path(),
+    )
+    .await;
+    let release = Release(fp.path().join("export.after_plan.release"));
+    wait_for_file(&fp.path().join("export.after_plan.reached"), &run).await;
+    db.exec("INSERT INTO i VALUES (102)").await;
+    let mut writer = connect(&db.url).await;
+    let write = tokio::spawn(async move { writer.query_drop("INSERT INTO m VALUES (102)").await });
+    queued(&mut db, "Waiting for table level lock", 1, 500).await;
+    drop(release);
+    let run = run.await.unwrap();
+    run.ok();
+    write.await.unwrap().unwrap();
+    let rows = |t: &str| {
+        files::row_strings(&files::dataset_batches(
+            &dir.join(format!("{}.{t}", db.name)),
+        ))
+        .len()
+    };
+    assert_eq!(rows("i"), 101, "InnoDB: the snapshot");
+    assert_eq!(rows("m"), 101, "MyISAM: held at the snapshot");
+    assert_eq!(rows("a"), 101, "Aria: held at the snapshot");
+    let m = files::manifest(&dir);
+    for ds in m["datasets"].as_array().unwrap() {
+        assert!(ds["outside_snapshot"].is_null(), "{ds}");
+    }
+    assert!(
+        m["harm"]["peak_blocked_sessions"].as_u64().unwrap() >= 1,
+        "{}",
+        m["harm"]
+    );
+    let n = notes(&json(&report));
+    assert!(n.contains("held under READ locks"), "{n}");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM m").await.as_deref(),
+        Some("102")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,7 +12,8 @@
 //! A DDL on such a table (`ALTER`, `TRUNCATE`, `RENAME`, `DROP`) waits for it, and every later
 //! query on that table queues behind the waiting DDL. The readers record the tables they hold
 //! in the [`LockBook`]; each sample counts the other sessions in the state `Waiting for table
-//! metadata lock` whose statement names one of those tables, and their longest wait. Neither
+//! metadata lock` (or `… table level lock`, MyISAM) whose statement names one of those
+//! tables, and their longest wait. Neither
 //! MySQL nor MariaDB shows which table a waiting session waits for without extra
 //! instrumentation (`performance_schema.metadata_locks` is off by default on MariaDB, and
 //! MariaDB's `METADATA_LOCK_INFO` plugin, not loaded by default, lists granted locks only), so
@@ -160,7 +161,8 @@ impl MyHarmProbe {
         }
         let sql = format!(
             "SELECT ID, {}, DB, LEFT(INFO, 300) FROM information_schema.PROCESSLIST \
-             WHERE STATE = 'Waiting for table metadata lock' AND ID NOT IN ({list})",
+             WHERE STATE IN ('Waiting for table metadata lock', 'Waiting for table level lock') \
+             AND ID NOT IN ({list})",
             self.millis()
         );
         let rows: Vec<Row> = self

@@ -11,6 +11,7 @@
 //! | `types.rs`    | MySQL/MariaDB types → Arrow, one table                                |
 //! | `snapshot.rs` | the coordinator: consistent-snapshot workers, position, run facts     |
 //! | `lock.rs`     | the global lock: long-query guard, bounded wait, wait and hold times  |
+//! | `non_transactional.rs` | MyISAM/Aria/MEMORY tables: marked, or read-locked for the run |
 //! | `chunking.rs` | integer key ranges adapted to rows, stepped boundaries for other keys |
 //! | `read.rs`     | one chunk as a streamed `SELECT`                                      |
 //! | `decode.rs`   | row values → Arrow builders                                           |
@@ -25,6 +26,7 @@ pub mod decode;
 pub mod error;
 pub mod harm;
 pub mod lock;
+pub mod non_transactional;
 pub mod read;
 pub mod snapshot;
 pub mod sql;

@@ -114,6 +114,9 @@ pub struct Locking {
     pub long_query_guard: Option<Duration>,
     /// How long to wait for such statements to end before refusing (zero: refuse at once).
     pub long_query_wait: Duration,
+    /// Hold read locks on non-transactional tables from the snapshot to the end of the run
+    /// (see `non_transactional.rs`) instead of marking them outside the snapshot.
+    pub lock_non_transactional: bool,
 }
 
 impl Default for Locking {
@@ -124,6 +127,7 @@ impl Default for Locking {
             wait_timeout: Duration::from_secs(10),
             long_query_guard: Some(Duration::from_secs(10)),
             long_query_wait: Duration::ZERO,
+            lock_non_transactional: false,
         }
     }
 }
@@ -355,6 +359,53 @@ pub async fn guard(
         sluice_core::failpoint::hit("mysql.long_query_wait")?;
         let left = locking.long_query_wait.saturating_sub(started.elapsed());
         tokio::time::sleep(left.min(Duration::from_secs(1))).await;
+    }
+}
+
+/// What taking the global lock cost, for the report.
+#[derive(Debug, Clone)]
+pub struct LockStats {
+    /// Which lock.
+    pub method: LockMethod,
+    /// What the long-query guard waited for.
+    pub guarded: Guarded,
+    /// From sending the lock statement to its return.
+    pub wait: Duration,
+    /// From the grant to the release's return.
+    pub held: Duration,
+    /// Snapshot sessions started under it.
+    pub sessions: usize,
+}
+
+impl LockStats {
+    /// Report lines: the guard's wait (if any), the lock's wait and hold.
+    pub fn notes(&self, locking: &Locking) -> Vec<String> {
+        let mut notes = Vec::new();
+        if !self.guarded.waited_for.is_empty() {
+            notes.push(format!(
+                "waited {:.1} s for {} long statement(s) of other sessions to end before taking \
+                 the global lock: {}",
+                self.guarded.waited.as_secs_f64(),
+                self.guarded.waited_for.len(),
+                self.guarded
+                    .waited_for
+                    .iter()
+                    .map(|s| format!("session {}", s.id))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        notes.push(format!(
+            "global lock ({}) waited {:.1} ms to be granted (writes on the server may queue \
+             meanwhile; at most --lock-wait-timeout {} s), held {:.1} ms to start {} worker \
+             snapshot(s)",
+            self.method.name(),
+            self.wait.as_secs_f64() * 1000.0,
+            locking.wait_seconds(),
+            self.held.as_secs_f64() * 1000.0,
+            self.sessions
+        ));
+        notes
     }
 }
 

@@ -103,6 +103,13 @@ pub struct ReaderSetup {
     pub snapshot: bool,
     /// The session's `lock_wait_timeout`, for messages.
     pub lock_wait_seconds: u64,
+    /// Datasets in non-transactional engines (MyISAM…), whose reads wait for table locks.
+    pub non_transactional: Arc<std::collections::HashSet<String>>,
+    /// True when those tables are held under READ locks for the run
+    /// (`--lock-non-transactional`): their reads then jump the queue of writers waiting for
+    /// the table (`SELECT HIGH_PRIORITY`), who wait for the run anyway and would otherwise
+    /// make our reads wait behind them while they wait for us.
+    pub high_priority: bool,
 }
 
 /// One worker session.
@@ -125,7 +132,19 @@ impl MyReader {
 
     /// Classify a read error; a metadata-lock timeout inside the snapshot gets its own advice.
     fn read_error(setup: &ReaderSetup, e: mysql_async::Error, ds: &Dataset, what: &str) -> Error {
-        if setup.snapshot && server_code(&e) == Some(code::ER_LOCK_WAIT_TIMEOUT) {
+        let timed_out = server_code(&e) == Some(code::ER_LOCK_WAIT_TIMEOUT);
+        if timed_out && setup.non_transactional.contains(&ds.name) {
+            return Error::source_permanent(format!(
+                "{what}: waited {} s (--lock-wait-timeout) for a lock on {}, a table without \
+                 transactions: another session is writing it (such tables are locked whole for \
+                 each write), or a DDL statement is queued on it. Raise --lock-wait-timeout to \
+                 wait longer for its writers, or export it when they are done; the parts \
+                 written are kept for --resume.",
+                setup.lock_wait_seconds, ds.name
+            ))
+            .with_cause(e);
+        }
+        if setup.snapshot && timed_out {
             return Error::source_permanent(format!(
                 "{what}: waited {} s (--lock-wait-timeout) for the metadata lock on {}: a DDL \
                  statement (ALTER, TRUNCATE, RENAME…) is queued on that table behind this \
@@ -321,8 +340,9 @@ fn predicate(ds: &Dataset, bounds: &ChunkBounds) -> Result<String> {
     })
 }
 
-/// The SELECT that streams `chunk` of `ds`.
-pub fn select_sql(ds: &Dataset, chunk: &Chunk) -> Result<String> {
+/// The SELECT that streams `chunk` of `ds`; `high_priority` lets it pass writers queued for a
+/// table-level lock (MyISAM, Aria, MEMORY; no effect on InnoDB).
+pub fn select_sql(ds: &Dataset, chunk: &Chunk, high_priority: bool) -> Result<String> {
     let cols: Vec<String> = ds
         .columns
         .iter()
@@ -337,7 +357,11 @@ pub fn select_sql(ds: &Dataset, chunk: &Chunk) -> Result<String> {
         .collect();
     let from = from_clause(ds, chunk.relation.as_ref())?;
     let pred = predicate(ds, &chunk.bounds)?;
-    Ok(format!("SELECT {} FROM {from}{pred}", cols.join(", ")))
+    Ok(format!(
+        "SELECT {}{} FROM {from}{pred}",
+        if high_priority { "HIGH_PRIORITY " } else { "" },
+        cols.join(", ")
+    ))
 }
 
 /// Pull rows from `result` into `dec`, sending a batch whenever the byte budget is reached.
@@ -408,7 +432,8 @@ async fn drain<P: mysql_async::prelude::Protocol + Unpin>(
 #[async_trait]
 impl ChunkReader for MyReader {
     async fn read(&mut self, ds: &Dataset, chunk: &Chunk, out: &BatchSender) -> Result<ReadStats> {
-        let sql = select_sql(ds, chunk)?;
+        let high = self.setup.high_priority && self.setup.non_transactional.contains(&ds.name);
+        let sql = select_sql(ds, chunk, high)?;
         let what = format!("{} part {}", ds.name, chunk.ordinal);
         tracing::debug!(target: "sluice::read", "{what}: {sql}");
         let mut dec = RowDecoder::new(ds.arrow_schema(), &ds.columns, self.setup.zero_dates)

@@ -40,18 +40,16 @@
 //! report names them (`harm.rs`). A table altered *before* a worker first reads it fails that
 //! read with error 1412 instead, which says to `--resume`.
 //!
-//! **Non-transactional tables.** MyISAM, Aria, MEMORY (any engine the server lists without
-//! transactions) are not covered by a consistent snapshot: each chunk is one consistent read,
-//! but the table is not at the snapshot's point in time, nor its parts at one moment. Such
-//! tables are read without extra locks (reading them under the global lock, as mydumper does,
-//! would stop every commit on the server for as long as they take to read) and are named in
-//! the report and marked `outside_snapshot` in the manifest.
+//! **Non-transactional tables** (MyISAM, Aria, MEMORY) are not covered by a consistent
+//! snapshot: they are marked `outside_snapshot`, or held under read locks for the run with
+//! `--lock-non-transactional` (`non_transactional.rs`).
 
 use crate::catalog::{self, Flavor, ServerInfo};
 use crate::chunking;
 use crate::connect::{MyTarget, Sessions};
 use crate::error::{Phase, classify};
-use crate::lock::{self, Guarded, LockMethod, Locking};
+use crate::lock::{self, LockMethod, LockStats, Locking};
+use crate::non_transactional::NonTransactional;
 use crate::read::{Findings, MyReader, ReaderSetup};
 use async_trait::async_trait;
 use futures_util::future::join_all;
@@ -61,22 +59,12 @@ use sluice_core::{
     Chunk, ChunkReader, ChunkRequest, Consistency, Coordinator, Dataset, Error, Position, Result,
     RunFacts, Selection, SnapshotInfo,
 };
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
 
 /// Sessions started on the shared snapshot beyond the workers, to replace a worker's lost
 /// session without leaving the snapshot. Each costs one idle connection for the run.
 pub const SPARE_SESSIONS: usize = 1;
-
-/// What taking the global lock cost, for the report.
-#[derive(Debug, Clone)]
-struct LockStats {
-    method: LockMethod,
-    guarded: Guarded,
-    wait: Duration,
-    held: Duration,
-    sessions: usize,
-}
 
 /// The coordinator session of one run.
 pub struct MyCoordinator {
@@ -90,8 +78,8 @@ pub struct MyCoordinator {
     reserved: Vec<Conn>,
     locking: Locking,
     lock: Option<LockStats>,
-    /// Tables in engines without transactions, by dataset name, with their engine.
-    non_transactional: BTreeMap<String, String>,
+    /// Tables in engines without transactions.
+    non_transactional: NonTransactional,
     /// Whether this account could be checked to see other users' statements.
     sees_all: Option<bool>,
     spares_used: usize,
@@ -123,7 +111,7 @@ impl MyCoordinator {
             reserved: Vec::new(),
             locking,
             lock: None,
-            non_transactional: BTreeMap::new(),
+            non_transactional: NonTransactional::new(locking.lock_non_transactional),
             sees_all: None,
             spares_used: 0,
             findings: Findings::default(),
@@ -152,6 +140,8 @@ impl MyCoordinator {
                 sessions: self.sessions.clone(),
                 snapshot: self.consistency == Consistency::Snapshot,
                 lock_wait_seconds: self.locking.wait_seconds(),
+                non_transactional: self.non_transactional.names(),
+                high_priority: self.non_transactional.locked(),
             },
         )
     }
@@ -240,13 +230,14 @@ impl MyCoordinator {
         let wait = lock::take(conn, &server, method, &locking, &ours, &display).await?;
         let granted = Instant::now();
         let mut reserved = std::mem::take(&mut self.reserved);
-        // Under the lock: every worker begins its snapshot, all at once.
-        let begun = join_all(
-            reserved
-                .iter_mut()
-                .map(|c| c.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")),
-        )
-        .await;
+        // Under the lock: every worker begins its snapshot, all at once, and the
+        // non-transactional tables are locked if asked.
+        let (begun, table_locks) = futures_util::join!(
+            join_all(reserved.iter_mut().map(|c| {
+                c.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+            }),),
+            self.non_transactional.lock(&self.sessions, &display)
+        );
         let gtid_sql = if mariadb {
             "SELECT @@gtid_binlog_pos"
         } else {
@@ -264,6 +255,7 @@ impl MyCoordinator {
         let held = granted.elapsed();
         self.reserved = reserved;
         released.map_err(|e| classify(e, Phase::Snapshot, &display))?;
+        table_locks?;
         for b in begun {
             b.map_err(|e| classify(e, Phase::Snapshot, &display))?;
         }
@@ -336,7 +328,7 @@ impl Coordinator for MyCoordinator {
                 self.split_keys.insert(d.dataset.name.clone(), d.split_key);
                 if let Some(engine) = d.non_transactional {
                     self.non_transactional
-                        .insert(d.dataset.name.clone(), engine);
+                        .add(&d.dataset.name, &obj.table, engine);
                 }
                 datasets.push(d.dataset);
             }
@@ -374,7 +366,10 @@ impl Coordinator for MyCoordinator {
             return Ok(());
         }
         self.reserved = self.connect_many(n + SPARE_SESSIONS).await?;
-        Ok(())
+        let setup = self.locking.session_sql();
+        self.non_transactional
+            .prepare(&self.target, &self.sessions, &setup)
+            .await
     }
 
     async fn pin_snapshot(&mut self, datasets: &[Dataset]) -> Result<SnapshotInfo> {
@@ -422,13 +417,7 @@ impl Coordinator for MyCoordinator {
             self.target.display(),
             held.as_secs_f64() * 1000.0
         );
-        for (name, engine) in &self.non_transactional {
-            tracing::warn!(
-                "{name} is a {engine} table: {engine} has no transactions, so the snapshot does \
-                 not cover it; it is read without a lock and marked outside_snapshot in the \
-                 manifest"
-            );
-        }
+        self.non_transactional.warn();
         Ok(SnapshotInfo {
             id: None,
             position,
@@ -482,30 +471,7 @@ impl Coordinator for MyCoordinator {
     fn run_facts(&self) -> RunFacts {
         let mut notes = Vec::new();
         if let Some(l) = &self.lock {
-            if !l.guarded.waited_for.is_empty() {
-                notes.push(format!(
-                    "waited {:.1} s for {} long statement(s) of other sessions to end before \
-                     taking the global lock: {}",
-                    l.guarded.waited.as_secs_f64(),
-                    l.guarded.waited_for.len(),
-                    l.guarded
-                        .waited_for
-                        .iter()
-                        .map(|s| format!("session {}", s.id))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
-            }
-            notes.push(format!(
-                "global lock ({}) waited {:.1} ms to be granted (writes on the server may queue \
-                 meanwhile; at most --lock-wait-timeout {} s), held {:.1} ms to start {} worker \
-                 snapshot(s)",
-                l.method.name(),
-                l.wait.as_secs_f64() * 1000.0,
-                self.locking.wait_seconds(),
-                l.held.as_secs_f64() * 1000.0,
-                l.sessions
-            ));
+            notes.extend(l.notes(&self.locking));
         }
         if self.sees_all == Some(false) {
             notes.push(
@@ -514,19 +480,10 @@ impl Coordinator for MyCoordinator {
                     .into(),
             );
         }
-        let mut outside_snapshot = BTreeMap::new();
-        if self.consistency == Consistency::Snapshot {
-            for (name, engine) in &self.non_transactional {
-                let why = format!(
-                    "{engine} table: the engine has no transactions, so the consistent snapshot \
-                     does not cover it; each part is one consistent read, but the table is not \
-                     at the snapshot's point in time and rows changed during the run may appear \
-                     in either state"
-                );
-                notes.push(format!("{name}: {why}"));
-                outside_snapshot.insert(name.clone(), why);
-            }
-        }
+        let (nt_notes, outside_snapshot) = self
+            .non_transactional
+            .facts(self.consistency == Consistency::Snapshot);
+        notes.extend(nt_notes);
         notes.extend(self.sessions.locks(|b| b.notes()).unwrap_or_default());
         if self.spares_used > 0 {
             notes.push(format!(
@@ -544,6 +501,7 @@ impl Coordinator for MyCoordinator {
     }
 
     async fn release(&mut self) -> Result<()> {
+        self.non_transactional.release(&self.sessions).await;
         self.sessions.set_snapshot(None);
         self.reserved.clear();
         if let Some(conn) = self.conn.take() {
