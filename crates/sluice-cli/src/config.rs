@@ -517,4 +517,62 @@ mod tests {
         assert!(parse_chunk_by("key:").is_err());
         assert!(parse_chunk_by("rows").is_err());
     }
+
+    fn export_flags(extra: &[&str]) -> Result<Resolved> {
+        use clap::Parser;
+        let mut argv = vec![
+            "sluice",
+            "export",
+            "--source",
+            "mysql://u@h/d",
+            "--table",
+            "t",
+        ];
+        argv.extend_from_slice(extra);
+        let cli = crate::args::Cli::try_parse_from(argv).unwrap();
+        let crate::args::Command::Export(args) = cli.command else {
+            unreachable!("an export command line")
+        };
+        resolve(&args.select, Some(&args))
+    }
+
+    #[test]
+    fn mysql_lock_settings() {
+        assert!(export_flags(&[]).unwrap().locking.is_none());
+        let l = export_flags(&["--lock-wait-timeout", "3", "--long-query-guard", "0"])
+            .unwrap()
+            .locking
+            .unwrap();
+        assert_eq!(l.wait_timeout, std::time::Duration::from_secs(3));
+        assert_eq!(l.long_query_guard, None);
+        let l = export_flags(&["--long-query-wait", "60", "--lock-non-transactional"])
+            .unwrap()
+            .locking
+            .unwrap();
+        assert_eq!(l.long_query_wait, std::time::Duration::from_secs(60));
+        assert!(l.lock_non_transactional);
+        for (bad, says) in [
+            (vec!["--lock-wait-timeout", "0"], "out of range"),
+            (
+                vec!["--long-query-guard", "0", "--long-query-wait", "5"],
+                "needs the long-query guard",
+            ),
+            (
+                vec!["--lock-non-transactional", "--consistency", "chunk"],
+                "--consistency chunk",
+            ),
+        ] {
+            let e = export_flags(&bad).err().unwrap();
+            assert_eq!(e.kind(), sluice_core::ErrorKind::Config);
+            assert!(e.message().contains(says), "{bad:?}: {e}");
+        }
+        // Refused, not ignored, for other sources.
+        let e = crate::registry::open_source("postgres://u@h/d", Some(l))
+            .err()
+            .unwrap();
+        assert!(
+            e.message().contains("MySQL and MariaDB sources only"),
+            "{e}"
+        );
+    }
 }

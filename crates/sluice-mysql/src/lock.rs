@@ -138,9 +138,17 @@ impl Locking {
         self.wait_timeout.as_secs().max(1)
     }
 
-    /// The statement that applies the wait bound to a session.
+    /// The statement that sets up every session of the run: the lock wait bound, and an idle
+    /// timeout of at least a week — the spare session and the session holding
+    /// `--lock-non-transactional`'s locks sit idle for the whole run, and a server closing
+    /// them at its `wait_timeout` (8 hours by default) would lose the spare or, silently, the
+    /// locks.
     pub fn session_sql(&self) -> String {
-        format!("SET SESSION lock_wait_timeout = {}", self.wait_seconds())
+        format!(
+            "SET SESSION lock_wait_timeout = {}, \
+             SESSION wait_timeout = GREATEST(@@SESSION.wait_timeout, 604800)",
+            self.wait_seconds()
+        )
     }
 }
 
