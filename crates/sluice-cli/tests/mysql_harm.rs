@@ -130,16 +130,16 @@ async fn export_with(
     tokio::task::spawn_blocking(move || common::run(&mut cmd))
 }
 
-/// Wait until `n` sessions of `db` are in `state`, each for `ms` or longer.
-async fn queued(db: &mut TestDb, state: &str, n: u64, ms: u64) {
+/// Wait until `n` sessions of `db` are in one of `states`, each for `ms` or longer.
+async fn queued(db: &mut TestDb, states: [&str; 2], n: u64, ms: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let waiting: Option<u64> = db
             .conn
             .exec_first(
                 "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
-                 WHERE STATE = ? AND DB = ? AND TIME_MS >= ?",
-                (state, db.name.clone(), ms),
+                 WHERE STATE IN (?, ?) AND DB = ? AND TIME_MS >= ?",
+                (states[0], states[1], db.name.clone(), ms),
             )
             .await
             .unwrap();
@@ -349,14 +349,14 @@ async fn sessions_queued_behind_our_metadata_lock_are_reported() {
             .await
     });
     // The ALTER waits for our lock, then a query waits behind the ALTER, both for a while.
-    queued(&mut db, MDL, 1, 0).await;
+    queued(&mut db, [MDL, MDL], 1, 0).await;
     let mut reader_conn = connect(&db.url).await;
     let reader = tokio::spawn(async move {
         reader_conn
             .query_first::<u64, _>("SELECT COUNT(*) FROM t")
             .await
     });
-    queued(&mut db, MDL, 2, 1200).await;
+    queued(&mut db, [MDL, MDL], 2, 1200).await;
     drop(release);
     let run = run.await.unwrap();
     run.ok();
@@ -494,7 +494,8 @@ async fn non_transactional_tables_are_marked_outside_the_snapshot() {
     db.exec("INSERT INTO i VALUES (102)").await;
     let mut writer = connect(&db.url).await;
     let write = tokio::spawn(async move { writer.query_drop("INSERT INTO m VALUES (102)").await });
-    queued(&mut db, "Waiting for table level lock", 1, 500).await;
+    // It waits for the table lock or, before that, for its metadata lock.
+    queued(&mut db, [MDL, "Waiting for table level lock"], 1, 500).await;
     drop(release);
     let run = run.await.unwrap();
     run.ok();
