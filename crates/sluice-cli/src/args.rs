@@ -71,10 +71,10 @@ pub enum LogFormat {
 pub enum Command {
     /// Export tables, views or queries to Parquet or CSV files.
     #[command(after_help = EXPORT_EXAMPLES)]
-    Export(ExportArgs),
+    Export(Box<ExportArgs>),
     /// Show what an export would do — sizes, chunks, workers, memory — without reading rows.
     #[command(after_help = sizes_note!())]
-    Plan(PlanArgs),
+    Plan(Box<PlanArgs>),
     /// Show this build (version, commit, sources, destinations, formats) and check what a run needs.
     Doctor(DoctorArgs),
     /// Print a shell completion script: sluice completions bash > /etc/bash_completion.d/sluice.
@@ -235,6 +235,18 @@ pub struct ExportArgs {
     /// Skip fsync of written files (faster, not crash-safe).
     #[arg(long)]
     pub no_fsync: bool,
+    /// MySQL/MariaDB: the longest wait, in seconds, for the global lock that lines the workers' snapshots up (every write on the server may queue behind a waiting lock) and for any metadata lock the run's sessions need (default 10).
+    #[arg(long, value_name = "SECONDS")]
+    pub lock_wait_timeout: Option<u64>,
+    /// MySQL/MariaDB: do not take the global lock while another session's statement that would make it wait has run this many seconds or longer (default 10; 0 turns the guard off).
+    #[arg(long, value_name = "SECONDS")]
+    pub long_query_guard: Option<u64>,
+    /// MySQL/MariaDB: wait up to this many seconds for such long statements to end before refusing (default 0: refuse at once). No lock is held meanwhile.
+    #[arg(long, value_name = "SECONDS")]
+    pub long_query_wait: Option<u64>,
+    /// MySQL/MariaDB: hold READ locks on non-transactional tables (MyISAM, Aria, MEMORY) from the snapshot to the end of the run, so they match the snapshot; writes to them wait meanwhile. Without it they are read as they are and marked outside_snapshot in the manifest.
+    #[arg(long)]
+    pub lock_non_transactional: bool,
     /// Object stores: bytes per multipart-upload part (default 5MB; S3 needs at least 5MB); each open file holds up to (1 + --upload-concurrency) parts, counted in --memory.
     #[arg(long, value_name = "BYTES")]
     pub part_size: Option<String>,

@@ -15,6 +15,11 @@
 //! # object stores only:
 //! part_size: 16MB
 //! upload_concurrency: 4
+//! # MySQL/MariaDB only (seconds):
+//! lock_wait_timeout: 10
+//! long_query_guard: 10
+//! long_query_wait: 300
+//! lock_non_transactional: true
 //! storage_option:
 //!   endpoint: http://127.0.0.1:9000
 //!   allow_http: "true"
@@ -98,6 +103,10 @@ struct FileConfig {
     upload_concurrency: Option<usize>,
     storage_option: Option<BTreeMap<String, String>>,
     log_format: Option<LogFormat>,
+    lock_wait_timeout: Option<u64>,
+    long_query_guard: Option<u64>,
+    long_query_wait: Option<u64>,
+    lock_non_transactional: Option<bool>,
 }
 
 fn load(path: &Path) -> Result<FileConfig> {
@@ -253,6 +262,8 @@ pub struct Resolved {
     pub storage_options: Vec<(String, String)>,
     /// The file's `log_format` (the `--log-format` flag wins over it; see `main.rs`).
     pub log_format: Option<LogFormat>,
+    /// MySQL/MariaDB lock bounds, when any of their flags or keys was given.
+    pub locking: Option<sluice_mysql::Locking>,
 }
 
 /// Resolve the selection flags (shared by export and plan) and, for export, the output flags.
@@ -376,6 +387,7 @@ pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resol
     let flag = |f: fn(&ExportArgs) -> bool| e.is_some_and(f);
     let to = pick(e.and_then(|e| e.to.clone()), file.to.take());
     let storage_options = storage_options(e, &mut file, to.as_deref())?;
+    let locking = locking(e, &file, consistency)?;
     Ok(Resolved {
         source,
         selection,
@@ -400,7 +412,57 @@ pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resol
         fsync: !(flag(|e| e.no_fsync) || file.no_fsync.unwrap_or(false)),
         storage_options,
         log_format: file.log_format,
+        locking,
     })
+}
+
+/// The MySQL/MariaDB lock settings from `lock_wait_timeout`, `long_query_guard`,
+/// `long_query_wait` and `lock_non_transactional` (flag over file), or `None` when none is
+/// given.
+fn locking(
+    e: Option<&ExportArgs>,
+    file: &FileConfig,
+    consistency: Consistency,
+) -> Result<Option<sluice_mysql::Locking>> {
+    let wait = pick(e.and_then(|e| e.lock_wait_timeout), file.lock_wait_timeout);
+    let guard = pick(e.and_then(|e| e.long_query_guard), file.long_query_guard);
+    let guard_wait = pick(e.and_then(|e| e.long_query_wait), file.long_query_wait);
+    let lock_nt =
+        e.is_some_and(|e| e.lock_non_transactional) || file.lock_non_transactional.unwrap_or(false);
+    if wait.is_none() && guard.is_none() && guard_wait.is_none() && !lock_nt {
+        return Ok(None);
+    }
+    if lock_nt && consistency == Consistency::Chunk {
+        return Err(Error::config(
+            "--lock-non-transactional keeps non-transactional tables at the snapshot's moment, \
+             and --consistency chunk takes no snapshot: drop one of them.",
+        ));
+    }
+    let mut l = sluice_mysql::Locking {
+        lock_non_transactional: lock_nt,
+        ..sluice_mysql::Locking::default()
+    };
+    if let Some(w) = wait {
+        if !(1..=31_536_000).contains(&w) {
+            return Err(Error::config(format!(
+                "--lock-wait-timeout {w} is out of range: give 1 to 31536000 seconds."
+            )));
+        }
+        l.wait_timeout = std::time::Duration::from_secs(w);
+    }
+    if let Some(g) = guard {
+        l.long_query_guard = (g > 0).then(|| std::time::Duration::from_secs(g));
+    }
+    if let Some(w) = guard_wait {
+        if l.long_query_guard.is_none() {
+            return Err(Error::config(
+                "--long-query-wait needs the long-query guard: drop --long-query-guard 0, or \
+                 drop --long-query-wait.",
+            ));
+        }
+        l.long_query_wait = std::time::Duration::from_secs(w);
+    }
+    Ok(Some(l))
 }
 
 /// Object-store options from the file's `storage_option` map, then `--storage-option` flags,
@@ -501,5 +563,63 @@ mod tests {
         }
         assert!(check_csv_null(";", b';').is_err());
         assert!(check_csv_null(";", b',').is_ok());
+    }
+
+    fn export_flags(extra: &[&str]) -> Result<Resolved> {
+        use clap::Parser;
+        let mut argv = vec![
+            "sluice",
+            "export",
+            "--source",
+            "mysql://u@h/d",
+            "--table",
+            "t",
+        ];
+        argv.extend_from_slice(extra);
+        let cli = crate::args::Cli::try_parse_from(argv).unwrap();
+        let Some(crate::args::Command::Export(args)) = cli.command else {
+            unreachable!("an export command line")
+        };
+        resolve(&args.select, Some(&args))
+    }
+
+    #[test]
+    fn mysql_lock_settings() {
+        assert!(export_flags(&[]).unwrap().locking.is_none());
+        let l = export_flags(&["--lock-wait-timeout", "3", "--long-query-guard", "0"])
+            .unwrap()
+            .locking
+            .unwrap();
+        assert_eq!(l.wait_timeout, std::time::Duration::from_secs(3));
+        assert_eq!(l.long_query_guard, None);
+        let l = export_flags(&["--long-query-wait", "60", "--lock-non-transactional"])
+            .unwrap()
+            .locking
+            .unwrap();
+        assert_eq!(l.long_query_wait, std::time::Duration::from_secs(60));
+        assert!(l.lock_non_transactional);
+        for (bad, says) in [
+            (vec!["--lock-wait-timeout", "0"], "out of range"),
+            (
+                vec!["--long-query-guard", "0", "--long-query-wait", "5"],
+                "needs the long-query guard",
+            ),
+            (
+                vec!["--lock-non-transactional", "--consistency", "chunk"],
+                "--consistency chunk",
+            ),
+        ] {
+            let e = export_flags(&bad).err().unwrap();
+            assert_eq!(e.kind(), sluice_core::ErrorKind::Config);
+            assert!(e.message().contains(says), "{bad:?}: {e}");
+        }
+        // Refused, not ignored, for other sources.
+        let e = crate::registry::open_source("postgres://u@h/d", Some(l))
+            .err()
+            .unwrap();
+        assert!(
+            e.message().contains("MySQL and MariaDB sources only"),
+            "{e}"
+        );
     }
 }

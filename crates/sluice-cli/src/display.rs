@@ -193,6 +193,16 @@ pub fn report_text(r: &Report) -> String {
             format!("per chunk (not one point in time), {}", r.position),
         ),
     }
+    if let Some(held) = h.global_lock_seconds {
+        row(
+            "global lock",
+            format!(
+                "waited {:.1} ms to be granted, held {:.1} ms",
+                h.global_lock_wait_seconds.unwrap_or(0.0) * 1000.0,
+                held * 1000.0
+            ),
+        );
+    }
     row(
         "harm",
         format!(

@@ -38,7 +38,7 @@ fn firebird_library() -> Option<Check> {
 async fn source(url: &str) -> Check {
     let what = format!("source {}", sluice_core::redact::redact_url(url));
     let outcome = async {
-        let source = registry::open_source(url)?;
+        let source = registry::open_source(url, None)?;
         let options = SourceOptions {
             session_tag: "sluice-doctor".into(),
             consistency: Consistency::Snapshot,

@@ -66,7 +66,7 @@ fn main() -> ExitCode {
     // form of every line (the flag wins over it). Its errors are reported below, once logging
     // is set up.
     let resolved = match &command {
-        Command::Export(a) => Some(config::resolve(&a.select, Some(a))),
+        Command::Export(a) => Some(config::resolve(&a.select, Some(a.as_ref()))),
         Command::Plan(a) => Some(config::resolve(&a.select, None)),
         _ => None,
     };
@@ -179,7 +179,7 @@ fn man(out_dir: Option<std::path::PathBuf>) -> anyhow::Result<()> {
 }
 
 fn job_from(resolved: &config::Resolved, to: &str) -> anyhow::Result<ExportJob> {
-    let source = registry::open_source(&resolved.source)?;
+    let source = registry::open_source(&resolved.source, resolved.locking)?;
     let destination = registry::open_destination(to, resolved.fsync, &resolved.storage_options)?;
     let mut job = ExportJob::new(
         source,

@@ -45,16 +45,29 @@ pub const DESTINATIONS: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// Open the source adapter for `url`.
-pub fn open_source(url: &str) -> Result<Arc<dyn Source>> {
+/// Open the source adapter for `url`. `locking` (MySQL/MariaDB lock bounds) is refused for
+/// other sources rather than ignored.
+pub fn open_source(url: &str, locking: Option<sluice_mysql::Locking>) -> Result<Arc<dyn Source>> {
+    if sluice_mysql::MySource::handles(url) {
+        let source = sluice_mysql::MySource::new(url)?;
+        return Ok(Arc::new(match locking {
+            Some(l) => source.with_locking(l),
+            None => source,
+        }));
+    }
+    if locking.is_some() {
+        return Err(Error::config(format!(
+            "--lock-wait-timeout, --long-query-guard, --long-query-wait and \
+             --lock-non-transactional apply to MySQL and MariaDB sources only, and the source is \
+             {}: remove them.",
+            sluice_core::redact::redact_url(url)
+        )));
+    }
     if sluice_postgres::PgSource::handles(url) {
         return Ok(Arc::new(sluice_postgres::PgSource::new(url)?));
     }
     if sluice_firebird::FbSource::handles(url) {
         return Ok(Arc::new(sluice_firebird::FbSource::new(url)?));
-    }
-    if sluice_mysql::MySource::handles(url) {
-        return Ok(Arc::new(sluice_mysql::MySource::new(url)?));
     }
     let scheme = url
         .split("://")

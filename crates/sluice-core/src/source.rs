@@ -90,6 +90,13 @@ pub struct HarmSample {
 pub struct RunFacts {
     /// How long a server-wide lock was held to start the shared snapshot (MySQL), if one was.
     pub global_lock_held: Option<Duration>,
+    /// How long the run waited to be granted that lock (every write on the server may queue
+    /// behind a waiting lock request), if one was taken.
+    pub global_lock_wait: Option<Duration>,
+    /// Datasets whose rows are not at the snapshot's point in time although the run reads
+    /// under one, by name, with the reason (MySQL: a MyISAM, Aria or MEMORY table is not
+    /// transactional, so a consistent snapshot does not cover it). The manifest marks them.
+    pub outside_snapshot: std::collections::BTreeMap<String, String>,
     /// Remarks for the report (e.g. values the adapter had to export as NULL, and why).
     pub notes: Vec<String>,
 }

@@ -283,7 +283,9 @@ async fn locked(
     let (mut harm, harm_failed) = monitor.finish().await;
     let facts = coordinator.lock().await.run_facts();
     harm.global_lock_seconds = facts.global_lock_held.map(|d| d.as_secs_f64());
+    harm.global_lock_wait_seconds = facts.global_lock_wait.map(|d| d.as_secs_f64());
     prepared.notes.extend(facts.notes);
+    prepared.outside_snapshot = facts.outside_snapshot;
     let _ = coordinator.lock().await.release().await;
     if job.consistency == Consistency::Snapshot {
         harm.snapshot_held_seconds = snapshot_since.elapsed().as_secs_f64();

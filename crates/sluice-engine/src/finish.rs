@@ -134,8 +134,22 @@ pub(crate) async fn finish(
         } else {
             None
         };
+        let mut outside_snapshot = rec.outside_snapshot.clone();
+        let mut outside_snapshot_reason = rec.outside_snapshot_reason.clone();
+        if let Some(why) = prepared.outside_snapshot.get(&rec.name) {
+            outside_snapshot = vec![rec.name.clone()];
+            outside_snapshot_reason = Some(why.clone());
+        } else if !outside_snapshot.is_empty() && outside_snapshot_reason.is_none() {
+            outside_snapshot_reason = Some(
+                "foreign tables: their rows were read from their server or file when their part \
+                 was read, not as of the snapshot"
+                    .into(),
+            );
+        }
         datasets.push(DatasetRecord {
             rows,
+            outside_snapshot,
+            outside_snapshot_reason,
             bytes: merged
                 .as_ref()
                 .map(|m| m.bytes)

@@ -11,6 +11,7 @@ use crate::worker::blocking;
 use sluice_core::{Chunk, Consistency, Coordinator, Dataset, Error, Result};
 use sluice_sink::layout::{self, MANIFEST, RUN_STATE};
 use sluice_sink::manifest::{DatasetRecord, MANIFEST_VERSION, Manifest, RunState, SnapshotRecord};
+use std::collections::BTreeMap;
 use std::collections::HashSet;
 
 /// What the run decided before reading, carried to the report.
@@ -32,6 +33,9 @@ pub(crate) struct Prepared {
     pub predicted_peak_rss: u64,
     /// Remarks for the report.
     pub notes: Vec<String>,
+    /// Datasets the snapshot does not cover although the run reads under one, with why (from
+    /// the coordinator's run facts, filled in after the workers finished).
+    pub outside_snapshot: BTreeMap<String, String>,
 }
 
 /// The run-state record of a discovered dataset (no parts yet).
@@ -46,6 +50,7 @@ pub(crate) fn record_of(d: &Dataset) -> DatasetRecord {
             Vec::new()
         },
         outside_snapshot: d.outside_snapshot.clone(),
+        outside_snapshot_reason: None,
         row_security_filtered: d.row_security_filtered,
         guarantee: None,
         rows: 0,
@@ -221,6 +226,7 @@ pub(crate) async fn prepare(
         budget,
         predicted_peak_rss: predicted,
         notes,
+        outside_snapshot: BTreeMap::new(),
     })
 }
 

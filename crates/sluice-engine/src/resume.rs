@@ -319,6 +319,7 @@ mod tests {
             }],
             relations: relations.iter().map(|r| r.to_string()).collect(),
             outside_snapshot: Vec::new(),
+            outside_snapshot_reason: None,
             row_security_filtered: false,
             guarantee: None,
             rows: 0,

@@ -126,6 +126,12 @@ pub struct DatasetRecord {
     /// server or file when their part was read).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outside_snapshot: Vec<String>,
+    /// Why the relations of `outside_snapshot` are not at the snapshot's point in time (a
+    /// PostgreSQL foreign table is read from its server when its part is read; a MySQL table
+    /// in a non-transactional engine such as MyISAM is not covered by a consistent snapshot:
+    /// each part is one consistent read, the whole table is not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outside_snapshot_reason: Option<String>,
     /// True when row-level security policies filtered the rows (`--enable-row-security`):
     /// the dataset may be a subset of the table.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -187,6 +193,10 @@ pub struct HarmRecord {
     /// taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global_lock_seconds: Option<f64>,
+    /// How long the run waited to be granted that lock, seconds (writes on the server may
+    /// queue behind a waiting request; bounded by `--lock-wait-timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_lock_wait_seconds: Option<f64>,
     /// Peak number of other sessions waiting on a lock our sessions held.
     #[serde(default)]
     pub peak_blocked_sessions: u32,
