@@ -154,7 +154,8 @@ async fn sessions_blocked_by_the_export_show_in_the_harm_figures() {
             .client
             .query_one(
                 "SELECT EXISTS (SELECT 1 FROM pg_stat_activity p, pg_locks l \
-                   WHERE p.application_name = 'sluice' AND p.query LIKE 'WITH ours%' \
+                   WHERE p.application_name = 'sluice' AND p.datname = current_database() \
+                     AND p.query LIKE 'WITH ours%' \
                      AND p.state = 'idle' AND l.pid = $1 AND NOT l.granted \
                      AND p.query_start > l.waitstart)",
                 &[&pid],
