@@ -138,10 +138,15 @@ fn need(var: &str) -> String {
     })
 }
 
+pub(crate) type Client = NativeFbClient<DynLoad>;
+pub(crate) type DbHandle = <Client as FirebirdClientDbOps>::DbHandle;
+pub(crate) type TrHandle = <Client as FirebirdClientSqlOps>::TrHandle;
+pub(crate) type StmtHandle = <Client as FirebirdClientSqlOps>::StmtHandle;
+
 /// One attachment of the test process (blocking calls).
 pub struct FbConn {
-    client: NativeFbClient<DynLoad>,
-    db: <NativeFbClient<DynLoad> as FirebirdClientDbOps>::DbHandle,
+    pub(crate) client: Client,
+    pub(crate) db: DbHandle,
 }
 
 fn client() -> NativeFbClient<DynLoad> {
@@ -240,38 +245,62 @@ impl FbConn {
     /// Rows of `sql` as sorted `v1|v2|…` strings (NULL as `∅`), read in a transaction started
     /// with `set_transaction` (e.g. joining a snapshot by number), or a fresh one.
     pub fn row_strings_in(&mut self, set_transaction: Option<&str>, sql: &str) -> Vec<String> {
-        let mut tr = 0;
-        match set_transaction {
-            Some(st) => self
+        let mut tx = match set_transaction {
+            Some(st) => self.begin(st),
+            None => Tx(self
                 .client
-                .exec_immediate(&mut self.db, &mut tr, Dialect::D3, st)
-                .unwrap_or_else(|e| panic!("{st}: {e}")),
-            None => {
-                tr = self
-                    .client
-                    .begin_transaction(&mut self.db, Default::default())
-                    .unwrap_or_else(|e| panic!("begin: {e}"))
-            }
-        }
+                .begin_transaction(&mut self.db, Default::default())
+                .unwrap_or_else(|e| panic!("begin: {e}"))),
+        };
+        let mut out = self.query_in(&mut tx, sql);
+        self.commit(tx);
+        out.sort();
+        out
+    }
+
+    /// Start a transaction with a `SET TRANSACTION …` statement; it stays open until
+    /// [`FbConn::commit`], so tests can hold snapshots and uncommitted changes.
+    pub fn begin(&mut self, set_transaction: &str) -> Tx {
+        let mut tr = 0;
+        self.client
+            .exec_immediate(&mut self.db, &mut tr, Dialect::D3, set_transaction)
+            .unwrap_or_else(|e| panic!("{set_transaction}: {e}"));
+        Tx(tr)
+    }
+
+    /// Rows of `sql` in `tx`, in the order read, as `v1|v2|…` strings.
+    pub fn query_in(&mut self, tx: &mut Tx, sql: &str) -> Vec<String> {
         let (_, mut stmt) = self
             .client
-            .prepare_statement(&mut self.db, &mut tr, Dialect::D3, sql)
+            .prepare_statement(&mut self.db, &mut tx.0, Dialect::D3, sql)
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
         self.client
-            .execute(&mut self.db, &mut tr, &mut stmt, vec![])
+            .execute(&mut self.db, &mut tx.0, &mut stmt, vec![])
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
         let mut out = Vec::new();
         while let Some(row) = self
             .client
-            .fetch(&mut self.db, &mut tr, &mut stmt)
+            .fetch(&mut self.db, &mut tx.0, &mut stmt)
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
         {
             out.push(row.iter().map(show).collect::<Vec<_>>().join("|"));
         }
         let _ = self.client.free_statement(&mut stmt, FreeStmtOp::Drop);
-        let _ = self.client.transaction_operation(&mut tr, TrOp::Commit);
-        out.sort();
         out
+    }
+
+    /// Run a statement that returns no rows in `tx`.
+    pub fn exec_in(&mut self, tx: &mut Tx, sql: &str) {
+        self.client
+            .exec_immediate(&mut self.db, &mut tx.0, Dialect::D3, sql)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// Commit `tx`.
+    pub fn commit(&mut self, mut tx: Tx) {
+        self.client
+            .transaction_operation(&mut tx.0, TrOp::Commit)
+            .unwrap_or_else(|e| panic!("commit: {e}"));
     }
 
     /// Rows of `sql` in a fresh transaction, as sorted strings.
@@ -279,6 +308,10 @@ impl FbConn {
         self.row_strings_in(None, sql)
     }
 }
+
+/// A transaction open on an [`FbConn`] (see [`FbConn::begin`]); one that is never committed is
+/// rolled back when its attachment detaches.
+pub struct Tx(TrHandle);
 
 fn show(c: &Column) -> String {
     match &c.value {
@@ -297,6 +330,16 @@ impl Drop for FbConn {
     fn drop(&mut self) {
         let _ = self.client.detach_database(&mut self.db);
     }
+}
+
+/// Create an empty database file at `path` with pages of `page_size` bytes.
+pub fn create_database(path: &Path, page_size: u32) {
+    let mut c = client();
+    let mut db = c
+        .create_database(&config(path), Some(page_size), Dialect::D3)
+        .unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
+    let _ = c.detach_database(&mut db);
+    shut_down_at_exit();
 }
 
 /// Tests of one process use the embedded engine one at a time (held for a test's lifetime), so
@@ -320,12 +363,7 @@ impl TestFdb {
         let turn = ONE_TEST_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let dir = PathBuf::from(need("SLUICE_TEST_FIREBIRD_DIR"));
         let path = dir.join(format!("t_{:016x}.fdb", rand::random::<u64>()));
-        let mut c = client();
-        let mut db = c
-            .create_database(&config(&path), Some(4096), Dialect::D3)
-            .unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
-        let _ = c.detach_database(&mut db);
-        shut_down_at_exit();
+        create_database(&path, 4096);
         let url = format!("firebird://{}", path.display());
         TestFdb {
             path,
