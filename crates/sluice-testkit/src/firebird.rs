@@ -1,9 +1,9 @@
 //! Firebird for tests: an embedded Firebird 5 runtime (no server) and a fresh database per test.
 //!
 //! [`Runtime::prepare`] (used by `sluice-testkit run --firebird`) installs the PyPI wheel
-//! `firebird-embedded` into a virtual environment under `~/.cache/sluice/firebird-venv` when it
-//! is missing, and builds a private runtime directory in a temporary directory: the wheel's
-//! files linked in, a copy of `firebird.conf` with `ServerMode = SuperClassic` (so the test
+//! `firebird-embedded` ([`WHEEL`], or the one [`WHEEL_ENV`] names) into a virtual environment
+//! under `~/.cache/sluice/firebird-venv` when it is missing, and builds a private runtime directory in a temporary directory: the wheel's
+//! files hard-linked in, a copy of `firebird.conf` with `ServerMode = SuperClassic` (so the test
 //! process and the `sluice` process can attach the same database file at once) and a private
 //! lock directory. The engine needs Debian's `libtommath1` and `libtomcrypt1` (installed by
 //! scripts/lib/common.sh).
@@ -28,9 +28,33 @@ use std::process::Command;
 /// The wheel version the tests run against.
 pub const WHEEL: &str = "firebird-embedded==5.0.4.4";
 
+/// Names another wheel to run against (`firebird-embedded==4.0.7.4`, `…==3.0.14.4`), for
+/// trying sluice on other Firebird versions without a server.
+pub const WHEEL_ENV: &str = "SLUICE_TEST_FIREBIRD_WHEEL";
+
+fn wheel() -> String {
+    std::env::var(WHEEL_ENV).unwrap_or_else(|_| WHEEL.to_string())
+}
+
 fn venv_dir() -> Result<PathBuf> {
     let home = std::env::var_os("HOME").context("HOME is not set")?;
-    Ok(PathBuf::from(home).join(".cache/sluice/firebird-venv"))
+    let cache = PathBuf::from(home).join(".cache/sluice");
+    let wheel = wheel();
+    Ok(if wheel == WHEEL {
+        cache.join("firebird-venv")
+    } else {
+        let version: String = wheel
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        cache.join(format!("firebird-venv-{version}"))
+    })
 }
 
 fn find_runtime(venv: &Path) -> Option<PathBuf> {
@@ -61,16 +85,33 @@ pub fn installed_runtime() -> Result<PathBuf> {
     if let Some(rt) = find_runtime(&venv) {
         return Ok(rt);
     }
-    eprintln!("sluice-testkit: installing {WHEEL} into {}", venv.display());
+    let wheel = wheel();
+    eprintln!("sluice-testkit: installing {wheel} into {}", venv.display());
     run(
         Command::new("python3").arg("-m").arg("venv").arg(&venv),
         "python3 -m venv (install Python 3 with its venv module)",
     )?;
     run(
-        Command::new(venv.join("bin/pip")).args(["install", "-q", WHEEL]),
+        Command::new(venv.join("bin/pip")).args(["install", "-q", &wheel]),
         "pip install firebird-embedded",
     )?;
     find_runtime(&venv).context("the firebird-embedded wheel holds no runtime/libfbclient.so.2")
+}
+
+/// Lay out `src` at `dst` with hard links (copies where the file system refuses them):
+/// Firebird 4 refuses to load a plugin whose path goes through a symbolic link ("Actual module
+/// name does not match requested").
+fn link_tree(src: &Path, dst: &Path) -> Result<()> {
+    if src.is_dir() {
+        std::fs::create_dir_all(dst)?;
+        for e in std::fs::read_dir(src)?.flatten() {
+            link_tree(&e.path(), &dst.join(e.file_name()))?;
+        }
+    } else if std::fs::hard_link(src, dst).is_err() {
+        std::fs::copy(src, dst)
+            .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+    }
+    Ok(())
 }
 
 /// A private embedded runtime in a temporary directory (deleted on drop).
@@ -90,7 +131,7 @@ impl Runtime {
             if name == "firebird.conf" || name == "firebird.log" {
                 continue;
             }
-            std::os::unix::fs::symlink(e.path(), root.join(&name))?;
+            link_tree(&e.path(), &root.join(&name))?;
         }
         let conf = std::fs::read_to_string(wheel.join("firebird.conf"))?;
         std::fs::write(

@@ -3,7 +3,8 @@
 //! than the export's, as they do in production with a SuperClassic or Classic server.
 //!
 //! The table is a bank: `ACC (ID BIGINT PRIMARY KEY, BAL BIGINT, PAD CHAR(100))` with every
-//! balance 1000. The writer moves 5 from one random account to another (two UPDATEs) and
+//! balance 1000 (the pad is random text, which record compression cannot shrink, so a number
+//! of accounts takes the same pages on every Firebird version). The writer moves 5 from one random account to another (two UPDATEs) and
 //! commits every `per_commit` transfers, so every committed state has the same total and the
 //! same ids: an export that is one point in time has the total `1000 × accounts`; an export
 //! that saw part of a transaction, or a record version other than its snapshot's, does not.
@@ -35,7 +36,8 @@ pub fn create_accounts(path: &Path, accounts: u64) {
          ;;
          EXECUTE BLOCK AS DECLARE I BIGINT = 1; BEGIN
            WHILE (I <= {accounts}) DO BEGIN
-             INSERT INTO ACC VALUES (:I, {BALANCE}, LPAD('', 100, 'p'));
+             INSERT INTO ACC VALUES (:I, {BALANCE}, LEFT(UUID_TO_CHAR(GEN_UUID())
+               || UUID_TO_CHAR(GEN_UUID()) || UUID_TO_CHAR(GEN_UUID()), 100));
              I = I + 1;
            END
          END"
@@ -97,22 +99,18 @@ pub fn run_transfers(
             "UPDATE ACC SET BAL = BAL + ? WHERE ID = ?",
         )
         .context("preparing the transfer")?;
-    let (_, mut whoami) = client
-        .prepare_statement(
-            db,
-            &mut tr,
-            Dialect::D3,
-            "SELECT CURRENT_TRANSACTION FROM RDB$DATABASE",
-        )
-        .context("preparing CURRENT_TRANSACTION")?;
-    let (_, mut cn_of) = client
-        .prepare_statement(
-            db,
-            &mut tr,
-            Dialect::D3,
-            "SELECT RDB$GET_TRANSACTION_CN(CAST(? AS BIGINT)) FROM RDB$DATABASE",
-        )
-        .context("preparing RDB$GET_TRANSACTION_CN")?;
+    // Only a logging writer asks for transaction and commit numbers (Firebird 4+).
+    let mut prepare = |sql: &str| -> Result<Option<crate::firebird::StmtHandle>> {
+        if log.is_none() {
+            return Ok(None);
+        }
+        let (_, stmt) = client
+            .prepare_statement(db, &mut tr, Dialect::D3, sql)
+            .with_context(|| format!("preparing {sql}"))?;
+        Ok(Some(stmt))
+    };
+    let mut whoami = prepare("SELECT CURRENT_TRANSACTION FROM RDB$DATABASE")?;
+    let mut cn_of = prepare("SELECT RDB$GET_TRANSACTION_CN(CAST(? AS BIGINT)) FROM RDB$DATABASE")?;
     let one = |client: &mut crate::firebird::Client,
                db: &mut crate::firebird::DbHandle,
                tr: &mut crate::firebird::TrHandle,
@@ -157,10 +155,9 @@ pub fn run_transfers(
             }
             moves.push((from, to));
         }
-        let id = if log.is_some() && !conflict {
-            one(client, db, &mut tr, &mut whoami, vec![])?
-        } else {
-            0
+        let id = match whoami.as_mut().filter(|_| !conflict) {
+            Some(stmt) => one(client, db, &mut tr, stmt, vec![])?,
+            None => 0,
         };
         if conflict {
             client
@@ -179,8 +176,8 @@ pub fn run_transfers(
         client
             .exec_immediate(db, &mut tr, Dialect::D3, &spec.set_transaction)
             .context("starting a writer transaction")?;
-        if let Some(out) = log.as_deref_mut().filter(|_| !conflict) {
-            let cn = one(client, db, &mut tr, &mut cn_of, vec![SqlType::Integer(id)])?;
+        if let (Some(out), Some(stmt)) = (log.as_deref_mut().filter(|_| !conflict), &mut cn_of) {
+            let cn = one(client, db, &mut tr, stmt, vec![SqlType::Integer(id)])?;
             write!(out, "tx {id} cn {cn}")?;
             for (from, to) in &moves {
                 write!(out, " {from} {to}")?;
@@ -188,7 +185,10 @@ pub fn run_transfers(
             writeln!(out)?;
         }
     }
-    for stmt in [&mut update, &mut whoami, &mut cn_of] {
+    for stmt in [Some(&mut update), whoami.as_mut(), cn_of.as_mut()]
+        .into_iter()
+        .flatten()
+    {
         let _ = client.free_statement(stmt, FreeStmtOp::Drop);
     }
     Ok(())
