@@ -21,12 +21,21 @@
 //! still running at `n`, committed afterwards and fell below the OIT before the worker joined
 //! is then visible to that worker and to no one else. Under a steady writer this happens
 //! within milliseconds: an export whose workers join on either side of such a moment shows
-//! part of a committed transaction (a bank table's total off by one transfer). The
-//! pointer-page reads were only more exposed because their workers join sooner after the
-//! snapshot (key chunking first scans the table for its key bounds). Firebird's own parallel
-//! backup (gbak `-parallel`) joins its workers the same way.
-//! `crates/sluice-cli/tests/firebird_consistency.rs` reproduces both the engine behaviour
-//! (one attachment sees a transfer the snapshot does not) and its effect on exports.
+//! part of a committed transaction (a bank table's total off by one transfer). Pointer-page
+//! runs were the exposed ones because their workers join soon after the snapshot; with key
+//! chunking the query for the key bounds (a scan) took long enough that all workers joined
+//! late alike: consistent, but as of `n` plus that transaction. The server mode does not
+//! matter (attachments of one process show it too), nor the version from 4.0 (tested on
+//! 4.0.7 and 5.0.4). Firebird's own parallel backup (gbak `-parallel`) joins its workers the
+//! same way. `crates/sluice-cli/tests/firebird_consistency.rs` reproduces both the engine
+//! behaviour (one attachment sees a transfer the snapshot does not) and its effect on exports.
+//!
+//! Examined and not the cause: a scan bounded by `RDB$DB_KEY` is a full table scan that starts
+//! and stops at record numbers (`FullTableScan`, `VIO_next_record`) and picks each record's
+//! version with the same `VIO_chase_record_version` as a fetch through an index; an update
+//! keeps a record's number (back versions move, the primary stays). Every statement of a
+//! worker runs in the transaction that joined (a reader without it now fails instead of
+//! starting one), and the coordinator reads its number inside its own transaction.
 //!
 //! So a join is checked (`read.rs`, [`FbReader::check`]): the worker reads its own
 //! transaction's snapshot number (it must be `n`, else the run fails) and its OIT, and every
