@@ -14,6 +14,7 @@
 //! ```
 
 pub mod batch;
+pub mod change;
 pub mod chunk;
 pub mod columns;
 pub mod error;

@@ -557,6 +557,24 @@ impl TupleDecoder {
     }
 }
 
+/// One column's binary decoder, for values that arrive outside a COPY stream: logical
+/// replication (pgoutput with `binary 'true'`) sends each value in the same send format, so
+/// change rows get exactly the export's Arrow values.
+#[derive(Debug)]
+pub struct ValueDecoder(Wire);
+
+impl ValueDecoder {
+    /// The decoder for a column of Arrow type `dt` (read natively, without a cast).
+    pub fn for_type(dt: &DataType) -> DResult<Self> {
+        Wire::for_type(dt).map(ValueDecoder)
+    }
+
+    /// Append one non-NULL value in binary send format to `col`.
+    pub fn append(&self, col: &mut ColumnBuilder, v: &[u8]) -> DResult<()> {
+        self.0.append(col, v)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,7 @@
 //! | `read.rs`     | one chunk as `COPY … (FORMAT binary)`                                |
 //! | `decode.rs`   | binary COPY bytes → Arrow builders                                   |
 //! | `harm.rs`     | what the run costs the server; who holds or waits for a lock in its way |
+//! | `replication/` | change capture: replication protocol, pgoutput, slot, stream   |
 //! | `error.rs`    | SQLSTATE → transient / permanent, with the fix                       |
 //! | `sql.rs`      | identifier and literal quoting                                       |
 
@@ -23,6 +24,7 @@ pub mod decode;
 pub mod error;
 pub mod harm;
 pub mod read;
+pub mod replication;
 pub mod snapshot;
 pub mod sql;
 pub mod types;
@@ -36,6 +38,8 @@ pub use connect::PgTarget;
 #[derive(Debug, Clone)]
 pub struct PgSource {
     target: PgTarget,
+    /// A snapshot to read under instead of exporting one (change capture's slot snapshot).
+    imported: Option<sluice_core::SnapshotInfo>,
 }
 
 impl PgSource {
@@ -43,6 +47,7 @@ impl PgSource {
     pub fn new(url: &str) -> Result<Self> {
         Ok(PgSource {
             target: PgTarget::parse(url)?,
+            imported: None,
         })
     }
 
@@ -67,7 +72,8 @@ impl Source for PgSource {
             .target
             .clone()
             .with_row_security(options.enable_row_security);
-        let c = snapshot::PgCoordinator::open(target, options).await?;
+        let c =
+            snapshot::PgCoordinator::open_with(target, options, self.imported.as_ref()).await?;
         Ok(Box::new(c))
     }
 

@@ -53,6 +53,17 @@ pub struct PgCoordinator {
 impl PgCoordinator {
     /// Connect; in snapshot consistency, start the snapshot transaction and export it.
     pub async fn open(target: PgTarget, options: &SourceOptions) -> Result<Self> {
+        Self::open_with(target, options, None).await
+    }
+
+    /// [`Self::open`], reading under `imported` (a snapshot exported by a replication slot,
+    /// whose position is exact) instead of exporting a snapshot of its own: change capture
+    /// hands its slot's snapshot to the export this way.
+    pub async fn open_with(
+        target: PgTarget,
+        options: &SourceOptions,
+        imported: Option<&SnapshotInfo>,
+    ) -> Result<Self> {
         let tag = options.session_tag.clone();
         let consistency = options.consistency;
         let client = target.connect(&tag).await?;
@@ -71,8 +82,10 @@ impl PgCoordinator {
             lockable: Arc::new(HashSet::new()),
             findings: crate::decode::Findings::default(),
         };
-        if consistency == Consistency::Snapshot {
-            c.export_snapshot().await?;
+        match imported {
+            Some(info) if consistency == Consistency::Snapshot => c.import_snapshot(info).await?,
+            _ if consistency == Consistency::Snapshot => c.export_snapshot().await?,
+            _ => {}
         }
         Ok(c)
     }
@@ -126,6 +139,25 @@ impl PgCoordinator {
                 .unwrap_or(Position::Unknown),
             taken_at: row.get(2),
         });
+        Ok(())
+    }
+
+    async fn import_snapshot(&mut self, info: &SnapshotInfo) -> Result<()> {
+        let display = self.target.display().to_string();
+        let id = info
+            .id
+            .as_deref()
+            .ok_or_else(|| Error::internal("an imported snapshot without a name"))?;
+        self.client()?
+            .batch_execute(&format!(
+                "SET idle_in_transaction_session_timeout = 0; \
+                 BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; \
+                 SET TRANSACTION SNAPSHOT {}",
+                crate::sql::quote_literal(id)
+            ))
+            .await
+            .map_err(|e| classify(e, Phase::Snapshot, &display))?;
+        self.snapshot = Some(info.clone());
         Ok(())
     }
 

@@ -1,0 +1,426 @@
+//! Change data capture: the vocabulary every change source and the stream runner share.
+//!
+//! A change source (PostgreSQL logical replication, later the MySQL/MariaDB binary log) decodes
+//! its log and appends each changed row **straight into Arrow column builders** owned by the
+//! runner ([`ChangeRows`]), with the same Arrow types the export gives the table, plus the
+//! change columns:
+//!
+//! | column       | type                     | meaning |
+//! |--------------|--------------------------|---------|
+//! | `_op`        | Utf8                     | `insert`, `update`, `delete`, `truncate` |
+//! | `_pos`       | Utf8                     | the commit position, written so that text order is log order (PostgreSQL: the commit LSN as 16 hex digits) |
+//! | `_seq`       | UInt64                   | strictly increasing over the whole stream: order of changes within and across transactions |
+//! | `_commit_ts` | Timestamp(µs, UTC)       | commit time |
+//! | `_xid`       | Utf8                     | the source's transaction id (PostgreSQL xid; a GTID where the source has them) |
+//! | `_absent`    | List(Utf8)               | columns this change does not carry (an unchanged TOAST value, a delete's non-key columns): their cells are NULL but mean "not sent", never "NULL" |
+//!
+//! Replaying changes by `_seq` over a snapshot needs no special case: an update that changes the
+//! key is a `delete` of the old key followed by an `insert` of the new row, and a column listed
+//! in `_absent` keeps the value it had. One transaction may span files (its rows share
+//! `_pos` and `_xid`).
+//!
+//! The adapter implements [`ChangeStream`] and feeds a [`ChangeSink`]; the runner implements the
+//! sink (batching, files, state). Neither knows the other's side.
+
+use crate::columns::{BatchBuilder, ColumnBuilder};
+use crate::error::{Error, Result};
+use crate::position::SnapshotInfo;
+use crate::source::Source;
+use crate::table::{ColumnDesc, Dataset, TableRef};
+use serde::{Deserialize, Serialize};
+use arrow_array::RecordBatch;
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use async_trait::async_trait;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Name of the operation column.
+pub const OP: &str = "_op";
+/// Name of the commit position column.
+pub const POS: &str = "_pos";
+/// Name of the sequence column.
+pub const SEQ: &str = "_seq";
+/// Name of the commit time column.
+pub const COMMIT_TS: &str = "_commit_ts";
+/// Name of the transaction id column.
+pub const XID: &str = "_xid";
+/// Name of the absent-columns column.
+pub const ABSENT: &str = "_absent";
+/// Every change column, in the order they follow the table's columns.
+pub const CHANGE_COLUMNS: [&str; 6] = [OP, POS, SEQ, COMMIT_TS, XID, ABSENT];
+
+/// What a change did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ChangeOp {
+    /// A new row.
+    Insert,
+    /// A row changed in place (same key); absent columns kept their value.
+    Update,
+    /// A row removed; the row carries the key (the whole old row where the source logs it).
+    Delete,
+    /// Every row of the table removed; the row's table columns are all absent.
+    Truncate,
+}
+
+impl ChangeOp {
+    /// The `_op` text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeOp::Insert => "insert",
+            ChangeOp::Update => "update",
+            ChangeOp::Delete => "delete",
+            ChangeOp::Truncate => "truncate",
+        }
+    }
+}
+
+/// The Arrow fields of the change columns.
+pub fn change_fields() -> Vec<Field> {
+    vec![
+        Field::new(OP, DataType::Utf8, false),
+        Field::new(POS, DataType::Utf8, false),
+        Field::new(SEQ, DataType::UInt64, false),
+        Field::new(
+            COMMIT_TS,
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            true,
+        ),
+        Field::new(XID, DataType::Utf8, true),
+        Field::new(
+            ABSENT,
+            DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+            false,
+        ),
+    ]
+}
+
+/// The schema of a table's change files: its columns (as the export writes them, made
+/// nullable, since a delete or truncate does not carry them all) followed by the change
+/// columns. Fails when the table has a column named like a change column.
+pub fn change_schema(table: &TableRef, columns: &[ColumnDesc]) -> Result<SchemaRef> {
+    let mut fields = Vec::with_capacity(columns.len() + CHANGE_COLUMNS.len());
+    for c in columns {
+        if CHANGE_COLUMNS.contains(&c.name.as_str()) {
+            return Err(Error::config(format!(
+                "{table} has a column named {}, which change files use for change metadata; \
+                 rename the column or leave the table out of the stream",
+                c.name
+            )));
+        }
+        fields.push(c.field.clone().with_nullable(true));
+    }
+    fields.extend(change_fields());
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+/// One transaction's facts, shared by its rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxMeta {
+    /// The commit position as written in `_pos` (text order is log order).
+    pub pos: String,
+    /// The transaction id as written in `_xid`.
+    pub xid: String,
+    /// Commit time, microseconds since 1970 (UTC).
+    pub commit_ts: Option<i64>,
+}
+
+/// The rows of one table (one schema version) waiting to be written: Arrow builders for the
+/// table's columns and the change columns, recycled between batches.
+#[derive(Debug)]
+pub struct ChangeRows {
+    builder: BatchBuilder,
+    table_columns: usize,
+    fixed_row_bytes: usize,
+}
+
+impl ChangeRows {
+    /// Builders for `schema` (a [`change_schema`]) whose first `table_columns` fields are the
+    /// table's.
+    pub fn new(schema: SchemaRef, table_columns: usize) -> Result<Self> {
+        let fixed_row_bytes = schema
+            .fields()
+            .iter()
+            .map(|f| f.data_type().primitive_width().unwrap_or(8))
+            .sum();
+        Ok(ChangeRows {
+            builder: BatchBuilder::new(schema, 256)?,
+            table_columns,
+            fixed_row_bytes,
+        })
+    }
+
+    /// The schema the rows are built with.
+    pub fn schema(&self) -> &SchemaRef {
+        self.builder.schema()
+    }
+
+    /// The table's column builders, in schema order: the adapter appends one value (or NULL)
+    /// to each for every change, then names the absent ones with [`Self::absent`].
+    pub fn columns(&mut self) -> &mut [ColumnBuilder] {
+        let n = self.table_columns;
+        &mut self.builder.columns()[..n]
+    }
+
+    /// Record that column `index` of the current change is absent (its cell must be NULL).
+    pub fn absent(&mut self, index: usize) -> Result<()> {
+        let name = self.builder.schema().field(index).name().clone();
+        let at = self.table_columns + 5;
+        let items = self.builder.columns()[at]
+            .list_items()
+            .ok_or_else(|| Error::internal("the _absent column is not a list"))?;
+        items.push_bytes(name.as_bytes())
+    }
+
+    /// Finish the current change: its table columns and absent names are appended; this adds
+    /// the change columns.
+    pub fn finish_row(&mut self, op: ChangeOp, tx: &TxMeta, seq: u64) -> Result<()> {
+        let n = self.table_columns;
+        let cols = &mut self.builder.columns()[n..];
+        cols[0].push_bytes(op.as_str().as_bytes())?;
+        cols[1].push_bytes(tx.pos.as_bytes())?;
+        cols[2].push_u64(seq)?;
+        match tx.commit_ts {
+            Some(t) => cols[3].push_i64(t)?,
+            None => cols[3].push_null(),
+        }
+        cols[4].push_bytes(tx.xid.as_bytes())?;
+        cols[5].push_list_end()?;
+        self.builder.row_done();
+        Ok(())
+    }
+
+    /// Changes buffered since the last batch.
+    pub fn rows(&self) -> usize {
+        self.builder.rows()
+    }
+
+    /// Arrow bytes buffered (values, offsets and variable-length data), for the byte budget.
+    pub fn bytes(&mut self) -> usize {
+        let rows = self.builder.rows();
+        let var: usize = self.builder.columns().iter().map(|c| c.var_bytes()).sum();
+        rows * self.fixed_row_bytes + var
+    }
+
+    /// Build the batch of the buffered changes; the builders keep their memory.
+    pub fn finish(&mut self) -> Result<RecordBatch> {
+        self.builder.finish()
+    }
+
+    /// Take back the memory of a written batch.
+    pub fn recycle(&mut self, batch: RecordBatch) {
+        self.builder.recycle(batch);
+    }
+}
+
+/// Where a change source delivers what it decodes. Implemented by the stream runner.
+///
+/// Call order per transaction: [`ChangeSink::begin`], then per change [`ChangeSink::row`]
+/// (append the values if it returned rows) and [`ChangeSink::row_done`], then
+/// [`ChangeSink::commit`]. [`ChangeSink::relation`] may come at any point before a table's
+/// first change and whenever its columns change.
+pub trait ChangeSink: Send {
+    /// A transaction starts.
+    fn begin(&mut self, tx: TxMeta) -> Result<()>;
+
+    /// `table` has these columns from now on (its first appearance, or a schema change).
+    /// Returns the handle the source passes to [`ChangeSink::row`] for the table.
+    fn relation(&mut self, table: &TableRef, columns: &[ColumnDesc]) -> Result<usize>;
+
+    /// Where to append one change of the table with handle `table`, or `None` when this
+    /// change is not written (the table's snapshot already holds it, or it was written before
+    /// a restart); either way [`ChangeSink::row_done`] follows.
+    fn row(&mut self, table: usize, op: ChangeOp) -> Result<Option<&mut ChangeRows>>;
+
+    /// The change whose rows [`ChangeSink::row`] returned is complete.
+    fn row_done(&mut self) -> Result<()>;
+
+    /// The transaction committed; `restart` is the position a restarted stream resumes from
+    /// so that it begins with the next transaction.
+    fn commit(&mut self, restart: &str) -> Result<()>;
+}
+
+/// What one call of [`ChangeStream::next`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Messages were handled (changes may have reached the sink).
+    Data,
+    /// Nothing arrived within the wait.
+    Idle,
+}
+
+/// A source's change log, read from a restart position. Implemented per engine.
+#[async_trait]
+pub trait ChangeStream: Send {
+    /// Handle what arrives within `wait` (at least one message if any), feeding `sink`.
+    async fn next(&mut self, sink: &mut dyn ChangeSink, wait: Duration) -> Result<Step>;
+
+    /// Everything before the restart position `restart` (as given to
+    /// [`ChangeSink::commit`]) is durable at the destination: the source may release it.
+    async fn confirm(&mut self, restart: &str) -> Result<()>;
+
+    /// The position up to which the source has sent everything, when known (between
+    /// transactions, in `_pos` form): used to tell when the stream has caught up.
+    fn received_through(&self) -> Option<String>;
+
+    /// End the stream cleanly.
+    async fn close(&mut self) -> Result<()>;
+}
+
+/// The names a capture holds on the source (PostgreSQL: a replication slot and a
+/// publication; MySQL: none, the binary log needs no server-side object).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureNames {
+    /// The replication slot.
+    pub slot: String,
+    /// The publication.
+    pub publication: String,
+}
+
+/// A snapshot whose position is exactly a stream position, held open for the export.
+pub struct HeldSnapshot {
+    /// The snapshot the export reads under (its position is exact).
+    pub snapshot: SnapshotInfo,
+    /// The stream position of the snapshot: the stream from here holds exactly the changes the
+    /// snapshot does not see.
+    pub position: String,
+    /// Keeps the snapshot valid; released when the export is done.
+    pub hold: Box<dyn SnapshotHold>,
+}
+
+/// Keeps an exported snapshot valid (PostgreSQL: the idle session that created the slot).
+#[async_trait]
+pub trait SnapshotHold: Send {
+    /// End the hold; the snapshot cannot be joined any more.
+    async fn release(self: Box<Self>) -> Result<()>;
+}
+
+/// What [`ChangeSource::create`] made.
+pub struct Created {
+    /// Where the stream starts (the slot's consistent point).
+    pub position: String,
+    /// The snapshot at exactly that position, when one was asked for.
+    pub snapshot: Option<HeldSnapshot>,
+    /// True when the publication was created by this call (so `--drop` removes it).
+    pub publication_created: bool,
+}
+
+/// What a capture costs the source now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureHarm {
+    /// Log the source keeps for this capture (PostgreSQL: WAL retained by the slot).
+    pub retained_bytes: u64,
+    /// Bytes of log between the confirmed position and the source's current end.
+    pub lag_bytes: u64,
+}
+
+/// A source that can capture changes. Implemented per engine; driven by the stream runner.
+#[async_trait]
+pub trait ChangeSource: Send + Sync {
+    /// Engine name (`postgres`).
+    fn engine(&self) -> &'static str;
+
+    /// The source location with secrets redacted.
+    fn display_url(&self) -> String;
+
+    /// The source an export reads from, under `snapshot` when given (a snapshot taken by
+    /// [`ChangeSource::create`] or [`ChangeSource::snapshot`]).
+    fn export_source(&self, snapshot: Option<&SnapshotInfo>) -> Arc<dyn Source>;
+
+    /// Refuse, with the fix, datasets or a server that cannot stream.
+    async fn check(&self, datasets: &[Dataset]) -> Result<()>;
+
+    /// True when the capture's server-side objects exist; fails when another session is
+    /// streaming from them.
+    async fn exists(&self, names: &CaptureNames) -> Result<bool>;
+
+    /// Create the capture for `datasets` (publication and slot), with a snapshot at its
+    /// start when `snapshot`. A failure leaves nothing behind.
+    async fn create(
+        &self,
+        names: &CaptureNames,
+        datasets: &[Dataset],
+        snapshot: bool,
+    ) -> Result<Created>;
+
+    /// A new snapshot whose stream position is exact (PostgreSQL: a temporary slot's), for
+    /// finishing an interrupted initial snapshot.
+    async fn snapshot(&self) -> Result<HeldSnapshot>;
+
+    /// Stream the capture's changes from the restart position `from`.
+    async fn open(
+        &self,
+        names: &CaptureNames,
+        datasets: &[Dataset],
+        from: &str,
+    ) -> Result<Box<dyn ChangeStream>>;
+
+    /// The source's current end of log, as a position: what `--until-current` waits for.
+    async fn current_position(&self) -> Result<String>;
+
+    /// What the capture costs the source now (`None` when its objects are gone).
+    async fn harm(&self, names: &CaptureNames) -> Result<Option<CaptureHarm>>;
+
+    /// Remove the capture's objects; the publication only when `publication`. Returns what
+    /// was removed, for the message.
+    async fn remove(&self, names: &CaptureNames, publication: bool) -> Result<Vec<String>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::UInt64Type;
+
+    fn col(name: &str, dt: DataType) -> ColumnDesc {
+        ColumnDesc {
+            name: name.into(),
+            source_type: "t".into(),
+            field: Field::new(name, dt, false),
+            cast: None,
+            as_text_fallback: false,
+        }
+    }
+
+    #[test]
+    fn rows_carry_change_columns_and_absent_names() {
+        let t = TableRef {
+            schema: "s".into(),
+            name: "t".into(),
+        };
+        let cols = [col("id", DataType::Int64), col("v", DataType::Utf8)];
+        let schema = change_schema(&t, &cols).unwrap();
+        assert!(schema.field(0).is_nullable());
+        let mut rows = ChangeRows::new(schema, 2).unwrap();
+        let tx = TxMeta {
+            pos: "0000000001000000".into(),
+            xid: "7".into(),
+            commit_ts: Some(1),
+        };
+        rows.columns()[0].push_i64(1).unwrap();
+        rows.columns()[1].push_null();
+        rows.absent(1).unwrap();
+        rows.finish_row(ChangeOp::Update, &tx, 42).unwrap();
+        rows.columns()[0].push_i64(2).unwrap();
+        rows.columns()[1].push_bytes(b"x").unwrap();
+        rows.finish_row(ChangeOp::Insert, &tx, 43).unwrap();
+        assert!(rows.bytes() > 0);
+        let b = rows.finish().unwrap();
+        assert_eq!(b.num_rows(), 2);
+        assert_eq!(b.column(2).as_string::<i32>().value(0), "update");
+        assert_eq!(b.column(4).as_primitive::<UInt64Type>().value(1), 43);
+        let absent = b.column(7).as_list::<i32>();
+        assert_eq!(absent.value(0).as_string::<i32>().value(0), "v");
+        assert_eq!(absent.value(1).len(), 0);
+    }
+
+    #[test]
+    fn a_column_named_like_a_change_column_is_refused() {
+        let t = TableRef {
+            schema: "s".into(),
+            name: "t".into(),
+        };
+        let e = change_schema(&t, &[col("_seq", DataType::Int64)]).unwrap_err();
+        assert!(e.to_string().contains("_seq"), "{e}");
+    }
+}

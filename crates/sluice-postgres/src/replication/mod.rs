@@ -1,0 +1,298 @@
+//! Change capture from PostgreSQL logical replication (pgoutput).
+//!
+//! | file          | what it does                                                         |
+//! |---------------|----------------------------------------------------------------------|
+//! | `conn.rs`     | the replication-protocol session (startup, auth, TLS, CopyBoth)      |
+//! | `pgoutput.rs` | the stream's messages, parsed without copying                        |
+//! | `values.rs`   | replicated values → the export's Arrow values                        |
+//! | `slot.rs`     | checks, publication, slot, what the slot costs the server            |
+//! | `stream.rs`   | messages → changes in the runner's column builders                   |
+//!
+//! The hand-off: the slot is created with `EXPORT_SNAPSHOT` on a session that then stays idle
+//! while the export reads every table under that snapshot ([`PgCapture::create`], the
+//! snapshot handed to [`crate::PgSource`]); the stream starts at the slot's consistent point.
+//! The snapshot sees exactly the transactions whose commit record starts before that point and
+//! the slot sends exactly those whose commit record starts at or after it (PostgreSQL's
+//! `SnapBuildXactNeedsSkip`), so every committed change lands once.
+
+pub mod conn;
+pub mod pgoutput;
+pub mod slot;
+pub mod stream;
+pub mod values;
+
+use crate::catalog::server_info;
+use crate::connect::PgTarget;
+use crate::sql::{quote_ident, quote_literal};
+use crate::types::TypeMap;
+use async_trait::async_trait;
+use conn::{ConnError, ReplConn};
+use sluice_core::change::{
+    CaptureHarm, CaptureNames, ChangeSource, ChangeStream, Created, HeldSnapshot, SnapshotHold,
+};
+use sluice_core::table::TableRef;
+use sluice_core::{Dataset, Error, Position, Result, SnapshotInfo, Source};
+use std::collections::HashMap;
+use std::sync::Arc;
+use stream::{PgStream, pos_lsn, pos_text};
+use tokio_postgres::Client;
+
+/// The session tag of a stream's own sessions.
+const TAG: &str = "stream";
+
+/// A PostgreSQL database as a change source.
+#[derive(Debug, Clone)]
+pub struct PgCapture {
+    target: PgTarget,
+}
+
+impl PgCapture {
+    /// Parse the URL; no connection is made yet.
+    pub fn new(url: &str) -> Result<Self> {
+        Ok(PgCapture {
+            target: PgTarget::parse(url)?,
+        })
+    }
+
+    async fn client(&self) -> Result<Client> {
+        self.target.connect(TAG).await
+    }
+
+    fn display(&self) -> &str {
+        self.target.display()
+    }
+}
+
+/// The idle session that keeps a slot's exported snapshot valid.
+struct ConnHold(ReplConn);
+
+#[async_trait]
+impl SnapshotHold for ConnHold {
+    async fn release(mut self: Box<Self>) -> Result<()> {
+        self.0.close().await;
+        Ok(())
+    }
+}
+
+fn held(conn: ReplConn, created: slot::CreatedSlot) -> Result<HeldSnapshot> {
+    let id = created
+        .snapshot
+        .ok_or_else(|| Error::internal("the slot exported no snapshot"))?;
+    Ok(HeldSnapshot {
+        snapshot: SnapshotInfo {
+            id: Some(id),
+            position: Position::Postgres {
+                lsn: slot::format_lsn(created.consistent_point),
+                exact: true,
+            },
+            taken_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        },
+        position: pos_text(created.consistent_point),
+        hold: Box::new(ConnHold(conn)),
+    })
+}
+
+#[async_trait]
+impl ChangeSource for PgCapture {
+    fn engine(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn display_url(&self) -> String {
+        self.display().to_string()
+    }
+
+    fn export_source(&self, snapshot: Option<&SnapshotInfo>) -> Arc<dyn Source> {
+        Arc::new(crate::PgSource {
+            target: self.target.clone(),
+            imported: snapshot.cloned(),
+        })
+    }
+
+    async fn check(&self, datasets: &[Dataset]) -> Result<()> {
+        let client = self.client().await?;
+        let server = server_info(&client, self.display()).await?;
+        let mut types = TypeMap::new();
+        slot::preflight(&client, &server, datasets, &mut types, self.display()).await
+    }
+
+    async fn exists(&self, names: &CaptureNames) -> Result<bool> {
+        let client = self.client().await?;
+        let Some(info) = slot::slot_info(&client, &names.slot, self.display()).await? else {
+            return Ok(false);
+        };
+        if let Some(pid) = info.active_pid {
+            return Err(Error::config(format!(
+                "replication slot {} on {} is in use by another session (pid {pid}): another \
+                 stream is reading it. Stop that stream first; two streams cannot share a slot.",
+                names.slot,
+                self.display()
+            )));
+        }
+        if info.plugin.as_deref() != Some("pgoutput") {
+            return Err(Error::config(format!(
+                "replication slot {} on {} is not a pgoutput logical slot ({}): name another \
+                 --slot.",
+                names.slot,
+                self.display(),
+                info.plugin.as_deref().unwrap_or("physical")
+            )));
+        }
+        if info.wal_status.as_deref() == Some("lost") {
+            return Err(Error::source_permanent(format!(
+                "replication slot {} on {} was invalidated (the server removed WAL it still \
+                 needed, max_slot_wal_keep_size): changes since the saved position are lost. \
+                 Start over: sluice stream --drop with the same arguments, then stream into a \
+                 new output.",
+                names.slot,
+                self.display()
+            )));
+        }
+        Ok(true)
+    }
+
+    async fn create(
+        &self,
+        names: &CaptureNames,
+        datasets: &[Dataset],
+        snapshot: bool,
+    ) -> Result<Created> {
+        let client = self.client().await?;
+        let tables: Vec<TableRef> = datasets.iter().filter_map(|d| d.object.clone()).collect();
+        let publication_created =
+            slot::ensure_publication(&client, &names.publication, &tables, self.display()).await?;
+        let made = async {
+            let mut conn = ReplConn::connect(&self.target).await?;
+            let created = slot::create_slot(&mut conn, &names.slot, false, snapshot).await?;
+            Ok::<_, Error>((conn, created))
+        }
+        .await;
+        let (mut conn, created) = match made {
+            Ok(x) => x,
+            Err(e) => {
+                // Leave nothing behind a failed first start.
+                if publication_created {
+                    let _ =
+                        slot::drop_publication(&client, &names.publication, self.display()).await;
+                }
+                return Err(e);
+            }
+        };
+        let position = pos_text(created.consistent_point);
+        let snapshot = if snapshot {
+            Some(held(conn, created)?)
+        } else {
+            conn.close().await;
+            None
+        };
+        Ok(Created {
+            position,
+            snapshot,
+            publication_created,
+        })
+    }
+
+    async fn snapshot(&self) -> Result<HeldSnapshot> {
+        let mut conn = ReplConn::connect(&self.target).await?;
+        let name = format!("sluice_tmp_{:016x}", rand::random::<u64>());
+        let created = slot::create_slot(&mut conn, &name, true, true).await?;
+        held(conn, created)
+    }
+
+    async fn open(
+        &self,
+        names: &CaptureNames,
+        datasets: &[Dataset],
+        from: &str,
+    ) -> Result<Box<dyn ChangeStream>> {
+        let start = pos_lsn(from)
+            .ok_or_else(|| Error::internal(format!("{from:?} is not a stream position")))?;
+        let client = self.client().await?;
+        let server = server_info(&client, self.display()).await?;
+        let mut conn = ReplConn::connect(&self.target).await?;
+        let sql = format!(
+            "START_REPLICATION SLOT {} LOGICAL {} (proto_version '1', publication_names {}, \
+             binary 'true')",
+            quote_ident(&names.slot),
+            slot::format_lsn(start),
+            quote_literal(&quote_ident(&names.publication))
+        );
+        let display = self.display().to_string();
+        conn.start_copy_both(&sql).await.map_err(|e| match e {
+            ConnError::Server(s) if s.code == "55006" => Error::config(format!(
+                "replication slot {} on {display} is in use by another session: another stream \
+                 is reading it. Stop that stream first; two streams cannot share a slot.",
+                names.slot
+            )),
+            ConnError::Server(s) if s.code == "42704" => Error::source_permanent(format!(
+                "replication slot {} no longer exists on {display} ({s}); the changes since the \
+                 saved position are lost. Start over: sluice stream --drop with the same \
+                 arguments, then stream into a new output.",
+                names.slot
+            )),
+            ConnError::Server(s) if s.code == "55000" => Error::source_permanent(format!(
+                "replication slot {} on {display} cannot be read: {s}. If it was invalidated \
+                 (max_slot_wal_keep_size), the changes since the saved position are lost: start \
+                 over with sluice stream --drop and a new output.",
+                names.slot
+            )),
+            other => other.into_error("START_REPLICATION", &display),
+        })?;
+        let keys: HashMap<TableRef, Vec<String>> = datasets
+            .iter()
+            .filter_map(|d| Some((d.object.clone()?, d.primary_key.clone())))
+            .collect();
+        Ok(Box::new(PgStream::new(
+            conn,
+            client,
+            server.money_scale,
+            keys,
+            start,
+        )))
+    }
+
+    async fn current_position(&self) -> Result<String> {
+        let client = self.client().await?;
+        let row = client
+            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .await
+            .map_err(|e| crate::error::classify(e, crate::error::Phase::Catalog, self.display()))?;
+        let lsn: String = row.get(0);
+        slot::parse_lsn(&lsn)
+            .map(pos_text)
+            .ok_or_else(|| Error::internal(format!("unreadable LSN {lsn}")))
+    }
+
+    async fn harm(&self, names: &CaptureNames) -> Result<Option<CaptureHarm>> {
+        let client = self.client().await?;
+        Ok(slot::slot_harm(&client, &names.slot, self.display())
+            .await?
+            .map(|h| CaptureHarm {
+                retained_bytes: h.retained_bytes,
+                lag_bytes: h.lag_bytes,
+            }))
+    }
+
+    async fn remove(&self, names: &CaptureNames, publication: bool) -> Result<Vec<String>> {
+        let client = self.client().await?;
+        let mut out = Vec::new();
+        if let Some(info) = slot::slot_info(&client, &names.slot, self.display()).await?
+            && let Some(pid) = info.active_pid
+        {
+            return Err(Error::config(format!(
+                "replication slot {} on {} is in use by pid {pid}; stop that stream before \
+                 dropping it.",
+                names.slot,
+                self.display()
+            )));
+        }
+        if slot::drop_slot(&client, &names.slot, self.display()).await? {
+            out.push(format!("replication slot {}", names.slot));
+        }
+        if publication {
+            slot::drop_publication(&client, &names.publication, self.display()).await?;
+            out.push(format!("publication {}", names.publication));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,429 @@
+//! What a stream needs from the server before it starts, and what it costs the server while it
+//! runs: checks with their fixes, the publication, the slot, and the slot's harm.
+
+use super::conn::{ConnError, ReplConn};
+use super::values::Codec;
+use crate::catalog::{ServerInfo, load_types};
+use crate::error::{Phase, classify};
+use crate::sql::{quote_ident, quote_table};
+use crate::types::{TypeMap, map_column};
+use sluice_core::table::TableRef;
+use sluice_core::{ColumnDesc, Dataset, DatasetKind, Error, Result};
+use tokio_postgres::Client;
+
+/// The oldest server whose pgoutput sends values in binary form (`binary 'true'`).
+pub const MIN_VERSION_NUM: i32 = 140_000;
+
+/// Refuse what cannot stream, each with its fix: an old server, `wal_level` other than
+/// `logical`, a user without REPLICATION, a table whose updates and deletes cannot be keyed, a
+/// view or query, a column whose type the stream cannot decode.
+pub async fn preflight(
+    client: &Client,
+    server: &ServerInfo,
+    datasets: &[Dataset],
+    types: &mut TypeMap,
+    display: &str,
+) -> Result<()> {
+    let err = |e| classify(e, Phase::Catalog, display);
+    if server.version_num < MIN_VERSION_NUM {
+        return Err(Error::source_permanent(format!(
+            "{display} runs {}; sluice stream needs PostgreSQL 14 or later, whose logical \
+             replication sends values in binary form (the export's decoders read them). Export \
+             with sluice export instead, or upgrade the server.",
+            server.version
+        )));
+    }
+    let row = client
+        .query_one(
+            "SELECT current_setting('wal_level'), \
+                    (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user)",
+            &[],
+        )
+        .await
+        .map_err(err)?;
+    let wal_level: String = row.get(0);
+    if wal_level != "logical" {
+        return Err(Error::source_permanent(format!(
+            "{display} has wal_level = {wal_level}, so it writes no logical change records. \
+             Set wal_level = logical in postgresql.conf (ALTER SYSTEM SET wal_level = logical) \
+             and restart the server."
+        )));
+    }
+    if !row.get::<_, Option<bool>>(1).unwrap_or(false) {
+        return Err(Error::source_permanent(format!(
+            "user {} on {display} lacks the REPLICATION attribute, which a replication slot \
+             needs. Grant it (ALTER ROLE {} REPLICATION) or connect as a user that has it.",
+            server.user,
+            quote_ident(&server.user)
+        )));
+    }
+    for ds in datasets {
+        let Some(t) = ds.object.as_ref() else {
+            return Err(Error::config(format!(
+                "{} is a query; sluice stream captures tables only.",
+                ds.name
+            )));
+        };
+        if !matches!(ds.kind, DatasetKind::Table | DatasetKind::Partitioned) {
+            return Err(Error::config(format!(
+                "{} is a view; sluice stream captures tables only (views have no change log).",
+                ds.name
+            )));
+        }
+        let identity: String = client
+            .query_one(
+                "SELECT relreplident::text FROM pg_class WHERE oid = $1::regclass",
+                &[&quote_table(t)],
+            )
+            .await
+            .map_err(err)?
+            .get(0);
+        let keyed = match identity.as_str() {
+            "f" | "i" => true,
+            "d" => !ds.primary_key.is_empty() && has_primary_key(client, t, display).await?,
+            _ => false,
+        };
+        if !keyed {
+            return Err(Error::config(format!(
+                "{} has {}, so its updates and deletes cannot be keyed in change files. Add a \
+                 primary key, or log whole old rows: ALTER TABLE {} REPLICA IDENTITY FULL.",
+                ds.name,
+                if identity == "n" {
+                    "REPLICA IDENTITY NOTHING"
+                } else {
+                    "no primary key"
+                },
+                quote_table(t)
+            )));
+        }
+        table_columns(client, t, types, server.money_scale, display).await?;
+    }
+    Ok(())
+}
+
+async fn has_primary_key(client: &Client, t: &TableRef, display: &str) -> Result<bool> {
+    Ok(client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_index WHERE indrelid = $1::regclass AND indisprimary)",
+            &[&quote_table(t)],
+        )
+        .await
+        .map_err(|e| classify(e, Phase::Catalog, display))?
+        .get(0))
+}
+
+/// The columns of `t` as the export describes them, with how each replicated value is
+/// decoded. Fails naming a column whose type the stream cannot decode.
+pub async fn table_columns(
+    client: &Client,
+    t: &TableRef,
+    types: &mut TypeMap,
+    money_scale: i8,
+    display: &str,
+) -> Result<Vec<(ColumnDesc, u32, Codec)>> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text, a.atttypid, a.atttypmod, a.attndims::int4, \
+                    format_type(a.atttypid, a.atttypmod) \
+             FROM pg_attribute a WHERE a.attrelid = $1::regclass AND a.attnum > 0 \
+               AND NOT a.attisdropped ORDER BY a.attnum",
+            &[&quote_table(t)],
+        )
+        .await
+        .map_err(|e| classify(e, Phase::Catalog, display))?;
+    let oids: Vec<u32> = rows.iter().map(|r| r.get(1)).collect();
+    load_types(client, &oids, types, display).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let name: String = r.get(0);
+        let type_oid: u32 = r.get(1);
+        let m = map_column(types, type_oid, r.get(2), r.get(3), money_scale);
+        let codec = Codec::for_column(types, type_oid, &m);
+        let source_type: String = r.get(4);
+        if let Some(ty) = codec.unsupported() {
+            return Err(Error::config(format!(
+                "{t}.{name} is of type {ty} ({source_type}), whose replicated binary form sluice \
+                 stream cannot decode (the export reads it as text through a cast, which a \
+                 replication stream cannot apply). Leave the table out of the stream, or change \
+                 the column's type."
+            )));
+        }
+        out.push((
+            ColumnDesc {
+                field: m.field(&name, true),
+                name,
+                source_type,
+                cast: m.cast.clone(),
+                as_text_fallback: m.fallback,
+            },
+            type_oid,
+            codec,
+        ));
+    }
+    Ok(out)
+}
+
+/// One column described from a Relation message alone (when the catalog has moved on).
+pub fn describe(
+    types: &TypeMap,
+    t: &TableRef,
+    c: &super::pgoutput::RelColumn,
+    money_scale: i8,
+) -> Result<(ColumnDesc, u32, Codec)> {
+    let m = map_column(types, c.type_oid, c.typmod, 0, money_scale);
+    let codec = Codec::for_column(types, c.type_oid, &m);
+    let ty = types
+        .get(&c.type_oid)
+        .map(|t| t.name.clone())
+        .unwrap_or_else(|| format!("type {}", c.type_oid));
+    if codec.unsupported().is_some() {
+        return Err(Error::config(format!(
+            "{t}.{} is of type {ty}, whose replicated binary form sluice stream cannot decode. \
+             Leave the table out of the stream, or change the column's type.",
+            c.name
+        )));
+    }
+    Ok((
+        ColumnDesc {
+            field: m.field(&c.name, true),
+            name: c.name.clone(),
+            source_type: ty,
+            cast: m.cast.clone(),
+            as_text_fallback: m.fallback,
+        },
+        c.type_oid,
+        codec,
+    ))
+}
+
+/// Create the publication for `tables` unless it exists; an existing one must publish every
+/// table. Returns true when this call created it.
+pub async fn ensure_publication(
+    client: &Client,
+    name: &str,
+    tables: &[TableRef],
+    display: &str,
+) -> Result<bool> {
+    let err = |e| classify(e, Phase::Catalog, display);
+    let exists = client
+        .query_opt("SELECT 1 FROM pg_publication WHERE pubname = $1", &[&name])
+        .await
+        .map_err(err)?
+        .is_some();
+    if exists {
+        let published = client
+            .query(
+                "SELECT schemaname::text, tablename::text FROM pg_publication_tables \
+                 WHERE pubname = $1",
+                &[&name],
+            )
+            .await
+            .map_err(err)?;
+        let have: Vec<TableRef> = published
+            .iter()
+            .map(|r| TableRef {
+                schema: r.get(0),
+                name: r.get(1),
+            })
+            .collect();
+        let missing: Vec<String> = tables
+            .iter()
+            .filter(|t| !have.contains(t))
+            .map(|t| t.to_string())
+            .collect();
+        if !missing.is_empty() {
+            return Err(Error::config(format!(
+                "publication {name} on {display} exists but does not publish {}. Add them \
+                 (ALTER PUBLICATION {} ADD TABLE …), or name another --publication for sluice \
+                 to create.",
+                missing.join(", "),
+                quote_ident(name)
+            )));
+        }
+        return Ok(false);
+    }
+    let list: Vec<String> = tables.iter().map(quote_table).collect();
+    client
+        .batch_execute(&format!(
+            "CREATE PUBLICATION {} FOR TABLE {} WITH (publish_via_partition_root = true)",
+            quote_ident(name),
+            list.join(", ")
+        ))
+        .await
+        .map_err(|e| {
+            classify(e, Phase::Catalog, display).context(format!(
+                "creating publication {name} (it needs CREATE on the database and ownership \
+                 of the tables; a superuser can create it for you: CREATE PUBLICATION {} FOR \
+                 TABLE {})",
+                quote_ident(name),
+                list.join(", ")
+            ))
+        })?;
+    Ok(true)
+}
+
+/// A slot as `pg_replication_slots` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotInfo {
+    /// Backend pid of the session streaming from it, if one is.
+    pub active_pid: Option<i32>,
+    /// The output plugin.
+    pub plugin: Option<String>,
+    /// The database it decodes.
+    pub database: Option<String>,
+    /// `wal_status` (`reserved`, `extended`, `unreserved`, `lost`).
+    pub wal_status: Option<String>,
+}
+
+/// The slot named `name`, if it exists.
+pub async fn slot_info(client: &Client, name: &str, display: &str) -> Result<Option<SlotInfo>> {
+    let row = client
+        .query_opt(
+            "SELECT active_pid, plugin::text, database::text, wal_status \
+             FROM pg_replication_slots WHERE slot_name = $1",
+            &[&name],
+        )
+        .await
+        .map_err(|e| classify(e, Phase::Catalog, display))?;
+    Ok(row.map(|r| SlotInfo {
+        active_pid: r.get(0),
+        plugin: r.get(1),
+        database: r.get(2),
+        wal_status: r.get(3),
+    }))
+}
+
+/// A slot created with an exported snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreatedSlot {
+    /// Where the slot became consistent: the snapshot sees exactly the transactions whose
+    /// commit record starts before it, and the stream sends those that start at or after it.
+    pub consistent_point: u64,
+    /// The exported snapshot's name (valid while the creating session stays idle).
+    pub snapshot: Option<String>,
+}
+
+/// Create a logical pgoutput slot on `conn`, exporting its snapshot when `export`.
+/// `temporary` slots vanish with the session.
+pub async fn create_slot(
+    conn: &mut ReplConn,
+    name: &str,
+    temporary: bool,
+    export: bool,
+) -> Result<CreatedSlot> {
+    // The pre-15 syntax, which every supported server accepts.
+    let sql = format!(
+        "CREATE_REPLICATION_SLOT {}{} LOGICAL pgoutput {}",
+        quote_ident(name),
+        if temporary { " TEMPORARY" } else { "" },
+        if export {
+            "EXPORT_SNAPSHOT"
+        } else {
+            "NOEXPORT_SNAPSHOT"
+        }
+    );
+    let display = conn.display().to_string();
+    let rows = conn.query(&sql).await.map_err(|e| match e {
+        ConnError::Server(s) if s.code == "42710" => Error::config(format!(
+            "replication slot {name} already exists on {display} but this output has no stream \
+             state for it. Pass another --slot, or drop the old slot (sluice stream --drop with \
+             the arguments that created it, or SELECT pg_drop_replication_slot('{name}')) — \
+             a slot nobody reads keeps WAL on the server."
+        )),
+        ConnError::Server(s) if s.code == "53400" => Error::source_permanent(format!(
+            "{display} has no free replication slot ({s}). Raise max_replication_slots or drop \
+             an unused slot (SELECT slot_name, active FROM pg_replication_slots)."
+        )),
+        other => other.into_error("creating replication slot", &display),
+    })?;
+    let row = rows
+        .first()
+        .ok_or_else(|| Error::internal("CREATE_REPLICATION_SLOT returned no row"))?;
+    let point = row
+        .get(1)
+        .and_then(|p| p.as_deref())
+        .and_then(parse_lsn)
+        .ok_or_else(|| Error::internal("CREATE_REPLICATION_SLOT returned no consistent point"))?;
+    Ok(CreatedSlot {
+        consistent_point: point,
+        snapshot: row.get(2).cloned().flatten(),
+    })
+}
+
+/// Drop slot `name` if it exists (refused by the server while a session streams from it).
+pub async fn drop_slot(client: &Client, name: &str, display: &str) -> Result<bool> {
+    let dropped = client
+        .query(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+             WHERE slot_name = $1",
+            &[&name],
+        )
+        .await
+        .map_err(|e| classify(e, Phase::Catalog, display).context(format!("dropping slot {name}")))?;
+    Ok(!dropped.is_empty())
+}
+
+/// Drop publication `name` if it exists.
+pub async fn drop_publication(client: &Client, name: &str, display: &str) -> Result<()> {
+    client
+        .batch_execute(&format!("DROP PUBLICATION IF EXISTS {}", quote_ident(name)))
+        .await
+        .map_err(|e| {
+            classify(e, Phase::Catalog, display).context(format!("dropping publication {name}"))
+        })
+}
+
+/// What the slot costs the server now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SlotHarm {
+    /// WAL the slot keeps on the server: bytes from its restart point to the current WAL end.
+    pub retained_bytes: u64,
+    /// Bytes from the slot's confirmed position to the current WAL end.
+    pub lag_bytes: u64,
+    /// The current WAL end.
+    pub wal_end: u64,
+}
+
+/// Sample slot `name`'s harm.
+pub async fn slot_harm(client: &Client, name: &str, display: &str) -> Result<Option<SlotHarm>> {
+    let row = client
+        .query_opt(
+            "SELECT pg_current_wal_lsn()::text, restart_lsn::text, confirmed_flush_lsn::text \
+             FROM pg_replication_slots WHERE slot_name = $1",
+            &[&name],
+        )
+        .await
+        .map_err(|e| classify(e, Phase::Catalog, display))?;
+    Ok(row.map(|r| {
+        let lsn = |i: usize| r.get::<_, Option<String>>(i).as_deref().and_then(parse_lsn);
+        let end = lsn(0).unwrap_or(0);
+        SlotHarm {
+            retained_bytes: end.saturating_sub(lsn(1).unwrap_or(end)),
+            lag_bytes: end.saturating_sub(lsn(2).unwrap_or(end)),
+            wal_end: end,
+        }
+    }))
+}
+
+/// Parse an LSN as PostgreSQL prints it (`16/B374D848`).
+pub fn parse_lsn(s: &str) -> Option<u64> {
+    let (hi, lo) = s.split_once('/')?;
+    Some((u64::from_str_radix(hi, 16).ok()? << 32) | u64::from_str_radix(lo, 16).ok()?)
+}
+
+/// An LSN as PostgreSQL prints it.
+pub fn format_lsn(lsn: u64) -> String {
+    format!("{:X}/{:X}", lsn >> 32, lsn & 0xffff_ffff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lsn_round_trip() {
+        assert_eq!(parse_lsn("16/B374D848"), Some(0x16_B374_D848));
+        assert_eq!(format_lsn(0x16_B374_D848), "16/B374D848");
+        assert_eq!(parse_lsn("nonsense"), None);
+    }
+}
