@@ -75,6 +75,9 @@ pub enum Command {
     /// Show what an export would do — sizes, chunks, workers, memory — without reading rows.
     #[command(after_help = sizes_note!())]
     Plan(Box<PlanArgs>),
+    /// Capture changes (PostgreSQL logical replication) into batched change files after an initial snapshot, without gap or overlap.
+    #[command(after_help = STREAM_HELP)]
+    Stream(Box<crate::stream::StreamArgs>),
     /// Show this build (version, commit, sources, destinations, formats) and check what a run needs.
     Doctor(DoctorArgs),
     /// Print a shell completion script: sluice completions bash > /etc/bash_completion.d/sluice.
@@ -110,6 +113,20 @@ const EXPORT_EXAMPLES: &str = concat!(
     sluice export --source postgres://app@db/shop --table public.orders --to s3://bucket/exports \\\n    \
     --storage-option endpoint=http://127.0.0.1:9000 --storage-option allow_http=true --part-size 16MB\n\n\
     Output: <to>/<schema>.<table>/part-00000.parquet … and <to>/manifest.json, written last.\n\n",
+    sizes_note!()
+);
+
+const STREAM_HELP: &str = concat!(
+    "Examples:\n  \
+    sluice stream --source postgres://app@db/shop --table public.orders --to ./cdc --until-current\n  \
+    sluice stream -c stream.yaml --metrics-addr 127.0.0.1:9187\n  \
+    sluice stream --source postgres://app@db/shop --table public.orders --to ./cdc --drop\n\n\
+    Output: <to>/<schema>.<table>/part-*.parquet (the snapshot) and \
+    <to>/<schema>.<table>/changes/<pos>-<seq>.parquet: the table's columns plus _op, _pos, _seq, \
+    _commit_ts, _xid and _absent (columns a change does not carry). Replay by _seq. \
+    The position is kept in <to>/_sluice/stream.json; run the same command again to continue.\n\n\
+    A stopped stream's replication slot keeps WAL on the server until the stream runs again: \
+    sluice stream --drop removes the slot and the publication it created.\n\n",
     sizes_note!()
 );
 

@@ -107,6 +107,49 @@ struct FileConfig {
     long_query_guard: Option<u64>,
     long_query_wait: Option<u64>,
     lock_non_transactional: Option<bool>,
+    // `sluice stream` keys (see `stream.rs`).
+    initial: Option<String>,
+    slot: Option<String>,
+    publication: Option<String>,
+    batch_bytes: Option<SizeValue>,
+    batch_seconds: Option<f64>,
+    until_current: Option<bool>,
+    state: Option<String>,
+    metrics_addr: Option<String>,
+}
+
+/// The `sluice stream` keys of the config file (flags override them in `stream.rs`).
+#[derive(Debug, Clone, Default)]
+pub struct StreamKeys {
+    /// `initial`.
+    pub initial: Option<String>,
+    /// `slot`.
+    pub slot: Option<String>,
+    /// `publication`.
+    pub publication: Option<String>,
+    /// `batch_bytes`, as written.
+    pub batch_bytes: Option<String>,
+    /// `batch_seconds`.
+    pub batch_seconds: Option<f64>,
+    /// `until_current`.
+    pub until_current: Option<bool>,
+    /// `state`.
+    pub state: Option<String>,
+    /// `metrics_addr`.
+    pub metrics_addr: Option<String>,
+}
+
+fn stream_keys(file: &mut FileConfig) -> StreamKeys {
+    StreamKeys {
+        initial: file.initial.take(),
+        slot: file.slot.take(),
+        publication: file.publication.take(),
+        batch_bytes: file.batch_bytes.take().map(|s| s.text()),
+        batch_seconds: file.batch_seconds.take(),
+        until_current: file.until_current.take(),
+        state: file.state.take(),
+        metrics_addr: file.metrics_addr.take(),
+    }
 }
 
 fn load(path: &Path) -> Result<FileConfig> {
@@ -260,6 +303,8 @@ pub struct Resolved {
     /// Object-store client options (`part_size`, `upload_concurrency` and the builders' keys),
     /// applied after the `--to` URL's query.
     pub storage_options: Vec<(String, String)>,
+    /// The file's `sluice stream` keys.
+    pub stream: StreamKeys,
     /// The file's `log_format` (the `--log-format` flag wins over it; see `main.rs`).
     pub log_format: Option<LogFormat>,
     /// MySQL/MariaDB lock bounds, when any of their flags or keys was given.
@@ -384,6 +429,7 @@ pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resol
             })
         }
     };
+    let stream = stream_keys(&mut file);
     let flag = |f: fn(&ExportArgs) -> bool| e.is_some_and(f);
     let to = pick(e.and_then(|e| e.to.clone()), file.to.take());
     let storage_options = storage_options(e, &mut file, to.as_deref())?;
@@ -413,6 +459,7 @@ pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resol
         storage_options,
         log_format: file.log_format,
         locking,
+        stream,
     })
 }
 

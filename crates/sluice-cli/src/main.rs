@@ -8,6 +8,7 @@ mod display;
 mod doctor;
 mod log;
 mod registry;
+mod stream;
 mod version;
 
 use anyhow::Context;
@@ -57,7 +58,7 @@ fn main() -> ExitCode {
         Cli::command()
             .error(
                 clap::error::ErrorKind::MissingSubcommand,
-                "no command given: use sluice export, plan, doctor, completions or man \
+                "no command given: use sluice export, plan, stream, doctor, completions or man \
                  (sluice --help lists them)",
             )
             .exit();
@@ -68,6 +69,7 @@ fn main() -> ExitCode {
     let resolved = match &command {
         Command::Export(a) => Some(config::resolve(&a.select, Some(a.as_ref()))),
         Command::Plan(a) => Some(config::resolve(&a.select, None)),
+        Command::Stream(a) => Some(config::resolve(&a.select, Some(&a.as_export()))),
         _ => None,
     };
     let format = cli
@@ -138,7 +140,8 @@ async fn run(
     match (command, resolved) {
         (Command::Export(_), Some(r)) => export(r?, quiet, format).await,
         (Command::Plan(args), Some(r)) => plan(r?, args.json).await,
-        (Command::Export(_) | Command::Plan(_), None) => Err(sluice_core::Error::internal(
+        (Command::Stream(args), Some(r)) => stream::run(*args, r?, quiet, format).await,
+        (Command::Export(_) | Command::Plan(_) | Command::Stream(_), None) => Err(sluice_core::Error::internal(
             "the configuration was not resolved before the run",
         )
         .into()),
@@ -245,7 +248,7 @@ async fn plan(resolved: config::Resolved, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_signal() {
+pub(crate) async fn wait_for_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

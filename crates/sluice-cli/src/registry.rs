@@ -87,6 +87,19 @@ pub fn open_source(url: &str, locking: Option<sluice_mysql::Locking>) -> Result<
     )))
 }
 
+/// Open the change source for `url` (`sluice stream`): PostgreSQL today.
+pub fn open_change_source(url: &str) -> Result<Arc<dyn sluice_core::change::ChangeSource>> {
+    if sluice_postgres::PgSource::handles(url) {
+        return Ok(Arc::new(sluice_postgres::replication::PgCapture::new(
+            url,
+        )?));
+    }
+    Err(Error::config(format!(
+        "sluice stream captures changes from PostgreSQL (postgres://…); {} is not one.",
+        sluice_core::redact::redact_url(url)
+    )))
+}
+
 /// Release what source adapters hold for the whole process (today: the Firebird client
 /// library, whose own exit-time shutdown can deadlock with an embedded engine). Returns true
 /// when the process must then leave with `_exit` rather than run its exit handlers.

@@ -72,7 +72,7 @@ pub async fn preflight(
         }
         let identity: String = client
             .query_one(
-                "SELECT relreplident::text FROM pg_class WHERE oid = $1::regclass",
+                "SELECT relreplident::text FROM pg_class WHERE oid = $1::text::regclass",
                 &[&quote_table(t)],
             )
             .await
@@ -104,7 +104,7 @@ pub async fn preflight(
 async fn has_primary_key(client: &Client, t: &TableRef, display: &str) -> Result<bool> {
     Ok(client
         .query_one(
-            "SELECT EXISTS (SELECT 1 FROM pg_index WHERE indrelid = $1::regclass AND indisprimary)",
+            "SELECT EXISTS (SELECT 1 FROM pg_index WHERE indrelid = $1::text::regclass AND indisprimary)",
             &[&quote_table(t)],
         )
         .await
@@ -125,7 +125,7 @@ pub async fn table_columns(
         .query(
             "SELECT a.attname::text, a.atttypid, a.atttypmod, a.attndims::int4, \
                     format_type(a.atttypid, a.atttypmod) \
-             FROM pg_attribute a WHERE a.attrelid = $1::regclass AND a.attnum > 0 \
+             FROM pg_attribute a WHERE a.attrelid = $1::text::regclass AND a.attnum > 0 \
                AND NOT a.attisdropped ORDER BY a.attnum",
             &[&quote_table(t)],
         )

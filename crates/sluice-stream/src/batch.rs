@@ -1,0 +1,458 @@
+//! The runner's side of the change sink: per-table builders, change files, batches.
+//!
+//! Changes go into each table's Arrow builders as the source decodes them; a table's builders
+//! are handed to its open change file when they reach the flush budget, so memory holds at most
+//! one flush budget plus one row group per table with changes in the batch, whatever the size
+//! of a transaction. A batch is cut when its bytes reach `--batch-bytes`, when it is
+//! `--batch-seconds` old, before a table's schema changes, and at a stop; a cut may fall inside
+//! a transaction (the state then restarts at the transaction's start and skips what was
+//! written, by `_seq`).
+//!
+//! File names: `<dataset>/changes/<POS>-<SEQ>.<ext>`, the `_pos` and `_seq` of the file's first
+//! change. A retried batch starts with the same change, so it rewrites the same names; the
+//! name is known before the first byte is written, as object stores need.
+
+use crate::metrics::Metrics;
+use crate::state::{Committed, Intent, SchemaVersion, StateStore, StreamState};
+use arrow_array::cast::AsArray;
+use sluice_core::change::{ChangeOp, ChangeRows, ChangeSink, TxMeta, change_schema};
+use sluice_core::failpoint;
+use sluice_core::table::TableRef;
+use sluice_core::{ColumnDesc, Error, ErrorKind, Result};
+use sluice_sink::layout::dataset_dir;
+use sluice_sink::{Destination, FormatOptions, PartWriter, open_part};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+struct OpenFile {
+    writer: Box<dyn PartWriter>,
+    path: String,
+}
+
+struct Table {
+    dataset: String,
+    /// Not in the stream's selection (a shared publication): its changes are not written.
+    ignored: bool,
+    snapshot_position: Option<String>,
+    version: u32,
+    rows: Option<ChangeRows>,
+    file: Option<OpenFile>,
+}
+
+struct Batch {
+    first_seq: u64,
+    last_seq: u64,
+    started: Instant,
+    bytes: usize,
+    changes: u64,
+}
+
+/// Budgets of the batcher.
+#[derive(Debug, Clone, Copy)]
+pub struct Budgets {
+    /// Cut a batch at this many bytes of change data.
+    pub batch_bytes: u64,
+    /// Cut a batch this long after its first change.
+    pub batch_time: Duration,
+    /// Hand a table's builders to its file at this many bytes.
+    pub flush_bytes: usize,
+}
+
+/// What the last cut committed, for the log line and the report.
+#[derive(Debug, Clone, Default)]
+pub struct CutInfo {
+    /// Changes in the batch.
+    pub changes: u64,
+    /// Files committed.
+    pub files: usize,
+    /// `_seq` range.
+    pub seqs: (u64, u64),
+}
+
+/// The change sink of one run.
+pub struct Batcher {
+    dest: Arc<dyn Destination>,
+    format: FormatOptions,
+    ext: String,
+    store: Arc<dyn StateStore>,
+    /// The state as last saved (plus schema versions seen since).
+    pub state: StreamState,
+    tables: Vec<Table>,
+    by_ref: HashMap<TableRef, usize>,
+    tx: TxMeta,
+    in_tx: bool,
+    cur: Option<(usize, ChangeOp, u64)>,
+    next_seq: u64,
+    skip_through: u64,
+    restart: String,
+    restart_seq: u64,
+    batch: Option<Batch>,
+    budgets: Budgets,
+    force_cut_at: Option<u64>,
+    /// A restart position whose batch is durable, for the source to be told.
+    pub to_confirm: Option<String>,
+    /// Commit time of the last transaction seen (µs since 1970).
+    pub last_commit_ts: Option<i64>,
+    metrics: Arc<Metrics>,
+}
+
+impl Batcher {
+    /// A batcher continuing from `state` (its committed point and intent).
+    pub fn new(
+        dest: Arc<dyn Destination>,
+        format: FormatOptions,
+        store: Arc<dyn StateStore>,
+        state: StreamState,
+        budgets: Budgets,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let c = state.committed.clone();
+        let mut tables = Vec::new();
+        let mut by_ref = HashMap::new();
+        for (name, t) in &state.tables {
+            by_ref.insert(t.table.clone(), tables.len());
+            tables.push(Table {
+                dataset: name.clone(),
+                ignored: false,
+                snapshot_position: t.snapshot_position.clone(),
+                version: 0,
+                rows: None,
+                file: None,
+            });
+        }
+        Batcher {
+            ext: format.extension().to_string(),
+            dest,
+            format,
+            store,
+            force_cut_at: state.intent.as_ref().map(|i| i.last_seq),
+            tables,
+            by_ref,
+            tx: TxMeta {
+                pos: c.restart.clone(),
+                xid: String::new(),
+                commit_ts: None,
+            },
+            in_tx: false,
+            cur: None,
+            next_seq: c.restart_seq,
+            skip_through: c.written_through,
+            restart: c.restart.clone(),
+            restart_seq: c.restart_seq,
+            batch: None,
+            budgets,
+            to_confirm: None,
+            last_commit_ts: None,
+            metrics,
+            state,
+        }
+    }
+
+    /// True inside a transaction.
+    pub fn in_tx(&self) -> bool {
+        self.in_tx
+    }
+
+    /// True when a batch holds changes not yet committed.
+    pub fn pending(&self) -> bool {
+        self.batch.is_some()
+    }
+
+    /// True while the first batch must still reach an interrupted batch's exact range.
+    pub fn replaying(&self) -> bool {
+        self.force_cut_at.is_some()
+    }
+
+    /// True when the open batch is due by time.
+    pub fn due(&self) -> bool {
+        self.force_cut_at.is_none()
+            && self
+                .batch
+                .as_ref()
+                .is_some_and(|b| b.started.elapsed() >= self.budgets.batch_time)
+    }
+
+    fn flush(&mut self, h: usize) -> Result<()> {
+        let t = &mut self.tables[h];
+        let Some(rows) = t.rows.as_mut() else {
+            return Ok(());
+        };
+        if rows.rows() == 0 {
+            return Ok(());
+        }
+        let bytes = rows.bytes();
+        let batch = rows.finish()?;
+        if t.file.is_none() {
+            let pos = batch
+                .column_by_name(sluice_core::change::POS)
+                .map(|c| c.as_string::<i32>().value(0).to_string())
+                .unwrap_or_default();
+            let seq = batch
+                .column_by_name(sluice_core::change::SEQ)
+                .map(|c| c.as_primitive::<arrow_array::types::UInt64Type>().value(0))
+                .unwrap_or_default();
+            let path = format!(
+                "{}/changes/{pos}-{seq:020}.{}",
+                dataset_dir(&t.dataset),
+                self.ext
+            );
+            let out = self.dest.create(&path)?;
+            let writer = open_part(&self.format, batch.schema(), out, &path)?;
+            t.file = Some(OpenFile { writer, path });
+        }
+        if let Some(f) = t.file.as_mut() {
+            f.writer.write(&batch)?;
+        }
+        rows.recycle(batch);
+        if let Some(b) = self.batch.as_mut() {
+            b.bytes += bytes;
+        }
+        failpoint::hit_as("stream.after_flush", ErrorKind::Destination)?;
+        Ok(())
+    }
+
+    /// Commit the open batch: record the intent, commit its files, save the position.
+    pub fn cut(&mut self) -> Result<Option<CutInfo>> {
+        let Some(b) = self.batch.take() else {
+            return Ok(None);
+        };
+        for h in 0..self.tables.len() {
+            self.flush(h)?;
+        }
+        failpoint::hit_as("stream.before_intent", ErrorKind::Destination)?;
+        let then = Committed {
+            restart: self.restart.clone(),
+            restart_seq: self.restart_seq,
+            written_through: b.last_seq,
+            batches: self.state.committed.batches + 1,
+            changes: self.state.committed.changes + b.changes,
+        };
+        let files: Vec<String> = self
+            .tables
+            .iter()
+            .filter_map(|t| t.file.as_ref().map(|f| f.path.clone()))
+            .collect();
+        self.state.intent = Some(Intent {
+            first_seq: b.first_seq,
+            last_seq: b.last_seq,
+            files: files.clone(),
+            then: then.clone(),
+        });
+        self.save()?;
+        failpoint::hit_as("stream.after_intent", ErrorKind::Destination)?;
+        let mut written = 0u64;
+        for t in &mut self.tables {
+            if let Some(f) = t.file.take() {
+                let stats = f.writer.finish()?;
+                written += stats.bytes;
+                self.metrics.files.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        failpoint::hit_as("stream.after_files", ErrorKind::Destination)?;
+        self.state.committed = then.clone();
+        self.state.intent = None;
+        self.save()?;
+        self.force_cut_at = None;
+        self.to_confirm = Some(then.restart.clone());
+        self.metrics.batches.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .bytes_written
+            .fetch_add(written, Ordering::Relaxed);
+        self.metrics
+            .committed_seq
+            .store(b.last_seq, Ordering::Relaxed);
+        Ok(Some(CutInfo {
+            changes: b.changes,
+            files: files.len(),
+            seqs: (b.first_seq, b.last_seq),
+        }))
+    }
+
+    /// Between transactions with nothing pending: move the committed restart point up to the
+    /// last transaction seen (changes the snapshot held, or none for our tables), so the source
+    /// can release its log. Writes the state only when the point moved.
+    pub fn advance(&mut self) -> Result<()> {
+        if self.batch.is_some()
+            || self.in_tx
+            || self.force_cut_at.is_some()
+            || self.restart == self.state.committed.restart
+        {
+            return Ok(());
+        }
+        self.state.committed.restart = self.restart.clone();
+        self.state.committed.restart_seq = self.restart_seq;
+        self.save()?;
+        self.to_confirm = Some(self.restart.clone());
+        Ok(())
+    }
+
+    fn save(&mut self) -> Result<()> {
+        self.state.updated_at = chrono::Utc::now().to_rfc3339();
+        self.store.save(&self.state)
+    }
+
+    /// Abandon files being written (on an error or a stop without a cut).
+    pub fn abort(&mut self) {
+        for t in &mut self.tables {
+            if let Some(f) = t.file.take() {
+                f.writer.abort();
+            }
+        }
+    }
+
+    fn version_for(&mut self, h: usize, columns: &[ColumnDesc]) -> u32 {
+        let desc: Vec<(String, String, String)> = columns
+            .iter()
+            .map(|c| {
+                (
+                    c.name.clone(),
+                    c.field.data_type().to_string(),
+                    c.source_type.clone(),
+                )
+            })
+            .collect();
+        let dataset = self.tables[h].dataset.clone();
+        let next_seq = self.next_seq;
+        let pos = self.tx.pos.clone();
+        let Some(ts) = self.state.tables.get_mut(&dataset) else {
+            return 0;
+        };
+        // The latest version with these columns that began at or before this point: a replay
+        // finds the versions it made the first time.
+        if let Some(v) = ts
+            .versions
+            .iter()
+            .rev()
+            .find(|v| v.columns == desc && v.since_seq <= next_seq)
+        {
+            return v.version;
+        }
+        let version = ts.versions.last().map_or(1, |v| v.version + 1);
+        if version > 1 {
+            tracing::info!(
+                "{dataset}: its columns changed at position {pos}: schema version {version} \
+                 starts at _seq {next_seq} (a new change file)"
+            );
+        }
+        ts.versions.push(SchemaVersion {
+            version,
+            since_seq: next_seq,
+            since_pos: pos,
+            columns: desc,
+        });
+        version
+    }
+}
+
+impl ChangeSink for Batcher {
+    fn begin(&mut self, tx: TxMeta) -> Result<()> {
+        self.tx = tx;
+        self.in_tx = true;
+        Ok(())
+    }
+
+    fn relation(&mut self, table: &TableRef, columns: &[ColumnDesc]) -> Result<usize> {
+        let h = match self.by_ref.get(table) {
+            Some(h) => *h,
+            None => {
+                self.by_ref.insert(table.clone(), self.tables.len());
+                self.tables.push(Table {
+                    dataset: table.dataset_name(),
+                    ignored: true,
+                    snapshot_position: None,
+                    version: 0,
+                    rows: None,
+                    file: None,
+                });
+                return Ok(self.tables.len() - 1);
+            }
+        };
+        if self.tables[h].ignored {
+            return Ok(h);
+        }
+        let version = self.version_for(h, columns);
+        let t = &self.tables[h];
+        if t.version == version && t.rows.is_some() {
+            return Ok(h);
+        }
+        let busy = t.file.is_some() || t.rows.as_ref().is_some_and(|r| r.rows() > 0);
+        if busy {
+            // One schema per file: the changes so far go out with the old one.
+            self.cut()?;
+        }
+        let schema = change_schema(table, columns)?;
+        let t = &mut self.tables[h];
+        t.rows = Some(ChangeRows::new(schema, columns.len())?);
+        t.version = version;
+        Ok(h)
+    }
+
+    fn row(&mut self, table: usize, op: ChangeOp) -> Result<Option<&mut ChangeRows>> {
+        self.cur = None;
+        let t = &self.tables[table];
+        if t.ignored
+            || t
+                .snapshot_position
+                .as_ref()
+                .is_some_and(|p| self.tx.pos < *p)
+        {
+            return Ok(None);
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        if seq <= self.skip_through {
+            return Ok(None);
+        }
+        if self.force_cut_at.is_some_and(|f| seq > f) {
+            self.cut()?;
+        }
+        self.cur = Some((table, op, seq));
+        Ok(self.tables[table].rows.as_mut())
+    }
+
+    fn row_done(&mut self) -> Result<()> {
+        let Some((h, op, seq)) = self.cur.take() else {
+            return Ok(());
+        };
+        let rows = self.tables[h]
+            .rows
+            .as_mut()
+            .ok_or_else(|| Error::internal("a change for a table without columns"))?;
+        rows.finish_row(op, &self.tx, seq)?;
+        let pending = rows.bytes();
+        let b = self.batch.get_or_insert_with(|| Batch {
+            first_seq: seq,
+            last_seq: seq,
+            started: Instant::now(),
+            bytes: 0,
+            changes: 0,
+        });
+        b.last_seq = seq;
+        b.changes += 1;
+        let total = b.bytes + pending;
+        self.metrics.changes.fetch_add(1, Ordering::Relaxed);
+        if pending >= self.budgets.flush_bytes {
+            self.flush(h)?;
+        }
+        if self.force_cut_at.is_none() && total as u64 >= self.budgets.batch_bytes {
+            self.cut()?;
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, restart: &str) -> Result<()> {
+        self.in_tx = false;
+        self.restart = restart.to_string();
+        self.restart_seq = self.next_seq;
+        self.last_commit_ts = self.tx.commit_ts;
+        self.metrics.transactions.fetch_add(1, Ordering::Relaxed);
+        if let (Some(f), Some(b)) = (self.force_cut_at, self.batch.as_ref())
+            && b.last_seq == f
+        {
+            self.cut()?;
+        }
+        Ok(())
+    }
+}

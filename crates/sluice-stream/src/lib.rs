@@ -1,0 +1,22 @@
+//! The change stream runner of sluice, the same for every source engine.
+//!
+//! An adapter implements [`sluice_core::change::ChangeSource`] (capture objects, snapshot
+//! hand-off, the change stream); this crate does the rest: the initial snapshot through the
+//! export engine, batches cut by bytes and time, change files committed atomically before the
+//! position is saved and before the source may release its log, restart without loss or
+//! visible duplicates, `--until-current`, stop on signals, metrics and the report.
+//!
+//! | module    | responsibility                                                     |
+//! |-----------|--------------------------------------------------------------------|
+//! | `run`     | one run in order: first start, snapshot (or its resume), streaming |
+//! | `batch`   | the change sink: builders, change files, batches, intents          |
+//! | `state`   | the saved state and where it is kept                               |
+//! | `metrics` | Prometheus metrics                                                 |
+
+pub mod batch;
+pub mod metrics;
+pub mod run;
+pub mod state;
+
+pub use run::{ExportBuilder, Initial, Stopped, StreamJob, StreamReport, drop_stream, run_stream};
+pub use state::{OutputState, STATE_PATH, StateStore, StreamState};

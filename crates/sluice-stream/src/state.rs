@@ -1,0 +1,187 @@
+//! The stream's saved state: where it is, what it promised, what it created.
+//!
+//! Stored with the output by default (`<to>/_sluice/stream.json`, written atomically, so it
+//! works on object stores too), or in Redis (`--state redis://…`). The order of writes is what
+//! makes files exactly-once across crashes:
+//!
+//! 1. the batch's range and files are recorded as an **intent**;
+//! 2. the change files are committed (each atomically);
+//! 3. the **committed** position replaces the intent;
+//! 4. only then is the source told it may release the log before that position.
+//!
+//! A restart that finds an intent streams again from the committed position and cuts its first
+//! batch exactly at the intent's last `_seq`, so the same changes go to the same file names;
+//! files past the committed position that no intent covers are removed.
+
+use serde::{Deserialize, Serialize};
+use sluice_core::change::CaptureNames;
+use sluice_core::table::TableRef;
+use sluice_core::{Error, Position, Result};
+use sluice_sink::Destination;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Where the state lives in the output.
+pub const STATE_PATH: &str = "_sluice/stream.json";
+/// The state format's version.
+pub const STATE_VERSION: u32 = 1;
+
+/// One table's schema version: its columns from `since_seq` on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchemaVersion {
+    /// 1, 2, …
+    pub version: u32,
+    /// The first `_seq` written with it (0 before any change).
+    pub since_seq: u64,
+    /// Position of the transaction that brought it.
+    pub since_pos: String,
+    /// Columns: name, Arrow type, source type.
+    pub columns: Vec<(String, String, String)>,
+}
+
+/// A table of the stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableState {
+    /// The table.
+    pub table: TableRef,
+    /// Changes of transactions whose `_pos` is below this are in the table's snapshot and are
+    /// not written (None: every change is written).
+    pub snapshot_position: Option<String>,
+    /// Schema versions, oldest first.
+    pub versions: Vec<SchemaVersion>,
+}
+
+/// A committed point of the stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Committed {
+    /// The position a restarted stream resumes from (the end of the last transaction wholly
+    /// written; the source may release the log before it).
+    pub restart: String,
+    /// The `_seq` the first change after `restart` gets.
+    pub restart_seq: u64,
+    /// The last `_seq` written (0 when none): changes after `restart` up to it are skipped
+    /// on restart, since a batch may end inside a transaction.
+    pub written_through: u64,
+    /// Batches committed so far.
+    pub batches: u64,
+    /// Changes written so far.
+    pub changes: u64,
+}
+
+/// A batch being committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Intent {
+    /// First `_seq` of the batch.
+    pub first_seq: u64,
+    /// Last `_seq` of the batch.
+    pub last_seq: u64,
+    /// Its files, relative to the output.
+    pub files: Vec<String>,
+    /// The committed point once the batch is durable.
+    pub then: Committed,
+}
+
+/// The initial snapshot's progress.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotState {
+    /// `snapshot` or `none`.
+    pub initial: String,
+    /// True once every table's snapshot is written (always for `none`).
+    pub done: bool,
+    /// Each snapshot the export read under, with its stream position (the export's manifest
+    /// names the snapshot each part came from).
+    pub positions: Vec<(Position, String)>,
+}
+
+/// The whole state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamState {
+    /// [`STATE_VERSION`].
+    pub version: u32,
+    /// Source engine.
+    pub engine: String,
+    /// Source URL, redacted.
+    pub source: String,
+    /// Slot and publication.
+    pub names: CaptureNames,
+    /// True when sluice created the publication (`--drop` removes it then).
+    pub publication_created: bool,
+    /// File extension of change files (`parquet`, `csv`).
+    pub extension: String,
+    /// Tables by dataset name.
+    pub tables: BTreeMap<String, TableState>,
+    /// The initial snapshot.
+    pub snapshot: SnapshotState,
+    /// The last committed point.
+    pub committed: Committed,
+    /// The batch being committed, if a run stopped inside one.
+    pub intent: Option<Intent>,
+    /// When the state was written (RFC 3339).
+    pub updated_at: String,
+}
+
+/// Where the state is kept.
+pub trait StateStore: Send + Sync {
+    /// Where, for messages (no secrets).
+    fn describe(&self) -> String;
+    /// The saved state, if any.
+    fn load(&self) -> Result<Option<StreamState>>;
+    /// Replace the saved state, atomically and durably.
+    fn save(&self, state: &StreamState) -> Result<()>;
+    /// Remove the saved state (`--drop`).
+    fn clear(&self) -> Result<()>;
+}
+
+/// The state as a file of the output.
+pub struct OutputState {
+    dest: Arc<dyn Destination>,
+}
+
+impl OutputState {
+    /// The state in `dest`'s `_sluice/stream.json`.
+    pub fn new(dest: Arc<dyn Destination>) -> Self {
+        OutputState { dest }
+    }
+}
+
+/// Parse saved state bytes, naming `from` in errors.
+pub fn parse(bytes: &[u8], from: &str) -> Result<StreamState> {
+    let s: StreamState = serde_json::from_slice(bytes).map_err(|e| {
+        Error::config(format!(
+            "the stream state in {from} cannot be read ({e}); it was not written by this \
+             version of sluice, or was edited. Move it away to start a new stream."
+        ))
+    })?;
+    if s.version != STATE_VERSION {
+        return Err(Error::config(format!(
+            "the stream state in {from} has format version {}, this sluice reads {}",
+            s.version, STATE_VERSION
+        )));
+    }
+    Ok(s)
+}
+
+impl StateStore for OutputState {
+    fn describe(&self) -> String {
+        format!("{}/{STATE_PATH}", self.dest.display())
+    }
+
+    fn load(&self) -> Result<Option<StreamState>> {
+        match self.dest.get(STATE_PATH)? {
+            None => Ok(None),
+            Some(b) => parse(&b, &self.describe()).map(Some),
+        }
+    }
+
+    fn save(&self, state: &StreamState) -> Result<()> {
+        let bytes = serde_json::to_vec_pretty(state)
+            .map_err(|e| Error::internal(format!("cannot encode the stream state: {e}")))?;
+        self.dest
+            .put(STATE_PATH, &bytes)
+            .map_err(|e| e.context("saving the stream state"))
+    }
+
+    fn clear(&self) -> Result<()> {
+        self.dest.delete(STATE_PATH)
+    }
+}
