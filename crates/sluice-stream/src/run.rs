@@ -296,7 +296,11 @@ async fn first_start(
     let saved = {
         let store = job.state.clone();
         let s = state.clone();
-        blocking(move || store.save(&s)).await
+        blocking(move || {
+            failpoint::hit_as("stream.first_state", sluice_core::ErrorKind::Destination)?;
+            store.save(&s)
+        })
+        .await
     };
     if let Err(e) = saved {
         // A failed first start leaves no slot behind.

@@ -6,12 +6,14 @@
 //! - [`pg`] is what tests use: the server URL from the environment (a test that needs a server
 //!   and finds none fails loudly, never skips), a fresh database per test, and helpers.
 //! - [`mysql`] is the same for MariaDB/MySQL (`SLUICE_TEST_MYSQL_URL`).
-//! - [`files`] reads exported Parquet and CSV back for comparison.
+//! - [`files`] reads exported Parquet and CSV back for comparison; [`changes`] replays change
+//!   files over a snapshot (change-capture tests).
 //! - [`firebird`] prepares an embedded Firebird runtime (no server) and test databases;
 //!   [`firebird_writer`] is the concurrent writer process of Firebird consistency tests.
 //! - [`objstore`] starts object-storage emulators (S3, GCS, Azure Blob) the same way.
 //! - [`tls`] generates the certificates of the TLS servers (`--pg-tls`, `--mariadb-tls`).
 
+pub mod changes;
 pub mod files;
 pub mod firebird;
 pub mod firebird_writer;

@@ -254,7 +254,10 @@ impl ChangeSource for PgCapture {
     async fn current_position(&self) -> Result<String> {
         let client = self.client().await?;
         let row = client
-            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            // The insert position, not the write position: with asynchronous commit a
+            // committed transaction's record may not be written yet, and the write position
+            // would then stop --until-current before it.
+            .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
             .await
             .map_err(|e| crate::error::classify(e, crate::error::Phase::Catalog, self.display()))?;
         let lsn: String = row.get(0);

@@ -1,0 +1,404 @@
+#![allow(clippy::unwrap_used)]
+//! `sluice stream` against a real PostgreSQL with wal_level=logical: the snapshot hand-off with a
+//! writer running, kills at every failpoint of a batch with restarts, TOAST, errors, metrics,
+//! signals and --drop. Every check replays the change files over the snapshot by `_seq`
+//! (`sluice_testkit::changes::replay`, which panics on a repeated `_seq`, an overlap or a gap)
+//! and compares the result with the table.
+
+mod common;
+
+use common::writer::Failpoints;
+use common::{TestDb, run, sluice, tempdir};
+use sluice_testkit::changes::replay;
+use sluice_testkit::files::assert_same_rows;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const TABLE: &str = "public.acct";
+
+async fn create_acct(db: &TestDb, rows: i64) {
+    db.exec(&format!(
+        "CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL, pad text NOT NULL);
+         INSERT INTO acct SELECT g, 0, md5(g::text) FROM generate_series(1, {rows}) g;
+         CREATE SEQUENCE acct_new START 10000000;
+         ANALYZE acct;"
+    ))
+    .await;
+}
+
+/// A writer that inserts, updates, deletes and changes keys, one transaction after another.
+struct ChangeWriter {
+    stop: Arc<AtomicBool>,
+    commits: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ChangeWriter {
+    async fn start(url: &str, rows: i64) -> ChangeWriter {
+        let stop = Arc::new(AtomicBool::new(false));
+        let commits = Arc::new(AtomicU64::new(0));
+        let c = sluice_testkit::pg::connect(url).await;
+        let task = {
+            let (stop, commits) = (stop.clone(), commits.clone());
+            tokio::spawn(async move {
+                let pick = format!(
+                    "(SELECT id FROM acct WHERE id >= (random() * {rows})::bigint ORDER BY id LIMIT 1)"
+                );
+                while !stop.load(Ordering::Relaxed) {
+                    c.batch_execute(&format!(
+                        "BEGIN;
+                         UPDATE acct SET v = v + 1, pad = pad || 'u' WHERE id IN
+                           (SELECT id FROM acct WHERE id >= (random() * {rows})::bigint
+                            ORDER BY id LIMIT 3);
+                         DELETE FROM acct WHERE id = {pick};
+                         INSERT INTO acct VALUES (nextval('acct_new'), -1, 'new');
+                         UPDATE acct SET id = nextval('acct_new') WHERE id = {pick};
+                         COMMIT;"
+                    ))
+                    .await
+                    .unwrap();
+                    commits.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        };
+        let w = ChangeWriter {
+            stop,
+            commits,
+            task,
+        };
+        w.wait_for(5).await;
+        w
+    }
+
+    async fn wait_for(&self, n: u64) {
+        let target = self.commits.load(Ordering::Relaxed) + n;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.commits.load(Ordering::Relaxed) < target {
+            assert!(Instant::now() < deadline, "the writer is stuck");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    async fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+        self.commits.load(Ordering::Relaxed)
+    }
+}
+
+fn stream(url: &str, to: &Path, extra: &[&str]) -> Command {
+    let mut c = sluice();
+    c.arg("stream")
+        .arg("--source")
+        .arg(url)
+        .arg("--table")
+        .arg(TABLE)
+        .arg("--to")
+        .arg(to)
+        .args(["--batch-seconds", "0.2"])
+        .args(extra);
+    c
+}
+
+/// Replay the output over its snapshot and compare with the table; returns the replay.
+async fn assert_replay_equals_table(db: &TestDb, to: &Path) -> sluice_testkit::changes::Replayed {
+    let r = replay(&to.join(TABLE), &["id"]);
+    let want = db.row_strings("SELECT id, v, pad FROM acct").await;
+    if r.rows != want {
+        let got: std::collections::BTreeSet<&String> = r.rows.iter().collect();
+        let w: std::collections::BTreeSet<&String> = want.iter().collect();
+        let extra: Vec<_> = got.difference(&w).take(5).collect();
+        let missing: Vec<_> = w.difference(&got).take(5).collect();
+        eprintln!("DEBUG replay extra {extra:?}\nmissing {missing:?}");
+        for m in missing.iter().chain(extra.iter()) {
+            let id = m.split('|').next().unwrap();
+            for c in r.changes.iter().filter(|c| c.cells[0] == id) {
+                eprintln!("  change {} {} {} {:?}", c.seq, c.op, c.pos, c.cells);
+            }
+        }
+        let st = std::fs::read_to_string(to.join("_sluice/stream.json")).unwrap_or_default();
+        eprintln!("{}", &st[st.len().saturating_sub(1500)..]);
+    }
+    assert_same_rows(&r.rows, &want, "snapshot + changes replayed by _seq");
+    r
+}
+
+async fn slots_and_publications(db: &TestDb) -> (i64, i64) {
+    let row = db
+        .client
+        .query_one(
+            "SELECT (SELECT count(*) FROM pg_replication_slots WHERE database = current_database()),
+                    (SELECT count(*) FROM pg_publication)",
+            &[],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handoff_with_a_writer_during_the_snapshot_is_exact() {
+    let db = TestDb::new().await;
+    create_acct(&db, 20_000).await;
+    let writer = ChangeWriter::start(&db.url, 20_000).await;
+    let to = tempdir();
+    let fp = Failpoints::new();
+    // The writer commits while the export reads under the slot's snapshot: after the first
+    // part is committed, before the others.
+    let mut cmd = stream(
+        &db.url,
+        to.path(),
+        &["--until-current", "--chunk-size", "256KB", "--parallel", "2"],
+    );
+    fp.arm(&mut cmd, "export.after_receipt=wait@1");
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    fp.reached("export.after_receipt", &mut child).await;
+    writer.wait_for(40).await;
+    fp.release("export.after_receipt");
+    let out = common::finish(child);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    writer.wait_for(20).await;
+    let commits = writer.stop().await;
+    // Drain what was committed after the first run stopped.
+    run(&mut stream(&db.url, to.path(), &["--until-current"])).ok();
+    let r = assert_replay_equals_table(&db, to.path()).await;
+    assert!(
+        r.changes.len() as u64 >= commits,
+        "{} changes for {commits} writer transactions",
+        r.changes.len()
+    );
+    let ops = |op: &str| r.changes.iter().filter(|c| c.op == op).count();
+    assert!(ops("insert") > 0 && ops("update") > 0 && ops("delete") > 0);
+    // A key update is a delete of the old key and the insert of the new one, back to back.
+    let key_updates = r
+        .changes
+        .windows(2)
+        .filter(|w| {
+            w[0].op == "delete"
+                && w[1].op == "insert"
+                && w[0].seq + 1 == w[1].seq
+                && w[0].pos == w[1].pos
+                && w[1].cells[1] != "-1"
+        })
+        .count();
+    assert!(key_updates > 0, "no key update written as delete + insert");
+    let seqs: Vec<u64> = r.changes.iter().map(|c| c.seq).collect();
+    assert_eq!(seqs.first(), Some(&1), "_seq starts at 1");
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "_seq has no holes within one stream"
+    );
+    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
+    assert_eq!(slots_and_publications(&db).await, (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_at_every_point_of_a_batch_the_restarted_stream_is_exact() {
+    let db = TestDb::new().await;
+    create_acct(&db, 10_000).await;
+    let writer = ChangeWriter::start(&db.url, 10_000).await;
+    let to = tempdir();
+    let small = ["--until-current", "--batch-bytes", "64KB", "--chunk-size", "128KB"];
+    // Each run dies at one point, the next one continues from what the last left.
+    for spec in [
+        "export.after_receipt=exit@2",
+        "stream.after_flush=exit@2",
+        "stream.before_intent=exit@1",
+        "stream.after_intent=exit@1",
+        "stream.after_files=exit@1",
+        "stream.before_confirm=exit@2",
+    ] {
+        writer.wait_for(30).await;
+        let fp = Failpoints::new();
+        let mut cmd = stream(&db.url, to.path(), &small);
+        fp.arm(&mut cmd, spec);
+        let r = run(&mut cmd);
+        assert_ne!(r.code, 0, "{spec}: the run did not die:\n{}", r.stderr);
+        assert!(r.stderr.contains("failpoint"), "{spec}: {}", r.stderr);
+    }
+    writer.wait_for(30).await;
+    writer.stop().await;
+    run(&mut stream(&db.url, to.path(), &small)).ok();
+    let r = assert_replay_equals_table(&db, to.path()).await;
+    assert!(r.changes.len() > 100, "only {} changes", r.changes.len());
+    // No hidden temporaries or files beyond the committed position are left.
+    let left: Vec<String> = common::files_under(&to.path().join(TABLE))
+        .into_iter()
+        .filter(|f| f.contains("/.") || f.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "temporaries left: {left:?}");
+    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unchanged_toast_values_are_marked_absent_not_null() {
+    let db = TestDb::new().await;
+    db.exec(
+        "CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL, pad text NOT NULL);
+         INSERT INTO acct SELECT g, 0, (SELECT string_agg(md5(g::text || k::text), '')
+                                        FROM generate_series(1, 400) k)
+         FROM generate_series(1, 20) g;",
+    )
+    .await;
+    let to = tempdir();
+    run(&mut stream(&db.url, to.path(), &["--until-current"])).ok();
+    db.exec(
+        "UPDATE acct SET v = 1 WHERE id = 1;
+         UPDATE acct SET id = 100 WHERE id = 2;
+         DELETE FROM acct WHERE id = 3;
+         UPDATE acct SET pad = 'short' WHERE id = 4;",
+    )
+    .await;
+    run(&mut stream(&db.url, to.path(), &["--until-current"])).ok();
+    let r = assert_replay_equals_table(&db, to.path()).await;
+    let update = r.changes.iter().find(|c| c.op == "update").unwrap();
+    assert_eq!(update.absent, ["pad"], "the unchanged TOAST value is absent");
+    assert_eq!(update.cells[2], "∅", "an absent cell holds NULL");
+    let delete = r.changes.iter().find(|c| c.op == "delete").unwrap();
+    assert_eq!(delete.absent, ["v", "pad"], "a delete carries the key only");
+    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_name_the_fix_and_leave_no_slot_behind() {
+    let db = TestDb::new().await;
+    db.exec(
+        "CREATE TABLE nokey (a int, b text);
+         CREATE TABLE ranges (id int PRIMARY KEY, r int4range);
+         CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL, pad text NOT NULL);
+         CREATE ROLE norepl LOGIN PASSWORD 'pw';
+         GRANT SELECT ON ALL TABLES IN SCHEMA public TO norepl;",
+    )
+    .await;
+    let to = tempdir();
+    let one = |table: &str, url: &str, extra: &[&str]| {
+        let mut c = sluice();
+        c.args(["stream", "--source", url, "--table", table, "--to"])
+            .arg(to.path())
+            .args(["--until-current"])
+            .args(extra);
+        run(&mut c)
+    };
+    let r = one("public.nokey", &db.url, &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("REPLICA IDENTITY FULL"), "{}", r.stderr);
+    let r = one("public.ranges", &db.url, &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("ranges.r") && r.stderr.contains("cannot decode"), "{}", r.stderr);
+    let r = one("public.acct", &db.url_as("norepl", Some("pw")), &[]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("ALTER ROLE \"norepl\" REPLICATION"),
+        "{}",
+        r.stderr
+    );
+    let r = one("public.acct", &db.url, &["--query", "q=SELECT 1"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    // A first start that fails after creating the slot removes slot and publication again.
+    let fp = Failpoints::new();
+    let mut c = stream(&db.url, to.path(), &["--until-current"]);
+    fp.arm(&mut c, "stream.first_state=fatal");
+    let r = run(&mut c);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    assert_eq!(slots_and_publications(&db).await, (0, 0), "{}", r.stderr);
+    assert!(!to.path().join("_sluice/stream.json").exists());
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn scrape(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_stream_serves_metrics_refuses_a_second_one_and_stops_on_sigterm() {
+    let db = TestDb::new().await;
+    create_acct(&db, 1_000).await;
+    let to = tempdir();
+    let port = free_port();
+    let mut child = stream(
+        &db.url,
+        to.path(),
+        &["--slot", "metrics_slot", "--metrics-addr", &format!("127.0.0.1:{port}")],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Once the snapshot is written, the stream is reading from the slot.
+    let state = to.path().join("_sluice/stream.json");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&state).is_ok_and(|s| s.contains("\"done\": true")) {
+        assert!(Instant::now() < deadline, "the snapshot did not finish");
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the stream ended ({status})");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    db.exec("UPDATE acct SET v = v + 1 WHERE id <= 100").await;
+    let text = loop {
+        assert!(Instant::now() < deadline, "no changes counted in time");
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the stream ended ({status})");
+        }
+        if let Some(s) = scrape(port)
+            && s.contains("sluice_stream_changes_total 100")
+            && metric(&s, "sluice_stream_batches_total") >= 1.0
+        {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(metric(&text, "sluice_stream_committed_seq") >= 100.0, "{text}");
+    assert!(text.contains("sluice_stream_retained_bytes"), "{text}");
+    assert!(text.contains("sluice_stream_lag_seconds"), "{text}");
+    // A second stream on the same slot is refused.
+    let other = tempdir();
+    let r = run(&mut stream(&db.url, other.path(), &["--slot", "metrics_slot", "--until-current"]));
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("in use"), "{}", r.stderr);
+    // SIGTERM stops it cleanly, after committing.
+    let pid = child.id() as i32;
+    #[allow(unsafe_code)]
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+    let out = common::finish(child);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = assert_replay_equals_table(&db, to.path()).await;
+    assert_eq!(r.changes.len(), 100);
+    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
+    assert_eq!(slots_and_publications(&db).await, (0, 0));
+}

@@ -1,0 +1,243 @@
+//! Replaying change files over a snapshot, as a warehouse MERGE would, with strict checks: the
+//! common proof of every change-capture test (PostgreSQL, MySQL/MariaDB, and the replicator).
+//!
+//! Rows are compared as text (Arrow's display form, NULL as `∅`), like
+//! [`crate::files::row_strings`]. Replay by `_seq`:
+//! - `insert` adds a row; a key that is already there is an **overlap** (a change the snapshot
+//!   already holds, or a change written twice) and panics;
+//! - `update` changes the row in place, keeping the columns listed in `_absent`; a missing row is
+//!   a **gap** and panics;
+//! - `delete` removes the row of the change's key; a missing row is a gap and panics;
+//! - `truncate` removes every row;
+//! - an `insert` right after a `delete` (a key update) takes its `_absent` columns from the
+//!   deleted row.
+//!
+//! A `_seq` seen twice panics too: no change may be visible twice.
+
+use crate::files::{parquet_batches, part_files};
+use arrow_array::cast::AsArray;
+use arrow_array::types::UInt64Type;
+use arrow_array::{Array, RecordBatch};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// One change read back.
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// `_seq`.
+    pub seq: u64,
+    /// `_op`.
+    pub op: String,
+    /// `_pos`.
+    pub pos: String,
+    /// The table's columns as text (NULL as `∅`).
+    pub cells: Vec<String>,
+    /// `_absent`.
+    pub absent: Vec<String>,
+}
+
+/// What a replay produced.
+#[derive(Debug, Default)]
+pub struct Replayed {
+    /// The table's column names.
+    pub columns: Vec<String>,
+    /// The rows after replay, `v1|v2|…`, sorted.
+    pub rows: Vec<String>,
+    /// Every change, in `_seq` order.
+    pub changes: Vec<Change>,
+}
+
+fn cells(b: &RecordBatch, r: usize, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let c = b.column(i);
+            if c.is_null(r) {
+                "∅".to_string()
+            } else {
+                arrow_cast::display::ArrayFormatter::try_new(c.as_ref(), &Default::default())
+                    .expect("formatter")
+                    .value(r)
+                    .to_string()
+            }
+        })
+        .collect()
+}
+
+/// The change files of a dataset directory, in name order (hidden temporaries excluded).
+pub fn change_files(dataset_dir: &Path) -> Vec<PathBuf> {
+    let dir = dataset_dir.join("changes");
+    let Ok(rd) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| !n.starts_with('.') && n.ends_with(".parquet"))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Every change of a dataset directory, sorted by `_seq` (duplicates kept, for the caller to
+/// see).
+pub fn read_changes(dataset_dir: &Path) -> (Vec<String>, Vec<Change>) {
+    let mut columns = Vec::new();
+    let mut out = Vec::new();
+    for f in change_files(dataset_dir) {
+        for b in parquet_batches(&f) {
+            let schema = b.schema();
+            let n = schema
+                .fields()
+                .iter()
+                .position(|f| f.name() == "_op")
+                .expect("a change file has _op");
+            columns = schema.fields()[..n]
+                .iter()
+                .map(|f| f.name().clone())
+                .collect();
+            let op = b.column(n).as_string::<i32>();
+            let pos = b.column(n + 1).as_string::<i32>();
+            let seq = b.column(n + 2).as_primitive::<UInt64Type>();
+            let absent = b.column(n + 5).as_list::<i32>();
+            for r in 0..b.num_rows() {
+                let a = absent.value(r);
+                let a = a.as_string::<i32>();
+                out.push(Change {
+                    seq: seq.value(r),
+                    op: op.value(r).to_string(),
+                    pos: pos.value(r).to_string(),
+                    cells: cells(&b, r, n),
+                    absent: (0..a.len()).map(|i| a.value(i).to_string()).collect(),
+                });
+            }
+        }
+    }
+    out.sort_by_key(|c| c.seq);
+    (columns, out)
+}
+
+/// Replay the change files of `dataset_dir` over its snapshot parts (Parquet), keyed by the
+/// columns `key`. Panics on a repeated `_seq`, an overlap or a gap (see the module doc).
+pub fn replay(dataset_dir: &Path, key: &[&str]) -> Replayed {
+    let mut table: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let snapshot: Vec<RecordBatch> = part_files(dataset_dir, "parquet")
+        .iter()
+        .flat_map(|p| parquet_batches(p))
+        .collect();
+    let mut columns: Vec<String> = snapshot
+        .first()
+        .map(|b| b.schema().fields().iter().map(|f| f.name().clone()).collect())
+        .unwrap_or_default();
+    let (change_columns, changes) = read_changes(dataset_dir);
+    if columns.is_empty() {
+        columns = change_columns;
+    }
+    let key_idx: Vec<usize> = key
+        .iter()
+        .map(|k| {
+            columns
+                .iter()
+                .position(|c| c == k)
+                .unwrap_or_else(|| panic!("no key column {k} in {columns:?}"))
+        })
+        .collect();
+    let key_of = |cells: &[String]| -> String {
+        key_idx
+            .iter()
+            .map(|i| cells[*i].as_str())
+            .collect::<Vec<_>>()
+            .join("|")
+    };
+    for b in &snapshot {
+        for r in 0..b.num_rows() {
+            let c = cells(b, r, columns.len());
+            let k = key_of(&c);
+            assert!(
+                table.insert(k.clone(), c).is_none(),
+                "the snapshot holds key {k} twice"
+            );
+        }
+    }
+    let mut last_seq = None;
+    let mut deleted: Option<(u64, Vec<String>)> = None;
+    for ch in &changes {
+        assert!(
+            last_seq.is_none_or(|l| ch.seq > l),
+            "_seq {} is written more than once",
+            ch.seq
+        );
+        last_seq = Some(ch.seq);
+        assert_eq!(
+            ch.cells.len(),
+            columns.len(),
+            "change {} has other columns than the snapshot",
+            ch.seq
+        );
+        let absent: Vec<usize> = ch
+            .absent
+            .iter()
+            .map(|a| columns.iter().position(|c| c == a).expect("absent column"))
+            .collect();
+        let k = key_of(&ch.cells);
+        match ch.op.as_str() {
+            "insert" => {
+                let mut row = ch.cells.clone();
+                if !absent.is_empty() {
+                    let (s, old) = deleted
+                        .as_ref()
+                        .filter(|(s, _)| *s + 1 == ch.seq)
+                        .unwrap_or_else(|| {
+                            panic!("insert {} has absent columns but follows no delete", ch.seq)
+                        });
+                    assert_eq!(*s + 1, ch.seq);
+                    for i in &absent {
+                        row[*i] = old[*i].clone();
+                    }
+                }
+                assert!(
+                    table.insert(k.clone(), row).is_none(),
+                    "insert _seq {} (pos {}) of key {k}, which is already there: a change \
+                     written twice or already in the snapshot",
+                    ch.seq,
+                    ch.pos
+                );
+            }
+            "update" => {
+                let row = table.get_mut(&k).unwrap_or_else(|| {
+                    panic!(
+                        "update _seq {} (pos {}) of key {k}, which is not there: a change is \
+                         missing",
+                        ch.seq, ch.pos
+                    )
+                });
+                for (i, v) in ch.cells.iter().enumerate() {
+                    if !absent.contains(&i) {
+                        row[i] = v.clone();
+                    }
+                }
+            }
+            "delete" => {
+                let old = table.remove(&k).unwrap_or_else(|| {
+                    panic!(
+                        "delete _seq {} (pos {}) of key {k}, which is not there: a change is \
+                         missing",
+                        ch.seq, ch.pos
+                    )
+                });
+                deleted = Some((ch.seq, old));
+            }
+            "truncate" => table.clear(),
+            other => panic!("unknown _op {other}"),
+        }
+    }
+    let mut rows: Vec<String> = table.into_values().map(|c| c.join("|")).collect();
+    rows.sort();
+    Replayed {
+        columns,
+        rows,
+        changes,
+    }
+}
