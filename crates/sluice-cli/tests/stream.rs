@@ -213,7 +213,7 @@ async fn killed_at_every_point_of_a_batch_the_restarted_stream_is_exact() {
     // Each run dies at one point, the next one continues from what the last left.
     for spec in [
         "export.after_receipt=exit@2",
-        "stream.after_flush=exit@2",
+        "stream.after_flush=exit@1",
         "stream.before_intent=exit@1",
         "stream.after_intent=exit@1",
         "stream.after_files=exit@1",
@@ -227,6 +227,14 @@ async fn killed_at_every_point_of_a_batch_the_restarted_stream_is_exact() {
         assert_ne!(r.code, 0, "{spec}: the run did not die:\n{}", r.stderr);
         assert!(r.stderr.contains("failpoint"), "{spec}: {}", r.stderr);
     }
+    // A transient failure is retried within the run, from the committed position.
+    writer.wait_for(30).await;
+    let fp = Failpoints::new();
+    let mut cmd = stream(&db.url, to.path(), &small);
+    fp.arm(&mut cmd, "stream.after_files=error@1");
+    let r = run(&mut cmd);
+    r.ok();
+    assert!(r.stderr.contains("restarting the stream"), "{}", r.stderr);
     writer.wait_for(30).await;
     writer.stop().await;
     run(&mut stream(&db.url, to.path(), &small)).ok();
@@ -401,4 +409,48 @@ async fn a_running_stream_serves_metrics_refuses_a_second_one_and_stops_on_sigte
     assert_eq!(r.changes.len(), 100);
     run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
     assert_eq!(slots_and_publications(&db).await, (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_transaction_streams_within_the_memory_budget() {
+    let db = TestDb::new().await;
+    db.exec("CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL, pad text NOT NULL)")
+        .await;
+    let to = tempdir();
+    run(&mut stream(&db.url, to.path(), &["--until-current"])).ok();
+    // About 150 MB of rows in one transaction (the benchmark streams 1 GB).
+    let rows = 400_000;
+    db.exec(&format!(
+        "INSERT INTO acct SELECT g, g, repeat(md5(g::text), 10) FROM generate_series(1, {rows}) g"
+    ))
+    .await;
+    let budget: u64 = 48 << 20;
+    let report = to.path().join("report.json");
+    run(&mut stream(
+        &db.url,
+        to.path(),
+        &[
+            "--until-current",
+            "--memory",
+            "48MB",
+            "--batch-bytes",
+            "32MB",
+            "--report-json",
+            report.to_str().unwrap(),
+        ],
+    ))
+    .ok();
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["changes"], rows, "{r}");
+    assert_eq!(r["transactions"], 1, "{r}");
+    assert!(r["batches"].as_u64().unwrap() >= 2, "one transaction spans batches: {r}");
+    let peak = r["peak_rss_bytes"].as_u64().unwrap();
+    assert!(
+        peak > 0 && peak <= budget,
+        "peak RSS {} MB is over the 48 MB budget",
+        peak >> 20
+    );
+    let files = sluice_testkit::changes::change_files(&to.path().join(TABLE));
+    assert!(files.len() >= 2, "{files:?}");
 }

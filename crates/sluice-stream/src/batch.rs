@@ -257,6 +257,7 @@ impl Batcher {
         self.force_cut_at = None;
         self.to_confirm = Some(then.restart.clone());
         self.metrics.batches.fetch_add(1, Ordering::Relaxed);
+        self.metrics.changes.fetch_add(b.changes, Ordering::Relaxed);
         self.metrics
             .bytes_written
             .fetch_add(written, Ordering::Relaxed);
@@ -286,6 +287,23 @@ impl Batcher {
         self.save()?;
         self.to_confirm = Some(self.restart.clone());
         Ok(())
+    }
+
+    /// Between transactions with nothing pending, the source has sent everything up to
+    /// `received` and none of it is ours to write (PostgreSQL 15 and later send no empty
+    /// transactions): the restart point may move there, so a stream whose tables are quiet
+    /// does not pin the log of a busy server.
+    pub fn advance_to(&mut self, received: Option<String>) -> Result<()> {
+        if let Some(r) = received
+            && self.batch.is_none()
+            && !self.in_tx
+            && self.force_cut_at.is_none()
+            && r > self.restart
+        {
+            self.restart = r;
+            self.restart_seq = self.next_seq;
+        }
+        self.advance()
     }
 
     fn save(&mut self) -> Result<()> {
@@ -432,7 +450,6 @@ impl ChangeSink for Batcher {
         b.last_seq = seq;
         b.changes += 1;
         let total = b.bytes + pending;
-        self.metrics.changes.fetch_add(1, Ordering::Relaxed);
         if pending >= self.budgets.flush_bytes {
             self.flush(h)?;
         }

@@ -37,6 +37,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
+/// Consecutive failed attempts without a committed batch before a transient error ends the
+/// run (waits of 1, 2, 4, … 32 s between them).
+const MAX_RETRIES: u32 = 8;
+
 /// What the stream starts with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Initial {
@@ -532,53 +536,91 @@ async fn stream(
 
 async fn streaming(
     job: &StreamJob,
-    state: StreamState,
+    mut state: StreamState,
     datasets: &[Dataset],
     metrics: Arc<Metrics>,
     cancel: watch::Receiver<bool>,
     started: Instant,
     snapshot: Option<Report>,
 ) -> Result<StreamReport> {
-    {
-        let d = job.destination.clone();
-        let s = state.clone();
-        blocking(move || cleanup(d.as_ref(), &s)).await?;
-    }
     let names = state.names.clone();
-    let mut stream = job
-        .source
-        .open(&names, datasets, &state.committed.restart)
-        .await?;
-    let target = match job.until_current {
-        true => Some(job.source.current_position().await?),
-        false => None,
-    };
-    let (budgets, format) = budgets(job);
-    let mut batcher = Batcher::new(
-        job.destination.clone(),
-        format,
-        job.state.clone(),
-        state,
-        budgets,
-        metrics.clone(),
-    );
-    let r = pump(
-        job,
-        &names,
-        stream.as_mut(),
-        &mut batcher,
-        &metrics,
-        &cancel,
-        target.as_deref(),
-    )
-    .await;
-    let stopped = match r {
-        Ok(s) => s,
-        Err(e) => {
-            batcher.abort();
-            metrics.errors.fetch_add(1, Ordering::Relaxed);
-            let _ = stream.close().await;
-            return Err(e);
+    let mut target: Option<Option<String>> = None;
+    let mut failures = 0u32;
+    let (mut stream, batcher, stopped) = loop {
+        let attempt = async {
+            {
+                let d = job.destination.clone();
+                let s = state.clone();
+                blocking(move || cleanup(d.as_ref(), &s)).await?;
+            }
+            let stream = job
+                .source
+                .open(&names, datasets, &state.committed.restart)
+                .await?;
+            if target.is_none() {
+                target = Some(match job.until_current {
+                    true => Some(job.source.current_position().await?),
+                    false => None,
+                });
+            }
+            Ok::<_, Error>(stream)
+        };
+        let (budgets, format) = budgets(job);
+        let mut batcher = Batcher::new(
+            job.destination.clone(),
+            format,
+            job.state.clone(),
+            state.clone(),
+            budgets,
+            metrics.clone(),
+        );
+        let (r, stream) = match attempt.await {
+            Ok(mut stream) => {
+                let until = target.clone().flatten();
+                let r = pump(
+                    job,
+                    &names,
+                    stream.as_mut(),
+                    &mut batcher,
+                    &metrics,
+                    &cancel,
+                    until.as_deref(),
+                )
+                .await;
+                (r, Some(stream))
+            }
+            Err(e) => (Err(e), None),
+        };
+        match r {
+            Ok(stopped) => match stream {
+                Some(s) => break (s, batcher, stopped),
+                None => return Err(Error::internal("a stream stopped without a session")),
+            },
+            Err(e) => {
+                batcher.abort();
+                metrics.errors.fetch_add(1, Ordering::Relaxed);
+                if let Some(mut s) = stream {
+                    let _ = s.close().await;
+                }
+                if batcher.state.committed != state.committed {
+                    failures = 0;
+                }
+                failures += 1;
+                if !e.is_transient() || failures > MAX_RETRIES || *cancel.borrow() {
+                    return Err(e);
+                }
+                let wait = Duration::from_secs(1 << (failures - 1).min(5));
+                tracing::warn!(
+                    "{e} — restarting the stream from its committed position in {} s                      (attempt {failures} of {MAX_RETRIES})",
+                    wait.as_secs()
+                );
+                metrics.retries.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(wait).await;
+                let store = job.state.clone();
+                state = blocking(move || store.load()).await?.ok_or_else(|| {
+                    Error::internal("the stream state vanished while streaming")
+                })?;
+            }
         }
     };
     stream.close().await?;
@@ -626,6 +668,8 @@ async fn pump(
 ) -> Result<Stopped> {
     let wait = Duration::from_secs_f64(job.batch_seconds.clamp(0.05, 1.0));
     let mut last_confirm = Instant::now();
+    let mut last_advance = Instant::now();
+    let budget_time = Duration::from_secs_f64(job.batch_seconds.max(0.01));
     let mut last_harm: Option<Instant> = None;
     let mut peak_retained = 0u64;
     loop {
@@ -639,8 +683,9 @@ async fn pump(
         let step = stream.next(batcher, wait).await?;
         if batcher.due() {
             log_cut(batcher.cut()?);
-        } else if step == Step::Idle {
-            batcher.advance()?;
+        } else if step == Step::Idle || last_advance.elapsed() >= budget_time {
+            last_advance = Instant::now();
+            batcher.advance_to(stream.received_through())?;
         }
         confirm(stream, batcher, &mut last_confirm).await?;
         let now_us = chrono::Utc::now().timestamp_micros();

@@ -41,9 +41,20 @@ use tokio_postgres::Client;
 const TAG: &str = "stream";
 
 /// A PostgreSQL database as a change source.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PgCapture {
     target: PgTarget,
+    /// The session harm samples and position reads reuse (opened on first use, reopened
+    /// after it broke).
+    probe: Arc<tokio::sync::Mutex<Option<Client>>>,
+}
+
+impl std::fmt::Debug for PgCapture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgCapture")
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
 }
 
 impl PgCapture {
@@ -51,11 +62,21 @@ impl PgCapture {
     pub fn new(url: &str) -> Result<Self> {
         Ok(PgCapture {
             target: PgTarget::parse(url)?,
+            probe: Arc::default(),
         })
     }
 
     async fn client(&self) -> Result<Client> {
         self.target.connect(TAG).await
+    }
+
+    /// The probe session, connected if it is not.
+    async fn probe(&self) -> Result<tokio::sync::MutexGuard<'_, Option<Client>>> {
+        let mut g = self.probe.lock().await;
+        if g.as_ref().is_none_or(|c| c.is_closed()) {
+            *g = Some(self.client().await?);
+        }
+        Ok(g)
     }
 
     fn display(&self) -> &str {
@@ -252,7 +273,10 @@ impl ChangeSource for PgCapture {
     }
 
     async fn current_position(&self) -> Result<String> {
-        let client = self.client().await?;
+        let g = self.probe().await?;
+        let client = g
+            .as_ref()
+            .ok_or_else(|| Error::internal("no probe session"))?;
         let row = client
             // The insert position, not the write position: with asynchronous commit a
             // committed transaction's record may not be written yet, and the write position
@@ -267,8 +291,11 @@ impl ChangeSource for PgCapture {
     }
 
     async fn harm(&self, names: &CaptureNames) -> Result<Option<CaptureHarm>> {
-        let client = self.client().await?;
-        Ok(slot::slot_harm(&client, &names.slot, self.display())
+        let g = self.probe().await?;
+        let client = g
+            .as_ref()
+            .ok_or_else(|| Error::internal("no probe session"))?;
+        Ok(slot::slot_harm(client, &names.slot, self.display())
             .await?
             .map(|h| CaptureHarm {
                 retained_bytes: h.retained_bytes,
