@@ -105,8 +105,16 @@ fn stream(url: &str, to: &Path, extra: &[&str]) -> Command {
 
 /// Replay the output over its snapshot and compare with the table; returns the replay.
 async fn assert_replay_equals_table(db: &TestDb, to: &Path) -> sluice_testkit::changes::Replayed {
+    assert_replay_equals(db, to, "SELECT id, v, pad FROM acct").await
+}
+
+async fn assert_replay_equals(
+    db: &TestDb,
+    to: &Path,
+    select: &str,
+) -> sluice_testkit::changes::Replayed {
     let r = replay(&to.join(TABLE), &["id"]);
-    let want = db.row_strings("SELECT id, v, pad FROM acct").await;
+    let want = db.row_strings(select).await;
     if r.rows != want {
         let got: std::collections::BTreeSet<&String> = r.rows.iter().collect();
         let w: std::collections::BTreeSet<&String> = want.iter().collect();
@@ -453,4 +461,33 @@ async fn a_large_transaction_streams_within_the_memory_budget() {
     );
     let files = sluice_testkit::changes::change_files(&to.path().join(TABLE));
     assert!(files.len() >= 2, "{files:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_change_starts_a_new_schema_version_in_a_new_file() {
+    let db = TestDb::new().await;
+    create_acct(&db, 100).await;
+    let to = tempdir();
+    run(&mut stream(&db.url, to.path(), &["--until-current"])).ok();
+    db.exec(
+        "UPDATE acct SET v = 1 WHERE id = 1;
+         ALTER TABLE acct ADD COLUMN note text;
+         UPDATE acct SET note = 'n' || id WHERE id <= 3;
+         INSERT INTO acct VALUES (1000, 0, 'p', 'new');",
+    )
+    .await;
+    run(&mut stream(&db.url, to.path(), &["--until-current"])).ok();
+    let r = assert_replay_equals(&db, to.path(), "SELECT id, v, pad, note FROM acct").await;
+    assert_eq!(r.changes.len(), 5);
+    let files = sluice_testkit::changes::change_files(&to.path().join(TABLE));
+    assert_eq!(files.len(), 2, "one file per schema version: {files:?}");
+    let state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(to.path().join("_sluice/stream.json")).unwrap(),
+    )
+    .unwrap();
+    let versions = state["tables"][TABLE]["versions"].as_array().unwrap();
+    assert_eq!(versions.len(), 2, "{versions:?}");
+    assert_eq!(versions[1]["since_seq"], 2);
+    assert_eq!(versions[1]["columns"].as_array().unwrap().len(), 4);
+    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
 }

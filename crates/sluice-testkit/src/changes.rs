@@ -20,6 +20,7 @@ use arrow_array::types::UInt64Type;
 use arrow_array::{Array, RecordBatch};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// One change read back.
 #[derive(Debug, Clone)]
@@ -32,6 +33,8 @@ pub struct Change {
     pub pos: String,
     /// The table's columns as text (NULL as `∅`).
     pub cells: Vec<String>,
+    /// Their names (the columns of the change's schema version).
+    pub columns: Arc<Vec<String>>,
     /// `_absent`.
     pub absent: Vec<String>,
 }
@@ -98,6 +101,7 @@ pub fn read_changes(dataset_dir: &Path) -> (Vec<String>, Vec<Change>) {
                 .iter()
                 .map(|f| f.name().clone())
                 .collect();
+            let names = Arc::new(columns.clone());
             let op = b.column(n).as_string::<i32>();
             let pos = b.column(n + 1).as_string::<i32>();
             let seq = b.column(n + 2).as_primitive::<UInt64Type>();
@@ -110,6 +114,7 @@ pub fn read_changes(dataset_dir: &Path) -> (Vec<String>, Vec<Change>) {
                     op: op.value(r).to_string(),
                     pos: pos.value(r).to_string(),
                     cells: cells(&b, r, n),
+                    columns: names.clone(),
                     absent: (0..a.len()).map(|i| a.value(i).to_string()).collect(),
                 });
             }
@@ -170,21 +175,32 @@ pub fn replay(dataset_dir: &Path, key: &[&str]) -> Replayed {
             ch.seq
         );
         last_seq = Some(ch.seq);
-        assert_eq!(
-            ch.cells.len(),
-            columns.len(),
-            "change {} has other columns than the snapshot",
-            ch.seq
-        );
+        // A schema version with a new column: every row so far has it NULL.
+        for c in ch.columns.iter() {
+            if !columns.contains(c) {
+                columns.push(c.clone());
+                table.values_mut().for_each(|r| r.push("∅".into()));
+                if let Some((_, d)) = deleted.as_mut() {
+                    d.push("∅".into());
+                }
+            }
+        }
+        // The change's cells laid out over every column seen (a dropped column stays NULL).
+        let mut full = vec!["∅".to_string(); columns.len()];
+        for (name, v) in ch.columns.iter().zip(&ch.cells) {
+            let i = columns.iter().position(|c| c == name).expect("known column");
+            full[i] = v.clone();
+        }
         let absent: Vec<usize> = ch
             .absent
             .iter()
             .map(|a| columns.iter().position(|c| c == a).expect("absent column"))
             .collect();
-        let k = key_of(&ch.cells);
+        let kept = |i: usize| absent.contains(&i) || !ch.columns.contains(&columns[i]);
+        let k = key_of(&full);
         match ch.op.as_str() {
             "insert" => {
-                let mut row = ch.cells.clone();
+                let mut row = full.clone();
                 if !absent.is_empty() {
                     let (s, old) = deleted
                         .as_ref()
@@ -213,8 +229,8 @@ pub fn replay(dataset_dir: &Path, key: &[&str]) -> Replayed {
                         ch.seq, ch.pos
                     )
                 });
-                for (i, v) in ch.cells.iter().enumerate() {
-                    if !absent.contains(&i) {
+                for (i, v) in full.iter().enumerate() {
+                    if !kept(i) {
                         row[i] = v.clone();
                     }
                 }
