@@ -39,7 +39,7 @@ ensure_rust() {
 # (server + client), and the libraries the embedded Firebird engine (PyPI wheel
 # firebird-embedded) links against.
 BASE_PACKAGES=(build-essential pkg-config ca-certificates postgresql postgresql-client
-    mariadb-server mariadb-client libtommath1 libtomcrypt1)
+    mariadb-server mariadb-client libtommath1 libtomcrypt1 redis-server)
 
 testkit() { "$CARGO_TARGET_DIR/$1/sluice-testkit" "${@:2}"; }
 

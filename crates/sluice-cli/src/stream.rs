@@ -52,7 +52,7 @@ pub struct StreamArgs {
     /// Stop once everything committed before the command started is written.
     #[arg(long)]
     pub until_current: bool,
-    /// Where the stream's position is kept: the output (default, <to>/_sluice/stream.json).
+    /// Where the stream's position is kept: output (default, <to>/_sluice/stream.json) or redis://[user:password@]host:port[/db][?key=NAME].
     #[arg(long, value_name = "URL")]
     pub state: Option<String>,
     /// Serve Prometheus metrics on HOST:PORT (path /metrics).
@@ -165,10 +165,16 @@ fn job(args: &StreamArgs, r: &Resolved) -> Result<StreamJob> {
     let state: Arc<dyn sluice_stream::StateStore> =
         match args.state.clone().or(k.state.clone()).as_deref() {
             None | Some("output") => Arc::new(OutputState::new(destination.clone())),
+            Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") => {
+                Arc::new(sluice_stream::RedisState::new(
+                    url,
+                    &format!("sluice:stream:{}", destination.display()),
+                )?)
+            }
             Some(other) => {
                 return Err(Error::config(format!(
-                    "--state {}: the stream state is kept with the output (omit --state); \
-                     other stores are not available in this build.",
+                    "--state {}: keep the stream state with the output (omit --state or \
+                     --state output) or in Redis (--state redis://host:port[/db][?key=NAME]).",
                     sluice_core::redact::redact_url(other)
                 )));
             }

@@ -491,3 +491,64 @@ async fn a_schema_change_starts_a_new_schema_version_in_a_new_file() {
     assert_eq!(versions[1]["columns"].as_array().unwrap().len(), 4);
     run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
 }
+
+fn redis_get(url: &str, key: &str) -> Option<String> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let addr = url.trim_start_matches("redis://");
+    let mut s = BufReader::new(std::net::TcpStream::connect(addr).unwrap());
+    let cmd = format!("*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len());
+    s.get_mut().write_all(cmd.as_bytes()).unwrap();
+    let mut line = String::new();
+    s.read_line(&mut line).unwrap();
+    let n: i64 = line.trim_end()[1..].parse().unwrap();
+    if n < 0 {
+        return None;
+    }
+    let mut buf = vec![0u8; n as usize + 2];
+    s.read_exact(&mut buf).unwrap();
+    buf.truncate(n as usize);
+    Some(String::from_utf8(buf).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_in_redis_survives_a_kill_and_refuses_a_second_stream() {
+    let redis = sluice_testkit::redis::server_url();
+    let db = TestDb::new().await;
+    create_acct(&db, 2_000).await;
+    let to = tempdir();
+    let key = format!("stream-test-{}", db.name);
+    let state = format!("{redis}/0?key={key}");
+    let args = ["--until-current", "--state", state.as_str(), "--batch-bytes", "64KB"];
+    run(&mut stream(&db.url, to.path(), &args)).ok();
+    assert!(!to.path().join("_sluice/stream.json").exists(), "the state is not in the output");
+    let saved = redis_get(&redis, &key).expect("the state is in Redis");
+    assert!(saved.contains("\"done\":true"), "{saved}");
+    db.exec("UPDATE acct SET v = v + 1 WHERE id <= 500; DELETE FROM acct WHERE id > 1900;")
+        .await;
+    let fp = Failpoints::new();
+    let mut cmd = stream(&db.url, to.path(), &args);
+    fp.arm(&mut cmd, "stream.after_intent=exit@1");
+    assert_ne!(run(&mut cmd).code, 0);
+    // The killed run's claim on the state is still there: another stream on it is refused
+    // until the claim expires.
+    let r = run(&mut stream(&db.url, to.path(), &args));
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("another stream is running"), "{}", r.stderr);
+    // Release the dead run's claim as an operator would after checking it is gone.
+    {
+        use std::io::Write;
+        let addr = redis.trim_start_matches("redis://");
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        let lock = format!("{key}:lock");
+        s.write_all(format!("*2\r\n$3\r\nDEL\r\n${}\r\n{lock}\r\n", lock.len()).as_bytes())
+            .unwrap();
+        let mut b = [0u8; 8];
+        let _ = std::io::Read::read(&mut s, &mut b);
+    }
+    run(&mut stream(&db.url, to.path(), &args)).ok();
+    let r = assert_replay_equals_table(&db, to.path()).await;
+    assert_eq!(r.changes.len(), 600);
+    run(&mut stream(&db.url, to.path(), &["--drop", "--state", state.as_str()])).ok();
+    assert_eq!(redis_get(&redis, &key), None, "--drop removes the state");
+    assert_eq!(slots_and_publications(&db).await, (0, 0));
+}

@@ -10,13 +10,15 @@
 //! |-----------|--------------------------------------------------------------------|
 //! | `run`     | one run in order: first start, snapshot (or its resume), streaming |
 //! | `batch`   | the change sink: builders, change files, batches, intents          |
-//! | `state`   | the saved state and where it is kept                               |
+//! | `state`   | the saved state and where it is kept (`redis`: in Redis)           |
 //! | `metrics` | Prometheus metrics                                                 |
 
 pub mod batch;
 pub mod metrics;
+pub mod redis;
 pub mod run;
 pub mod state;
 
 pub use run::{ExportBuilder, Initial, Stopped, StreamJob, StreamReport, drop_stream, run_stream};
+pub use redis::RedisState;
 pub use state::{OutputState, STATE_PATH, StateStore, StreamState};

@@ -191,19 +191,41 @@ pub async fn run_stream(job: StreamJob, cancel: watch::Receiver<bool>) -> Result
         let d = job.destination.clone();
         blocking(move || d.check_writable()).await?;
     }
+    let holder = sluice_sink::LockHolder::now(&format!("stream-{}", std::process::id()));
+    {
+        let store = job.state.clone();
+        let who = holder.describe();
+        blocking(move || store.acquire(&who)).await?;
+    }
+    let result = claimed(&job, metrics, cancel, started).await;
+    let store = job.state.clone();
+    let _ = blocking(move || {
+        store.release();
+        Ok(())
+    })
+    .await;
+    result
+}
+
+async fn claimed(
+    job: &StreamJob,
+    metrics: Arc<Metrics>,
+    cancel: watch::Receiver<bool>,
+    started: Instant,
+) -> Result<StreamReport> {
     let datasets = discover(job.source.as_ref(), &job.selection).await?;
     let store = job.state.clone();
     let saved = blocking(move || store.load()).await?;
-    let names = names_of(&job, saved.as_ref())?;
+    let names = names_of(job, saved.as_ref())?;
     let mut snapshot_report = None;
     let mut state = match saved {
         None => {
-            let (state, report) = first_start(&job, &names, &datasets, &cancel).await?;
+            let (state, report) = first_start(job, &names, &datasets, &cancel).await?;
             snapshot_report = report;
             state
         }
         Some(mut s) => {
-            same_tables(&job, &s, &datasets)?;
+            same_tables(job, &s, &datasets)?;
             if !job.source.exists(&names).await? {
                 return Err(Error::source_permanent(format!(
                     "the stream state in {} names replication slot {}, which no longer exists \
@@ -215,13 +237,13 @@ pub async fn run_stream(job: StreamJob, cancel: watch::Receiver<bool>) -> Result
                 )));
             }
             if !s.snapshot.done {
-                snapshot_report = Some(resume_snapshot(&job, &mut s, &cancel).await?);
+                snapshot_report = Some(resume_snapshot(job, &mut s, &cancel).await?);
             }
             s
         }
     };
     state.source = job.source.display_url();
-    stream(&job, state, &datasets, metrics, cancel, started, snapshot_report).await
+    stream(job, state, &datasets, metrics, cancel, started, snapshot_report).await
 }
 
 fn same_tables(job: &StreamJob, s: &StreamState, datasets: &[Dataset]) -> Result<()> {
@@ -700,6 +722,8 @@ async fn pump(
         );
         if last_harm.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
             last_harm = Some(Instant::now());
+            let store = job.state.clone();
+            blocking(move || store.refresh()).await?;
             if let Ok(Some(h)) = job.source.harm(names).await {
                 peak_retained = peak_retained.max(h.retained_bytes);
                 metrics.retained_bytes.store(peak_retained, Ordering::Relaxed);

@@ -130,6 +130,18 @@ pub trait StateStore: Send + Sync {
     fn save(&self, state: &StreamState) -> Result<()>;
     /// Remove the saved state (`--drop`).
     fn clear(&self) -> Result<()>;
+    /// Claim the state for one running stream, refusing a second (stores that are not the
+    /// output, whose own lock does this).
+    fn acquire(&self, holder: &str) -> Result<()> {
+        let _ = holder;
+        Ok(())
+    }
+    /// Keep the claim alive; fails when it was lost.
+    fn refresh(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Give the claim up.
+    fn release(&self) {}
 }
 
 /// The state as a file of the output.

@@ -11,6 +11,7 @@
 //! - [`firebird`] prepares an embedded Firebird runtime (no server) and test databases;
 //!   [`firebird_writer`] is the concurrent writer process of Firebird consistency tests.
 //! - [`objstore`] starts object-storage emulators (S3, GCS, Azure Blob) the same way.
+//! - [`redis`] starts a throwaway Redis (`--redis`) for the stream's external state.
 //! - [`tls`] generates the certificates of the TLS servers (`--pg-tls`, `--mariadb-tls`).
 
 pub mod changes;
@@ -21,5 +22,6 @@ pub mod mariadb;
 pub mod mysql;
 pub mod objstore;
 pub mod pg;
+pub mod redis;
 pub mod server;
 pub mod tls;

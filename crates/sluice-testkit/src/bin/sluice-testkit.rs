@@ -1,10 +1,11 @@
 //! `sluice-testkit run [--pg] [--pg-tls] [--mariadb] [--mariadb-tls] [--firebird] [--s3] [--gcs]
-//! [--azure] -- COMMAND …`: start throwaway servers, run COMMAND with their URLs in the
+//! [--azure] [--redis] -- COMMAND …`: start throwaway servers, run COMMAND with their URLs in the
 //! environment (`SLUICE_TEST_PG_URL`, `SLUICE_TEST_MYSQL_URL`, `SLUICE_TEST_S3_URL`… and each
 //! cloud's credential variables; for `--firebird` an embedded runtime, see
 //! `sluice_testkit::firebird`; for the TLS servers `SLUICE_TEST_PG_TLS_URL`,
 //! `SLUICE_TEST_PG_TLS_SOCKET_URL`, `SLUICE_TEST_MYSQL_TLS_URL`,
-//! `SLUICE_TEST_MYSQL_TLS_SOCKET_URL` and `SLUICE_TEST_TLS_DIR`, the certificates they use),
+//! `SLUICE_TEST_MYSQL_TLS_SOCKET_URL` and `SLUICE_TEST_TLS_DIR`, the certificates they use;
+//! `SLUICE_TEST_REDIS_URL` for `--redis`),
 //! stop and delete the servers, and exit with COMMAND's status. Used by scripts/test,
 //! scripts/demo and bench/run. COMMAND also gets `SLUICE_TESTKIT`, this program's path.
 //!
@@ -33,13 +34,13 @@ fn run() -> Result<u8> {
     }
     let Some(split) = args.iter().position(|a| a == "--") else {
         bail!(
-            "usage: sluice-testkit run [--pg] [--pg-tls] [--mariadb] [--mariadb-tls] [--firebird] [--s3] [--gcs] [--azure] -- COMMAND [ARGS…]"
+            "usage: sluice-testkit run [--pg] [--pg-tls] [--mariadb] [--mariadb-tls] [--firebird] [--s3] [--gcs] [--azure] [--redis] -- COMMAND [ARGS…]"
         );
     };
     let (opts, cmd) = (&args[..split], &args[split + 1..]);
     if opts.first().map(String::as_str) != Some("run") || cmd.is_empty() {
         bail!(
-            "usage: sluice-testkit run [--pg] [--pg-tls] [--mariadb] [--mariadb-tls] [--firebird] [--s3] [--gcs] [--azure] -- COMMAND [ARGS…]"
+            "usage: sluice-testkit run [--pg] [--pg-tls] [--mariadb] [--mariadb-tls] [--firebird] [--s3] [--gcs] [--azure] [--redis] -- COMMAND [ARGS…]"
         );
     }
     let mut command = Command::new(&cmd[0]);
@@ -129,6 +130,12 @@ fn run() -> Result<u8> {
                 command.envs(em.env());
                 emulators.push(em);
             }
+            "--redis" => {
+                let r = sluice_testkit::redis::RedisServer::start().context("starting Redis")?;
+                eprintln!("sluice-testkit: Redis on 127.0.0.1:{}", r.port);
+                command.env("SLUICE_TEST_REDIS_URL", r.url());
+                servers.push(Server::Redis(r));
+            }
             other => bail!("unknown option {other}"),
         }
     }
@@ -212,6 +219,7 @@ fn firebird_writer(args: &[String]) -> Result<u8> {
 enum Server {
     Pg(sluice_testkit::server::PgServer),
     Mariadb(sluice_testkit::mariadb::MariadbServer),
+    Redis(sluice_testkit::redis::RedisServer),
 }
 
 #[allow(unsafe_code)]
