@@ -552,3 +552,57 @@ async fn state_in_redis_survives_a_kill_and_refuses_a_second_stream() {
     assert_eq!(redis_get(&redis, &key), None, "--drop removes the state");
     assert_eq!(slots_and_publications(&db).await, (0, 0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initial_none_streams_changes_only_and_csv_change_files_carry_the_change_columns() {
+    let db = TestDb::new().await;
+    create_acct(&db, 100).await;
+    let to = tempdir();
+    let args = ["--until-current", "--initial", "none", "--format", "csv"];
+    run(&mut stream(&db.url, to.path(), &args)).ok();
+    assert!(!to.path().join("manifest.json").exists(), "no snapshot");
+    db.exec("UPDATE acct SET v = 7 WHERE id <= 10").await;
+    let r = run(&mut stream(&db.url, to.path(), &["--until-current"]));
+    assert_eq!(r.code, 2, "a format change is refused: {}", r.stderr);
+    assert!(r.stderr.contains("csv change files"), "{}", r.stderr);
+    run(&mut stream(&db.url, to.path(), &args)).ok();
+    let dir = to.path().join(TABLE).join("changes");
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("id,v,pad,_op,_pos,_seq,_commit_ts,_xid,_absent")
+    );
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 10, "{text}");
+    assert!(rows.iter().all(|l| l.contains(",7,") && l.contains(",update,")), "{text}");
+    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_logical_wal_is_refused_with_the_fix() {
+    let server = tokio::task::spawn_blocking(|| {
+        sluice_testkit::server::PgServer::start_with_settings("wal_level = replica\n")
+    })
+    .await
+    .unwrap()
+    .expect("a second PostgreSQL");
+    let url = server.url();
+    let c = sluice_testkit::pg::connect(&url).await;
+    c.batch_execute("CREATE TABLE acct (id int PRIMARY KEY)").await.unwrap();
+    let to = tempdir();
+    let r = run(&mut stream(&url, to.path(), &["--until-current"]));
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(r.stderr.contains("wal_level = logical"), "{}", r.stderr);
+    let slots: i64 = c
+        .query_one("SELECT count(*) FROM pg_replication_slots", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(slots, 0);
+}

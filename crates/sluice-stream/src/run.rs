@@ -247,6 +247,15 @@ async fn claimed(
 }
 
 fn same_tables(job: &StreamJob, s: &StreamState, datasets: &[Dataset]) -> Result<()> {
+    if s.extension != job.format.extension() {
+        return Err(Error::config(format!(
+            "the stream in {} writes {} change files; --format {} would mix formats. Use the \
+             stream's format, or stream into another output.",
+            job.destination.display(),
+            s.extension,
+            job.format.extension()
+        )));
+    }
     let new: Vec<&str> = datasets
         .iter()
         .map(|d| d.name.as_str())

@@ -101,7 +101,17 @@ impl PgServer {
         Self::start_with(Some(pki))
     }
 
+    /// [`Self::start`] with `settings` appended to `postgresql.conf` (later lines win), for
+    /// tests of a server configured otherwise (e.g. `wal_level = replica`).
+    pub fn start_with_settings(settings: &str) -> Result<Self> {
+        Self::start_with_conf(None, settings)
+    }
+
     fn start_with(pki: Option<&crate::tls::TestPki>) -> Result<Self> {
+        Self::start_with_conf(pki, "")
+    }
+
+    fn start_with_conf(pki: Option<&crate::tls::TestPki>, settings: &str) -> Result<Self> {
         let bin = pg_bin_dir()?;
         let dir = tempfile::Builder::new().prefix("sluice-pg-").tempdir()?;
         let user = "postgres".to_string();
@@ -131,6 +141,7 @@ impl PgServer {
             dir.path().display()
         );
         append(&data.join("postgresql.conf"), &conf)?;
+        append(&data.join("postgresql.conf"), settings)?;
         let hba = match pki {
             None => "local all all trust\nhost all postgres 127.0.0.1/32 trust\n\
                      host replication postgres 127.0.0.1/32 trust\n\
