@@ -141,10 +141,10 @@ async fn run(
         (Command::Export(_), Some(r)) => export(r?, quiet, format).await,
         (Command::Plan(args), Some(r)) => plan(r?, args.json).await,
         (Command::Stream(args), Some(r)) => stream::run(*args, r?, quiet, format).await,
-        (Command::Export(_) | Command::Plan(_) | Command::Stream(_), None) => Err(sluice_core::Error::internal(
-            "the configuration was not resolved before the run",
-        )
-        .into()),
+        (Command::Export(_) | Command::Plan(_) | Command::Stream(_), None) => Err(
+            sluice_core::Error::internal("the configuration was not resolved before the run")
+                .into(),
+        ),
         (Command::Doctor(args), _) => doctor::run(args).await,
         (Command::Completions { shell }, _) => {
             clap_complete::generate(shell, &mut Cli::command(), "sluice", &mut std::io::stdout());

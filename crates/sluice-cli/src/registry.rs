@@ -90,9 +90,7 @@ pub fn open_source(url: &str, locking: Option<sluice_mysql::Locking>) -> Result<
 /// Open the change source for `url` (`sluice stream`): PostgreSQL today.
 pub fn open_change_source(url: &str) -> Result<Arc<dyn sluice_core::change::ChangeSource>> {
     if sluice_postgres::PgSource::handles(url) {
-        return Ok(Arc::new(sluice_postgres::replication::PgCapture::new(
-            url,
-        )?));
+        return Ok(Arc::new(sluice_postgres::replication::PgCapture::new(url)?));
     }
     Err(Error::config(format!(
         "sluice stream captures changes from PostgreSQL (postgres://…); {} is not one.",

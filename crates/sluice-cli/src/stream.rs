@@ -13,6 +13,7 @@ use clap::{Args, ValueEnum};
 use sluice_core::{Consistency, Error, Result};
 use sluice_engine::ExportJob;
 use sluice_stream::{Initial, OutputState, StreamJob, StreamReport};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -213,6 +214,8 @@ fn job(args: &StreamArgs, r: &Resolved) -> Result<StreamJob> {
         memory: r.memory,
         metrics_addr,
         export,
+        progress: Arc::new(sluice_engine::Silent),
+        metrics: Arc::default(),
     })
 }
 
@@ -236,12 +239,23 @@ pub async fn run(
         }
         return Ok(());
     }
+    let mut job = job;
+    job.progress = Arc::new(crate::display::Display::new(
+        quiet,
+        format == LogFormat::Text,
+    ));
     let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         crate::wait_for_signal().await;
         let _ = cancel_tx.send(true);
     });
-    let report = sluice_stream::run_stream(job, cancel_rx).await?;
+    let spinner = (!quiet && format == LogFormat::Text && std::io::stderr().is_terminal())
+        .then(|| tokio::spawn(progress(job.metrics.clone())));
+    let report = sluice_stream::run_stream(job, cancel_rx).await;
+    if let Some(s) = spinner {
+        s.abort();
+    }
+    let report = report?;
     if let Some(path) = &resolved.report_json {
         let json = serde_json::to_vec_pretty(&report)?;
         std::fs::write(path, json)
@@ -260,6 +274,27 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+/// A spinner line on a terminal while changes stream (the batch log lines go above it).
+async fn progress(m: Arc<sluice_stream::Metrics>) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let bar = indicatif::ProgressBar::new_spinner();
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        if m.streaming.load(Relaxed) == 0 {
+            continue;
+        }
+        bar.set_message(format!(
+            "{} changes, {} batches, _seq {}, lag {:.1} s, WAL retained {:.1} MB",
+            m.changes.load(Relaxed),
+            m.batches.load(Relaxed),
+            m.committed_seq.load(Relaxed),
+            m.lag_millis.load(Relaxed) as f64 / 1000.0,
+            m.retained_bytes.load(Relaxed) as f64 / (1u64 << 20) as f64,
+        ));
+        bar.tick();
+    }
 }
 
 fn report_text(r: &StreamReport) -> String {
@@ -283,8 +318,11 @@ fn report_text(r: &StreamReport) -> String {
         r.position, r.last_seq, r.state
     ));
     s.push_str(&format!(
-        "  harm: peak WAL retained by the slot {} bytes\n",
-        r.peak_retained_bytes
+        "  harm: peak WAL retained by the slot {:.1} MB, peak lag {:.1} s, last confirmed {:.1} s \
+         before the end\n",
+        r.peak_retained_bytes as f64 / (1u64 << 20) as f64,
+        r.peak_lag_seconds,
+        r.seconds_since_confirm
     ));
     s.push_str(&format!(
         "  {:.1} s, peak RSS {} MB; stopped: {}\n",

@@ -159,7 +159,13 @@ async fn handoff_with_a_writer_during_the_snapshot_is_exact() {
     let mut cmd = stream(
         &db.url,
         to.path(),
-        &["--until-current", "--chunk-size", "256KB", "--parallel", "2"],
+        &[
+            "--until-current",
+            "--chunk-size",
+            "256KB",
+            "--parallel",
+            "2",
+        ],
     );
     fp.arm(&mut cmd, "export.after_receipt=wait@1");
     let mut child = cmd
@@ -217,7 +223,13 @@ async fn killed_at_every_point_of_a_batch_the_restarted_stream_is_exact() {
     create_acct(&db, 10_000).await;
     let writer = ChangeWriter::start(&db.url, 10_000).await;
     let to = tempdir();
-    let small = ["--until-current", "--batch-bytes", "64KB", "--chunk-size", "128KB"];
+    let small = [
+        "--until-current",
+        "--batch-bytes",
+        "64KB",
+        "--chunk-size",
+        "128KB",
+    ];
     // Each run dies at one point, the next one continues from what the last left.
     for spec in [
         "export.after_receipt=exit@2",
@@ -279,7 +291,11 @@ async fn unchanged_toast_values_are_marked_absent_not_null() {
     run(&mut stream(&db.url, to.path(), &["--until-current"])).ok();
     let r = assert_replay_equals_table(&db, to.path()).await;
     let update = r.changes.iter().find(|c| c.op == "update").unwrap();
-    assert_eq!(update.absent, ["pad"], "the unchanged TOAST value is absent");
+    assert_eq!(
+        update.absent,
+        ["pad"],
+        "the unchanged TOAST value is absent"
+    );
     assert_eq!(update.cells[2], "∅", "an absent cell holds NULL");
     let delete = r.changes.iter().find(|c| c.op == "delete").unwrap();
     assert_eq!(delete.absent, ["v", "pad"], "a delete carries the key only");
@@ -311,7 +327,11 @@ async fn refusals_name_the_fix_and_leave_no_slot_behind() {
     assert!(r.stderr.contains("REPLICA IDENTITY FULL"), "{}", r.stderr);
     let r = one("public.ranges", &db.url, &[]);
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("ranges.r") && r.stderr.contains("cannot decode"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("ranges.r") && r.stderr.contains("cannot decode"),
+        "{}",
+        r.stderr
+    );
     let r = one("public.acct", &db.url_as("norepl", Some("pw")), &[]);
     assert_eq!(r.code, 3, "{}", r.stderr);
     assert!(
@@ -342,7 +362,8 @@ fn free_port() -> u16 {
 fn scrape(port: u16) -> Option<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     Some(out)
@@ -366,7 +387,12 @@ async fn a_running_stream_serves_metrics_refuses_a_second_one_and_stops_on_sigte
     let mut child = stream(
         &db.url,
         to.path(),
-        &["--slot", "metrics_slot", "--metrics-addr", &format!("127.0.0.1:{port}")],
+        &[
+            "--slot",
+            "metrics_slot",
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+        ],
     )
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
@@ -396,12 +422,19 @@ async fn a_running_stream_serves_metrics_refuses_a_second_one_and_stops_on_sigte
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert!(metric(&text, "sluice_stream_committed_seq") >= 100.0, "{text}");
+    assert!(
+        metric(&text, "sluice_stream_committed_seq") >= 100.0,
+        "{text}"
+    );
     assert!(text.contains("sluice_stream_retained_bytes"), "{text}");
     assert!(text.contains("sluice_stream_lag_seconds"), "{text}");
     // A second stream on the same slot is refused.
     let other = tempdir();
-    let r = run(&mut stream(&db.url, other.path(), &["--slot", "metrics_slot", "--until-current"]));
+    let r = run(&mut stream(
+        &db.url,
+        other.path(),
+        &["--slot", "metrics_slot", "--until-current"],
+    ));
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("in use"), "{}", r.stderr);
     // SIGTERM stops it cleanly, after committing.
@@ -412,7 +445,11 @@ async fn a_running_stream_serves_metrics_refuses_a_second_one_and_stops_on_sigte
         libc::kill(pid, libc::SIGTERM);
     }
     let out = common::finish(child);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let r = assert_replay_equals_table(&db, to.path()).await;
     assert_eq!(r.changes.len(), 100);
     run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
@@ -452,7 +489,10 @@ async fn a_large_transaction_streams_within_the_memory_budget() {
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(r["changes"], rows, "{r}");
     assert_eq!(r["transactions"], 1, "{r}");
-    assert!(r["batches"].as_u64().unwrap() >= 2, "one transaction spans batches: {r}");
+    assert!(
+        r["batches"].as_u64().unwrap() >= 2,
+        "one transaction spans batches: {r}"
+    );
     let peak = r["peak_rss_bytes"].as_u64().unwrap();
     assert!(
         peak > 0 && peak <= budget,
@@ -518,9 +558,18 @@ async fn state_in_redis_survives_a_kill_and_refuses_a_second_stream() {
     let to = tempdir();
     let key = format!("stream-test-{}", db.name);
     let state = format!("{redis}/0?key={key}");
-    let args = ["--until-current", "--state", state.as_str(), "--batch-bytes", "64KB"];
+    let args = [
+        "--until-current",
+        "--state",
+        state.as_str(),
+        "--batch-bytes",
+        "64KB",
+    ];
     run(&mut stream(&db.url, to.path(), &args)).ok();
-    assert!(!to.path().join("_sluice/stream.json").exists(), "the state is not in the output");
+    assert!(
+        !to.path().join("_sluice/stream.json").exists(),
+        "the state is not in the output"
+    );
     let saved = redis_get(&redis, &key).expect("the state is in Redis");
     assert!(saved.contains("\"done\":true"), "{saved}");
     db.exec("UPDATE acct SET v = v + 1 WHERE id <= 500; DELETE FROM acct WHERE id > 1900;")
@@ -533,7 +582,11 @@ async fn state_in_redis_survives_a_kill_and_refuses_a_second_stream() {
     // until the claim expires.
     let r = run(&mut stream(&db.url, to.path(), &args));
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("another stream is running"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("another stream is running"),
+        "{}",
+        r.stderr
+    );
     // Release the dead run's claim as an operator would after checking it is gone.
     {
         use std::io::Write;
@@ -548,7 +601,12 @@ async fn state_in_redis_survives_a_kill_and_refuses_a_second_stream() {
     run(&mut stream(&db.url, to.path(), &args)).ok();
     let r = assert_replay_equals_table(&db, to.path()).await;
     assert_eq!(r.changes.len(), 600);
-    run(&mut stream(&db.url, to.path(), &["--drop", "--state", state.as_str()])).ok();
+    run(&mut stream(
+        &db.url,
+        to.path(),
+        &["--drop", "--state", state.as_str()],
+    ))
+    .ok();
     assert_eq!(redis_get(&redis, &key), None, "--drop removes the state");
     assert_eq!(slots_and_publications(&db).await, (0, 0));
 }
@@ -580,7 +638,11 @@ async fn initial_none_streams_changes_only_and_csv_change_files_carry_the_change
     );
     let rows: Vec<&str> = lines.collect();
     assert_eq!(rows.len(), 10, "{text}");
-    assert!(rows.iter().all(|l| l.contains(",7,") && l.contains(",update,")), "{text}");
+    assert!(
+        rows.iter()
+            .all(|l| l.contains(",7,") && l.contains(",update,")),
+        "{text}"
+    );
     run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
 }
 
@@ -594,7 +656,9 @@ async fn a_server_without_logical_wal_is_refused_with_the_fix() {
     .expect("a second PostgreSQL");
     let url = server.url();
     let c = sluice_testkit::pg::connect(&url).await;
-    c.batch_execute("CREATE TABLE acct (id int PRIMARY KEY)").await.unwrap();
+    c.batch_execute("CREATE TABLE acct (id int PRIMARY KEY)")
+        .await
+        .unwrap();
     let to = tempdir();
     let r = run(&mut stream(&url, to.path(), &["--until-current"]));
     assert_eq!(r.code, 3, "{}", r.stderr);

@@ -27,10 +27,10 @@ use crate::error::{Error, Result};
 use crate::position::SnapshotInfo;
 use crate::source::Source;
 use crate::table::{ColumnDesc, Dataset, TableRef};
-use serde::{Deserialize, Serialize};
 use arrow_array::RecordBatch;
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -72,8 +72,7 @@ impl Source for PgSource {
             .target
             .clone()
             .with_row_security(options.enable_row_security);
-        let c =
-            snapshot::PgCoordinator::open_with(target, options, self.imported.as_ref()).await?;
+        let c = snapshot::PgCoordinator::open_with(target, options, self.imported.as_ref()).await?;
         Ok(Box::new(c))
     }
 

@@ -411,8 +411,7 @@ impl ChangeSink for Batcher {
         self.cur = None;
         let t = &self.tables[table];
         if t.ignored
-            || t
-                .snapshot_position
+            || t.snapshot_position
                 .as_ref()
                 .is_some_and(|p| self.tx.pos < *p)
         {

@@ -19,6 +19,7 @@ pub mod redis;
 pub mod run;
 pub mod state;
 
-pub use run::{ExportBuilder, Initial, Stopped, StreamJob, StreamReport, drop_stream, run_stream};
+pub use metrics::Metrics;
 pub use redis::RedisState;
+pub use run::{ExportBuilder, Initial, Stopped, StreamJob, StreamReport, drop_stream, run_stream};
 pub use state::{OutputState, STATE_PATH, StateStore, StreamState};

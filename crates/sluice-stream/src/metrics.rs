@@ -39,6 +39,10 @@ pub struct Metrics {
     pub errors: AtomicU64,
     /// Reconnects after transient errors.
     pub retries: AtomicU64,
+    /// The largest lag seen, milliseconds.
+    pub peak_lag_millis: AtomicU64,
+    /// 1 once the initial snapshot is done and changes are read (not exported).
+    pub streaming: AtomicU64,
 }
 
 impl Metrics {
@@ -51,15 +55,30 @@ impl Metrics {
             let _ = writeln!(out, "# TYPE sluice_stream_{name} {kind}");
             let _ = writeln!(out, "sluice_stream_{name} {value}");
         };
-        one("changes_total", "counter", "Changes written.", g(&self.changes).to_string());
+        one(
+            "changes_total",
+            "counter",
+            "Changes written.",
+            g(&self.changes).to_string(),
+        );
         one(
             "transactions_total",
             "counter",
             "Source transactions seen.",
             g(&self.transactions).to_string(),
         );
-        one("batches_total", "counter", "Batches committed.", g(&self.batches).to_string());
-        one("files_total", "counter", "Change files committed.", g(&self.files).to_string());
+        one(
+            "batches_total",
+            "counter",
+            "Batches committed.",
+            g(&self.batches).to_string(),
+        );
+        one(
+            "files_total",
+            "counter",
+            "Change files committed.",
+            g(&self.files).to_string(),
+        );
         one(
             "bytes_written_total",
             "counter",
@@ -102,7 +121,12 @@ impl Metrics {
             "Seconds since the source was last told a position is durable.",
             format!("{:.3}", g(&self.since_confirm_millis) as f64 / 1000.0),
         );
-        one("errors_total", "counter", "Errors.", g(&self.errors).to_string());
+        one(
+            "errors_total",
+            "counter",
+            "Errors.",
+            g(&self.errors).to_string(),
+        );
         one(
             "retries_total",
             "counter",
@@ -129,8 +153,8 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> sluice_core::Resu
             let m = metrics.clone();
             tokio::spawn(async move {
                 let mut buf = [0u8; 2048];
-                let _ = tokio::time::timeout(std::time::Duration::from_secs(5), s.read(&mut buf))
-                    .await;
+                let _ =
+                    tokio::time::timeout(std::time::Duration::from_secs(5), s.read(&mut buf)).await;
                 let body = m.render();
                 let resp = format!(
                     "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n\

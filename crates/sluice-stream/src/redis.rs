@@ -9,9 +9,9 @@
 //! guarantee as a file). `rediss://` (TLS) is not supported.
 
 use crate::state::{StateStore, StreamState, parse};
+use percent_encoding::percent_decode_str;
 use sluice_core::redact::redact_url;
 use sluice_core::{Error, Result, Retry};
-use percent_encoding::percent_decode_str;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::sync::Mutex;
@@ -66,7 +66,9 @@ impl RedisState {
         let port = u.port().unwrap_or(6379);
         let db = match u.path().trim_start_matches('/') {
             "" => 0,
-            d => d.parse().map_err(|_| bad("the path must be a database number"))?,
+            d => d
+                .parse()
+                .map_err(|_| bad("the path must be a database number"))?,
         };
         let dec = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
         let user = (!u.username().is_empty()).then(|| dec(u.username()));
@@ -293,7 +295,10 @@ mod tests {
     #[test]
     fn replies_and_urls() {
         let mut r = std::io::Cursor::new(b"$3\r\nabc\r\n:5\r\n$-1\r\n*2\r\n+OK\r\n:1\r\n".to_vec());
-        assert_eq!(read_reply(&mut r).ok(), Some(Reply::Bulk(Some(b"abc".to_vec()))));
+        assert_eq!(
+            read_reply(&mut r).ok(),
+            Some(Reply::Bulk(Some(b"abc".to_vec())))
+        );
         assert_eq!(read_reply(&mut r).ok(), Some(Reply::Int(5)));
         assert_eq!(read_reply(&mut r).ok(), Some(Reply::Bulk(None)));
         assert_eq!(

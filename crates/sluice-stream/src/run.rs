@@ -26,7 +26,7 @@ use sluice_core::change::{CaptureNames, ChangeSource, ChangeStream, HeldSnapshot
 use sluice_core::{
     Consistency, Dataset, Error, Position, Result, Selection, Source, SourceOptions, failpoint,
 };
-use sluice_engine::{ExportJob, Report, Silent};
+use sluice_engine::{ExportJob, Report};
 use sluice_sink::layout::{MANIFEST, RUN_STATE, dataset_dir};
 use sluice_sink::manifest::Manifest;
 use sluice_sink::{Destination, FormatOptions, LockHolder, ParquetOptions};
@@ -84,6 +84,10 @@ pub struct StreamJob {
     pub metrics_addr: Option<SocketAddr>,
     /// The initial snapshot's export job.
     pub export: ExportBuilder,
+    /// Progress of the initial snapshot's export.
+    pub progress: Arc<dyn sluice_engine::Progress>,
+    /// The stream's counters (also served by `--metrics-addr`, and read by a progress display).
+    pub metrics: Arc<Metrics>,
 }
 
 /// Why the stream stopped.
@@ -127,6 +131,10 @@ pub struct StreamReport {
     pub last_seq: u64,
     /// Peak WAL (or log) retained for the stream while it ran, bytes.
     pub peak_retained_bytes: u64,
+    /// The largest delay seen between a transaction's commit and its reading, seconds.
+    pub peak_lag_seconds: f64,
+    /// Seconds since the source was last told a position is durable, at the end.
+    pub seconds_since_confirm: f64,
     /// Why it stopped.
     pub stopped: Stopped,
     /// Wall-clock seconds.
@@ -147,7 +155,10 @@ async fn discover(source: &dyn ChangeSource, selection: &Selection) -> Result<Ve
         consistency: Consistency::Chunk,
         enable_row_security: false,
     };
-    let mut c = source.export_source(None).open_coordinator(&options).await?;
+    let mut c = source
+        .export_source(None)
+        .open_coordinator(&options)
+        .await?;
     let found = c.discover(selection).await;
     let _ = c.release().await;
     found
@@ -182,7 +193,7 @@ fn names_of(job: &StreamJob, saved: Option<&StreamState>) -> Result<CaptureNames
 /// Run the stream until `--until-current`'s point or `cancel`.
 pub async fn run_stream(job: StreamJob, cancel: watch::Receiver<bool>) -> Result<StreamReport> {
     let started = Instant::now();
-    let metrics = Arc::new(Metrics::default());
+    let metrics = job.metrics.clone();
     if let Some(addr) = job.metrics_addr {
         let bound = serve(addr, metrics.clone()).await?;
         tracing::info!("metrics at http://{bound}/metrics");
@@ -243,7 +254,16 @@ async fn claimed(
         }
     };
     state.source = job.source.display_url();
-    stream(job, state, &datasets, metrics, cancel, started, snapshot_report).await
+    stream(
+        job,
+        state,
+        &datasets,
+        metrics,
+        cancel,
+        started,
+        snapshot_report,
+    )
+    .await
 }
 
 fn same_tables(job: &StreamJob, s: &StreamState, datasets: &[Dataset]) -> Result<()> {
@@ -383,7 +403,10 @@ fn clear_unfinished(dest: &dyn Destination, ext: &str) -> Result<Vec<String>> {
     for (ds, n) in planned {
         let dir = dataset_dir(&ds);
         let receipts = dest.list(&format!("_sluice/parts/{dir}/"))?;
-        let done = receipts.iter().filter(|r| r.path.ends_with(".json")).count() as u64;
+        let done = receipts
+            .iter()
+            .filter(|r| r.path.ends_with(".json"))
+            .count() as u64;
         if done == 0 || done == n {
             continue;
         }
@@ -441,7 +464,7 @@ async fn snapshot_phase(
     let mut export = (job.export)(source);
     export.destination = job.destination.clone();
     export.resume = resume;
-    let result = sluice_engine::run_export(export, Arc::new(Silent), cancel.clone()).await;
+    let result = sluice_engine::run_export(export, job.progress.clone(), cancel.clone()).await;
     let _ = held.hold.release().await;
     let report = result.map_err(|e| {
         let kind = e.kind();
@@ -458,9 +481,9 @@ async fn snapshot_phase(
         )
     })?;
     let d = job.destination.clone();
-    let bytes = blocking(move || d.get(MANIFEST)).await?.ok_or_else(|| {
-        Error::internal("the initial snapshot finished without a manifest")
-    })?;
+    let bytes = blocking(move || d.get(MANIFEST))
+        .await?
+        .ok_or_else(|| Error::internal("the initial snapshot finished without a manifest"))?;
     let manifest: Manifest = serde_json::from_slice(&bytes)
         .map_err(|e| Error::internal(format!("the snapshot's manifest cannot be read: {e}")))?;
     for ds in &manifest.datasets {
@@ -575,6 +598,7 @@ async fn streaming(
     snapshot: Option<Report>,
 ) -> Result<StreamReport> {
     let names = state.names.clone();
+    metrics.streaming.store(1, Ordering::Relaxed);
     let mut target: Option<Option<String>> = None;
     let mut failures = 0u32;
     let (mut stream, batcher, stopped) = loop {
@@ -648,9 +672,9 @@ async fn streaming(
                 metrics.retries.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(wait).await;
                 let store = job.state.clone();
-                state = blocking(move || store.load()).await?.ok_or_else(|| {
-                    Error::internal("the stream state vanished while streaming")
-                })?;
+                state = blocking(move || store.load())
+                    .await?
+                    .ok_or_else(|| Error::internal("the stream state vanished while streaming"))?;
             }
         }
     };
@@ -682,6 +706,8 @@ async fn streaming(
         position: c.restart.clone(),
         last_seq: c.written_through,
         peak_retained_bytes: metrics.retained_bytes.load(Ordering::Relaxed),
+        peak_lag_seconds: metrics.peak_lag_millis.load(Ordering::Relaxed) as f64 / 1000.0,
+        seconds_since_confirm: metrics.since_confirm_millis.load(Ordering::Relaxed) as f64 / 1000.0,
         stopped,
         wall_seconds: started.elapsed().as_secs_f64(),
         peak_rss_bytes: sluice_engine::rss::peak_rss_bytes(),
@@ -725,17 +751,19 @@ async fn pump(
             _ => 0,
         };
         metrics.lag_millis.store(lag, Ordering::Relaxed);
-        metrics.since_confirm_millis.store(
-            last_confirm.elapsed().as_millis() as u64,
-            Ordering::Relaxed,
-        );
+        metrics.peak_lag_millis.fetch_max(lag, Ordering::Relaxed);
+        metrics
+            .since_confirm_millis
+            .store(last_confirm.elapsed().as_millis() as u64, Ordering::Relaxed);
         if last_harm.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
             last_harm = Some(Instant::now());
             let store = job.state.clone();
             blocking(move || store.refresh()).await?;
             if let Ok(Some(h)) = job.source.harm(names).await {
                 peak_retained = peak_retained.max(h.retained_bytes);
-                metrics.retained_bytes.store(peak_retained, Ordering::Relaxed);
+                metrics
+                    .retained_bytes
+                    .store(peak_retained, Ordering::Relaxed);
                 metrics.lag_bytes.store(h.lag_bytes, Ordering::Relaxed);
             }
         }

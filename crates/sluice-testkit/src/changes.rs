@@ -134,7 +134,13 @@ pub fn replay(dataset_dir: &Path, key: &[&str]) -> Replayed {
         .collect();
     let mut columns: Vec<String> = snapshot
         .first()
-        .map(|b| b.schema().fields().iter().map(|f| f.name().clone()).collect())
+        .map(|b| {
+            b.schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect()
+        })
         .unwrap_or_default();
     let (change_columns, changes) = read_changes(dataset_dir);
     if columns.is_empty() {
@@ -188,7 +194,10 @@ pub fn replay(dataset_dir: &Path, key: &[&str]) -> Replayed {
         // The change's cells laid out over every column seen (a dropped column stays NULL).
         let mut full = vec!["∅".to_string(); columns.len()];
         for (name, v) in ch.columns.iter().zip(&ch.cells) {
-            let i = columns.iter().position(|c| c == name).expect("known column");
+            let i = columns
+                .iter()
+                .position(|c| c == name)
+                .expect("known column");
             full[i] = v.clone();
         }
         let absent: Vec<usize> = ch

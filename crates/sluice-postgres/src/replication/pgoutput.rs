@@ -190,7 +190,12 @@ impl<'a> Tuple<'a> {
                     let n = r.i32()?.max(0) as usize;
                     r.take(n)?;
                 }
-                k => return Err(Malformed(format!("unknown tuple value kind {:?}", k as char))),
+                k => {
+                    return Err(Malformed(format!(
+                        "unknown tuple value kind {:?}",
+                        k as char
+                    )));
+                }
             }
         }
         Ok(Tuple { len, r: start })

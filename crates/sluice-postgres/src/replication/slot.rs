@@ -359,7 +359,9 @@ pub async fn drop_slot(client: &Client, name: &str, display: &str) -> Result<boo
             &[&name],
         )
         .await
-        .map_err(|e| classify(e, Phase::Catalog, display).context(format!("dropping slot {name}")))?;
+        .map_err(|e| {
+            classify(e, Phase::Catalog, display).context(format!("dropping slot {name}"))
+        })?;
     Ok(!dropped.is_empty())
 }
 

@@ -12,8 +12,8 @@
 use super::conn::ReplConn;
 use super::pgoutput::{self, Copy, Message, Old, Tuple, Value};
 use super::slot::{describe, table_columns};
-use crate::catalog::load_types;
 use super::values::Codec;
+use crate::catalog::load_types;
 use crate::types::TypeMap;
 use async_trait::async_trait;
 use sluice_core::change::{ChangeOp, ChangeRows, ChangeSink, ChangeStream, Step, TxMeta};
@@ -223,9 +223,10 @@ impl PgStream {
                     _ => self.handle_row(oid, ChangeOp::Update, Some((new, false)), sink),
                 }
             }
-            Message::Delete { oid, old: (kind, o) } => {
-                self.handle_row(oid, ChangeOp::Delete, Some((o, kind == Old::Key)), sink)
-            }
+            Message::Delete {
+                oid,
+                old: (kind, o),
+            } => self.handle_row(oid, ChangeOp::Delete, Some((o, kind == Old::Key)), sink),
             Message::Truncate { oids } => {
                 for oid in oids {
                     if self.rels.contains_key(&oid) {

@@ -116,7 +116,9 @@ impl Codec {
                 let a: [u8; 8] = b.try_into().map_err(|_| "money is not 8 bytes")?;
                 col.push_i128(i64::from_be_bytes(a) as i128).map_err(own)
             }
-            (Codec::Inet, Value::Binary(b)) => col.push_bytes(inet_text(b)?.as_bytes()).map_err(own),
+            (Codec::Inet, Value::Binary(b)) => {
+                col.push_bytes(inet_text(b)?.as_bytes()).map_err(own)
+            }
             (Codec::Macaddr, Value::Binary(b)) => {
                 let s: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
                 col.push_bytes(s.join(":").as_bytes()).map_err(own)
@@ -228,9 +230,9 @@ pub fn timetz_text(v: &[u8]) -> Result<String, String> {
     let sign = if east < 0 { '-' } else { '+' };
     let e = east.unsigned_abs();
     let _ = write!(out, "{sign}{:02}", e / 3600);
-    if e % 3600 != 0 {
+    if !e.is_multiple_of(3600) {
         let _ = write!(out, ":{:02}", e / 60 % 60);
-        if e % 60 != 0 {
+        if !e.is_multiple_of(60) {
             let _ = write!(out, ":{:02}", e % 60);
         }
     }
@@ -255,19 +257,33 @@ mod tests {
 
     #[test]
     fn numeric_text_matches_numeric_out() {
-        assert_eq!(numeric_text(&numeric(&[12, 3456, 7800], 1, false, 3)).unwrap(), "123456.780");
-        assert_eq!(numeric_text(&numeric(&[5], -1, true, 4)).unwrap(), "-0.0005");
+        assert_eq!(
+            numeric_text(&numeric(&[12, 3456, 7800], 1, false, 3)).unwrap(),
+            "123456.780"
+        );
+        assert_eq!(
+            numeric_text(&numeric(&[5], -1, true, 4)).unwrap(),
+            "-0.0005"
+        );
         assert_eq!(numeric_text(&numeric(&[], 0, false, 0)).unwrap(), "0");
-        assert_eq!(numeric_text(&numeric(&[1], 2, false, 0)).unwrap(), "100000000");
+        assert_eq!(
+            numeric_text(&numeric(&[1], 2, false, 0)).unwrap(),
+            "100000000"
+        );
     }
 
     #[test]
     fn inet_and_timetz_text() {
-        assert_eq!(inet_text(&[2, 24, 1, 4, 10, 0, 0, 0]).unwrap(), "10.0.0.0/24");
+        assert_eq!(
+            inet_text(&[2, 24, 1, 4, 10, 0, 0, 0]).unwrap(),
+            "10.0.0.0/24"
+        );
         let mut v = vec![3, 128, 0, 16];
         v.extend_from_slice(&std::net::Ipv6Addr::LOCALHOST.octets());
         assert_eq!(inet_text(&v).unwrap(), "::1/128");
-        let mut t = (13 * 3_600_000_000i64 + 45 * 60_000_000).to_be_bytes().to_vec();
+        let mut t = (13 * 3_600_000_000i64 + 45 * 60_000_000)
+            .to_be_bytes()
+            .to_vec();
         t.extend_from_slice(&(-7200i32).to_be_bytes());
         assert_eq!(timetz_text(&t).unwrap(), "13:45:00+02");
     }
