@@ -9,14 +9,18 @@
 //! | module    | responsibility                                                     |
 //! |-----------|--------------------------------------------------------------------|
 //! | `run`     | one run in order: first start, snapshot (or its resume), streaming |
+//! | `snapshot`| the initial snapshot through the export engine, and its resume      |
+//! | `pump`    | streaming: batches, confirms, restarts after transient errors       |
 //! | `batch`   | the change sink: builders, change files, batches, intents          |
 //! | `state`   | the saved state and where it is kept (`redis`: in Redis)           |
 //! | `metrics` | Prometheus metrics                                                 |
 
 pub mod batch;
 pub mod metrics;
+mod pump;
 pub mod redis;
 pub mod run;
+mod snapshot;
 pub mod state;
 
 pub use metrics::Metrics;

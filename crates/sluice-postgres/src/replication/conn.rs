@@ -12,6 +12,9 @@
 //! URL that exports also streams. Limits: SCRAM channel binding is not offered (the client
 //! says it does not support it, which servers accept unless `channel_binding=require`), and
 //! GSSAPI/SSPI authentication is refused.
+//!
+//! Slightly over 500 lines: connecting (TLS negotiation, authentication) and the two
+//! protocols spoken on the session belong together, and split they would share private state.
 
 use crate::connect::{HostSpec, PgHost, PgTarget, SslMode};
 use bytes::{Buf, BytesMut};

@@ -1,0 +1,159 @@
+//! The initial snapshot: written through the export engine under a snapshot whose stream
+//! position is exact, and resumed table by table.
+//!
+//! Why a table's changes are filtered by its own snapshot position: a resumed snapshot reads
+//! the unfinished tables under a later snapshot (exact position L2) while the slot still streams
+//! from the first one's (L1). A table read at L has every transaction whose commit record
+//! starts before L, and none from L on (both PostgreSQL snapshots are a slot's, whose
+//! consistent point is exact); the stream from L1 holds every transaction from L1 on, in order.
+//! Writing a table's changes of transactions at or after its L therefore writes each
+//! transaction exactly once for it: the ones before L are in its snapshot, the ones after in
+//! its change files.
+
+use crate::run::{StreamJob, blocking};
+use crate::state::StreamState;
+use sluice_core::change::HeldSnapshot;
+use sluice_core::{Error, Position, Result};
+use sluice_engine::Report;
+use sluice_sink::Destination;
+use sluice_sink::layout::{MANIFEST, RUN_STATE, dataset_dir};
+use sluice_sink::manifest::Manifest;
+use std::collections::HashMap;
+use tokio::sync::watch;
+
+/// Remove the parts and receipts of datasets the interrupted export started but did not
+/// finish, so the resumed export reads each of them whole under its new snapshot (a table's
+/// rows must all come from one snapshot, whose position filters its changes).
+fn clear_unfinished(dest: &dyn Destination, ext: &str) -> Result<Vec<String>> {
+    let Some(plan) = dest.get(RUN_STATE)? else {
+        return Ok(Vec::new());
+    };
+    let plan: serde_json::Value = serde_json::from_slice(&plan)
+        .map_err(|e| Error::config(format!("{RUN_STATE} cannot be read: {e}")))?;
+    let mut planned: HashMap<String, u64> = HashMap::new();
+    for c in plan["chunks"].as_array().into_iter().flatten() {
+        if let Some(d) = c["dataset"].as_str() {
+            *planned.entry(d.to_string()).or_default() += 1;
+        }
+    }
+    let mut cleared = Vec::new();
+    for (ds, n) in planned {
+        let dir = dataset_dir(&ds);
+        let receipts = dest.list(&format!("_sluice/parts/{dir}/"))?;
+        let done = receipts
+            .iter()
+            .filter(|r| r.path.ends_with(".json"))
+            .count() as u64;
+        if done == 0 || done == n {
+            continue;
+        }
+        for r in &receipts {
+            dest.delete(&r.path)?;
+        }
+        for f in dest.list(&format!("{dir}/"))? {
+            let name = f.path.rsplit('/').next().unwrap_or_default();
+            let part = name.starts_with("part-") || name.starts_with(".part-");
+            if part && !f.path.contains("/changes/") && f.path.contains(ext) {
+                dest.delete(&f.path)?;
+            }
+        }
+        cleared.push(ds);
+    }
+    Ok(cleared)
+}
+
+pub(crate) async fn resume_snapshot(
+    job: &StreamJob,
+    state: &mut StreamState,
+    cancel: &watch::Receiver<bool>,
+) -> Result<Report> {
+    let d = job.destination.clone();
+    let ext = state.extension.clone();
+    let cleared = blocking(move || clear_unfinished(d.as_ref(), &ext)).await?;
+    if !cleared.is_empty() {
+        tracing::info!(
+            "resuming the initial snapshot: {} will be read again whole under a new snapshot",
+            cleared.join(", ")
+        );
+    }
+    let held = job.source.snapshot().await?;
+    snapshot_phase(job, state, held, true, cancel).await
+}
+
+pub(crate) async fn snapshot_phase(
+    job: &StreamJob,
+    state: &mut StreamState,
+    held: HeldSnapshot,
+    resume: bool,
+    cancel: &watch::Receiver<bool>,
+) -> Result<Report> {
+    // Record which stream position this snapshot is before any part is read under it.
+    state
+        .snapshot
+        .positions
+        .push((held.snapshot.position.clone(), held.position.clone()));
+    {
+        let store = job.state.clone();
+        let s = state.clone();
+        blocking(move || store.save(&s)).await?;
+    }
+    let source = job.source.export_source(Some(&held.snapshot));
+    let mut export = (job.export)(source);
+    export.destination = job.destination.clone();
+    export.resume = resume;
+    let result = sluice_engine::run_export(export, job.progress.clone(), cancel.clone()).await;
+    let _ = held.hold.release().await;
+    let report = result.map_err(|e| {
+        let kind = e.kind();
+        Error::new(
+            kind,
+            e.retry(),
+            format!(
+                "{} The initial snapshot is unfinished; the replication slot {} keeps WAL on \
+                 the server meanwhile. Run the same sluice stream command again to finish it \
+                 (only unfinished tables are read again), or sluice stream --drop to give up.",
+                e.message(),
+                state.names.slot
+            ),
+        )
+    })?;
+    let d = job.destination.clone();
+    let bytes = blocking(move || d.get(MANIFEST))
+        .await?
+        .ok_or_else(|| Error::internal("the initial snapshot finished without a manifest"))?;
+    let manifest: Manifest = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::internal(format!("the snapshot's manifest cannot be read: {e}")))?;
+    for ds in &manifest.datasets {
+        let Some(idx) = ds.parts.iter().map(|p| p.snapshot).max() else {
+            continue;
+        };
+        let Some(snap) = manifest.snapshots.iter().find(|s| s.index == idx) else {
+            continue;
+        };
+        let pos = state
+            .snapshot
+            .positions
+            .iter()
+            .find(|(p, _)| same_position(p, &snap.position))
+            .map(|(_, pos)| pos.clone())
+            .ok_or_else(|| {
+                Error::internal(format!(
+                    "{}: its parts come from snapshot {} ({}), which no stream position was \
+                     recorded for",
+                    ds.name, idx, snap.position
+                ))
+            })?;
+        if let Some(t) = state.tables.get_mut(&ds.name) {
+            t.snapshot_position = Some(pos);
+        }
+    }
+    state.snapshot.done = true;
+    let store = job.state.clone();
+    let s = state.clone();
+    blocking(move || store.save(&s)).await?;
+    Ok(report)
+}
+
+fn same_position(a: &Position, b: &Position) -> bool {
+    a == b
+}
