@@ -434,6 +434,15 @@ impl ReplConn {
         }
     }
 
+    /// True when a whole message is already buffered, so [`Self::recv`] returns without
+    /// waiting (the stream then skips arming a timer per message).
+    pub fn has_message(&self) -> bool {
+        self.inbuf.len() >= 5
+            && self.inbuf.len()
+                > u32::from_be_bytes([self.inbuf[1], self.inbuf[2], self.inbuf[3], self.inbuf[4]])
+                    as usize
+    }
+
     /// Send one CopyData message (a standby status update).
     pub async fn send(&mut self, data: &[u8]) -> CResult<()> {
         self.out.clear();

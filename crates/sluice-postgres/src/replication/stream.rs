@@ -306,14 +306,18 @@ impl ChangeStream for PgStream {
             if self.last_status.elapsed() >= STATUS_EVERY {
                 self.status(false).await?;
             }
-            let got = match tokio::time::timeout_at(deadline, self.conn.recv()).await {
-                Ok(r) => r.map_err(|e| self.lost(e))?,
-                Err(_) if handled == 0 && !self.in_tx => {
-                    // Idle: ask for a keepalive, which says how far the server has sent.
-                    self.status(true).await?;
-                    return Ok(Step::Idle);
+            let got = if self.conn.has_message() {
+                self.conn.recv().await.map_err(|e| self.lost(e))?
+            } else {
+                match tokio::time::timeout_at(deadline, self.conn.recv()).await {
+                    Ok(r) => r.map_err(|e| self.lost(e))?,
+                    Err(_) if handled == 0 && !self.in_tx => {
+                        // Idle: ask for a keepalive, which says how far the server has sent.
+                        self.status(true).await?;
+                        return Ok(Step::Idle);
+                    }
+                    Err(_) => return Ok(if handled > 0 { Step::Data } else { Step::Idle }),
                 }
-                Err(_) => return Ok(if handled > 0 { Step::Data } else { Step::Idle }),
             };
             let Some(payload) = got else {
                 return Err(Error::source_transient(format!(
