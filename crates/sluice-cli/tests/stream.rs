@@ -1,11 +1,16 @@
 #![allow(clippy::unwrap_used)]
 //! `sluice stream` against a real PostgreSQL with wal_level=logical: the snapshot hand-off with a
-//! writer running, kills at every failpoint of a batch with restarts, TOAST, errors, metrics,
+//! writer running, kills at every failpoint of a batch with restarts, TOAST, partitioned tables,
+//! change files on an object store (moto's S3), the server's idle limits, errors, metrics,
 //! signals and --drop. Every check replays the change files over the snapshot by `_seq`
 //! (`sluice_testkit::changes::replay`, which panics on a repeated `_seq`, an overlap or a gap)
 //! and compares the result with the table.
+//!
+//! Over 500 lines: each test is one whole scenario against a real server (writer, failpoints,
+//! restarts, replay), and they share this file's writer and replay checks.
 
 mod common;
+mod objstore_common;
 
 use common::writer::Failpoints;
 use common::{TestDb, run, sluice, tempdir};
@@ -669,4 +674,311 @@ async fn a_server_without_logical_wal_is_refused_with_the_fix() {
         .unwrap()
         .get(0);
     assert_eq!(slots, 0);
+}
+
+/// A partitioned table streams under its own name (the publication sends its partitions'
+/// changes as the table's: publish_via_partition_root), its snapshot read partition by
+/// partition under the slot's snapshot while changes are committed; a row that moves to
+/// another partition is a delete and an insert. A publication that names the partitions
+/// instead, and a partition whose changes cannot be keyed, are refused with the fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_table_streams_under_its_own_name_moves_between_partitions_included() {
+    let db = TestDb::new().await;
+    db.exec(
+        "CREATE TABLE parts (id bigint NOT NULL, region int NOT NULL, v int NOT NULL,
+                             pad text NOT NULL, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
+         CREATE TABLE parts_0 PARTITION OF parts FOR VALUES IN (0);
+         CREATE TABLE parts_1 PARTITION OF parts FOR VALUES IN (1);
+         CREATE TABLE parts_2 PARTITION OF parts FOR VALUES IN (2);
+         INSERT INTO parts SELECT g, g % 3, 0, md5(g::text) FROM generate_series(1, 6000) g;
+         ANALYZE parts;",
+    )
+    .await;
+    let changes = |k: i64| {
+        format!(
+            "UPDATE parts SET v = v + 1 WHERE id % 50 = {k};
+             UPDATE parts SET region = (region + 1) % 3 WHERE id % 70 = {k} + 1;
+             DELETE FROM parts WHERE id % 90 = {k} + 2;
+             INSERT INTO parts SELECT g, g % 3, -1, 'new' FROM generate_series({k} * 1000 + 10001, {k} * 1000 + 10100) g;
+             UPDATE parts SET id = id + 100000 WHERE id % 110 = {k} + 3;"
+        )
+    };
+    let parts = |to: &Path, extra: &[&str]| {
+        let mut c = sluice();
+        c.args([
+            "stream",
+            "--source",
+            &db.url,
+            "--table",
+            "public.parts",
+            "--to",
+        ])
+        .arg(to)
+        .args(["--batch-seconds", "0.2", "--until-current"])
+        .args(extra);
+        c
+    };
+    let to = tempdir();
+    let fp = Failpoints::new();
+    let mut cmd = parts(to.path(), &["--chunk-size", "64KB"]);
+    fp.arm(&mut cmd, "export.after_receipt=wait@1");
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    fp.reached("export.after_receipt", &mut child).await;
+    db.exec(&changes(0)).await;
+    fp.release("export.after_receipt");
+    let out = common::finish(child);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    db.exec(&changes(5)).await;
+    run(&mut parts(to.path(), &[])).ok();
+    let r = replay(&to.path().join("public.parts"), &["id", "region"]);
+    let want = db.row_strings("SELECT id, region, v, pad FROM parts").await;
+    assert_same_rows(
+        &r.rows,
+        &want,
+        "partitioned: snapshot + changes replayed by _seq",
+    );
+    let moves = r
+        .changes
+        .windows(2)
+        .filter(|w| {
+            w[0].op == "delete"
+                && w[1].op == "insert"
+                && w[0].seq + 1 == w[1].seq
+                && w[0].cells[0] == w[1].cells[0]
+                && w[0].cells[1] != w[1].cells[1]
+        })
+        .count();
+    assert!(moves > 0, "no row moved between partitions");
+    let dirs: Vec<String> = std::fs::read_dir(to.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("public."))
+        .collect();
+    assert_eq!(
+        dirs,
+        ["public.parts"],
+        "changes and snapshot under the table"
+    );
+    run(&mut parts(to.path(), &["--drop"])).ok();
+    assert_eq!(slots_and_publications(&db).await, (0, 0));
+
+    db.exec(
+        "CREATE PUBLICATION leafpub FOR TABLE parts;
+         CREATE TABLE loose (a int NOT NULL, b text) PARTITION BY LIST (a);
+         ALTER TABLE loose REPLICA IDENTITY FULL;
+         CREATE TABLE loose_1 PARTITION OF loose FOR VALUES IN (1);",
+    )
+    .await;
+    let other = tempdir();
+    let r = run(&mut parts(
+        other.path(),
+        &["--publication", "leafpub", "--slot", "leafslot"],
+    ));
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("publish_via_partition_root = true"),
+        "{}",
+        r.stderr
+    );
+    let mut c = sluice();
+    c.args([
+        "stream",
+        "--source",
+        &db.url,
+        "--table",
+        "public.loose",
+        "--to",
+    ])
+    .arg(other.path())
+    .arg("--until-current");
+    let r = run(&mut c);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("partition loose_1") && r.stderr.contains("REPLICA IDENTITY FULL"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(slots_and_publications(&db).await, (0, 1), "only leafpub");
+}
+
+/// Change files and the stream's state on an object store: a run killed after a batch's
+/// objects are written and before its position is saved is continued by the next, which
+/// rewrites the same objects; the replay from what the store holds equals the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_files_and_state_on_an_object_store_survive_a_kill() {
+    use sluice_testkit::objstore::{Store, test_url};
+    let db = TestDb::new().await;
+    create_acct(&db, 2_000).await;
+    let url = test_url(Store::S3);
+    let s3 = |extra: &[&str]| {
+        let mut c = sluice();
+        c.args([
+            "stream", "--source", &db.url, "--table", TABLE, "--to", &url,
+        ])
+        .args(["--batch-seconds", "0.2", "--batch-bytes", "64KB"])
+        .args(extra);
+        c
+    };
+    run(&mut s3(&["--until-current"])).ok();
+    db.exec(
+        "UPDATE acct SET v = v + 1 WHERE id <= 500;
+         DELETE FROM acct WHERE id > 1900;
+         UPDATE acct SET id = id + 5000 WHERE id BETWEEN 600 AND 609;",
+    )
+    .await;
+    let fp = Failpoints::new();
+    let mut cmd = s3(&["--until-current"]);
+    fp.arm(&mut cmd, "stream.after_files=exit@1");
+    let r = run(&mut cmd);
+    assert_ne!(r.code, 0, "the run did not die:\n{}", r.stderr);
+    run(&mut s3(&["--until-current"])).ok();
+    let local = tempdir();
+    let names = objstore_common::download(&url, local.path());
+    assert!(
+        names.iter().any(|n| n == "_sluice/stream.json"),
+        "{names:?}"
+    );
+    assert!(
+        !names.iter().any(|n| n.contains(".tmp")),
+        "temporaries left: {names:?}"
+    );
+    let r = assert_replay_equals_table(&db, local.path()).await;
+    assert_eq!(r.changes.len(), 620);
+    run(&mut s3(&["--drop"])).ok();
+    assert_eq!(slots_and_publications(&db).await, (0, 0));
+}
+
+/// The backend pids of `role`'s sessions.
+async fn sessions_of(db: &TestDb, role: &str) -> std::collections::BTreeSet<i32> {
+    db.client
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE usename = $1",
+            &[&role],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// With the server's idle limits at one second for the stream's user, no session of the
+/// stream is ended while it waits: not the one holding the slot's exported snapshot while the
+/// export is held, not the export's, not the stream's own while nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_idle_limits_end_no_session_of_the_stream() {
+    let db = TestDb::new().await;
+    create_acct(&db, 2_000).await;
+    let role = format!("idle_{}", db.name);
+    db.exec(&format!(
+        "CREATE ROLE {role} LOGIN SUPERUSER PASSWORD 'pw';
+         ALTER ROLE {role} SET idle_session_timeout = '1s';
+         ALTER ROLE {role} SET idle_in_transaction_session_timeout = '1s';"
+    ))
+    .await;
+    let url = db.url_as(&role, Some("pw"));
+    let to = tempdir();
+    let fp = Failpoints::new();
+    let mut cmd = stream(
+        &url,
+        to.path(),
+        &["--until-current", "--chunk-size", "64KB"],
+    );
+    fp.arm(&mut cmd, "export.after_receipt=wait@1");
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    fp.reached("export.after_receipt", &mut child).await;
+    let before = sessions_of(&db, &role).await;
+    let walsenders: i64 = db
+        .client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND backend_type = 'walsender'",
+            &[&role],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(walsenders, 1, "the session holding the slot's snapshot");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let after = sessions_of(&db, &role).await;
+    assert!(
+        before.is_subset(&after),
+        "sessions ended while idle: {:?}",
+        before.difference(&after).collect::<Vec<_>>()
+    );
+    db.exec("UPDATE acct SET v = v + 1 WHERE id <= 10").await;
+    fp.release("export.after_receipt");
+    let out = common::finish(child);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A running stream with nothing to do: its sessions wait past both limits.
+    let mut child = stream(&url, to.path(), &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let active: bool = db
+            .client
+            .query_one(
+                "SELECT coalesce(bool_or(active), false) FROM pg_replication_slots",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if active {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the stream did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = sessions_of(&db, &role).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    db.exec("ALTER TABLE acct ADD COLUMN note text; UPDATE acct SET note = 'n' WHERE id <= 5;")
+        .await;
+    let state = to.path().join("_sluice/stream.json");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&state).is_ok_and(|s| s.contains("\"since_seq\": 11")) {
+        assert!(
+            Instant::now() < deadline,
+            "the schema change was not written"
+        );
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the stream ended ({status})");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = sessions_of(&db, &role).await;
+    assert!(
+        before.is_subset(&after),
+        "sessions ended while idle: {:?}",
+        before.difference(&after).collect::<Vec<_>>()
+    );
+    #[allow(unsafe_code)]
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let out = common::finish(child);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("restarting"), "{stderr}");
+    assert_replay_equals(&db, to.path(), "SELECT id, v, pad, note FROM acct").await;
+    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
 }

@@ -403,3 +403,71 @@ async fn a_failed_part_cancels_its_copy_over_tls() {
         run.stderr
     );
 }
+
+/// The replication session honours `channel_binding` as libpq does: with `require`, a stream
+/// over TLS authenticates with SCRAM-SHA-256-PLUS (bound to the server's certificate) and
+/// runs; a login the server lets in without that binding (here trust) is refused before any
+/// command, and is let in once binding is not required.
+#[tokio::test]
+async fn stream_with_channel_binding_required() {
+    use sluice_postgres::connect::PgTarget;
+    use sluice_postgres::replication::conn::ReplConn;
+    let db = TlsDb::new().await;
+    let socket = std::env::var("SLUICE_TEST_PG_TLS_SOCKET_URL").unwrap();
+    let admin =
+        sluice_testkit::pg::connect(&socket.replacen("/postgres?", &format!("/{}?", db.name), 1))
+            .await;
+    let role = format!("s_{}", db.name);
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN SUPERUSER PASSWORD 'streampw'"
+        ))
+        .await
+        .unwrap();
+    let tls = format!("sslmode=verify-full&sslrootcert={}", ca());
+    let url = db.url(
+        &format!("{role}:streampw"),
+        "localhost",
+        &format!("{tls}&channel_binding=require"),
+    );
+    let out = tempdir();
+    let stream = |extra: &[&str]| {
+        let mut c = sluice();
+        c.args(["stream", "--source", &url, "--table", "t", "--to"])
+            .arg(out.path())
+            .args(["--batch-seconds", "0.2"])
+            .args(extra);
+        run(&mut c)
+    };
+    stream(&["--until-current"]).ok();
+    admin
+        .batch_execute("UPDATE t SET v = 'changed' WHERE id <= 10; DELETE FROM t WHERE id > 990;")
+        .await
+        .unwrap();
+    let run = stream(&["--until-current"]);
+    run.ok();
+    assert_no_secret(&run, out.path(), "streampw");
+    let r = sluice_testkit::changes::replay(&out.path().join("public.t"), &["id"]);
+    assert_eq!(r.changes.len(), 20);
+    let want = sluice_testkit::pg::rows_as_strings(&admin, "SELECT id, v FROM t").await;
+    files::assert_same_rows(&r.rows, &want, "snapshot + changes over TLS");
+    stream(&["--drop"]).ok();
+
+    let trusted = |binding: &str| {
+        PgTarget::parse(&db.url(
+            "postgres",
+            "localhost",
+            &format!("{tls}&channel_binding={binding}"),
+        ))
+        .unwrap()
+    };
+    let refused = match ReplConn::connect(&trusted("require")).await {
+        Ok(_) => panic!("a session without channel binding was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        refused.contains("channel_binding=require") && refused.contains("without a password"),
+        "{refused}"
+    );
+    ReplConn::connect(&trusted("prefer")).await.unwrap();
+}

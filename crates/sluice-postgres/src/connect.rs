@@ -36,6 +36,7 @@ mod tls;
 pub use params::{Env, KEYWORDS};
 pub use settings::{DEFAULT_APPLICATION_NAME, HostSpec, PgHost, PgParams, SslMode};
 pub use tls::PgTls;
+pub(crate) use tls::server_end_point;
 
 use crate::error::{Phase, classify};
 use sluice_core::redact::redact_url;

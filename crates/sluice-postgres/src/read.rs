@@ -61,9 +61,14 @@ impl PgReader {
         let client = pg.connect(tag).await?;
         let target = pg.display().to_string();
         if let Some(id) = snapshot {
+            // A worker waits in its transaction while its writer is slow (an object store)
+            // or a stream's snapshot hand-off holds it; the snapshot is held by the
+            // coordinator anyway, so the server's idle-in-transaction limit would only kill
+            // the worker, not free anything.
             client
                 .batch_execute(&format!(
-                    "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
+                    "SET idle_in_transaction_session_timeout = 0; \
+                     BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
                     quote_literal(id)
                 ))
                 .await

@@ -158,6 +158,12 @@ impl PgParams {
         })
     }
 
+    /// `channel_binding`: whether SCRAM binds the TLS session (the replication session
+    /// implements it itself; the driver's sessions get it through [`Self::driver_config`]).
+    pub fn channel_binding(&self) -> ChannelBinding {
+        self.channel_binding
+    }
+
     /// The password file consulted, for messages.
     pub fn passfile_display(&self) -> String {
         self.passfile

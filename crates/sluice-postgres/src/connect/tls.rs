@@ -164,7 +164,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for PgTlsStream<S> {
 /// RFC 5929 `tls-server-end-point`: the server certificate hashed with its signature's hash
 /// (SHA-256 for MD5 and SHA-1). `None` for algorithms without one hash (RSA-PSS, Ed25519):
 /// SCRAM then runs without channel binding, as `channel_binding=prefer` allows.
-fn server_end_point(cert: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn server_end_point(cert: &[u8]) -> Option<Vec<u8>> {
     use ring::digest::{SHA256, SHA384, SHA512, digest};
     const RSA: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01];
     const ECDSA_SHA2: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03];

@@ -9,20 +9,23 @@
 //!
 //! It connects with the same parameters as every other session of the target ([`PgTarget`]:
 //! host list, `.pgpass`, `sslmode` and its libpq fallbacks, the one rustls configuration), so a
-//! URL that exports also streams. Limits: SCRAM channel binding is not offered (the client
-//! says it does not support it, which servers accept unless `channel_binding=require`), and
-//! GSSAPI/SSPI authentication is refused.
+//! URL that exports also streams, and `channel_binding` is honoured as libpq does: over TLS,
+//! SCRAM-SHA-256-PLUS binds the session to the server's certificate (`tls-server-end-point`),
+//! and with `require` any authentication without that binding is refused before a password is
+//! sent. Limit: GSSAPI/SSPI authentication is refused.
 //!
-//! Slightly over 500 lines: connecting (TLS negotiation, authentication) and the two
-//! protocols spoken on the session belong together, and split they would share private state.
+//! About 600 lines: connecting (TLS negotiation, authentication with channel binding) and the
+//! two protocols spoken on the session belong together, and split they would share private
+//! state.
 
-use crate::connect::{HostSpec, PgHost, PgTarget, SslMode};
+use crate::connect::{HostSpec, PgHost, PgTarget, SslMode, server_end_point};
 use bytes::{Buf, BytesMut};
 use postgres_protocol::authentication::sasl::{self, ChannelBinding, ScramSha256};
 use postgres_protocol::message::frontend;
 use sluice_core::{Error, ErrorKind, Result, Retry};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_postgres::config::ChannelBinding as BindingMode;
 
 trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
@@ -66,6 +69,9 @@ pub enum ConnError {
     Server(ServerError),
     /// The connection failed or broke.
     Io(String),
+    /// The client refused to go on (an authentication the settings forbid): retrying cannot
+    /// help.
+    Refused(String),
 }
 
 impl ConnError {
@@ -78,6 +84,7 @@ impl ConnError {
             ConnError::Io(e) => Error::source_transient(format!(
                 "the replication connection to {display} was lost during {what}: {e}"
             )),
+            ConnError::Refused(e) => Error::source_permanent(format!("{what} on {display}: {e}")),
         }
     }
 }
@@ -125,6 +132,7 @@ impl ReplConn {
                     retry = Retry::Transient;
                     parts.push(format!("{host}: {s}"));
                 }
+                ConnError::Refused(s) => parts.push(format!("{host}: {s}")),
             }
         }
         Err(Error::new(
@@ -164,6 +172,8 @@ impl ReplConn {
 
     async fn open(target: &PgTarget, host: &HostSpec, tls: bool) -> CResult<ReplConn> {
         let params = target.params();
+        // The server certificate's hash, when TLS is up (SCRAM channel binding).
+        let mut binding = None;
         let mut io: Box<dyn Stream> = match &host.host {
             PgHost::Tcp(name) => {
                 let addr = match host.hostaddr {
@@ -175,7 +185,9 @@ impl ReplConn {
                     .map_err(io_err)?;
                 let _ = s.set_nodelay(true);
                 if tls {
-                    Self::start_tls(target, s, name, params.sslmode).await?
+                    let (io, b) = Self::start_tls(target, s, name, params.sslmode).await?;
+                    binding = b;
+                    io
                 } else {
                     Box::new(s)
                 }
@@ -208,7 +220,8 @@ impl ReplConn {
             display: target.display().to_string(),
             pid: 0,
         };
-        conn.authenticate(target, host).await?;
+        conn.authenticate(target, host, binding).await?;
+        conn.query(super::TIMEOUTS_OFF).await?;
         Ok(conn)
     }
 
@@ -217,7 +230,7 @@ impl ReplConn {
         mut s: tokio::net::TcpStream,
         name: &str,
         mode: SslMode,
-    ) -> CResult<Box<dyn Stream>> {
+    ) -> CResult<(Box<dyn Stream>, Option<Vec<u8>>)> {
         if !target.params().direct_tls {
             let mut b = BytesMut::new();
             frontend::ssl_request(&mut b);
@@ -226,7 +239,7 @@ impl ReplConn {
             s.read_exact(&mut answer).await.map_err(io_err)?;
             if answer[0] != b'S' {
                 if mode == SslMode::Prefer {
-                    return Ok(Box::new(s));
+                    return Ok((Box::new(s), None));
                 }
                 return Err(ConnError::Io(format!(
                     "the server does not accept TLS connections, but sslmode={} requires TLS",
@@ -240,10 +253,44 @@ impl ReplConn {
             .connect(server, s)
             .await
             .map_err(|e| ConnError::Io(format!("TLS handshake failed: {e}")))?;
-        Ok(Box::new(tls))
+        let binding = tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|certs| certs.first())
+            .and_then(|cert| server_end_point(cert.as_ref()));
+        Ok((Box::new(tls), binding))
     }
 
-    async fn authenticate(&mut self, target: &PgTarget, host: &HostSpec) -> CResult<()> {
+    /// Authenticate as `channel_binding` allows: `binding` is the TLS session's
+    /// `tls-server-end-point` hash (none without TLS, or for a certificate signed with an
+    /// algorithm that has no single hash).
+    async fn authenticate(
+        &mut self,
+        target: &PgTarget,
+        host: &HostSpec,
+        binding: Option<Vec<u8>>,
+    ) -> CResult<()> {
+        let mode = target.params().channel_binding();
+        let binding = binding.filter(|_| mode != BindingMode::Disable);
+        // With `require`, every way in but SCRAM-SHA-256-PLUS is refused (libpq's rule).
+        let unbound = |how: &str| {
+            if mode == BindingMode::Require {
+                Err(ConnError::Refused(format!(
+                    "channel_binding=require, but the server {how}, which does not bind the TLS \
+                     session{}. Use sslmode=require or stronger and scram-sha-256 for this user \
+                     in pg_hba.conf, or drop channel_binding=require.",
+                    if binding.is_none() {
+                        " (and there is no TLS session whose certificate could be bound)"
+                    } else {
+                        ""
+                    }
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        let mut bound = false;
         let password = || {
             target.params().password_for(host).ok_or_else(|| {
                 ConnError::Io(format!(
@@ -262,12 +309,15 @@ impl ReplConn {
                     let code = b.get_i32();
                     self.out.clear();
                     match code {
+                        0 if !bound => unbound("let the session in without a password")?,
                         0 => {}
                         3 => {
+                            unbound("asks for a cleartext password")?;
                             frontend::password_message(password()?.as_bytes(), &mut self.out)
                                 .map_err(io_err)?;
                         }
                         5 => {
+                            unbound("asks for an MD5 password")?;
                             let salt = [b[0], b[1], b[2], b[3]];
                             let hash = postgres_protocol::authentication::md5_hash(
                                 target.params().user.as_bytes(),
@@ -279,22 +329,31 @@ impl ReplConn {
                         }
                         10 => {
                             let offered = String::from_utf8_lossy(b);
-                            if !offered.split('\0').any(|m| m == sasl::SCRAM_SHA_256) {
-                                return Err(ConnError::Io(format!(
-                                    "the server offers only SASL mechanisms {offered:?}; sluice \
-                                     speaks SCRAM-SHA-256"
-                                )));
+                            let has = |m: &str| offered.split('\0').any(|o| o == m);
+                            let (mechanism, cb) = match &binding {
+                                Some(hash) if has(sasl::SCRAM_SHA_256_PLUS) => {
+                                    bound = true;
+                                    (
+                                        sasl::SCRAM_SHA_256_PLUS,
+                                        ChannelBinding::tls_server_end_point(hash.clone()),
+                                    )
+                                }
+                                _ if !has(sasl::SCRAM_SHA_256) => {
+                                    return Err(ConnError::Refused(format!(
+                                        "the server offers only SASL mechanisms {offered:?}; \
+                                         sluice speaks SCRAM-SHA-256 and SCRAM-SHA-256-PLUS"
+                                    )));
+                                }
+                                // Over TLS: "could bind, the server did not offer it".
+                                Some(_) => (sasl::SCRAM_SHA_256, ChannelBinding::unrequested()),
+                                None => (sasl::SCRAM_SHA_256, ChannelBinding::unsupported()),
+                            };
+                            if !bound {
+                                unbound("does not offer SCRAM-SHA-256-PLUS")?;
                             }
-                            let s = ScramSha256::new(
-                                password()?.as_bytes(),
-                                ChannelBinding::unsupported(),
-                            );
-                            frontend::sasl_initial_response(
-                                sasl::SCRAM_SHA_256,
-                                s.message(),
-                                &mut self.out,
-                            )
-                            .map_err(io_err)?;
+                            let s = ScramSha256::new(password()?.as_bytes(), cb);
+                            frontend::sasl_initial_response(mechanism, s.message(), &mut self.out)
+                                .map_err(io_err)?;
                             scram = Some(s);
                         }
                         11 => {

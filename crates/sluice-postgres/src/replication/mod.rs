@@ -31,7 +31,7 @@ use sluice_core::change::{
     CaptureHarm, CaptureNames, ChangeSource, ChangeStream, Created, HeldSnapshot, SnapshotHold,
 };
 use sluice_core::table::TableRef;
-use sluice_core::{Dataset, Error, Position, Result, SnapshotInfo, Source};
+use sluice_core::{Dataset, DatasetKind, Error, Position, Result, SnapshotInfo, Source};
 use std::collections::HashMap;
 use std::sync::Arc;
 use stream::{PgStream, pos_lsn, pos_text};
@@ -39,6 +39,18 @@ use tokio_postgres::Client;
 
 /// The session tag of a stream's own sessions.
 const TAG: &str = "stream";
+
+/// Turns the server's idle limits off for one of the stream's sessions, as the export's
+/// coordinator does for its own: the session that created the slot sits idle in the slot's
+/// exported snapshot for as long as the initial snapshot takes to read (a walsender holding an
+/// exported snapshot counts as idle in a transaction), and the catalog and probe sessions sit
+/// idle between a stream's schema changes and samples. Ended by `idle_session_timeout` or
+/// `idle_in_transaction_session_timeout`, the first would cost the snapshot (workers that
+/// reconnect can no longer join it) and the others an error and a restart. Read through
+/// `pg_settings`, so a server without one of the settings skips it (`idle_session_timeout`
+/// is PostgreSQL 14's).
+pub(crate) const TIMEOUTS_OFF: &str = "SELECT set_config(name, '0', false) FROM pg_settings \
+     WHERE name IN ('idle_session_timeout', 'idle_in_transaction_session_timeout')";
 
 /// A PostgreSQL database as a change source.
 #[derive(Clone)]
@@ -67,7 +79,12 @@ impl PgCapture {
     }
 
     async fn client(&self) -> Result<Client> {
-        self.target.connect(TAG).await
+        let client = self.target.connect(TAG).await?;
+        client
+            .batch_execute(TIMEOUTS_OFF)
+            .await
+            .map_err(|e| crate::error::classify(e, crate::error::Phase::Catalog, self.display()))?;
+        Ok(client)
     }
 
     /// The probe session, connected if it is not.
@@ -180,8 +197,19 @@ impl ChangeSource for PgCapture {
     ) -> Result<Created> {
         let client = self.client().await?;
         let tables: Vec<TableRef> = datasets.iter().filter_map(|d| d.object.clone()).collect();
-        let publication_created =
-            slot::ensure_publication(&client, &names.publication, &tables, self.display()).await?;
+        let partitioned: Vec<TableRef> = datasets
+            .iter()
+            .filter(|d| d.kind == DatasetKind::Partitioned)
+            .filter_map(|d| d.object.clone())
+            .collect();
+        let publication_created = slot::ensure_publication(
+            &client,
+            &names.publication,
+            &tables,
+            &partitioned,
+            self.display(),
+        )
+        .await?;
         let made = async {
             let mut conn = ReplConn::connect(&self.target).await?;
             let created = slot::create_slot(&mut conn, &names.slot, false, snapshot).await?;

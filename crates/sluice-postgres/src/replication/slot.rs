@@ -70,46 +70,62 @@ pub async fn preflight(
                 ds.name
             )));
         }
-        let identity: String = client
-            .query_one(
-                "SELECT relreplident::text FROM pg_class WHERE oid = $1::text::regclass",
+        // What the server logs for an update or delete is decided per leaf: a partitioned
+        // table's partitions each have their own replica identity (ALTER TABLE … REPLICA
+        // IDENTITY on the parent does not reach them), and once the table is published, the
+        // server refuses updates and deletes on a leaf without one — the application's, not
+        // only ours. A plain table is its own only leaf (pg_partition_tree lists nothing for it).
+        let leaves = client
+            .query(
+                "SELECT c.oid::regclass::text, c.relreplident::text, \
+                        EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary) \
+                 FROM pg_class c \
+                 WHERE (c.oid = $1::text::regclass AND c.relkind = 'r') \
+                    OR c.oid IN (SELECT relid FROM pg_partition_tree($1::text::regclass) \
+                                 WHERE isleaf) \
+                 ORDER BY 1",
                 &[&quote_table(t)],
             )
             .await
-            .map_err(err)?
-            .get(0);
-        let keyed = match identity.as_str() {
-            "f" | "i" => true,
-            "d" => !ds.primary_key.is_empty() && has_primary_key(client, t, display).await?,
-            _ => false,
-        };
-        if !keyed {
-            return Err(Error::config(format!(
-                "{} has {}, so its updates and deletes cannot be keyed in change files. Add a \
-                 primary key, or log whole old rows: ALTER TABLE {} REPLICA IDENTITY FULL.",
-                ds.name,
-                if identity == "n" {
-                    "REPLICA IDENTITY NOTHING"
-                } else {
-                    "no primary key"
-                },
-                quote_table(t)
-            )));
+            .map_err(err)?;
+        for leaf in &leaves {
+            let (name, identity, has_pk): (String, String, bool) =
+                (leaf.get(0), leaf.get(1), leaf.get(2));
+            let keyed = match identity.as_str() {
+                "f" | "i" => true,
+                "d" => has_pk,
+                _ => false,
+            };
+            if keyed {
+                continue;
+            }
+            let what = if identity == "n" {
+                "REPLICA IDENTITY NOTHING"
+            } else {
+                "no primary key"
+            };
+            return Err(Error::config(if ds.kind == DatasetKind::Partitioned {
+                format!(
+                    "partition {name} of {} has {what}, so its updates and deletes cannot be \
+                     keyed in change files (and, once published, the server would refuse them). \
+                     Add a primary key to {}, or log whole old rows on each such partition: \
+                     ALTER TABLE {name} REPLICA IDENTITY FULL.",
+                    ds.name,
+                    quote_table(t)
+                )
+            } else {
+                format!(
+                    "{} has {what}, so its updates and deletes cannot be keyed in change files. \
+                     Add a primary key, or log whole old rows: ALTER TABLE {} REPLICA IDENTITY \
+                     FULL.",
+                    ds.name,
+                    quote_table(t)
+                )
+            }));
         }
         table_columns(client, t, types, server.money_scale, display).await?;
     }
     Ok(())
-}
-
-async fn has_primary_key(client: &Client, t: &TableRef, display: &str) -> Result<bool> {
-    Ok(client
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM pg_index WHERE indrelid = $1::text::regclass AND indisprimary)",
-            &[&quote_table(t)],
-        )
-        .await
-        .map_err(|e| classify(e, Phase::Catalog, display))?
-        .get(0))
 }
 
 /// The columns of `t` as the export describes them, with how each replicated value is
@@ -197,20 +213,38 @@ pub fn describe(
 }
 
 /// Create the publication for `tables` unless it exists; an existing one must publish every
-/// table. Returns true when this call created it.
+/// table, and publish the changes of the `partitioned` ones under their own name
+/// (`publish_via_partition_root`), since their change files are written under the table, as
+/// their snapshot is. Returns true when this call created it.
 pub async fn ensure_publication(
     client: &Client,
     name: &str,
     tables: &[TableRef],
+    partitioned: &[TableRef],
     display: &str,
 ) -> Result<bool> {
     let err = |e| classify(e, Phase::Catalog, display);
-    let exists = client
-        .query_opt("SELECT 1 FROM pg_publication WHERE pubname = $1", &[&name])
+    let via_root: Option<bool> = client
+        .query_opt(
+            "SELECT pubviaroot FROM pg_publication WHERE pubname = $1",
+            &[&name],
+        )
         .await
         .map_err(err)?
-        .is_some();
-    if exists {
+        .map(|r| r.get(0));
+    if let Some(via_root) = via_root {
+        if !via_root && !partitioned.is_empty() {
+            let list: Vec<String> = partitioned.iter().map(|t| t.to_string()).collect();
+            return Err(Error::config(format!(
+                "publication {name} on {display} sends the changes of partitioned tables ({}) \
+                 under their partitions' names (publish_via_partition_root is off), but their \
+                 change files are written under the table. Turn it on (ALTER PUBLICATION {} SET \
+                 (publish_via_partition_root = true)), or name another --publication for sluice \
+                 to create.",
+                list.join(", "),
+                quote_ident(name)
+            )));
+        }
         let published = client
             .query(
                 "SELECT schemaname::text, tablename::text FROM pg_publication_tables \
