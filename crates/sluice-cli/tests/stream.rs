@@ -936,7 +936,8 @@ async fn the_servers_idle_limits_end_no_session_of_the_stream() {
         let active: bool = db
             .client
             .query_one(
-                "SELECT coalesce(bool_or(active), false) FROM pg_replication_slots",
+                "SELECT coalesce(bool_or(active), false) FROM pg_replication_slots \
+                 WHERE database = current_database()",
                 &[],
             )
             .await
