@@ -57,6 +57,7 @@ pub fn plan_inputs(job: &ExportJob) -> PlanInputs {
         cores: std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1),
+        server_local: plan::server_is_local(&job.source.display_url()),
     }
 }
 
@@ -363,6 +364,10 @@ async fn prepare(
         .iter()
         .filter(|c| !done.contains(&(c.dataset.clone(), c.ordinal)))
         .count();
+    // Refuse before anything is held or written when the workers cannot fit --memory.
+    if let Some(why) = plan::memory_refusal(sizing.workers.min(to_read).max(1), &inputs) {
+        return Err(Error::config(why));
+    }
     if to_read > 0 {
         coordinator
             .reserve_readers(sizing.workers.min(to_read).max(1))
@@ -390,23 +395,7 @@ async fn prepare(
     let workers = sizing.workers.min(remaining.len()).max(1);
     let budget = plan::budget(workers, &inputs);
     let predicted = plan::predicted_peak_rss(workers, &budget, inputs.writer_buffer_bytes);
-    if predicted > inputs.memory {
-        notes.push(format!(
-            "memory: {workers} worker(s) need about {} MB with the smallest batches{}, more \
-             than --memory {} MB; raise --memory or lower --parallel",
-            predicted >> 20,
-            if inputs.writer_buffer_bytes > 0 {
-                format!(
-                    " and {} MB of upload parts per worker (lower --part-size or \
-                     --upload-concurrency)",
-                    inputs.writer_buffer_bytes >> 20
-                )
-            } else {
-                String::new()
-            },
-            inputs.memory >> 20
-        ));
-    }
+    notes.extend(sizing.notes.iter().cloned());
     if job.consistency == Consistency::Chunk {
         notes.push(
             "consistency chunk: each part was read in its own transaction, so the output is not \

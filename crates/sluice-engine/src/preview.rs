@@ -51,6 +51,16 @@ pub struct PlanReport {
     pub predicted_peak_rss_bytes: u64,
     /// Connections a run would open (workers, coordinator, harm monitor).
     pub connections: usize,
+    /// Cores the workers would keep busy (the client's, and the server's when it runs on this
+    /// machine).
+    pub cores_needed: f64,
+    /// Cores of this machine.
+    pub cores: usize,
+    /// Whether the server runs on this machine (loopback or Unix socket), sharing its cores.
+    pub server_local: bool,
+    /// Warnings: a worker count past what the cores can feed, memory a run would refuse.
+    #[serde(default)]
+    pub notes: Vec<String>,
     /// Per dataset.
     pub datasets: Vec<DatasetPlan>,
 }
@@ -102,6 +112,10 @@ pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
             })
             .collect();
         let snapshot_connection = usize::from(job.consistency == Consistency::Snapshot);
+        let mut notes = sizing.notes.clone();
+        if let Some(why) = plan::memory_refusal(workers, &inputs) {
+            notes.push(format!("an export would refuse to start: {why}"));
+        }
         Ok(PlanReport {
             source: format!("{} {}", job.source.engine(), job.source.display_url()),
             server_version: coordinator.server_version(),
@@ -117,6 +131,10 @@ pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
                 inputs.writer_buffer_bytes,
             ),
             connections: workers + snapshot_connection + 1,
+            cores_needed: plan::cores_per_worker(&datasets, inputs.server_local) * workers as f64,
+            cores: inputs.cores,
+            server_local: inputs.server_local,
+            notes,
             datasets: plans,
         })
     }
