@@ -182,9 +182,6 @@ def main(argv: list[str] | None = None) -> int:
     carry = a.carry.resolve()
     workers = [int(w) for w in a.workers.split(",") if w.strip()]
     globs = [g.strip() for g in a.strategies.split(",") if g.strip()]
-    sluice = carry / "sluice"
-    sluice.chmod(0o755)
-    cx_path = carry / "connectorx"
     url, bin_dir, postmaster = start_postgres(carry)
     try:
         return measure_all(a, carry, url, bin_dir, postmaster, workers, globs, argv)
@@ -195,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
 def measure_all(a, carry, url, bin_dir, postmaster, workers, globs, argv) -> int:
     """Generate each dataset, measure every wanted strategy on it, write the results."""
     sluice = carry / "sluice"
+    if sluice.exists():
+        sluice.chmod(0o755)
     cx_path = carry / "connectorx"
     os.environ["SLUICE_BENCH_PSQL"] = str(bin_dir / "psql")
     log(f"PostgreSQL {psql(bin_dir, url, 'SHOW server_version').strip()} on {url}")
@@ -209,6 +208,8 @@ def measure_all(a, carry, url, bin_dir, postmaster, workers, globs, argv) -> int
         if st_needs_s3.get(name) or not any(fnmatch.fnmatch(name, g) for g in globs):
             return False
         if name.startswith("connectorx") and not cx_path.is_dir():
+            return False
+        if name.startswith("sluice") and not sluice.exists():
             return False
         return n in workers or name in ("floor-copy-binary",)
 

@@ -115,15 +115,18 @@ fn sample(array: &dyn Array) -> Option<Sampled> {
         }
         DataType::Binary => {
             let a = array.as_binary::<i32>();
-            rows.filter(|&i| a.is_valid(i)).for_each(|i| take(a.value(i)));
+            rows.filter(|&i| a.is_valid(i))
+                .for_each(|i| take(a.value(i)));
         }
         DataType::LargeBinary => {
             let a = array.as_binary::<i64>();
-            rows.filter(|&i| a.is_valid(i)).for_each(|i| take(a.value(i)));
+            rows.filter(|&i| a.is_valid(i))
+                .for_each(|i| take(a.value(i)));
         }
         DataType::FixedSizeBinary(_) => {
             let a = array.as_fixed_size_binary();
-            rows.filter(|&i| a.is_valid(i)).for_each(|i| take(a.value(i)));
+            rows.filter(|&i| a.is_valid(i))
+                .for_each(|i| take(a.value(i)));
         }
         dt if dt.is_primitive() => {
             let width = dt.primitive_width()?;
@@ -196,7 +199,9 @@ mod tests {
             ),
             (
                 "small",
-                Arc::new(Int32Array::from_iter_values((0..n as i32).map(|i| i % 1000))),
+                Arc::new(Int32Array::from_iter_values(
+                    (0..n as i32).map(|i| i % 1000),
+                )),
             ),
             (
                 "status",

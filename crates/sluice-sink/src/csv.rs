@@ -97,7 +97,8 @@ impl CsvPart {
         let d = self.options.delimiter;
         let needs = v.is_empty()
             || (!self.options.null.is_empty() && v == self.options.null.as_bytes())
-            || v.iter().any(|&c| c == d || c == b'"' || c == b'\r' || c == b'\n');
+            || v.iter()
+                .any(|&c| c == d || c == b'"' || c == b'\r' || c == b'\n');
         if needs {
             self.buf.push(b'"');
             for &c in v {
