@@ -110,9 +110,15 @@ pub fn budget(workers: usize, inputs: &PlanInputs) -> Budget {
         .saturating_sub(BASE_RSS + workers as u64 * (WORKER_OVERHEAD + inputs.writer_buffer_bytes))
         / workers.max(1) as u64) as usize;
     let share = if inputs.holds_row_group { 4 } else { 2 };
+    // Batches give way first: the smallest row group (with its buffers) is kept.
+    let room = if inputs.holds_row_group && inputs.row_group_bytes.is_none() {
+        per_worker.saturating_sub((MIN_ROW_GROUP as f64 * ROW_GROUP_FACTOR) as usize) / 2
+    } else {
+        usize::MAX
+    };
     let batch_bytes = inputs
         .batch_bytes
-        .unwrap_or((per_worker / share).clamp(MIN_BATCH, MAX_BATCH));
+        .unwrap_or((per_worker / share).min(room).clamp(MIN_BATCH, MAX_BATCH));
     let row_group_bytes = match (inputs.holds_row_group, inputs.row_group_bytes) {
         (false, _) => 0,
         (true, Some(r)) => r,
