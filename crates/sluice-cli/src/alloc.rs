@@ -3,8 +3,8 @@
 //! Why: glibc's malloc raises its mmap threshold dynamically (up to 32 MB) after the first large
 //! buffer is freed, so later multi-megabyte batch and page buffers come from the heap, and the
 //! heap keeps freed memory instead of returning it. In the benchmark lab (docs/benchmarks.md,
-//! 10 M-row narrow table, 2 workers, 64 MB budget) peak RSS was 102 MiB before these settings
-//! and 66 MiB after; the engine recycles its big buffers rather than allocating them per batch,
+//! 10 M-row narrow table, 2 workers, 64 MB budget) peak RSS was 102 MB before these settings
+//! and 66 MB after; the engine recycles its big buffers rather than allocating them per batch,
 //! so mmap-backed buffers cost little.
 //!
 //! Limits: only glibc targets are tuned (musl and others keep their defaults); a library must

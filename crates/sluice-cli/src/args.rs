@@ -4,12 +4,24 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
+/// What a size flag (BYTES) accepts, said once and shown under `export --help` and `plan --help`
+/// (the parser is `config::parse_size`).
+macro_rules! sizes_note {
+    () => {
+        "Sizes (BYTES) are a number of bytes, or a number with KB, MB or GB in powers of 1024: \
+         1MB = 1024 × 1024 bytes (KiB, MiB, GiB are accepted too)."
+    };
+}
+
 /// Move data out of relational databases fast, consistently and gently.
 #[derive(Debug, Parser)]
 #[command(
     name = "sluice",
     version,
-    about,
+    // `--version` is ours: with `--verbose` it also prints the commit and what this build reads
+    // and writes (see `version.rs`).
+    disable_version_flag = true,
+    arg_required_else_help = true,
     long_about = "Move data out of relational databases fast, consistently and gently.\n\n\
         sluice exports tables to Parquet or CSV with several workers reading one consistent \
         snapshot, memory bounded by bytes, and a report of what the run cost the source.",
@@ -21,15 +33,37 @@ use std::path::PathBuf;
         options and PG* variables), ?ssl-mode=VERIFY_IDENTITY&ssl-ca=PATH (MySQL/MariaDB)."
 )]
 pub struct Cli {
-    /// More log output (repeat for more).
+    /// More log output from every part of sluice (repeat for more); SLUICE_LOG, if set, replaces it.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
     /// Only errors.
     #[arg(short, long, global = true)]
     pub quiet: bool,
+    /// Log lines as text (coloured on a terminal unless NO_COLOR is set) or as JSON, one object per line.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        value_name = "FORMAT",
+        env = "SLUICE_LOG_FORMAT"
+    )]
+    pub log_format: Option<LogFormat>,
+    /// Print the version and commit; with --verbose also the sources, destinations and formats of this build.
+    #[arg(short = 'V', long)]
+    pub version: bool,
     /// The command.
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
+}
+
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line: timestamp, level, target, message, fields.
+    Json,
 }
 
 /// Subcommands.
@@ -37,18 +71,47 @@ pub struct Cli {
 pub enum Command {
     /// Export tables, views or queries to Parquet or CSV files.
     #[command(after_help = EXPORT_EXAMPLES)]
-    Export(ExportArgs),
+    Export(Box<ExportArgs>),
     /// Show what an export would do — sizes, chunks, workers, memory — without reading rows.
-    Plan(PlanArgs),
+    #[command(after_help = sizes_note!())]
+    Plan(Box<PlanArgs>),
+    /// Show this build (version, commit, sources, destinations, formats) and check what a run needs.
+    Doctor(DoctorArgs),
+    /// Print a shell completion script: sluice completions bash > /etc/bash_completion.d/sluice.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), or write one page per command into a directory.
+    Man {
+        /// Write sluice.1, sluice-export.1, … into this directory instead of printing sluice.1.
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
+    },
 }
 
-const EXPORT_EXAMPLES: &str = "Examples:\n  \
+/// `sluice doctor`.
+#[derive(Debug, Clone, Args)]
+pub struct DoctorArgs {
+    /// Also connect to this source as an export would (opens a session and a snapshot, reads no rows).
+    #[arg(long, value_name = "URL")]
+    pub source: Option<String>,
+    /// Also check that this output location is writable (created if missing, as an export would).
+    #[arg(long, value_name = "DIR|URL")]
+    pub to: Option<String>,
+}
+
+const EXPORT_EXAMPLES: &str = concat!(
+    "Examples:\n  \
     sluice export --source postgres://app@db:5432/shop --table public.orders --to ./out\n  \
     sluice export --source postgres://app@db/shop --tables 'public\\.order_.*' --format csv --to ./csv\n  \
     sluice export -c sluice.yaml --parallel 4 --resume\n  \
     sluice export --source postgres://app@db/shop --table public.orders --to s3://bucket/exports \\\n    \
     --storage-option endpoint=http://127.0.0.1:9000 --storage-option allow_http=true --part-size 16MB\n\n\
-    Output: <to>/<schema>.<table>/part-00000.parquet … and <to>/manifest.json, written last.";
+    Output: <to>/<schema>.<table>/part-00000.parquet … and <to>/manifest.json, written last.\n\n",
+    sizes_note!()
+);
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
@@ -125,6 +188,9 @@ pub struct SelectArgs {
     /// Output format.
     #[arg(long, value_enum)]
     pub format: Option<FormatArg>,
+    /// PostgreSQL: export only the rows row-level security policies let this user see, instead of failing on a table whose policies would hide rows (pg_dump's flag of the same name). The manifest marks such datasets as filtered.
+    #[arg(long)]
+    pub enable_row_security: bool,
 }
 
 /// `sluice export`.
@@ -169,6 +235,18 @@ pub struct ExportArgs {
     /// Skip fsync of written files (faster, not crash-safe).
     #[arg(long)]
     pub no_fsync: bool,
+    /// MySQL/MariaDB: the longest wait, in seconds, for the global lock that lines the workers' snapshots up (every write on the server may queue behind a waiting lock) and for any metadata lock the run's sessions need (default 10).
+    #[arg(long, value_name = "SECONDS")]
+    pub lock_wait_timeout: Option<u64>,
+    /// MySQL/MariaDB: do not take the global lock while another session's statement that would make it wait has run this many seconds or longer (default 10; 0 turns the guard off).
+    #[arg(long, value_name = "SECONDS")]
+    pub long_query_guard: Option<u64>,
+    /// MySQL/MariaDB: wait up to this many seconds for such long statements to end before refusing (default 0: refuse at once). No lock is held meanwhile.
+    #[arg(long, value_name = "SECONDS")]
+    pub long_query_wait: Option<u64>,
+    /// MySQL/MariaDB: hold READ locks on non-transactional tables (MyISAM, Aria, MEMORY) from the snapshot to the end of the run, so they match the snapshot; writes to them wait meanwhile. Without it they are read as they are and marked outside_snapshot in the manifest.
+    #[arg(long)]
+    pub lock_non_transactional: bool,
     /// Object stores: bytes per multipart-upload part (default 5MB; S3 needs at least 5MB); each open file holds up to (1 + --upload-concurrency) parts, counted in --memory.
     #[arg(long, value_name = "BYTES")]
     pub part_size: Option<String>,

@@ -11,9 +11,15 @@
 //! format: parquet
 //! parallel: 4
 //! chunk_size: 128MB
+//! log_format: json          # or --log-format; text by default
 //! # object stores only:
 //! part_size: 16MB
 //! upload_concurrency: 4
+//! # MySQL/MariaDB only (seconds):
+//! lock_wait_timeout: 10
+//! long_query_guard: 10
+//! long_query_wait: 300
+//! lock_non_transactional: true
 //! storage_option:
 //!   endpoint: http://127.0.0.1:9000
 //!   allow_http: "true"
@@ -21,7 +27,7 @@
 //! A flag given on the command line replaces the file's value (a repeated flag replaces the
 //! whole list). Unknown keys are refused, with their line and column.
 
-use crate::args::{CompressionArg, ConsistencyArg, ExportArgs, FormatArg, SelectArgs};
+use crate::args::{CompressionArg, ConsistencyArg, ExportArgs, FormatArg, LogFormat, SelectArgs};
 use serde::Deserialize;
 use sluice_core::{
     ChunkStrategy, Consistency, Error, NamedQuery, QualifiedName, Result, Selection,
@@ -80,6 +86,7 @@ struct FileConfig {
     memory: Option<SizeValue>,
     batch_size: Option<SizeValue>,
     format: Option<FormatArg>,
+    enable_row_security: Option<bool>,
     to: Option<String>,
     compression: Option<CompressionArg>,
     zstd_level: Option<i32>,
@@ -95,6 +102,11 @@ struct FileConfig {
     part_size: Option<SizeValue>,
     upload_concurrency: Option<usize>,
     storage_option: Option<BTreeMap<String, String>>,
+    log_format: Option<LogFormat>,
+    lock_wait_timeout: Option<u64>,
+    long_query_guard: Option<u64>,
+    long_query_wait: Option<u64>,
+    lock_non_transactional: Option<bool>,
 }
 
 fn load(path: &Path) -> Result<FileConfig> {
@@ -117,8 +129,9 @@ fn load(path: &Path) -> Result<FileConfig> {
     })
 }
 
-/// Parse a byte size: a number with an optional unit B, K/KB/KiB, M/MB/MiB, G/GB/GiB (all
-/// powers of 1024).
+/// Parse a byte size: a number with an optional unit B, K/KB/KiB, M/MB/MiB, G/GB/GiB, all
+/// powers of 1024 (1MB = 1,048,576 bytes, as in PostgreSQL's settings). Every size sluice
+/// prints uses the same units (`display::megabytes`), spelled KB, MB, GB.
 pub fn parse_size(text: &str, what: &str) -> Result<u64> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
@@ -179,6 +192,23 @@ fn parse_delimiter(text: &str) -> Result<u8> {
     }
 }
 
+/// `--csv-null`: the text must not contain what CSV gives meaning to, or a NULL would read
+/// back as something else (or break the row).
+fn check_csv_null(null: &str, delimiter: u8) -> Result<()> {
+    if null
+        .bytes()
+        .any(|b| b == delimiter || matches!(b, b'"' | b'\r' | b'\n'))
+    {
+        return Err(Error::config(format!(
+            "--csv-null {null:?} contains the delimiter {:?}, a double quote or a line break, so \
+             NULL could not be told apart from data (or would break the row): choose a text \
+             without them, e.g. --csv-null NULL or --csv-null '\\N'.",
+            delimiter as char
+        )));
+    }
+    Ok(())
+}
+
 fn pick<T>(flag: Option<T>, file: Option<T>) -> Option<T> {
     flag.or(file)
 }
@@ -213,6 +243,8 @@ pub struct Resolved {
     pub row_group_bytes: Option<usize>,
     /// Output format.
     pub format: FormatOptions,
+    /// Export only rows visible under row-level security.
+    pub enable_row_security: bool,
     /// Output location.
     pub to: Option<String>,
     /// Merge parts into one file per dataset.
@@ -228,6 +260,10 @@ pub struct Resolved {
     /// Object-store client options (`part_size`, `upload_concurrency` and the builders' keys),
     /// applied after the `--to` URL's query.
     pub storage_options: Vec<(String, String)>,
+    /// The file's `log_format` (the `--log-format` flag wins over it; see `main.rs`).
+    pub log_format: Option<LogFormat>,
+    /// MySQL/MariaDB lock bounds, when any of their flags or keys was given.
+    pub locking: Option<sluice_mysql::Locking>,
 }
 
 /// Resolve the selection flags (shared by export and plan) and, for export, the output flags.
@@ -329,22 +365,29 @@ pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resol
             // The engine replaces this with the budget it derives from --memory.
             row_group_bytes: row_group_bytes.unwrap_or(ParquetOptions::default().row_group_bytes),
         }),
-        FormatArg::Csv => FormatOptions::Csv(CsvOptions {
-            delimiter: match pick(
+        FormatArg::Csv => {
+            let delimiter = match pick(
                 e.and_then(|e| e.csv_delimiter.clone()),
                 file.csv_delimiter.take(),
             ) {
                 Some(d) => parse_delimiter(&d)?,
                 None => b',',
-            },
-            null: pick(e.and_then(|e| e.csv_null.clone()), file.csv_null.take())
-                .unwrap_or_default(),
-            header: !(e.is_some_and(|e| e.csv_no_header) || file.csv_no_header.unwrap_or(false)),
-        }),
+            };
+            let null =
+                pick(e.and_then(|e| e.csv_null.clone()), file.csv_null.take()).unwrap_or_default();
+            check_csv_null(&null, delimiter)?;
+            FormatOptions::Csv(CsvOptions {
+                delimiter,
+                null,
+                header: !(e.is_some_and(|e| e.csv_no_header)
+                    || file.csv_no_header.unwrap_or(false)),
+            })
+        }
     };
     let flag = |f: fn(&ExportArgs) -> bool| e.is_some_and(f);
     let to = pick(e.and_then(|e| e.to.clone()), file.to.take());
     let storage_options = storage_options(e, &mut file, to.as_deref())?;
+    let locking = locking(e, &file, consistency)?;
     Ok(Resolved {
         source,
         selection,
@@ -356,6 +399,8 @@ pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resol
         batch_bytes,
         row_group_bytes,
         format,
+        enable_row_security: select.enable_row_security
+            || file.enable_row_security.unwrap_or(false),
         to,
         merge: flag(|e| e.merge) || file.merge.unwrap_or(false),
         resume: flag(|e| e.resume) || file.resume.unwrap_or(false),
@@ -366,7 +411,58 @@ pub fn resolve(select: &SelectArgs, export: Option<&ExportArgs>) -> Result<Resol
         ),
         fsync: !(flag(|e| e.no_fsync) || file.no_fsync.unwrap_or(false)),
         storage_options,
+        log_format: file.log_format,
+        locking,
     })
+}
+
+/// The MySQL/MariaDB lock settings from `lock_wait_timeout`, `long_query_guard`,
+/// `long_query_wait` and `lock_non_transactional` (flag over file), or `None` when none is
+/// given.
+fn locking(
+    e: Option<&ExportArgs>,
+    file: &FileConfig,
+    consistency: Consistency,
+) -> Result<Option<sluice_mysql::Locking>> {
+    let wait = pick(e.and_then(|e| e.lock_wait_timeout), file.lock_wait_timeout);
+    let guard = pick(e.and_then(|e| e.long_query_guard), file.long_query_guard);
+    let guard_wait = pick(e.and_then(|e| e.long_query_wait), file.long_query_wait);
+    let lock_nt =
+        e.is_some_and(|e| e.lock_non_transactional) || file.lock_non_transactional.unwrap_or(false);
+    if wait.is_none() && guard.is_none() && guard_wait.is_none() && !lock_nt {
+        return Ok(None);
+    }
+    if lock_nt && consistency == Consistency::Chunk {
+        return Err(Error::config(
+            "--lock-non-transactional keeps non-transactional tables at the snapshot's moment, \
+             and --consistency chunk takes no snapshot: drop one of them.",
+        ));
+    }
+    let mut l = sluice_mysql::Locking {
+        lock_non_transactional: lock_nt,
+        ..sluice_mysql::Locking::default()
+    };
+    if let Some(w) = wait {
+        if !(1..=31_536_000).contains(&w) {
+            return Err(Error::config(format!(
+                "--lock-wait-timeout {w} is out of range: give 1 to 31536000 seconds."
+            )));
+        }
+        l.wait_timeout = std::time::Duration::from_secs(w);
+    }
+    if let Some(g) = guard {
+        l.long_query_guard = (g > 0).then(|| std::time::Duration::from_secs(g));
+    }
+    if let Some(w) = guard_wait {
+        if l.long_query_guard.is_none() {
+            return Err(Error::config(
+                "--long-query-wait needs the long-query guard: drop --long-query-guard 0, or \
+                 drop --long-query-wait.",
+            ));
+        }
+        l.long_query_wait = std::time::Duration::from_secs(w);
+    }
+    Ok(Some(l))
 }
 
 /// Object-store options from the file's `storage_option` map, then `--storage-option` flags,
@@ -454,5 +550,76 @@ mod tests {
         assert_eq!(parse_chunk_by("ctid").unwrap(), ChunkStrategy::Physical);
         assert!(parse_chunk_by("key:").is_err());
         assert!(parse_chunk_by("rows").is_err());
+    }
+
+    #[test]
+    fn csv_null_cannot_hold_what_csv_gives_meaning_to() {
+        for ok in ["", "NULL", "\\N", "n/a"] {
+            assert!(check_csv_null(ok, b',').is_ok(), "{ok}");
+        }
+        for bad in [",", "a,b", "\"", "x\ny", "\r"] {
+            let e = check_csv_null(bad, b',').unwrap_err();
+            assert!(e.to_string().contains("--csv-null"), "{e}");
+        }
+        assert!(check_csv_null(";", b';').is_err());
+        assert!(check_csv_null(";", b',').is_ok());
+    }
+
+    fn export_flags(extra: &[&str]) -> Result<Resolved> {
+        use clap::Parser;
+        let mut argv = vec![
+            "sluice",
+            "export",
+            "--source",
+            "mysql://u@h/d",
+            "--table",
+            "t",
+        ];
+        argv.extend_from_slice(extra);
+        let cli = crate::args::Cli::try_parse_from(argv).unwrap();
+        let Some(crate::args::Command::Export(args)) = cli.command else {
+            unreachable!("an export command line")
+        };
+        resolve(&args.select, Some(&args))
+    }
+
+    #[test]
+    fn mysql_lock_settings() {
+        assert!(export_flags(&[]).unwrap().locking.is_none());
+        let l = export_flags(&["--lock-wait-timeout", "3", "--long-query-guard", "0"])
+            .unwrap()
+            .locking
+            .unwrap();
+        assert_eq!(l.wait_timeout, std::time::Duration::from_secs(3));
+        assert_eq!(l.long_query_guard, None);
+        let l = export_flags(&["--long-query-wait", "60", "--lock-non-transactional"])
+            .unwrap()
+            .locking
+            .unwrap();
+        assert_eq!(l.long_query_wait, std::time::Duration::from_secs(60));
+        assert!(l.lock_non_transactional);
+        for (bad, says) in [
+            (vec!["--lock-wait-timeout", "0"], "out of range"),
+            (
+                vec!["--long-query-guard", "0", "--long-query-wait", "5"],
+                "needs the long-query guard",
+            ),
+            (
+                vec!["--lock-non-transactional", "--consistency", "chunk"],
+                "--consistency chunk",
+            ),
+        ] {
+            let e = export_flags(&bad).err().unwrap();
+            assert_eq!(e.kind(), sluice_core::ErrorKind::Config);
+            assert!(e.message().contains(says), "{bad:?}: {e}");
+        }
+        // Refused, not ignored, for other sources.
+        let e = crate::registry::open_source("postgres://u@h/d", Some(l))
+            .err()
+            .unwrap();
+        assert!(
+            e.message().contains("MySQL and MariaDB sources only"),
+            "{e}"
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! What the user sees on stderr: progress while running, the report at the end, the plan.
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use sluice_engine::{PlanReport, Progress, ProgressStart, ProgressTick, Report};
+use sluice_engine::{PhaseRecord, PlanReport, Progress, ProgressStart, ProgressTick, Report};
 use std::io::IsTerminal;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -19,16 +19,20 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
-/// Bytes in MB (10^6) with one decimal, or GB above 10 GB.
+/// Bytes in MB with one decimal, or GB from 10 GB on. MB and GB are powers of 1024, as in the
+/// sizes sluice reads (`config::parse_size`): `--memory 64MB` is shown as `64.0 MB`.
 pub fn megabytes(b: u64) -> String {
-    if b >= 10_000_000_000 {
-        format!("{:.1} GB", b as f64 / 1e9)
+    const MB: f64 = (1u64 << 20) as f64;
+    const GB: f64 = (1u64 << 30) as f64;
+    if b >= 10 << 30 {
+        format!("{:.1} GB", b as f64 / GB)
     } else {
-        format!("{:.1} MB", b as f64 / 1e6)
+        format!("{:.1} MB", b as f64 / MB)
     }
 }
 
-/// A progress bar on a terminal, a log line every 10 s otherwise.
+/// A progress bar on a terminal, a log line every 10 s otherwise (and always with JSON logs,
+/// whose lines a bar would break).
 pub struct Display {
     bar: Option<ProgressBar>,
     started: Mutex<Option<(Instant, Instant)>>,
@@ -37,9 +41,9 @@ pub struct Display {
 }
 
 impl Display {
-    /// Choose the form from whether stderr is a terminal.
-    pub fn new(quiet: bool) -> Self {
-        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+    /// Choose the form from whether stderr is a terminal; `bar_allowed` false forces log lines.
+    pub fn new(quiet: bool, bar_allowed: bool) -> Self {
+        let bar = (!quiet && bar_allowed && std::io::stderr().is_terminal()).then(|| {
             let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
             b.set_style(
                 ProgressStyle::with_template(
@@ -95,7 +99,7 @@ impl Progress for Display {
         let secs = begin.elapsed().as_secs_f64().max(1e-3);
         let msg = format!(
             "{:.1} MB/s  {}/{} parts",
-            t.bytes as f64 / 1e6 / secs,
+            t.bytes as f64 / (1u64 << 20) as f64 / secs,
             t.parts_done,
             total_parts
         );
@@ -189,6 +193,16 @@ pub fn report_text(r: &Report) -> String {
             format!("per chunk (not one point in time), {}", r.position),
         ),
     }
+    if let Some(held) = h.global_lock_seconds {
+        row(
+            "global lock",
+            format!(
+                "waited {:.1} ms to be granted, held {:.1} ms",
+                h.global_lock_wait_seconds.unwrap_or(0.0) * 1000.0,
+                held * 1000.0
+            ),
+        );
+    }
     row(
         "harm",
         format!(
@@ -220,13 +234,17 @@ pub fn report_text(r: &Report) -> String {
         row(
             "dataset",
             format!(
-                "{}: {} rows, {} in {} file(s)",
+                "{}: {} rows, {} in {} file(s); {}",
                 d.name,
                 thousands(d.rows),
                 megabytes(d.bytes),
-                d.parts
+                d.parts,
+                d.guarantee
             ),
         );
+    }
+    if !r.phases.is_empty() {
+        row("phases", phases_text(&r.phases));
     }
     for n in &r.notes {
         row("note", n.clone());
@@ -236,6 +254,23 @@ pub fn report_text(r: &Report) -> String {
         r.run_id,
         lines.join("\n")
     )
+}
+
+/// `1 connect 0.05 s, 2 plan 0.31 s, …`; a phase the run stopped in is marked.
+pub fn phases_text(phases: &[PhaseRecord]) -> String {
+    phases
+        .iter()
+        .map(|p| {
+            format!(
+                "{} {} {:.2} s{}",
+                p.number,
+                p.name,
+                p.seconds,
+                if p.completed { "" } else { " (stopped)" }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `sluice plan` as text.
@@ -292,6 +327,26 @@ mod tests {
     fn numbers() {
         assert_eq!(thousands(0), "0");
         assert_eq!(thousands(1234567), "1,234,567");
-        assert_eq!(megabytes(1_500_000), "1.5 MB");
+        assert_eq!(megabytes(1_572_864), "1.5 MB");
+        assert_eq!(megabytes(64 << 20), "64.0 MB");
+        assert_eq!(megabytes(12 << 30), "12.0 GB");
+        let phases = [
+            PhaseRecord {
+                number: 1,
+                name: "connect".into(),
+                seconds: 0.25,
+                completed: true,
+            },
+            PhaseRecord {
+                number: 4,
+                name: "read".into(),
+                seconds: 2.0,
+                completed: false,
+            },
+        ];
+        assert_eq!(
+            phases_text(&phases),
+            "1 connect 0.25 s, 4 read 2.00 s (stopped)"
+        );
     }
 }

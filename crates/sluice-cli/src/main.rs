@@ -5,11 +5,14 @@ mod alloc;
 mod args;
 mod config;
 mod display;
+mod doctor;
+mod log;
 mod registry;
+mod version;
 
 use anyhow::Context;
-use args::{Cli, Command};
-use clap::Parser;
+use args::{Cli, Command, LogFormat};
+use clap::{CommandFactory, Parser};
 use sluice_core::ErrorKind;
 use sluice_engine::{ExportJob, Progress};
 use std::process::ExitCode;
@@ -36,26 +39,42 @@ fn exit_code(e: &anyhow::Error) -> u8 {
     }
 }
 
-fn init_logging(cli: &Cli) {
-    let default = match (cli.quiet, cli.verbose) {
-        (true, _) => "error",
-        (false, 0) => "warn,sluice_engine=info,sluice=info",
-        (false, 1) => "info,sluice_engine=debug,sluice_postgres=debug",
-        _ => "debug",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
-}
-
 fn main() -> ExitCode {
     alloc::tune();
     let cli = Cli::parse();
-    init_logging(&cli);
+    if cli.version {
+        print!(
+            "{}",
+            if cli.verbose > 0 {
+                version::long()
+            } else {
+                version::line()
+            }
+        );
+        return ExitCode::SUCCESS;
+    }
+    let Some(command) = cli.command else {
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::MissingSubcommand,
+                "no command given: use sluice export, plan, doctor, completions or man \
+                 (sluice --help lists them)",
+            )
+            .exit();
+    };
+    // The configuration is resolved before logging starts: its `log_format` key decides the
+    // form of every line (the flag wins over it). Its errors are reported below, once logging
+    // is set up.
+    let resolved = match &command {
+        Command::Export(a) => Some(config::resolve(&a.select, Some(a.as_ref()))),
+        Command::Plan(a) => Some(config::resolve(&a.select, None)),
+        _ => None,
+    };
+    let format = cli
+        .log_format
+        .or_else(|| resolved.as_ref()?.as_ref().ok()?.log_format)
+        .unwrap_or(LogFormat::Text);
+    log::init(format, cli.quiet, cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -66,18 +85,30 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::INTERNAL);
         }
     };
-    let result = runtime.block_on(run(cli));
+    let result = runtime.block_on(run(command, resolved, cli.quiet, format));
     // Every task (and the database sessions it held) is dropped before the libraries shut down.
     drop(runtime);
     let code = match result {
         Ok(()) => 0,
         Err(e) => {
+            let code = exit_code(&e);
             // sluice's own errors already carry the driver's detail in their one paragraph.
-            match e.downcast_ref::<sluice_core::Error>() {
-                Some(own) => eprintln!("sluice: error: {own}"),
-                None => eprintln!("sluice: error: {e:#}"),
+            let own = e.downcast_ref::<sluice_core::Error>();
+            let message = match own {
+                Some(own) => own.to_string(),
+                None => format!("{e:#}"),
+            };
+            match format {
+                LogFormat::Text => eprintln!("sluice: error: {message}"),
+                LogFormat::Json => {
+                    let mut fields = serde_json::Map::new();
+                    let kind = own.map_or(ErrorKind::Internal, |o| o.kind());
+                    fields.insert("kind".into(), kind.to_string().into());
+                    fields.insert("exit_code".into(), code.into());
+                    eprintln!("{}", log::json_line("ERROR", &message, fields));
+                }
             }
-            exit_code(&e)
+            code
         }
     };
     if registry::release_process_resources() {
@@ -98,15 +129,57 @@ fn leave_now(code: u8) -> ! {
     unsafe { libc::_exit(i32::from(code)) }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
-        Command::Export(args) => export(args, cli.quiet).await,
-        Command::Plan(args) => plan(args).await,
+async fn run(
+    command: Command,
+    resolved: Option<sluice_core::Result<config::Resolved>>,
+    quiet: bool,
+    format: LogFormat,
+) -> anyhow::Result<()> {
+    match (command, resolved) {
+        (Command::Export(_), Some(r)) => export(r?, quiet, format).await,
+        (Command::Plan(args), Some(r)) => plan(r?, args.json).await,
+        (Command::Export(_) | Command::Plan(_), None) => Err(sluice_core::Error::internal(
+            "the configuration was not resolved before the run",
+        )
+        .into()),
+        (Command::Doctor(args), _) => doctor::run(args).await,
+        (Command::Completions { shell }, _) => {
+            clap_complete::generate(shell, &mut Cli::command(), "sluice", &mut std::io::stdout());
+            Ok(())
+        }
+        (Command::Man { out_dir }, _) => man(out_dir),
+    }
+}
+
+/// `sluice man`: the man page generated from the same definitions as `--help`.
+fn man(out_dir: Option<std::path::PathBuf>) -> anyhow::Result<()> {
+    let cmd = Cli::command();
+    match out_dir {
+        None => {
+            let mut out = std::io::stdout().lock();
+            clap_mangen::Man::new(cmd).render(&mut out)?;
+            Ok(())
+        }
+        Some(dir) => {
+            std::fs::create_dir_all(&dir)
+                .and_then(|()| clap_mangen::generate_to(cmd, &dir))
+                .map_err(|e| {
+                    sluice_core::Error::destination(
+                        sluice_core::Retry::Permanent,
+                        format!(
+                            "could not write the man pages into {}: {e}. Choose a writable \
+                             --out-dir.",
+                            dir.display()
+                        ),
+                    )
+                })?;
+            Ok(())
+        }
     }
 }
 
 fn job_from(resolved: &config::Resolved, to: &str) -> anyhow::Result<ExportJob> {
-    let source = registry::open_source(&resolved.source)?;
+    let source = registry::open_source(&resolved.source, resolved.locking)?;
     let destination = registry::open_destination(to, resolved.fsync, &resolved.storage_options)?;
     let mut job = ExportJob::new(
         source,
@@ -124,11 +197,11 @@ fn job_from(resolved: &config::Resolved, to: &str) -> anyhow::Result<ExportJob> 
     job.resume = resolved.resume;
     job.overwrite = resolved.overwrite;
     job.merge = resolved.merge;
+    job.enable_row_security = resolved.enable_row_security;
     Ok(job)
 }
 
-async fn export(args: args::ExportArgs, quiet: bool) -> anyhow::Result<()> {
-    let resolved = config::resolve(&args.select, Some(&args))?;
+async fn export(resolved: config::Resolved, quiet: bool, format: LogFormat) -> anyhow::Result<()> {
     let to = resolved.to.clone().ok_or_else(|| {
         sluice_core::Error::config("no output location: pass --to DIR (or to: in the -c file).")
     })?;
@@ -138,7 +211,7 @@ async fn export(args: args::ExportArgs, quiet: bool) -> anyhow::Result<()> {
         wait_for_signal().await;
         let _ = cancel_tx.send(true);
     });
-    let display = Arc::new(display::Display::new(quiet));
+    let display = Arc::new(display::Display::new(quiet, format == LogFormat::Text));
     let report =
         sluice_engine::run_export(job, display.clone() as Arc<dyn Progress>, cancel_rx).await?;
     if let Some(path) = &resolved.report_json {
@@ -146,17 +219,25 @@ async fn export(args: args::ExportArgs, quiet: bool) -> anyhow::Result<()> {
         std::fs::write(path, json)
             .with_context(|| format!("writing the report to {}", path.display()))?;
     }
-    if !quiet {
-        eprint!("{}", display::report_text(&report));
+    match format {
+        _ if quiet => {}
+        LogFormat::Text => eprint!("{}", display::report_text(&report)),
+        LogFormat::Json => {
+            let mut fields = serde_json::Map::new();
+            fields.insert("report".into(), serde_json::to_value(&report)?);
+            eprintln!(
+                "{}",
+                log::json_line("INFO", "sluice export finished", fields)
+            );
+        }
     }
     Ok(())
 }
 
-async fn plan(args: args::PlanArgs) -> anyhow::Result<()> {
-    let resolved = config::resolve(&args.select, None)?;
+async fn plan(resolved: config::Resolved, json: bool) -> anyhow::Result<()> {
     let job = job_from(&resolved, resolved.to.as_deref().unwrap_or("."))?;
     let report = sluice_engine::plan_export(&job).await?;
-    if args.json {
+    if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", display::plan_text(&report));

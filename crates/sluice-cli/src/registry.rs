@@ -4,16 +4,70 @@ use sluice_core::{Error, Result, Source};
 use sluice_sink::{Destination, LocalDestination, ObjectStoreDestination};
 use std::sync::Arc;
 
-/// Open the source adapter for `url`.
-pub fn open_source(url: &str) -> Result<Arc<dyn Source>> {
+/// A kind of source this build reads, for `sluice --version --verbose` and `sluice doctor`.
+pub struct SourceKind {
+    /// The adapter's engine name (as in reports and manifests).
+    pub engine: &'static str,
+    /// The URL schemes it serves.
+    pub schemes: &'static [&'static str],
+    /// What it covers.
+    pub about: &'static str,
+}
+
+/// Every source this build reads, in the order [`open_source`] tries them (a test checks that
+/// each scheme listed here is served by the adapter named with it).
+pub const SOURCES: &[SourceKind] = &[
+    SourceKind {
+        engine: "postgres",
+        schemes: &["postgres://", "postgresql://"],
+        about: "PostgreSQL",
+    },
+    SourceKind {
+        engine: "mysql",
+        schemes: &["mysql://", "mariadb://"],
+        about: "MySQL and MariaDB",
+    },
+    SourceKind {
+        engine: "firebird",
+        schemes: &["firebird://"],
+        about: "Firebird, embedded or server; client library loaded at run time",
+    },
+];
+
+/// Every destination this build writes: what it is and the `--to` forms that select it.
+pub const DESTINATIONS: &[(&str, &[&str])] = &[
+    ("local directory", &["a path", "file://"]),
+    ("S3 and S3-compatible stores", &["s3://", "s3a://"]),
+    ("Google Cloud Storage", &["gs://", "gcs://"]),
+    (
+        "Azure Blob Storage",
+        &["az://", "azure://", "abfs://", "abfss://"],
+    ),
+];
+
+/// Open the source adapter for `url`. `locking` (MySQL/MariaDB lock bounds) is refused for
+/// other sources rather than ignored.
+pub fn open_source(url: &str, locking: Option<sluice_mysql::Locking>) -> Result<Arc<dyn Source>> {
+    if sluice_mysql::MySource::handles(url) {
+        let source = sluice_mysql::MySource::new(url)?;
+        return Ok(Arc::new(match locking {
+            Some(l) => source.with_locking(l),
+            None => source,
+        }));
+    }
+    if locking.is_some() {
+        return Err(Error::config(format!(
+            "--lock-wait-timeout, --long-query-guard, --long-query-wait and \
+             --lock-non-transactional apply to MySQL and MariaDB sources only, and the source is \
+             {}: remove them.",
+            sluice_core::redact::redact_url(url)
+        )));
+    }
     if sluice_postgres::PgSource::handles(url) {
         return Ok(Arc::new(sluice_postgres::PgSource::new(url)?));
     }
     if sluice_firebird::FbSource::handles(url) {
         return Ok(Arc::new(sluice_firebird::FbSource::new(url)?));
-    }
-    if sluice_mysql::MySource::handles(url) {
-        return Ok(Arc::new(sluice_mysql::MySource::new(url)?));
     }
     let scheme = url
         .split("://")
@@ -65,4 +119,35 @@ pub fn open_destination(
         )));
     }
     Ok(Arc::new(LocalDestination::new(to, fsync)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_listed_schemes_are_the_ones_served() {
+        for kind in SOURCES {
+            for scheme in kind.schemes {
+                let url = format!("{scheme}user@host/db");
+                let engine = if sluice_postgres::PgSource::handles(&url) {
+                    "postgres"
+                } else if sluice_firebird::FbSource::handles(&url) {
+                    "firebird"
+                } else if sluice_mysql::MySource::handles(&url) {
+                    "mysql"
+                } else {
+                    "none"
+                };
+                assert_eq!(engine, kind.engine, "{url}");
+            }
+        }
+        for (what, forms) in DESTINATIONS {
+            for form in forms.iter().filter(|f| f.ends_with("://")) {
+                let url = format!("{form}bucket/prefix");
+                let remote = ObjectStoreDestination::handles(&url);
+                assert_eq!(remote, *what != "local directory", "{url}");
+            }
+        }
+    }
 }

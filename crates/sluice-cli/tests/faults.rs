@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used)]
 //! Faults on the source: a worker's backend terminated mid-chunk is retried (rejoining the
-//! snapshot); a statement timeout fails at once with guidance and no retries.
+//! snapshot), and the retry warning names its part once; a statement timeout fails at once with guidance and no retries.
 
 mod common;
 
@@ -69,6 +69,8 @@ async fn terminated_worker_is_retried_and_the_export_is_exact() {
         stderr.contains("retrying"),
         "the failure was retried: {stderr}"
     );
+    // `public.f part 3: public.f part 3: the connection …` named its part twice once.
+    assert_retries_name_their_part_once(&stderr, "public.f");
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     assert!(r["retries"].as_u64().unwrap() >= 1);
     let got = files::row_strings(&files::dataset_batches(&out.path().join("data/public.f")));

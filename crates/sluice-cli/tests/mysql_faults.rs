@@ -116,6 +116,8 @@ async fn killed_worker_in_snapshot_mode_continues_on_a_spare_session() {
     .await;
     run.ok();
     assert!(run.stderr.contains("retrying"), "{}", run.stderr);
+    // The warning names its part once (it once said `db.f part 2: db.f part 2: …`).
+    common::assert_retries_name_their_part_once(&run.stderr, &format!("{}.f", db.name));
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     assert!(r["retries"].as_u64().unwrap() >= 1, "{r}");
     let got = files::row_strings(&files::dataset_batches(
@@ -171,6 +173,8 @@ async fn killed_worker_in_chunk_mode_is_retried() {
     .await;
     run.ok();
     assert!(run.stderr.contains("retrying"), "{}", run.stderr);
+    // The warning names its part once (it once said `db.f part 2: db.f part 2: …`).
+    common::assert_retries_name_their_part_once(&run.stderr, &format!("{}.f", db.name));
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     assert!(r["retries"].as_u64().unwrap() >= 1);
     let got = files::row_strings(&files::dataset_batches(

@@ -18,6 +18,11 @@ async fn killed_export_leaves_no_manifest_and_resumes() {
     kill_then_resume(Store::Azure).await;
 }
 
+#[test]
+fn output_lock_is_exclusive_and_taken_over_when_stale() {
+    output_lock(Store::Azure);
+}
+
 #[tokio::test]
 async fn missing_container_is_named() {
     missing_bucket(Store::Azure).await;

@@ -43,7 +43,9 @@ async fn weird_and_mixed_case_names_export() {
     assert_eq!(
         names,
         [
-            r#"public.weird "name""#,
+            // A part with a dot or a quote is quoted in the dataset name, so that names stay
+            // distinct (see the dots case below); plain names stay plain.
+            r#"public."weird ""name""""#,
             "My Schema.MixedCase",
             "public.lower_only"
         ]
@@ -55,7 +57,7 @@ async fn weird_and_mixed_case_names_export() {
         .map(|d| d["rows"].as_u64().unwrap())
         .collect();
     assert_eq!(rows, [2, 50, 1]);
-    let weird = files::dataset_batches(&out.path().join(r#"public.weird "name""#));
+    let weird = files::dataset_batches(&out.path().join(r#"public."weird ""name""""#));
     assert_eq!(weird[0].schema().field(0).name(), r#"a "col""#);
     // A bare name matches case-insensitively; a quoted one exactly.
     let out2 = tempdir();
@@ -83,4 +85,44 @@ async fn weird_and_mixed_case_names_export() {
         &["--table", r#""My Schema"."mixedcase""#],
     );
     assert_eq!(run.code, 2, "{}", run.stderr);
+}
+
+/// `"a.b".c` and `a."b.c"` are different tables; their datasets must not share a name (and a
+/// directory).
+#[tokio::test]
+async fn names_with_dots_do_not_collide() {
+    let db = TestDb::new().await;
+    db.exec(
+        r#"CREATE SCHEMA "a.b"; CREATE SCHEMA a;
+           CREATE TABLE "a.b".c (id int); INSERT INTO "a.b".c VALUES (1);
+           CREATE TABLE a."b.c" (id int); INSERT INTO a."b.c" VALUES (2), (3);"#,
+    )
+    .await;
+    let out = tempdir();
+    export(
+        &db.url,
+        out.path(),
+        &["--table", r#""a.b".c"#, "--table", r#"a."b.c""#],
+    )
+    .ok();
+    let m = files::manifest(out.path());
+    let got: Vec<(String, u64)> = m["datasets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["name"].as_str().unwrap().to_string(),
+                d["rows"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [(r#""a.b".c"#.to_string(), 1), (r#"a."b.c""#.to_string(), 2)]
+    );
+    for (dir, rows) in [(r#""a.b".c"#, 1), (r#"a."b.c""#, 2)] {
+        let batches = files::dataset_batches(&out.path().join(dir));
+        assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), rows);
+    }
 }

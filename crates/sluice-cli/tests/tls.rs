@@ -391,9 +391,10 @@ async fn a_failed_part_cancels_its_copy_over_tls() {
         .arg(out.path())
         .env("SLUICE_FAILPOINTS", "export.after_batch=fatal")
         .env("SLUICE_LOG", "warn,sluice_postgres=debug"));
+    // The injected failure is the writer's: a destination error (exit 4).
     failed(
         &run,
-        3,
+        4,
         &["export.after_batch", "sent a query cancel request"],
     );
     assert!(

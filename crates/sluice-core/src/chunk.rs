@@ -5,6 +5,7 @@
 //! the adapter casts them back to the column type inside its own quoting, so a chunk can be
 //! saved in the run state and replayed by a resumed run.
 
+use crate::source::Consistency;
 use crate::table::{Dataset, TableRef};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -43,6 +44,10 @@ pub struct ChunkRequest {
     pub strategy: ChunkStrategy,
     /// Target size of one chunk in source bytes (on-disk heap + TOAST).
     pub target_bytes: u64,
+    /// How the chunks will be read. With [`Consistency::Chunk`] each chunk is its own
+    /// transaction, so a plan must not depend on where rows are stored (see
+    /// [`Chunk::is_physical`]): physical chunks would lose or repeat rows that move.
+    pub consistency: Consistency,
 }
 
 /// The range of rows one chunk covers.
@@ -138,6 +143,15 @@ impl Chunk {
             est_bytes: bytes,
             est_rows: rows,
         }
+    }
+
+    /// True when which rows this chunk covers depends on where rows are stored — a page range,
+    /// or one partition of a partitioned table — rather than on their values. An UPDATE can
+    /// move a row out of such a chunk into another, so chunks of one dataset read in different
+    /// transactions (or snapshots) can miss or repeat that row; key ranges and whole-dataset
+    /// chunks cannot.
+    pub fn is_physical(&self) -> bool {
+        matches!(self.bounds, ChunkBounds::Pages { .. }) || self.relation.is_some()
     }
 
     /// The whole of `ds` as one chunk, carrying the dataset's size estimate.

@@ -13,8 +13,8 @@
 //! | action  | effect at the failpoint |
 //! |---------|-------------------------|
 //! | `exit`  | the process aborts on the spot (no destructors, no flush: as `kill -9` would leave it) |
-//! | `error` | [`hit`] returns a transient source error naming the failpoint |
-//! | `fatal` | [`hit`] returns a permanent source error naming the failpoint |
+//! | `error` | [`hit`] returns a transient error naming the failpoint, on the failpoint's side (source unless the call site says otherwise with [`hit_as`]) |
+//! | `fatal` | [`hit`] returns a permanent error naming the failpoint, on the failpoint's side |
 //! | `panic` | the calling thread panics |
 //! | `wait`  | creates `$SLUICE_FAILPOINT_DIR/NAME.reached` and blocks until `NAME.release` exists there (the test acts in between: kills a session, runs DDL, sends a signal) |
 //!
@@ -24,7 +24,7 @@
 //! ARCHITECTURE.md. Limits: `wait` blocks the calling thread (callers on an async runtime accept
 //! that in tests); the environment is read once per process.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result, Retry};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -119,8 +119,17 @@ pub fn armed() -> bool {
     table().is_some()
 }
 
-/// Pass the failpoint `name`. Unarmed (the normal case) this returns `Ok(())` at once.
+/// Pass the failpoint `name`, a place on the source's side (an injected `error` is a source
+/// error). Unarmed (the normal case) this returns `Ok(())` at once.
 pub fn hit(name: &str) -> Result<()> {
+    hit_as(name, ErrorKind::Source)
+}
+
+/// Pass the failpoint `name`, a place on `side`'s side: an injected `error` or `fatal` is an
+/// error of that kind, so it travels the same path as a real failure there would (a failpoint in
+/// the part writer injects a destination error, which must not cost the worker its source
+/// session). Unarmed this returns `Ok(())` at once.
+pub fn hit_as(name: &str, side: ErrorKind) -> Result<()> {
     let Some(table) = table() else {
         return Ok(());
     };
@@ -142,12 +151,16 @@ pub fn hit(name: &str) -> Result<()> {
             eprintln!("sluice: failpoint {name}: exit");
             std::process::abort();
         }
-        Action::Error => Err(Error::source_transient(format!(
-            "failpoint {name} injected a transient failure"
-        ))),
-        Action::Fatal => Err(Error::source_permanent(format!(
-            "failpoint {name} injected a permanent failure"
-        ))),
+        Action::Error => Err(Error::new(
+            side,
+            Retry::Transient,
+            format!("failpoint {name} injected a transient failure"),
+        )),
+        Action::Fatal => Err(Error::new(
+            side,
+            Retry::Permanent,
+            format!("failpoint {name} injected a permanent failure"),
+        )),
         Action::Panic => panic!("failpoint {name}"),
         Action::Wait => {
             wait(name);

@@ -50,6 +50,10 @@ pub struct SourceOptions {
     pub session_tag: String,
     /// How readers agree on what they see.
     pub consistency: Consistency,
+    /// Export only the rows row-level security policies let the user see, instead of failing
+    /// on a table whose policies would filter rows (PostgreSQL `row_security`; engines without
+    /// row-level security ignore it).
+    pub enable_row_security: bool,
 }
 
 /// What one chunk read produced.
@@ -86,6 +90,13 @@ pub struct HarmSample {
 pub struct RunFacts {
     /// How long a server-wide lock was held to start the shared snapshot (MySQL), if one was.
     pub global_lock_held: Option<Duration>,
+    /// How long the run waited to be granted that lock (every write on the server may queue
+    /// behind a waiting lock request), if one was taken.
+    pub global_lock_wait: Option<Duration>,
+    /// Datasets whose rows are not at the snapshot's point in time although the run reads
+    /// under one, by name, with the reason (MySQL: a MyISAM, Aria or MEMORY table is not
+    /// transactional, so a consistent snapshot does not cover it). The manifest marks them.
+    pub outside_snapshot: std::collections::BTreeMap<String, String>,
     /// Remarks for the report (e.g. values the adapter had to export as NULL, and why).
     pub notes: Vec<String>,
 }
@@ -160,6 +171,10 @@ pub trait Coordinator: Send {
 pub trait ChunkReader: Send {
     /// Stream the rows of `chunk` of `dataset` into `out` as Arrow batches cut at
     /// `out.batch_bytes()`. On error the batches already sent must be discarded by the caller.
+    ///
+    /// Errors name the chunk once, as `<dataset> part <ordinal>: …` (the reader knows the row
+    /// and column that failed, so it is the one that says which chunk); callers log and return
+    /// them as they are, without a prefix of their own, so no message names its subject twice.
     async fn read(
         &mut self,
         dataset: &Dataset,

@@ -15,8 +15,31 @@ pub struct TableRef {
     pub name: String,
 }
 
+impl TableRef {
+    /// The dataset name of this relation: `schema.name` as [`fmt::Display`] prints it when
+    /// neither part contains a `.` or a `"` (so plain names stay plain), and otherwise with such
+    /// a part in double quotes, inner quotes doubled — `"a.b".c` and `a."b.c"` — the way users
+    /// type it for `--table`. Why: the plain form is ambiguous for names with dots, and two
+    /// datasets must never share a name (they would share a directory). Never used for SQL.
+    pub fn dataset_name(&self) -> String {
+        fn part(p: &str) -> String {
+            if p.contains(['.', '"']) {
+                crate::ident::enclose(p, '"')
+            } else {
+                p.to_string()
+            }
+        }
+        if self.schema.is_empty() {
+            part(&self.name)
+        } else {
+            format!("{}.{}", part(&self.schema), part(&self.name))
+        }
+    }
+}
+
 impl fmt::Display for TableRef {
-    /// `schema.name`, unquoted: used for dataset directory names and messages, never for SQL.
+    /// `schema.name`, unquoted: for messages and name patterns, never for SQL (and not a
+    /// dataset name: see [`TableRef::dataset_name`]).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.schema.is_empty() {
             write!(f, "{}", self.name)
@@ -108,6 +131,14 @@ pub struct Dataset {
     pub primary_key: Vec<String>,
     /// Size estimate from statistics.
     pub estimate: SizeEstimate,
+    /// Relations of this dataset (or the dataset itself) whose rows the run's snapshot does not
+    /// cover, by exact name: PostgreSQL foreign tables are read from their server (or file)
+    /// when the chunk is read. Recorded in the manifest so nobody mistakes them for snapshot
+    /// data.
+    pub outside_snapshot: Vec<String>,
+    /// True when the source filtered this dataset's rows by row-level security policies (the
+    /// user opted in to exporting only the rows visible to them): the dataset may be a subset.
+    pub row_security_filtered: bool,
 }
 
 impl Dataset {
@@ -152,5 +183,31 @@ impl Selection {
             && self.patterns.is_empty()
             && self.schemas.is_empty()
             && self.queries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(schema: &str, name: &str) -> TableRef {
+        TableRef {
+            schema: schema.into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn dataset_names_are_plain_when_they_can_be_and_never_collide() {
+        assert_eq!(t("public", "orders").dataset_name(), "public.orders");
+        assert_eq!(t("", "ORDERS").dataset_name(), "ORDERS");
+        assert_eq!(t("My Schema", "x y").dataset_name(), "My Schema.x y");
+        let a = t("a.b", "c").dataset_name();
+        let b = t("a", "b.c").dataset_name();
+        assert_eq!(a, "\"a.b\".c");
+        assert_eq!(b, "a.\"b.c\"");
+        assert_ne!(a, b);
+        assert_eq!(t("s", "say \"hi\"").dataset_name(), "s.\"say \"\"hi\"\"\"");
+        assert_ne!(t("\"a\"", "b").dataset_name(), t("a", "b").dataset_name());
     }
 }

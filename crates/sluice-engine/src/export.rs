@@ -1,35 +1,35 @@
 //! Running an export from start to finish.
 //!
 //! ```text
-//! inspect output ─▶ open coordinator (snapshot taken) ─▶ discover ─▶ plan chunks ─▶ pin (locks)
-//!   ─▶ write run.json ─▶ N workers × (chunk ─▶ part ─▶ receipt) ─▶ release snapshot
-//!   ─▶ manifest.json (last) ─▶ report
+//! lock output ─▶ inspect output ─▶ open coordinator (snapshot taken) ─▶ discover
+//!   ─▶ plan chunks (or reconcile the unfinished plan) ─▶ pin (locks) ─▶ write run.json
+//!   ─▶ N workers × (chunk ─▶ part ─▶ receipt) ─▶ release snapshot
+//!   ─▶ manifest.json (last) ─▶ report ─▶ unlock output
 //! ```
+//! The run is timed in phases (`crate::phase::EXPORT_PHASES`: connect, plan, snapshot, read,
+//! merge, manifest), logged as each ends and listed in the report.
 //! The manifest is written only after every part of the plan has a receipt, so its presence
 //! means the output is complete. Any failure leaves no manifest, and at most hidden
-//! temporaries, which `--resume` removes before finishing the missing parts.
+//! temporaries and unreceipted parts, which `--resume` removes before finishing what is
+//! missing (`prepare.rs`, `resume.rs`).
 
+use crate::finish::{Finished, already_complete, finish};
 use crate::harm::HarmMonitor;
 use crate::job::ExportJob;
+use crate::phase::{EXPORT_PHASES, PhaseTimer};
 use crate::plan::{self, Budget, PlanInputs};
+use crate::prepare::prepare;
 use crate::progress::{Progress, ProgressStart, ProgressTick};
 use crate::queue::WorkQueue;
-use crate::report::{DatasetReport, Report};
+use crate::report::Report;
 use crate::resume::{self, Prior};
-use crate::rss::peak_rss_bytes;
 use crate::worker::{self, WorkerContext, blocking};
 use sluice_core::{
     Chunk, ChunkRequest, Consistency, Coordinator, Dataset, DatasetKind, Error, ReadCounters,
     Result, SourceOptions,
 };
-use sluice_sink::layout::{self, MANIFEST, RUN_STATE};
-use sluice_sink::manifest::{
-    ColumnRecord, DatasetRecord, HarmRecord, MANIFEST_VERSION, Manifest, MergedRecord, PartRecord,
-    RunState, SnapshotRecord, SourceRecord,
-};
-use sluice_sink::merge;
-use sluice_sink::{FormatOptions, ParquetOptions};
-use std::collections::{BTreeMap, HashSet};
+use sluice_sink::manifest::ColumnRecord;
+use sluice_sink::{FormatOptions, LockHolder, OutputLock, ParquetOptions};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -86,7 +86,7 @@ pub fn column_records(ds: &Dataset) -> Vec<ColumnRecord> {
         .collect()
 }
 
-fn kind_name(kind: DatasetKind) -> String {
+pub(crate) fn kind_name(kind: DatasetKind) -> String {
     match kind {
         DatasetKind::Table => "table",
         DatasetKind::Partitioned => "partitioned",
@@ -106,6 +106,7 @@ pub async fn plan_all(
     let request = ChunkRequest {
         strategy: job.chunking.clone(),
         target_bytes: chunk_bytes,
+        consistency: job.consistency,
     };
     let mut chunks = Vec::new();
     for ds in datasets {
@@ -114,46 +115,106 @@ pub async fn plan_all(
     Ok(chunks)
 }
 
-/// What the run decided before reading, carried to the report.
-struct Prepared {
-    datasets: Vec<Dataset>,
-    state: RunState,
-    remaining: Vec<Chunk>,
-    skipped: usize,
-    workers: usize,
-    budget: Budget,
-    /// The planner's predicted peak RSS for `workers` with `budget` and the destination's
-    /// writer buffers (computed once, reported at the end).
-    predicted_peak_rss: u64,
-    notes: Vec<String>,
-}
-
 /// Run `job`. `cancel` turning true stops the run (parts in flight are aborted, no manifest).
 pub async fn run_export(
     job: ExportJob,
     progress: Arc<dyn Progress>,
     cancel: watch::Receiver<bool>,
 ) -> Result<Report> {
+    let mut phases = PhaseTimer::new(EXPORT_PHASES);
+    let result = timed_export(job, progress, cancel, &mut phases).await;
+    if result.is_err() {
+        // Logs the phase the run stopped in and how long it had run.
+        phases.abandon();
+    }
+    result
+}
+
+async fn timed_export(
+    job: ExportJob,
+    progress: Arc<dyn Progress>,
+    cancel: watch::Receiver<bool>,
+    phases: &mut PhaseTimer,
+) -> Result<Report> {
     let started = Instant::now();
+    // A worker count that cannot fit --memory is refused before anything is touched: no
+    // output checked, locked or cleared (--overwrite), no session opened. Only the request
+    // decides it (an explicit --parallel, or one worker), never the data, so the same
+    // command is refused everywhere. Fewer chunks than workers would use fewer, but a
+    // request that needs more than its target is a mistake worth naming either way.
+    if let Some(why) = plan::memory_refusal(job.parallel.unwrap_or(1).max(1), &plan_inputs(&job))
+    {
+        return Err(Error::config(why));
+    }
+    phases.enter("connect");
     let dest = job.destination.clone();
     {
         let d = dest.clone();
         blocking(move || d.check_writable()).await?;
     }
+    let run_id = new_run_id();
+    // One run at a time per output: a second one would remove the first one's temporaries.
+    let lock = {
+        let d = dest.clone();
+        let holder = LockHolder::now(&run_id);
+        blocking(move || d.lock(&holder)).await?
+    };
+    let result = locked(&job, &lock, run_id, started, progress, cancel, phases).await;
+    let _ = blocking(move || {
+        lock.release();
+        Ok(())
+    })
+    .await;
+    result
+}
+
+/// [`run_export`] once the output's lock is held.
+async fn locked(
+    job: &ExportJob,
+    lock: &Arc<dyn OutputLock>,
+    run_id: String,
+    started: Instant,
+    progress: Arc<dyn Progress>,
+    cancel: watch::Receiver<bool>,
+    phases: &mut PhaseTimer,
+) -> Result<Report> {
+    let dest = job.destination.clone();
     let prior = {
         let d = dest.clone();
         blocking(move || resume::inspect(d.as_ref())).await?
     };
-    let run_id = new_run_id();
-    if matches!(prior, Prior::Complete) && !job.overwrite {
-        if job.resume {
-            return Ok(already_complete(&job, run_id, started));
-        }
-        return Err(Error::config(format!(
-            "{} already holds a complete export (manifest.json). Use --overwrite to replace it, \
-             or choose another --to.",
-            dest.display()
-        )));
+    if let Prior::Complete(manifest) = &prior
+        && !job.overwrite
+    {
+        let request = job.request();
+        let differences = manifest.as_ref().map(|m| m.request.differences(&request));
+        return match (job.resume, differences) {
+            (true, Some(d)) if d.is_empty() => Ok(already_complete(job, run_id, started, phases)),
+            (true, Some(d)) => Err(Error::config(format!(
+                "{} holds a complete export of a different request: {}. --resume only finishes \
+                 the same request; use --overwrite to replace the export with this one, or \
+                 choose another --to.",
+                dest.display(),
+                d.join("; ")
+            ))),
+            (true, None) => Err(Error::config(format!(
+                "{} holds a complete export whose manifest.json this version of sluice cannot \
+                 read, so it cannot tell whether it is the same request. Use --overwrite to \
+                 replace it, or choose another --to.",
+                dest.display()
+            ))),
+            (false, d) => Err(Error::config(format!(
+                "{} already holds a complete export (manifest.json){}. Use --overwrite to \
+                 replace it, or choose another --to.",
+                dest.display(),
+                match d {
+                    Some(d) if !d.is_empty() => {
+                        format!(" made with a different request ({})", d.join("; "))
+                    }
+                    _ => String::new(),
+                }
+            ))),
+        };
     }
     if let Prior::Unfinished(_) = &prior
         && !job.resume
@@ -168,11 +229,13 @@ pub async fn run_export(
     let options = SourceOptions {
         session_tag: format!("sluice-{run_id}"),
         consistency: job.consistency,
+        enable_row_security: job.enable_row_security,
     };
     let mut coordinator = job.source.open_coordinator(&options).await?;
     let snapshot_since = Instant::now();
     let server_version = coordinator.server_version();
-    let prepared = prepare(&job, coordinator.as_mut(), prior, &run_id).await;
+    phases.enter("plan");
+    let prepared = prepare(job, coordinator.as_mut(), prior, &run_id, phases).await;
     let mut prepared = match prepared {
         Ok(p) => p,
         Err(e) => {
@@ -191,6 +254,7 @@ pub async fn run_export(
             }
         }
     };
+    phases.enter("read");
     let probe = match job.source.open_harm_probe(&options).await {
         Ok(p) => (Some(p), None),
         Err(e) => (None, Some(format!("harm monitor unavailable: {e}"))),
@@ -229,7 +293,9 @@ pub async fn run_export(
     let (mut harm, harm_failed) = monitor.finish().await;
     let facts = coordinator.lock().await.run_facts();
     harm.global_lock_seconds = facts.global_lock_held.map(|d| d.as_secs_f64());
+    harm.global_lock_wait_seconds = facts.global_lock_wait.map(|d| d.as_secs_f64());
     prepared.notes.extend(facts.notes);
+    prepared.outside_snapshot = facts.outside_snapshot;
     let _ = coordinator.lock().await.release().await;
     if job.consistency == Consistency::Snapshot {
         harm.snapshot_held_seconds = snapshot_since.elapsed().as_secs_f64();
@@ -240,186 +306,15 @@ pub async fn run_export(
             .notes
             .push(format!("harm figures are incomplete: {why}"));
     }
-    finish(&job, prepared, ctx, harm, run_id, server_version, started).await
-}
-
-/// Resolve what to do: fresh plan or resumed plan, output checks, snapshot pin, run.json.
-async fn prepare(
-    job: &ExportJob,
-    coordinator: &mut dyn Coordinator,
-    prior: Prior,
-    run_id: &str,
-) -> Result<Prepared> {
-    let dest = job.destination.clone();
-    let datasets = coordinator.discover(&job.selection).await?;
-    let inputs = plan_inputs(job);
-    let sizing = plan::size(&datasets, &inputs);
-    let mut notes = Vec::new();
-    let ext = job.format.extension().to_string();
-    let names: Vec<String> = datasets.iter().map(|d| d.name.clone()).collect();
-    let records: Vec<DatasetRecord> = datasets
-        .iter()
-        .map(|d| DatasetRecord {
-            name: d.name.clone(),
-            kind: kind_name(d.kind),
-            columns: column_records(d),
-            rows: 0,
-            bytes: 0,
-            parts: Vec::new(),
-            merged: None,
-        })
-        .collect();
-    let resuming = match prior {
-        Prior::Unfinished(state) if job.resume && !job.overwrite => Some(*state),
-        Prior::Fresh => {
-            let d = dest.clone();
-            let n = names.clone();
-            let e = ext.clone();
-            let existing = blocking(move || resume::dataset_files(d.as_ref(), &n, &e)).await?;
-            if let Some(f) = existing.first() {
-                return Err(Error::config(format!(
-                    "{}/{f} already exists and was not written by an unfinished sluice run. Choose \
-                     an empty --to, or use --overwrite to replace the dataset directories.",
-                    dest.display()
-                )));
-            }
-            None
-        }
-        previous => {
-            // --overwrite: forget the previous export, whatever datasets it had.
-            let mut all: HashSet<String> = names.iter().cloned().collect();
-            if let Prior::Unfinished(state) = &previous {
-                all.extend(state.chunks.iter().map(|c| c.dataset.clone()));
-            }
-            if let Some(bytes) = blocking({
-                let d = dest.clone();
-                move || d.get(MANIFEST)
-            })
-            .await?
-                && let Ok(m) = serde_json::from_slice::<Manifest>(&bytes)
-            {
-                all.extend(m.datasets.into_iter().map(|d| d.name));
-            }
-            let d = dest.clone();
-            let e = ext.clone();
-            blocking(move || resume::clear(d.as_ref(), &all.into_iter().collect::<Vec<_>>(), &e))
-                .await?;
-            None
-        }
+    let finished = Finished {
+        prepared,
+        ctx,
+        harm,
+        run_id,
+        server_version,
+        started,
     };
-    let (mut state, done) = match resuming {
-        Some(state) => {
-            if state.fingerprint != job.fingerprint() {
-                return Err(Error::config(format!(
-                    "--resume needs the same request as the unfinished run (source, tables, format, \
-                     chunking), but this one differs. Repeat the original command with --resume, or \
-                     use --overwrite to start over in {}.",
-                    dest.display()
-                )));
-            }
-            for rec in &state.datasets {
-                let now = datasets.iter().find(|d| d.name == rec.name);
-                if now.map(column_records).as_ref() != Some(&rec.columns) {
-                    return Err(Error::config(format!(
-                        "the columns of {} changed since the unfinished run started, so its parts \
-                         would not match. Use --overwrite to export it again from scratch.",
-                        rec.name
-                    )));
-                }
-            }
-            let d = dest.clone();
-            let n = names.clone();
-            let removed = blocking(move || resume::remove_temporaries(d.as_ref(), &n)).await?;
-            if removed > 0 {
-                tracing::info!("removed {removed} partial file(s) left by the interrupted run");
-            }
-            let d = dest.clone();
-            let receipts = blocking(move || resume::receipts(d.as_ref())).await?;
-            let done: HashSet<(String, u32)> = receipts
-                .into_iter()
-                .map(|r| (r.dataset, r.ordinal))
-                .collect();
-            (state, done)
-        }
-        None => {
-            let chunks = plan_all(coordinator, &datasets, job, sizing.chunk_bytes).await?;
-            let state = RunState {
-                manifest_version: MANIFEST_VERSION,
-                run_id: run_id.to_string(),
-                started_at: now_rfc3339(),
-                fingerprint: job.fingerprint(),
-                consistency: job.consistency.to_string(),
-                extension: ext.clone(),
-                snapshots: Vec::new(),
-                datasets: records,
-                chunks,
-            };
-            (state, HashSet::new())
-        }
-    };
-    // Engines whose workers must start their transactions under the snapshot's lock (MySQL)
-    // open those sessions now, as many as the run will use (see `workers` below).
-    let to_read = state
-        .chunks
-        .iter()
-        .filter(|c| !done.contains(&(c.dataset.clone(), c.ordinal)))
-        .count();
-    // Refuse before anything is held or written when the workers cannot fit --memory.
-    if let Some(why) = plan::memory_refusal(sizing.workers.min(to_read).max(1), &inputs) {
-        return Err(Error::config(why));
-    }
-    if to_read > 0 {
-        coordinator
-            .reserve_readers(sizing.workers.min(to_read).max(1))
-            .await?;
-    }
-    let snapshot = coordinator.pin_snapshot(&datasets).await?;
-    state.snapshots.push(SnapshotRecord {
-        index: state.snapshots.len() as u32,
-        id: snapshot.id,
-        position: snapshot.position,
-        taken_at: snapshot.taken_at,
-        consistency: job.consistency.to_string(),
-    });
-    let bytes = serde_json::to_vec_pretty(&state).map_err(|e| Error::internal(e.to_string()))?;
-    let d = dest.clone();
-    blocking(move || d.put(RUN_STATE, &bytes)).await?;
-    sluice_core::failpoint::hit("export.after_plan")?;
-    let remaining: Vec<Chunk> = state
-        .chunks
-        .iter()
-        .filter(|c| !done.contains(&(c.dataset.clone(), c.ordinal)))
-        .cloned()
-        .collect();
-    let skipped = state.chunks.len() - remaining.len();
-    let workers = sizing.workers.min(remaining.len()).max(1);
-    let budget = plan::budget(workers, &inputs);
-    let predicted = plan::predicted_peak_rss(workers, &budget, inputs.writer_buffer_bytes);
-    notes.extend(sizing.notes.iter().cloned());
-    if job.consistency == Consistency::Chunk {
-        notes.push(
-            "consistency chunk: each part was read in its own transaction, so the output is not \
-             one point in time; rows changed during the run may appear in either state"
-                .into(),
-        );
-    }
-    if state.snapshots.len() > 1 {
-        notes.push(format!(
-            "resumed: the parts come from {} snapshots (see manifest.json \"snapshots\" and each \
-             part's \"snapshot\"); each part is consistent, the whole is not one point in time",
-            state.snapshots.len()
-        ));
-    }
-    Ok(Prepared {
-        datasets,
-        state,
-        remaining,
-        skipped,
-        workers,
-        budget,
-        predicted_peak_rss: predicted,
-        notes,
-    })
+    finish(job, lock, finished, phases).await
 }
 
 /// Run the workers until all chunks are done, one fails, or the run is cancelled.
@@ -485,184 +380,5 @@ async fn drive(
     match failure {
         Some(e) => Err(e),
         None => Ok(()),
-    }
-}
-
-/// Write the manifest from every receipt and build the report.
-async fn finish(
-    job: &ExportJob,
-    prepared: Prepared,
-    ctx: Arc<WorkerContext>,
-    harm: HarmRecord,
-    run_id: String,
-    server_version: String,
-    started: Instant,
-) -> Result<Report> {
-    let dest = job.destination.clone();
-    let d = dest.clone();
-    let receipts = blocking(move || resume::receipts(d.as_ref())).await?;
-    let mut by_dataset: BTreeMap<String, Vec<PartRecord>> = BTreeMap::new();
-    for r in receipts {
-        by_dataset.entry(r.dataset.clone()).or_default().push(r);
-    }
-    let state = &prepared.state;
-    let mut datasets = Vec::new();
-    for ds in &prepared.datasets {
-        let mut parts = by_dataset.remove(&ds.name).unwrap_or_default();
-        parts.sort_by_key(|p| p.ordinal);
-        let planned = state.chunks.iter().filter(|c| c.dataset == ds.name).count();
-        if parts.len() != planned {
-            return Err(Error::internal(format!(
-                "{}: {} of {planned} parts have receipts after all workers finished",
-                ds.name,
-                parts.len()
-            )));
-        }
-        let rows: u64 = parts.iter().map(|p| p.rows).sum();
-        let merged = if job.merge {
-            let target = layout::merged_path(&ds.name, job.format.extension());
-            let files: Vec<String> = parts.iter().map(|p| p.file.clone()).collect();
-            let (d, f, t) = (dest.clone(), job.format.clone(), target.clone());
-            sluice_core::failpoint::hit("export.before_merge")?;
-            let stats = blocking(move || merge::merge(&d, &f, &files, rows, &t)).await?;
-            Some(MergedRecord {
-                file: target,
-                rows,
-                bytes: stats.bytes,
-                xxh3_128: stats.xxh3_128,
-            })
-        } else {
-            None
-        };
-        datasets.push(DatasetRecord {
-            name: ds.name.clone(),
-            kind: kind_name(ds.kind),
-            columns: column_records(ds),
-            rows,
-            bytes: merged
-                .as_ref()
-                .map(|m| m.bytes)
-                .unwrap_or_else(|| parts.iter().map(|p| p.bytes).sum()),
-            parts,
-            merged,
-        });
-    }
-    let source = SourceRecord {
-        engine: job.source.engine().to_string(),
-        url: job.source.display_url(),
-        server_version: server_version.clone(),
-    };
-    let manifest = Manifest {
-        manifest_version: MANIFEST_VERSION,
-        tool: format!("sluice {}", env!("CARGO_PKG_VERSION")),
-        run_id: run_id.clone(),
-        source,
-        consistency: job.consistency.to_string(),
-        snapshots: state.snapshots.clone(),
-        format: job.format.describe(),
-        started_at: state.started_at.clone(),
-        finished_at: now_rfc3339(),
-        datasets: datasets.clone(),
-        harm: harm.clone(),
-    };
-    let bytes = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::internal(e.to_string()))?;
-    sluice_core::failpoint::hit("export.before_manifest")?;
-    let d = dest.clone();
-    blocking(move || d.put(MANIFEST, &bytes)).await?;
-    if job.merge {
-        // The merged files and the manifest are durable: the parts are no longer needed.
-        let files: Vec<String> = datasets
-            .iter()
-            .flat_map(|d| d.parts.iter().map(|p| p.file.clone()))
-            .collect();
-        let d = dest.clone();
-        blocking(move || files.iter().try_for_each(|f| d.delete(f))).await?;
-    }
-
-    let committed = ctx.committed.lock().map(|c| c.clone()).unwrap_or_default();
-    let wall = started.elapsed().as_secs_f64();
-    let rows = ctx.counters.rows.load(Ordering::Relaxed);
-    let bytes_read = ctx.counters.bytes.load(Ordering::Relaxed);
-    let mut text_fallback_columns = Vec::new();
-    for ds in &prepared.datasets {
-        for c in ds.columns.iter().filter(|c| c.as_text_fallback) {
-            text_fallback_columns.push(format!("{}.{} ({})", ds.name, c.name, c.source_type));
-        }
-    }
-    let position = state
-        .snapshots
-        .last()
-        .map(|s| s.position.to_string())
-        .unwrap_or_default();
-    Ok(Report {
-        run_id,
-        source: format!("{} {}", job.source.engine(), job.source.display_url()),
-        server_version,
-        destination: dest.display(),
-        format: job.format.describe(),
-        consistency: job.consistency.to_string(),
-        position,
-        already_complete: false,
-        rows,
-        bytes_read,
-        bytes_written: committed.iter().map(|p| p.bytes).sum(),
-        wall_seconds: wall,
-        rows_per_second: if wall > 0.0 { rows as f64 / wall } else { 0.0 },
-        mb_per_second: if wall > 0.0 {
-            bytes_read as f64 / 1e6 / wall
-        } else {
-            0.0
-        },
-        peak_rss_bytes: peak_rss_bytes(),
-        predicted_peak_rss_bytes: prepared.predicted_peak_rss,
-        batch_bytes: prepared.budget.batch_bytes,
-        workers: prepared.workers,
-        parts_written: committed.len(),
-        parts_skipped: prepared.skipped,
-        retries: ctx.retries.load(Ordering::Relaxed),
-        harm,
-        text_fallback_columns,
-        datasets: datasets
-            .iter()
-            .map(|d| DatasetReport {
-                name: d.name.clone(),
-                rows: d.rows,
-                bytes: d.bytes,
-                parts: d.parts.len(),
-            })
-            .collect(),
-        notes: prepared.notes,
-    })
-}
-
-fn already_complete(job: &ExportJob, run_id: String, started: Instant) -> Report {
-    Report {
-        run_id,
-        source: format!("{} {}", job.source.engine(), job.source.display_url()),
-        server_version: String::new(),
-        destination: job.destination.display(),
-        format: job.format.describe(),
-        consistency: job.consistency.to_string(),
-        position: String::new(),
-        already_complete: true,
-        rows: 0,
-        bytes_read: 0,
-        bytes_written: 0,
-        wall_seconds: started.elapsed().as_secs_f64(),
-        rows_per_second: 0.0,
-        mb_per_second: 0.0,
-        peak_rss_bytes: peak_rss_bytes(),
-        predicted_peak_rss_bytes: 0,
-        batch_bytes: 0,
-        workers: 0,
-        parts_written: 0,
-        parts_skipped: 0,
-        retries: 0,
-        harm: HarmRecord::default(),
-        text_fallback_columns: Vec::new(),
-        datasets: Vec::new(),
-        notes: vec![
-            "the output was already complete (manifest.json present); nothing to do".into(),
-        ],
     }
 }

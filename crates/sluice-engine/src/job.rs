@@ -3,6 +3,7 @@
 
 use crate::retry::RetryPolicy;
 use sluice_core::{ChunkStrategy, Consistency, Selection, Source};
+use sluice_sink::manifest::{QueryRecord, RequestRecord};
 use sluice_sink::{Destination, FormatOptions};
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,6 +40,9 @@ pub struct ExportJob {
     pub overwrite: bool,
     /// Write one file per dataset (`<dataset>.<ext>`) instead of one per chunk.
     pub merge: bool,
+    /// Export only the rows row-level security policies let the user see, instead of failing
+    /// on a table whose policies would filter rows (`--enable-row-security`).
+    pub enable_row_security: bool,
     /// Retry bounds for transient failures.
     pub retry: RetryPolicy,
     /// How often the harm monitor samples.
@@ -68,34 +72,45 @@ impl ExportJob {
             resume: false,
             overwrite: false,
             merge: false,
+            enable_row_security: false,
             retry: RetryPolicy::default(),
             harm_interval: Duration::from_millis(100),
         }
     }
 
-    /// A fingerprint of what determines the output's layout; `--resume` refuses a request whose
-    /// fingerprint differs from the unfinished run's.
-    pub fn fingerprint(&self) -> String {
+    /// Every output-affecting option of this request, recorded in the run state and the
+    /// manifest; a resume or a rerun on a finished output compares it with the recorded one.
+    pub fn request(&self) -> RequestRecord {
         let s = &self.selection;
-        let text = format!(
-            "{}|{:?}|{:?}|{:?}|{:?}|{}|{}|{:?}|{}",
-            self.source.display_url(),
-            s.tables.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
-            s.patterns,
-            s.schemas,
-            s.queries,
-            self.format.describe(),
-            self.chunking,
-            self.chunk_bytes,
-            self.merge,
-        );
-        format!("{:016x}", fnv1a64(text.as_bytes()))
+        let csv = match &self.format {
+            FormatOptions::Csv(c) => Some(c),
+            FormatOptions::Parquet(_) => None,
+        };
+        RequestRecord {
+            source: self.source.display_url(),
+            tables: s.tables.iter().map(|t| t.to_string()).collect(),
+            table_patterns: s.patterns.clone(),
+            schemas: s.schemas.clone(),
+            queries: s
+                .queries
+                .iter()
+                .map(|q| QueryRecord {
+                    name: q.name.clone(),
+                    sql: q.sql.clone(),
+                })
+                .collect(),
+            format: match &self.format {
+                FormatOptions::Parquet(p) => format!("parquet {}", p.compression),
+                FormatOptions::Csv(_) => "csv".into(),
+            },
+            csv_delimiter: csv.map(|c| (c.delimiter as char).to_string()),
+            csv_null: csv.map(|c| c.null.clone()),
+            csv_header: csv.map(|c| c.header),
+            consistency: self.consistency.to_string(),
+            chunk_by: self.chunking.to_string(),
+            chunk_size: self.chunk_bytes,
+            merge: self.merge,
+            enable_row_security: self.enable_row_security,
+        }
     }
-}
-
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    // FNV-1a: stable across releases and platforms, which is all a fingerprint needs.
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3)
-    })
 }

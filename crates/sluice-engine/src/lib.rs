@@ -11,18 +11,24 @@
 //! | `plan`      | the cost and memory model                                   |
 //! | `preview`   | `sluice plan`: the plan without reading                     |
 //! | `export`    | one run from start to manifest                              |
+//! | `prepare`   | before reading: output checks, fresh or resumed plan, run.json |
+//! | `finish`    | after reading: manifest, guarantees, report                 |
 //! | `queue`     | the work queue, largest chunk first                         |
 //! | `worker`    | chunk → part → receipt, with retries                        |
 //! | `resume`    | what the output already holds                               |
 //! | `retry`     | bounded backoff with jitter                                 |
 //! | `harm`      | the harm monitor                                            |
+//! | `phase`     | where the time went: numbered phases with durations         |
 //! | `report`    | the end-of-run report                                       |
 //! | `progress`  | progress callbacks                                          |
 
 pub mod export;
+pub mod finish;
 pub mod harm;
 pub mod job;
+pub mod phase;
 pub mod plan;
+mod prepare;
 pub mod preview;
 pub mod progress;
 pub mod queue;
@@ -34,6 +40,7 @@ pub mod worker;
 
 pub use export::run_export;
 pub use job::ExportJob;
+pub use phase::{EXPORT_PHASES, PhaseRecord, PhaseTimer};
 pub use plan::DEFAULT_MEMORY;
 pub use preview::{PlanReport, plan_export};
 pub use progress::{Progress, ProgressStart, ProgressTick, Silent};

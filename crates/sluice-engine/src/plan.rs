@@ -361,6 +361,8 @@ mod tests {
             columns: vec![],
             primary_key: vec![],
             estimate: SizeEstimate { rows, bytes },
+            outside_snapshot: Vec::new(),
+            row_security_filtered: false,
         }
     }
 

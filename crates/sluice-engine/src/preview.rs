@@ -80,6 +80,7 @@ pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
     let options = SourceOptions {
         session_tag: "sluice-plan".into(),
         consistency: Consistency::Chunk,
+        enable_row_security: job.enable_row_security,
     };
     let mut coordinator = job.source.open_coordinator(&options).await?;
     let result = async {

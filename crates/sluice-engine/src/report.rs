@@ -1,5 +1,6 @@
 //! What a run reports when it ends: throughput, memory, and the harm done to the source.
 
+use crate::phase::PhaseRecord;
 use serde::{Deserialize, Serialize};
 use sluice_sink::manifest::HarmRecord;
 
@@ -14,6 +15,8 @@ pub struct DatasetReport {
     pub bytes: u64,
     /// Number of files.
     pub parts: usize,
+    /// What its rows are guaranteed to be (the manifest's `guarantee`, in words).
+    pub guarantee: String,
 }
 
 /// The end-of-run report (also written as JSON with `--report-json`).
@@ -45,7 +48,8 @@ pub struct Report {
     pub wall_seconds: f64,
     /// Rows per second of wall time.
     pub rows_per_second: f64,
-    /// Source megabytes (10^6 bytes) read per second.
+    /// Source megabytes read per second, MB being 2^20 bytes as in every size sluice reads or
+    /// prints.
     pub mb_per_second: f64,
     /// Peak resident memory of the process, bytes.
     pub peak_rss_bytes: u64,
@@ -70,4 +74,8 @@ pub struct Report {
     pub datasets: Vec<DatasetReport>,
     /// Things the user should know (consistency caveats, resumed snapshots).
     pub notes: Vec<String>,
+    /// Where the time went: each phase of the run with its duration, in order (see
+    /// `crate::phase`). Absent from reports written before phases were timed.
+    #[serde(default)]
+    pub phases: Vec<PhaseRecord>,
 }

@@ -3,15 +3,21 @@
 //! Per chunk, the worker's session streams batches into a bounded channel and a blocking
 //! thread encodes them into the part file, so decoding and encoding overlap. The part is
 //! committed only if the read finished cleanly; otherwise the writer aborts it and nothing
-//! appears under the final name. After a transient failure the session is discarded (it may
-//! sit in an aborted transaction), a new one joins the same snapshot, and the chunk is read
-//! again from the start — bounded by the retry policy.
+//! appears under the final name. After a transient failure the chunk is read again from the
+//! start — bounded by the retry policy. A *source* failure discards the session (it may sit in
+//! an aborted transaction) and a new one joins the same snapshot; any other failure (the
+//! destination's, such as an object store's 5xx) keeps it: the session did nothing wrong, and
+//! where a snapshot cannot be rejoined (MySQL) a replacement would use up one of its few spare
+//! sessions. A kept session that turns out broken fails its next read with a source error and
+//! is discarded then. (An interrupted read may leave the rest of its result unread; the
+//! drivers drain it before the next statement.)
 
 use crate::queue::WorkQueue;
 use crate::retry::RetryPolicy;
 use arrow_array::RecordBatch;
 use sluice_core::{
     BatchSender, Chunk, ChunkReader, Coordinator, Dataset, Error, ErrorKind, ReadCounters, Result,
+    failpoint,
 };
 use sluice_sink::manifest::PartRecord;
 use sluice_sink::{Destination, FormatOptions, PartStats, layout, open_part};
@@ -81,8 +87,11 @@ pub async fn run(ctx: Arc<WorkerContext>, reader: Box<dyn ChunkReader>) -> Resul
                     break;
                 }
                 Err(e) => {
-                    // The session may be in an aborted transaction: never reuse it.
-                    drop(session);
+                    // A source error may leave the session in an aborted transaction: never
+                    // reuse it. Other failures (destination, data) leave it usable.
+                    if e.kind() != ErrorKind::Source {
+                        reader = Some(session);
+                    }
                     if !e.is_transient() {
                         return Err(e);
                     }
@@ -91,10 +100,10 @@ pub async fn run(ctx: Arc<WorkerContext>, reader: Box<dyn ChunkReader>) -> Resul
                         return Err(e.context(format!("gave up after {attempt} attempts")));
                     }
                     let delay = ctx.retry.delay(attempt);
+                    // The error names the part already (readers name their chunk, writers
+                    // their file): a prefix here would say it twice.
                     tracing::warn!(
-                        "{} part {}: {e} — retrying in {} ms (attempt {} of {})",
-                        chunk.dataset,
-                        chunk.ordinal,
+                        "{e} — retrying in {} ms (attempt {} of {})",
                         delay.as_millis(),
                         attempt + 1,
                         ctx.retry.max_attempts
@@ -152,7 +161,7 @@ async fn export_chunk(
             while let Some(batch) = rx.blocking_recv() {
                 if let Err(e) = part
                     .write(&batch)
-                    .and_then(|()| sluice_core::failpoint::hit("export.after_batch"))
+                    .and_then(|()| failpoint::hit_as("export.after_batch", ErrorKind::Destination))
                 {
                     part.abort();
                     return Err(e);
@@ -161,7 +170,9 @@ async fn export_chunk(
             }
             match commit_rx.blocking_recv() {
                 Ok(true) => {
-                    if let Err(e) = sluice_core::failpoint::hit("export.before_commit") {
+                    if let Err(e) =
+                        failpoint::hit_as("export.before_commit", ErrorKind::Destination)
+                    {
                         part.abort();
                         return Err(e);
                     }
@@ -215,8 +226,8 @@ async fn export_chunk(
     let receipt = serde_json::to_vec_pretty(&record).map_err(|e| Error::internal(e.to_string()))?;
     let dest = ctx.destination.clone();
     let receipt_path = layout::receipt_path(&ds.name, chunk.ordinal);
-    sluice_core::failpoint::hit("export.before_receipt")?;
+    failpoint::hit_as("export.before_receipt", ErrorKind::Destination)?;
     blocking(move || dest.put(&receipt_path, &receipt)).await?;
-    sluice_core::failpoint::hit("export.after_receipt")?;
+    failpoint::hit_as("export.after_receipt", ErrorKind::Destination)?;
     Ok(record)
 }

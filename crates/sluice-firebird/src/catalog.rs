@@ -298,5 +298,7 @@ pub fn describe(conn: &mut FbConn, obj: &Resolved, server: &ServerInfo) -> Resul
         columns,
         primary_key,
         estimate,
+        outside_snapshot: Vec::new(),
+        row_security_filtered: false,
     })
 }

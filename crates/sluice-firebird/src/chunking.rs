@@ -287,6 +287,8 @@ mod tests {
                 rows: pps * 1000,
                 bytes,
             },
+            outside_snapshot: Vec::new(),
+            row_security_filtered: false,
         }
     }
 

@@ -18,6 +18,10 @@
 //! The client library is blocking. Each [`Session`] owns one attachment on a thread of its
 //! own and runs closures sent to it, so the async engine never blocks on a database call and
 //! the attachment never moves between threads.
+//!
+//! Length: URL parsing, loading the library (and the two entry points the Rust bindings do
+//! not expose, `fb_shutdown` and `isc_transaction_info`) and the session threads all concern
+//! how an attachment comes to exist, and are kept together.
 
 use crate::error::{Phase, classify};
 use percent_encoding::percent_decode_str;
@@ -63,6 +67,26 @@ impl std::fmt::Debug for FbTarget {
 
 fn decode(s: &str) -> String {
     percent_decode_str(s).decode_utf8_lossy().into_owned()
+}
+
+/// The client library the environment names, without loading it: `FBCLIENT`, else
+/// `$FIREBIRD/libfbclient.so.2` or `$FIREBIRD/lib/libfbclient.so.2` (the first that exists; the
+/// former when neither does); `None` when neither variable is set (the loader's path is then
+/// searched, or a URL's `fbclient=` decides). `sluice doctor` uses it to check a run's needs.
+pub fn client_library_from_env() -> Option<PathBuf> {
+    if let Some(l) = std::env::var_os("FBCLIENT") {
+        return Some(PathBuf::from(l));
+    }
+    let root = PathBuf::from(std::env::var_os("FIREBIRD")?);
+    Some(
+        [
+            root.join("libfbclient.so.2"),
+            root.join("lib").join("libfbclient.so.2"),
+        ]
+        .into_iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| root.join("libfbclient.so.2")),
+    )
 }
 
 impl FbTarget {
@@ -143,27 +167,18 @@ impl FbTarget {
         if password.is_none() {
             password = std::env::var("ISC_PASSWORD").ok();
         }
-        let library = match library.or_else(|| std::env::var_os("FBCLIENT").map(PathBuf::from)) {
+        let library = match library.or_else(client_library_from_env) {
             Some(l) => l,
-            None => match std::env::var_os("FIREBIRD").map(PathBuf::from) {
-                Some(root) => [
-                    root.join("libfbclient.so.2"),
-                    root.join("lib").join("libfbclient.so.2"),
-                ]
-                .into_iter()
-                .find(|p| p.exists())
-                .unwrap_or_else(|| root.join("libfbclient.so.2")),
-                None if server.is_none() => {
-                    return Err(Error::config(format!(
-                        "source URL {display} is an embedded database, which needs an embedded \
-                         Firebird runtime: set FIREBIRD to its directory (the one holding \
-                         libfbclient.so.2, plugins/ and firebird.conf; e.g. the runtime/ \
-                         directory of the firebird-embedded Python wheel) before running \
-                         sluice."
-                    )));
-                }
-                None => PathBuf::from("libfbclient.so.2"),
-            },
+            None if server.is_none() => {
+                return Err(Error::config(format!(
+                    "source URL {display} is an embedded database, which needs an embedded \
+                     Firebird runtime: set FIREBIRD to its directory (the one holding \
+                     libfbclient.so.2, plugins/ and firebird.conf; e.g. the runtime/ \
+                     directory of the firebird-embedded Python wheel) before running \
+                     sluice."
+                )));
+            }
+            None => PathBuf::from("libfbclient.so.2"),
         };
         if server.is_none() && std::env::var_os("FIREBIRD").is_none() {
             return Err(Error::config(format!(
@@ -226,6 +241,7 @@ impl FbTarget {
             client,
             db,
             tr: 0,
+            library: lib,
             display: self.display.clone(),
         })
     }
@@ -364,6 +380,135 @@ pub fn shutdown_library(lib: &str, wait: std::time::Duration) {
     }
 }
 
+/// What the server says about an open transaction (`isc_transaction_info`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransactionInfo {
+    /// The transaction's number (`isc_info_tra_id`).
+    pub id: u64,
+    /// The oldest interesting transaction as this transaction saw it when it started
+    /// (`isc_info_tra_oldest_interesting`): the engine treats every transaction numbered below
+    /// it as committed and visible, without looking at its commit number.
+    pub oldest: u64,
+    /// The snapshot number the transaction reads at (`fb_info_tra_snapshot_number`, Firebird
+    /// 4+); `None` where the server does not know the item.
+    pub snapshot_number: Option<u64>,
+}
+
+/// `isc_transaction_info` of the client library at `lib` for the transaction `tr`.
+#[allow(unsafe_code)]
+fn transaction_info(lib: &str, tr: &mut TrHandle) -> std::result::Result<TransactionInfo, String> {
+    /// Item codes of inf_pub.h.
+    const TRA_ID: u8 = 4;
+    const TRA_OLDEST_INTERESTING: u8 = 5;
+    const TRA_SNAPSHOT_NUMBER: u8 = 12;
+    const END: u8 = 1;
+    const TRUNCATED: u8 = 2;
+    const ERROR: u8 = 3;
+    type InfoFn = extern "C" fn(
+        *mut isize,
+        *mut TrHandle,
+        libc::c_short,
+        *const libc::c_char,
+        libc::c_short,
+        *mut libc::c_char,
+    ) -> isize;
+    let path = std::ffi::CString::new(lib).map_err(|e| e.to_string())?;
+    let items = [TRA_ID, TRA_OLDEST_INTERESTING, TRA_SNAPSHOT_NUMBER, END];
+    let mut buf = [0u8; 128];
+    let mut status = [0isize; 20];
+    // SAFETY: RTLD_NOLOAD only returns a handle to a library this process already loaded (and
+    // keeps loaded, see `keep_loaded`); `isc_transaction_info` has this C signature in ibase.h
+    // and writes at most `buf.len()` bytes; `tr` is a live transaction handle of this library.
+    unsafe {
+        let handle = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        if handle.is_null() {
+            return Err(format!("the client library {lib} is not loaded"));
+        }
+        let sym = libc::dlsym(handle, c"isc_transaction_info".as_ptr());
+        if sym.is_null() {
+            libc::dlclose(handle);
+            return Err(format!("{lib} has no isc_transaction_info"));
+        }
+        let f: InfoFn = std::mem::transmute(sym);
+        f(
+            status.as_mut_ptr(),
+            tr,
+            items.len() as libc::c_short,
+            items.as_ptr().cast(),
+            buf.len() as libc::c_short,
+            buf.as_mut_ptr().cast(),
+        );
+        libc::dlclose(handle);
+    }
+    if status[0] == 1 && status[1] != 0 {
+        return Err(format!(
+            "isc_transaction_info failed with status {}",
+            status[1]
+        ));
+    }
+    parse_transaction_info(
+        &buf,
+        [TRA_ID, TRA_OLDEST_INTERESTING, TRA_SNAPSHOT_NUMBER],
+        [END, TRUNCATED, ERROR],
+    )
+}
+
+/// Parse an information buffer: items `[id, oldest, snapshot]`, markers `[end, truncated, error]`.
+fn parse_transaction_info(
+    buf: &[u8],
+    [id_item, oldest_item, snapshot_item]: [u8; 3],
+    [end, truncated, error]: [u8; 3],
+) -> std::result::Result<TransactionInfo, String> {
+    let (mut id, mut oldest, mut snapshot_number) = (None, None, None);
+    let mut at = 0;
+    while let Some(&item) = buf.get(at) {
+        if item == end {
+            break;
+        }
+        if item == truncated {
+            return Err("the transaction information was truncated".into());
+        }
+        let len = match buf.get(at + 1..at + 3) {
+            Some(l) => u16::from_le_bytes([l[0], l[1]]) as usize,
+            None => return Err("a transaction information item has no length".into()),
+        };
+        let value = buf
+            .get(at + 3..at + 3 + len)
+            .ok_or("a transaction information item is cut short")?;
+        at += 3 + len;
+        if item == error {
+            // The server does not know one of the items (before Firebird 4: the snapshot
+            // number); the known ones are still answered.
+            continue;
+        }
+        let mut bytes = [0u8; 8];
+        if len > 8 {
+            return Err(format!(
+                "transaction information item {item} is {len} bytes long"
+            ));
+        }
+        bytes[..len].copy_from_slice(value);
+        let v = u64::from_le_bytes(bytes);
+        if item == id_item {
+            id = Some(v);
+        } else if item == oldest_item {
+            oldest = Some(v);
+        } else if item == snapshot_item {
+            snapshot_number = Some(v);
+        }
+    }
+    match (id, oldest) {
+        (Some(id), Some(oldest)) => Ok(TransactionInfo {
+            id,
+            oldest,
+            snapshot_number,
+        }),
+        _ => {
+            Err("the server did not report the transaction's number and oldest transaction".into())
+        }
+    }
+}
+
 /// Keep the client library loaded for the rest of the process. Each client handle loads the
 /// library and unloads it when dropped; an embedded engine unloaded while its own threads
 /// (garbage collector, cache writer) still run makes the process abort. One handle per library
@@ -391,6 +536,11 @@ impl Session {
     /// The server's attachment id (`CURRENT_CONNECTION`).
     pub fn attachment_id(&self) -> u64 {
         self.attachment
+    }
+
+    /// The redacted URL, for messages.
+    pub fn display(&self) -> &str {
+        &self.display
     }
 
     /// Run `f` on the session's thread and wait for its result.
@@ -424,6 +574,7 @@ pub struct FbConn {
     client: Client,
     db: DbHandle,
     tr: TrHandle,
+    library: String,
     display: String,
 }
 
@@ -466,6 +617,14 @@ impl FbConn {
             r?;
         }
         Ok(())
+    }
+
+    /// What the server says about the open transaction (see [`TransactionInfo`]).
+    pub fn transaction_info(&mut self) -> Result<TransactionInfo, FbError> {
+        if self.tr == 0 {
+            return Err(FbError::from("no transaction is open".to_string()));
+        }
+        transaction_info(&self.library, &mut self.tr).map_err(FbError::from)
     }
 
     fn ensure_transaction(&mut self) -> Result<(), FbError> {
@@ -582,6 +741,39 @@ mod tests {
         let alias = FbTarget::parse("firebird://app@db/employee").unwrap();
         assert_eq!(alias.database, "employee");
         assert_eq!(alias.server, Some(("db".to_string(), DEFAULT_PORT)));
+    }
+
+    #[test]
+    fn transaction_information_is_parsed_without_unknown_items() {
+        let items = [4, 5, 12];
+        let marks = [1, 2, 3];
+        // id 1234 (4 bytes), oldest 1200 (4 bytes), snapshot number 77 (8 bytes), end.
+        let mut buf = vec![4, 4, 0];
+        buf.extend(1234u32.to_le_bytes());
+        buf.extend([5, 4, 0]);
+        buf.extend(1200u32.to_le_bytes());
+        buf.extend([12, 8, 0]);
+        buf.extend(77u64.to_le_bytes());
+        buf.push(1);
+        let info = parse_transaction_info(&buf, items, marks).unwrap();
+        assert_eq!(
+            info,
+            TransactionInfo {
+                id: 1234,
+                oldest: 1200,
+                snapshot_number: Some(77)
+            }
+        );
+        // Firebird 3 answers the snapshot-number item with isc_info_error: the item, then
+        // isc_infunk (4 bytes).
+        let mut old = buf[..14].to_vec();
+        old.extend([3, 5, 0, 12]);
+        old.extend(1u32.to_le_bytes());
+        old.push(1);
+        let info = parse_transaction_info(&old, items, marks).unwrap();
+        assert_eq!(info.snapshot_number, None);
+        assert!(parse_transaction_info(&[2], items, marks).is_err());
+        assert!(parse_transaction_info(&[4, 9, 0, 1], items, marks).is_err());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Firebird adapter of sluice.
 //!
 //! Reads Firebird tables as Arrow batches, many workers at once, all seeing one snapshot
-//! (Firebird 4+: shared by snapshot number), tables split by pointer pages. The client
+//! (Firebird 4+: shared by snapshot number, each worker's join checked, see `snapshot.rs`),
+//! tables split by pointer pages. The client
 //! library (`libfbclient.so.2`) is loaded at run time, either a server's client or an
 //! embedded engine (see `connect.rs` for URLs and the environment). The files here have the
 //! same names in every adapter:
@@ -11,7 +12,7 @@
 //! | `connect.rs`  | URL, client library, one thread per attachment                       |
 //! | `catalog.rs`  | resolve names, describe columns, keys and sizes                      |
 //! | `types.rs`    | Firebird types → Arrow, one table                                    |
-//! | `snapshot.rs` | the coordinator: snapshot number, worker attachments                 |
+//! | `snapshot.rs` | the coordinator: snapshot number, worker attachments, exact joins    |
 //! | `chunking.rs` | pointer-page runs (`MAKE_DBKEY`), key ranges                          |
 //! | `read.rs`     | one chunk as a SELECT, batches handed over one at a time             |
 //! | `decode.rs`   | fetched rows → Arrow builders                                        |

@@ -2,8 +2,10 @@
 //!
 //! Everything here reads `information_schema` with bound parameters (no SQL built from names),
 //! so names with quotes, backticks or Unicode are looked up exactly. Catalog reads happen
-//! before the snapshot (MySQL cannot export one to plan under); the table locks of the snapshot
-//! and MySQL's own metadata locks keep the schema from changing under the readers.
+//! before the snapshot (MySQL cannot export one to plan under), and nothing stops a DDL between
+//! them and the snapshot: readers select the columns described here by name, so a column
+//! dropped in between fails the read, and a table altered after the snapshot fails it with
+//! error 1412 (see `snapshot.rs`).
 
 use crate::error::{Phase, classify};
 use crate::sql::quote_table;
@@ -63,6 +65,9 @@ pub struct Described {
     pub dataset: Dataset,
     /// Primary key, else the shortest unique key over NOT NULL columns; empty if neither.
     pub split_key: Vec<String>,
+    /// The storage engine of a table whose engine has no transactions (MyISAM, Aria, MEMORY,
+    /// …): a consistent snapshot does not cover it. `None` for transactional tables and views.
+    pub non_transactional: Option<String>,
 }
 
 fn err(target: &str) -> impl Fn(mysql_async::Error) -> Error + '_ {
@@ -356,15 +361,23 @@ pub async fn describe(
 
     let size: Option<Row> = conn
         .exec_first(
-            "SELECT TABLE_ROWS, DATA_LENGTH, AVG_ROW_LENGTH FROM information_schema.TABLES \
-             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+            "SELECT t.TABLE_ROWS, t.DATA_LENGTH, t.ENGINE, e.TRANSACTIONS \
+             FROM information_schema.TABLES t \
+             LEFT JOIN information_schema.ENGINES e ON e.ENGINE = t.ENGINE \
+             WHERE t.TABLE_SCHEMA = ? AND t.TABLE_NAME = ?",
             (t.schema.clone(), t.name.clone()),
         )
         .await
         .map_err(&e)?;
     let (rows_est, bytes) = size
-        .map(|r| (number(&r, 0), number(&r, 1)))
+        .as_ref()
+        .map(|r| (number(r, 0), number(r, 1)))
         .unwrap_or((0, 0));
+    // Only an engine the server itself says has no transactions is flagged (a view has none).
+    let non_transactional = size
+        .as_ref()
+        .filter(|r| !obj.view && text(r, 3).eq_ignore_ascii_case("NO"))
+        .map(|r| text(r, 2));
     let kind = if obj.view {
         DatasetKind::View
     } else {
@@ -394,8 +407,11 @@ pub async fn describe(
                 rows: rows_est,
                 bytes,
             },
+            outside_snapshot: Vec::new(),
+            row_security_filtered: false,
         },
         split_key,
+        non_transactional,
     })
 }
 
@@ -508,6 +524,8 @@ pub async fn describe_query(conn: &mut Conn, q: &NamedQuery, target: &str) -> Re
         columns: columns_of(raw),
         primary_key: Vec::new(),
         estimate: SizeEstimate::default(),
+        outside_snapshot: Vec::new(),
+        row_security_filtered: false,
     })
 }
 

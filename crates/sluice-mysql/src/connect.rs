@@ -538,6 +538,8 @@ pub struct SessionState {
     pub ids: BTreeSet<u32>,
     /// When the shared snapshot's transactions started, while they are open.
     pub snapshot_since: Option<Instant>,
+    /// Tables whose metadata locks the run's sessions hold, and sessions seen waiting on them.
+    pub locks: crate::harm::LockBook,
 }
 
 /// Shared handle on [`SessionState`].
@@ -565,6 +567,11 @@ impl Sessions {
         if let Ok(mut s) = self.0.lock() {
             s.snapshot_since = since;
         }
+    }
+
+    /// Read or update the lock book (see [`crate::harm::LockBook`]).
+    pub fn locks<R>(&self, f: impl FnOnce(&mut crate::harm::LockBook) -> R) -> Option<R> {
+        self.0.lock().ok().map(|mut s| f(&mut s.locks))
     }
 
     /// How long the shared snapshot has been open, if it is.

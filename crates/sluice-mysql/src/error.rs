@@ -111,7 +111,9 @@ fn advice(code: u16) -> (ErrorKind, Retry, &'static str) {
         ER_LOCK_WAIT_TIMEOUT | ER_LOCK_DEADLOCK => (
             ErrorKind::Source,
             Retry::Transient,
-            "A lock conflict (lock wait timeout or deadlock); retrying.",
+            "A lock conflict: a lock wait timed out (sluice's sessions wait at most \
+             --lock-wait-timeout) or a deadlock was broken; another session holds a lock this \
+             step needs (a DDL running or queued, a long write).",
         ),
         ER_CON_COUNT_ERROR => (
             ErrorKind::Source,

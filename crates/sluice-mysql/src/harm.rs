@@ -6,15 +6,121 @@
 //! transaction is the shared snapshot's age, known to the run itself (reading InnoDB's
 //! transaction list would need the PROCESS privilege), or the longest statement in chunk
 //! consistency, where each read is its own transaction.
+//!
+//! **Sessions blocked by our metadata locks.** A worker's snapshot transaction keeps a shared
+//! metadata lock on every table it has read until the transaction ends — the end of the run.
+//! A DDL on such a table (`ALTER`, `TRUNCATE`, `RENAME`, `DROP`) waits for it, and every later
+//! query on that table queues behind the waiting DDL. The readers record the tables they hold
+//! in the [`LockBook`]; each sample counts the other sessions in the state `Waiting for table
+//! metadata lock` (or `… table level lock`, MyISAM) whose statement names one of those
+//! tables, and their longest wait. Neither
+//! MySQL nor MariaDB shows which table a waiting session waits for without extra
+//! instrumentation (`performance_schema.metadata_locks` is off by default on MariaDB, and
+//! MariaDB's `METADATA_LOCK_INFO` plugin, not loaded by default, lists granted locks only), so
+//! the statement's text is matched against the table names: a statement reaching a held table
+//! only through a view or a stored routine is not counted. Seeing other users' sessions needs
+//! the `PROCESS` privilege. The first time a session is seen waiting, a warning names it; the
+//! report lists them.
 
 use crate::catalog::{self, Flavor};
 use crate::connect::{MyTarget, Sessions};
 use crate::error::{Phase, classify};
+use crate::sql::names_table;
 use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
+use sluice_core::table::TableRef;
 use sluice_core::{HarmProbe, HarmSample, Result};
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+/// A session seen waiting for a metadata lock one of the run's sessions holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Blocked {
+    /// Its statement, cut short.
+    pub statement: String,
+    /// The held tables it names.
+    pub tables: Vec<TableRef>,
+    /// The longest wait seen.
+    pub waited: Duration,
+}
+
+/// Which tables the run's sessions hold metadata locks on, and who was seen waiting for them.
+#[derive(Debug, Default)]
+pub struct LockBook {
+    held: BTreeMap<TableRef, usize>,
+    blocked: BTreeMap<u64, Blocked>,
+}
+
+impl LockBook {
+    /// A session of the run took a metadata lock on `t` (until [`LockBook::release`]).
+    pub fn hold(&mut self, t: &TableRef) {
+        *self.held.entry(t.clone()).or_default() += 1;
+    }
+
+    /// A session of the run let go of its lock on `t` (statement or transaction ended).
+    pub fn release(&mut self, t: &TableRef) {
+        if let Some(n) = self.held.get_mut(t) {
+            *n -= 1;
+            if *n == 0 {
+                self.held.remove(t);
+            }
+        }
+    }
+
+    /// The tables held now.
+    pub fn held(&self) -> Vec<TableRef> {
+        self.held.keys().cloned().collect()
+    }
+
+    /// Record a sighting; true the first time this session is seen.
+    fn saw(&mut self, id: u64, b: Blocked) -> bool {
+        match self.blocked.get_mut(&id) {
+            Some(old) => {
+                old.waited = old.waited.max(b.waited);
+                false
+            }
+            None => {
+                self.blocked.insert(id, b);
+                true
+            }
+        }
+    }
+
+    /// The report line naming the sessions seen blocked (at most five), if any.
+    pub fn notes(&self) -> Vec<String> {
+        if self.blocked.is_empty() {
+            return Vec::new();
+        }
+        let mut seen: Vec<String> = self
+            .blocked
+            .iter()
+            .take(5)
+            .map(|(id, b)| {
+                format!(
+                    "session {id} for {:.1} s on {} ({})",
+                    b.waited.as_secs_f64(),
+                    b.tables
+                        .iter()
+                        .map(|t| t.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    b.statement
+                )
+            })
+            .collect();
+        if self.blocked.len() > 5 {
+            seen.push(format!("and {} more", self.blocked.len() - 5));
+        }
+        vec![format!(
+            "{} other session(s) waited for metadata locks held by this run's snapshot: {}. A \
+             snapshot keeps a metadata lock on every table it has read until the run ends; a \
+             DDL waiting for one makes every later query on that table wait too",
+            self.blocked.len(),
+            seen.join("; ")
+        )]
+    }
+}
 
 /// The harm probe session.
 pub struct MyHarmProbe {
@@ -39,20 +145,89 @@ impl MyHarmProbe {
             target: target.display().to_string(),
         })
     }
+
+    fn millis(&self) -> &'static str {
+        match self.flavor {
+            Flavor::Mariadb => "TIME_MS",
+            Flavor::Mysql => "TIME * 1000",
+        }
+    }
+
+    /// Other sessions waiting for a metadata lock on a table the run holds: (count, longest).
+    async fn blocked(&mut self, list: &str) -> Result<(u32, Duration)> {
+        let held = self.sessions.locks(|b| b.held()).unwrap_or_default();
+        if held.is_empty() {
+            return Ok((0, Duration::ZERO));
+        }
+        let sql = format!(
+            "SELECT ID, {}, DB, LEFT(INFO, 300) FROM information_schema.PROCESSLIST \
+             WHERE STATE IN ('Waiting for table metadata lock', 'Waiting for table level lock') \
+             AND ID NOT IN ({list})",
+            self.millis()
+        );
+        let rows: Vec<Row> = self
+            .conn
+            .query(sql)
+            .await
+            .map_err(|e| classify(e, Phase::Catalog, &self.target))?;
+        let (mut count, mut longest) = (0u32, Duration::ZERO);
+        for r in &rows {
+            let (id, waited) = (
+                catalog::number(r, 0),
+                Duration::from_millis(catalog::number(r, 1)),
+            );
+            let (db, info) = (catalog::text(r, 2), catalog::text(r, 3));
+            let tables: Vec<TableRef> = held
+                .iter()
+                .filter(|t| names_table(&info, &db, t))
+                .cloned()
+                .collect();
+            if tables.is_empty() {
+                continue;
+            }
+            count += 1;
+            longest = longest.max(waited);
+            let statement = info.split_whitespace().collect::<Vec<_>>().join(" ");
+            let first = self.sessions.locks(|b| {
+                b.saw(
+                    id,
+                    Blocked {
+                        statement: statement.clone(),
+                        tables: tables.clone(),
+                        waited,
+                    },
+                )
+            });
+            if first == Some(true) {
+                tracing::warn!(
+                    "session {id} waits for a metadata lock on {} that this export's snapshot \
+                     holds until the run ends ({statement}); later queries on the table queue \
+                     behind it. Stop the export (Ctrl-C, then --resume) to let it through, or \
+                     stop that statement.",
+                    tables
+                        .iter()
+                        .map(|t| t.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+        }
+        Ok((count, longest))
+    }
 }
 
 #[async_trait]
 impl HarmProbe for MyHarmProbe {
     async fn sample(&mut self) -> Result<HarmSample> {
         let ids = self.sessions.ids();
-        let list = ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-        let millis = match self.flavor {
-            Flavor::Mariadb => "TIME_MS",
-            Flavor::Mysql => "TIME * 1000",
-        };
+        let list = std::iter::once("CONNECTION_ID()".to_string())
+            .chain(ids.iter().map(u32::to_string))
+            .collect::<Vec<_>>()
+            .join(",");
         let sql = format!(
             "SELECT COUNT(*), COALESCE(MAX(CASE WHEN COMMAND = 'Query' AND ID <> CONNECTION_ID() \
-             THEN {millis} END), 0) FROM information_schema.PROCESSLIST WHERE ID IN ({list})"
+             THEN {} END), 0) FROM information_schema.PROCESSLIST WHERE ID IN ({list})",
+            self.millis()
         );
         let row: Option<Row> = self
             .conn
@@ -63,7 +238,9 @@ impl HarmProbe for MyHarmProbe {
             .map(|r| (catalog::number(&r, 0), catalog::number(&r, 1)))
             .unwrap_or((0, 0));
         let longest_statement = Duration::from_millis(statement_ms);
+        let (blocked_sessions, longest_blocked_wait) = self.blocked(&list).await?;
         Ok(HarmSample {
+            // The probe's own session is counted through CONNECTION_ID() in the list.
             connections: connections.min(u32::MAX as u64) as u32,
             xmin_age: None,
             longest_transaction: self
@@ -72,7 +249,46 @@ impl HarmProbe for MyHarmProbe {
                 .unwrap_or_default()
                 .max(longest_statement),
             longest_statement,
-            ..HarmSample::default()
+            blocked_sessions,
+            longest_blocked_wait,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(schema: &str, name: &str) -> TableRef {
+        TableRef {
+            schema: schema.into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn the_book_counts_holders_and_sightings() {
+        let mut b = LockBook::default();
+        let x = t("d", "x");
+        b.hold(&x);
+        b.hold(&x);
+        b.release(&x);
+        assert_eq!(b.held(), vec![x.clone()]);
+        b.release(&x);
+        assert!(b.held().is_empty());
+        let seen = |ms| Blocked {
+            statement: "ALTER TABLE x ADD c int".into(),
+            tables: vec![x.clone()],
+            waited: Duration::from_millis(ms),
+        };
+        assert!(b.saw(7, seen(100)));
+        assert!(!b.saw(7, seen(900)));
+        let notes = b.notes();
+        assert_eq!(notes.len(), 1);
+        assert!(
+            notes[0].starts_with("1 other session(s) waited")
+                && notes[0].contains("session 7 for 0.9 s on d.x (ALTER TABLE x ADD c int)"),
+            "{notes:?}"
+        );
     }
 }

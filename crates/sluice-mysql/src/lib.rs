@@ -9,7 +9,9 @@
 //! | `connect.rs`  | URL, credentials, session settings, the run's session registry        |
 //! | `catalog.rs`  | flavour and version, resolve names, describe columns, keys and sizes  |
 //! | `types.rs`    | MySQL/MariaDB types → Arrow, one table                                |
-//! | `snapshot.rs` | the coordinator: global lock, consistent-snapshot workers, position   |
+//! | `snapshot.rs` | the coordinator: consistent-snapshot workers, position, run facts     |
+//! | `lock.rs`     | the global lock: long-query guard, bounded wait, wait and hold times  |
+//! | `non_transactional.rs` | MyISAM/Aria/MEMORY tables: marked, or read-locked for the run |
 //! | `chunking.rs` | integer key ranges adapted to rows, stepped boundaries for other keys |
 //! | `read.rs`     | one chunk as a streamed `SELECT`                                      |
 //! | `decode.rs`   | row values → Arrow builders                                           |
@@ -23,6 +25,8 @@ pub mod connect;
 pub mod decode;
 pub mod error;
 pub mod harm;
+pub mod lock;
+pub mod non_transactional;
 pub mod read;
 pub mod snapshot;
 pub mod sql;
@@ -32,12 +36,14 @@ use async_trait::async_trait;
 use sluice_core::{Coordinator, HarmProbe, Result, Source, SourceOptions};
 
 pub use connect::{MyTarget, Sessions};
+pub use lock::Locking;
 
 /// A MySQL or MariaDB source.
 #[derive(Debug, Clone)]
 pub struct MySource {
     target: MyTarget,
     sessions: Sessions,
+    locking: Locking,
 }
 
 impl MySource {
@@ -46,7 +52,14 @@ impl MySource {
         Ok(MySource {
             target: MyTarget::parse(url)?,
             sessions: Sessions::default(),
+            locking: Locking::default(),
         })
+    }
+
+    /// Bound the run's lock waits and guard its global lock (see [`Locking`]).
+    pub fn with_locking(mut self, locking: Locking) -> Self {
+        self.locking = locking;
+        self
     }
 
     /// True for URLs this adapter serves (`mysql://`, `mariadb://`).
@@ -70,6 +83,7 @@ impl Source for MySource {
             self.target.clone(),
             self.sessions.clone(),
             options.consistency,
+            self.locking,
         )
         .await?;
         Ok(Box::new(c))

@@ -5,22 +5,31 @@
 //! chunk consistency each `SELECT` runs on its own (autocommit), so each chunk is its own
 //! consistent read. Rows are pulled from the socket one at a time (the driver's row stream,
 //! never a buffered result set), so memory is the batch being built plus the socket buffers.
-//! After any error the session is discarded.
+//! After a source error the session is discarded; after a destination error it is kept (the
+//! driver drains an unfinished result before the next statement).
+//!
+//! Every table a snapshot reader has read stays under a shared metadata lock until its
+//! transaction ends (the end of the run); the reader records them in the run's lock book for
+//! the harm probe. A DDL queued on such a table makes *our own* next read of it wait behind the
+//! DDL, which waits for us: that wait ends at `lock_wait_timeout` (`--lock-wait-timeout`) with
+//! a permanent error telling the user to let the DDL through and `--resume` (retrying in the
+//! same snapshot could only wait again).
 
 use crate::chunking::from_clause;
-use crate::connect::{Protocol, ZeroDates};
+use crate::connect::{Protocol, Sessions, ZeroDates};
 use crate::decode::{Adjustments, RowDecoder};
-use crate::error::{Phase, classify};
+use crate::error::{Phase, classify, code, server_code};
 use crate::sql::{hex_literal, quote_ident, quote_literal};
 use arrow_schema::DataType;
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, QueryResult, Row};
+use sluice_core::table::TableRef;
 use sluice_core::{
     BatchSender, Chunk, ChunkBounds, ChunkReader, ColumnDesc, Dataset, Error, ReadStats, Result,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 /// What readers had to change in the data (zero dates, stripped SRIDs), per dataset, for the
@@ -77,30 +86,109 @@ impl Findings {
     }
 }
 
+/// How a reader's session is set up, shared by all readers of a run.
+#[derive(Debug, Clone)]
+pub struct ReaderSetup {
+    /// The redacted URL, for messages.
+    pub target: String,
+    /// Row protocol.
+    pub protocol: Protocol,
+    /// Zero-date policy.
+    pub zero_dates: ZeroDates,
+    /// Values the readers had to change, for the report.
+    pub findings: Findings,
+    /// The run's session registry (its lock book is kept up to date).
+    pub sessions: Sessions,
+    /// True when the session lives inside the shared snapshot's transaction.
+    pub snapshot: bool,
+    /// The session's `lock_wait_timeout`, for messages.
+    pub lock_wait_seconds: u64,
+    /// Datasets in non-transactional engines (MyISAM…), whose reads wait for table locks.
+    pub non_transactional: Arc<std::collections::HashSet<String>>,
+    /// True when those tables are held under READ locks for the run
+    /// (`--lock-non-transactional`): their reads then jump the queue of writers waiting for
+    /// the table (`SELECT HIGH_PRIORITY`), who wait for the run anyway and would otherwise
+    /// make our reads wait behind them while they wait for us.
+    pub high_priority: bool,
+}
+
 /// One worker session.
 pub struct MyReader {
     conn: Conn,
-    target: String,
-    protocol: Protocol,
-    zero_dates: ZeroDates,
-    findings: Findings,
+    setup: ReaderSetup,
+    /// Tables this session's snapshot transaction holds metadata locks on.
+    held: BTreeSet<TableRef>,
 }
 
 impl MyReader {
     /// Wrap an open session (already inside the snapshot transaction, in snapshot consistency).
-    pub fn new(
-        conn: Conn,
-        target: String,
-        protocol: Protocol,
-        zero_dates: ZeroDates,
-        findings: Findings,
-    ) -> Self {
+    pub fn new(conn: Conn, setup: ReaderSetup) -> Self {
         MyReader {
             conn,
-            target,
-            protocol,
-            zero_dates,
-            findings,
+            setup,
+            held: BTreeSet::new(),
+        }
+    }
+
+    /// Classify a read error; a metadata-lock timeout inside the snapshot gets its own advice.
+    fn read_error(setup: &ReaderSetup, e: mysql_async::Error, ds: &Dataset, what: &str) -> Error {
+        let timed_out = server_code(&e) == Some(code::ER_LOCK_WAIT_TIMEOUT);
+        if timed_out && setup.non_transactional.contains(&ds.name) {
+            return Error::source_permanent(format!(
+                "{what}: waited {} s (--lock-wait-timeout) for a lock on {}, a table without \
+                 transactions: another session is writing it (such tables are locked whole for \
+                 each write), or a DDL statement is queued on it. Raise --lock-wait-timeout to \
+                 wait longer for its writers, or export it when they are done; the parts \
+                 written are kept for --resume.",
+                setup.lock_wait_seconds, ds.name
+            ))
+            .with_cause(e);
+        }
+        if setup.snapshot && timed_out {
+            return Error::source_permanent(format!(
+                "{what}: waited {} s (--lock-wait-timeout) for the metadata lock on {}: a DDL \
+                 statement (ALTER, TRUNCATE, RENAME…) is queued on that table behind this \
+                 export's own snapshot, which holds a metadata lock on every table it has read \
+                 until the run ends, and every other query on the table waits behind that DDL. \
+                 The export stops here so its locks are released and the DDL can run. Run the \
+                 same command with --resume afterwards (the parts written are kept), and avoid \
+                 DDL on exported tables while an export runs.",
+                setup.lock_wait_seconds, ds.name
+            ))
+            .with_cause(e);
+        }
+        classify(e, Phase::Read, &setup.target).context(what)
+    }
+}
+
+impl Drop for MyReader {
+    fn drop(&mut self) {
+        // The session closes with the reader: its transaction's metadata locks go with it.
+        let held = std::mem::take(&mut self.held);
+        self.setup
+            .sessions
+            .locks(|b| held.iter().for_each(|t| b.release(t)));
+    }
+}
+
+impl MyReader {
+    async fn stream(
+        &mut self,
+        ds: &Dataset,
+        sql: &str,
+        dec: &mut RowDecoder,
+        out: &BatchSender,
+        what: &str,
+    ) -> Result<ReadStats> {
+        match self.setup.protocol {
+            Protocol::Binary => match self.conn.exec_iter(sql, ()).await {
+                Ok(result) => drain(result, dec, ds, out, what, &self.setup.target).await,
+                Err(e) => Err(Self::read_error(&self.setup, e, ds, what)),
+            },
+            Protocol::Text => match self.conn.query_iter(sql).await {
+                Ok(result) => drain(result, dec, ds, out, what, &self.setup.target).await,
+                Err(e) => Err(Self::read_error(&self.setup, e, ds, what)),
+            },
         }
     }
 }
@@ -252,8 +340,9 @@ fn predicate(ds: &Dataset, bounds: &ChunkBounds) -> Result<String> {
     })
 }
 
-/// The SELECT that streams `chunk` of `ds`.
-pub fn select_sql(ds: &Dataset, chunk: &Chunk) -> Result<String> {
+/// The SELECT that streams `chunk` of `ds`; `high_priority` lets it pass writers queued for a
+/// table-level lock (MyISAM, Aria, MEMORY; no effect on InnoDB).
+pub fn select_sql(ds: &Dataset, chunk: &Chunk, high_priority: bool) -> Result<String> {
     let cols: Vec<String> = ds
         .columns
         .iter()
@@ -268,7 +357,11 @@ pub fn select_sql(ds: &Dataset, chunk: &Chunk) -> Result<String> {
         .collect();
     let from = from_clause(ds, chunk.relation.as_ref())?;
     let pred = predicate(ds, &chunk.bounds)?;
-    Ok(format!("SELECT {} FROM {from}{pred}", cols.join(", ")))
+    Ok(format!(
+        "SELECT {}{} FROM {from}{pred}",
+        if high_priority { "HIGH_PRIORITY " } else { "" },
+        cols.join(", ")
+    ))
 }
 
 /// Pull rows from `result` into `dec`, sending a batch whenever the byte budget is reached.
@@ -278,6 +371,7 @@ async fn drain<P: mysql_async::prelude::Protocol + Unpin>(
     ds: &Dataset,
     out: &BatchSender,
     what: &str,
+    target: &str,
 ) -> Result<ReadStats> {
     let mut stats = ReadStats::default();
     let mut unreported_wire = 0u64;
@@ -286,10 +380,10 @@ async fn drain<P: mysql_async::prelude::Protocol + Unpin>(
     let stream = result
         .stream::<Row>()
         .await
-        .map_err(|e| classify(e, Phase::Read, &ds.name).context(what))?;
+        .map_err(|e| classify(e, Phase::Read, target).context(what))?;
     if let Some(mut stream) = stream {
         while let Some(row) = stream.next().await {
-            let row = row.map_err(|e| classify(e, Phase::Read, &ds.name).context(what))?;
+            let row = row.map_err(|e| classify(e, Phase::Read, target).context(what))?;
             match dec.append(row.unwrap_raw()) {
                 Ok(n) => {
                     stats.wire_bytes += n as u64;
@@ -339,31 +433,31 @@ async fn drain<P: mysql_async::prelude::Protocol + Unpin>(
 #[async_trait]
 impl ChunkReader for MyReader {
     async fn read(&mut self, ds: &Dataset, chunk: &Chunk, out: &BatchSender) -> Result<ReadStats> {
-        let sql = select_sql(ds, chunk)?;
+        let high = self.setup.high_priority && self.setup.non_transactional.contains(&ds.name);
+        let sql = select_sql(ds, chunk, high)?;
         let what = format!("{} part {}", ds.name, chunk.ordinal);
         tracing::debug!(target: "sluice::read", "{what}: {sql}");
-        let mut dec = RowDecoder::new(ds.arrow_schema(), &ds.columns, self.zero_dates)
+        let mut dec = RowDecoder::new(ds.arrow_schema(), &ds.columns, self.setup.zero_dates)
             .map_err(|e| Error::internal(format!("{what}: {}", e.0)))?;
-        let stats = match self.protocol {
-            Protocol::Binary => {
-                let result = self
-                    .conn
-                    .exec_iter(sql.as_str(), ())
-                    .await
-                    .map_err(|e| classify(e, Phase::Read, &ds.name).context(&what))?;
-                drain(result, &mut dec, ds, out, &what).await?
-            }
-            Protocol::Text => {
-                let result = self
-                    .conn
-                    .query_iter(sql.as_str())
-                    .await
-                    .map_err(|e| classify(e, Phase::Read, &ds.name).context(&what))?;
-                drain(result, &mut dec, ds, out, &what).await?
-            }
-        };
-        self.findings.add(&ds.name, dec.adjustments());
-        tracing::trace!("{what}: {} rows from {}", stats.rows, self.target);
+        // The statement takes a metadata lock on the table it reads: for the statement alone in
+        // chunk consistency, for the rest of the transaction in a snapshot.
+        let table = chunk.relation.clone().or_else(|| ds.object.clone());
+        let newly = table.filter(|t| self.setup.snapshot || !self.held.contains(t));
+        if let Some(t) = &newly
+            && self.held.insert(t.clone())
+        {
+            self.setup.sessions.locks(|b| b.hold(t));
+        }
+        let stats = self.stream(ds, &sql, &mut dec, out, &what).await;
+        if !self.setup.snapshot
+            && let Some(t) = newly
+            && self.held.remove(&t)
+        {
+            self.setup.sessions.locks(|b| b.release(&t));
+        }
+        let stats = stats?;
+        self.setup.findings.add(&ds.name, dec.adjustments());
+        tracing::trace!("{what}: {} rows from {}", stats.rows, self.setup.target);
         Ok(stats)
     }
 

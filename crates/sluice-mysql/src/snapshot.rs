@@ -7,16 +7,20 @@
 //! 1. `reserve_readers(n)`: the worker sessions (and a spare) are connected (outside any lock)
 //!    and set to REPEATABLE READ — connecting is the slow part and must not happen under the
 //!    lock.
-//! 2. `pin_snapshot`: take the briefest lock that stops commits —
+//! 2. `pin_snapshot`: the long-query guard looks for statements that would make the lock wait
+//!    (refusing, or waiting a bounded time for them, without holding anything), then the
+//!    briefest lock that stops commits is taken with a bounded wait (`lock.rs`) —
 //!    - MariaDB ≥ 10.4: `BACKUP STAGE START; BACKUP STAGE BLOCK_COMMIT` (commits and binary log
 //!      writes wait; running queries and even long SELECTs do not, unlike FLUSH TABLES WITH READ
-//!      LOCK, which must wait for every running statement to close its tables);
+//!      LOCK, which on MySQL must wait for every running statement to close its tables);
 //!    - MySQL, older MariaDB: `FLUSH TABLES WITH READ LOCK` (MySQL 8's `LOCK INSTANCE FOR
 //!      BACKUP` only blocks DDL, not commits, so it cannot line snapshots up);
 //!
 //!    then every worker runs `START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY` (all at
-//!    once), the GTID position is read, and the lock is released. The hold time is measured
-//!    from sending the lock statement to the release returning, and reported.
+//!    once), the GTID position is read, and the lock is released. The wait (sending the lock
+//!    statement until it returns) and the hold (until the release returns) are measured apart
+//!    and reported. With nothing left to read (a resumed run whose parts are all done) no lock
+//!    is taken: the position is read as in chunk consistency.
 //! 3. The binary log position is each worker's own `binlog_snapshot_file/position` on MariaDB
 //!    (exact for its snapshot, no privilege needed); all workers must report the same one, which
 //!    is checked — a cheap proof that they share one snapshot. On MySQL it is `SHOW MASTER
@@ -28,15 +32,25 @@
 //! snapshot. Once the spares are used up, `reopen_reader` fails permanently with advice:
 //! `--resume` finishes the missing parts under a new snapshot (each part is exactly one key
 //! range, read once), or `--consistency chunk`.
-//! A table altered or truncated after the snapshot fails its readers with error 1412, which says
-//! the same; no metadata locks are held on purpose, so the export never blocks a DDL (and all the
-//! queries queued behind it) for the length of the run.
+//!
+//! **Metadata locks.** A snapshot transaction holds a shared metadata lock on every table it has
+//! read until it ends, at the end of the run (no further locks are taken on purpose). A DDL on
+//! such a table (`ALTER`, `TRUNCATE`, `RENAME`) waits until the run ends, and every later query
+//! on that table queues behind the waiting DDL; the harm probe counts those sessions and the
+//! report names them (`harm.rs`). A table altered *before* a worker first reads it fails that
+//! read with error 1412 instead, which says to `--resume`.
+//!
+//! **Non-transactional tables** (MyISAM, Aria, MEMORY) are not covered by a consistent
+//! snapshot: they are marked `outside_snapshot`, or held under read locks for the run with
+//! `--lock-non-transactional` (`non_transactional.rs`).
 
 use crate::catalog::{self, Flavor, ServerInfo};
 use crate::chunking;
 use crate::connect::{MyTarget, Sessions};
 use crate::error::{Phase, classify};
-use crate::read::{Findings, MyReader};
+use crate::lock::{self, LockMethod, LockStats, Locking};
+use crate::non_transactional::NonTransactional;
+use crate::read::{Findings, MyReader, ReaderSetup};
 use async_trait::async_trait;
 use futures_util::future::join_all;
 use mysql_async::prelude::Queryable;
@@ -46,52 +60,11 @@ use sluice_core::{
     RunFacts, Selection, SnapshotInfo,
 };
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Sessions started on the shared snapshot beyond the workers, to replace a worker's lost
 /// session without leaving the snapshot. Each costs one idle connection for the run.
 pub const SPARE_SESSIONS: usize = 1;
-
-/// Which global lock lines the workers' snapshots up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LockMethod {
-    /// MariaDB ≥ 10.4.1: `BACKUP STAGE BLOCK_COMMIT`.
-    BackupStage,
-    /// `FLUSH TABLES WITH READ LOCK`.
-    FlushTables,
-}
-
-impl LockMethod {
-    /// The lock for this server.
-    pub fn for_server(s: &ServerInfo) -> Self {
-        if s.flavor == Flavor::Mariadb && s.at_least((10, 4, 1)) {
-            LockMethod::BackupStage
-        } else {
-            LockMethod::FlushTables
-        }
-    }
-
-    fn take(self) -> &'static str {
-        match self {
-            LockMethod::BackupStage => "BACKUP STAGE START; BACKUP STAGE BLOCK_COMMIT",
-            LockMethod::FlushTables => "FLUSH TABLES WITH READ LOCK",
-        }
-    }
-
-    fn release(self) -> &'static str {
-        match self {
-            LockMethod::BackupStage => "BACKUP STAGE END",
-            LockMethod::FlushTables => "UNLOCK TABLES",
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            LockMethod::BackupStage => "BACKUP STAGE BLOCK_COMMIT",
-            LockMethod::FlushTables => "FLUSH TABLES WITH READ LOCK",
-        }
-    }
-}
 
 /// The coordinator session of one run.
 pub struct MyCoordinator {
@@ -103,20 +76,30 @@ pub struct MyCoordinator {
     split_keys: HashMap<String, Vec<String>>,
     datasets: Vec<Dataset>,
     reserved: Vec<Conn>,
-    lock: Option<(LockMethod, Duration, usize)>,
+    locking: Locking,
+    lock: Option<LockStats>,
+    /// Tables in engines without transactions.
+    non_transactional: NonTransactional,
+    /// Whether this account could be checked to see other users' statements.
+    sees_all: Option<bool>,
     spares_used: usize,
     findings: Findings,
 }
 
 impl MyCoordinator {
-    /// Connect and read what the server is.
+    /// Connect and read what the server is. `locking` bounds every lock wait of the run's
+    /// sessions and guards the global lock.
     pub async fn open(
         target: MyTarget,
         sessions: Sessions,
         consistency: Consistency,
+        locking: Locking,
     ) -> Result<Self> {
         let mut conn = target.connect(&sessions).await?;
         let server = catalog::server_info(&mut conn, target.display()).await?;
+        conn.query_drop(locking.session_sql())
+            .await
+            .map_err(|e| classify(e, Phase::Connect, target.display()))?;
         Ok(MyCoordinator {
             target,
             sessions,
@@ -126,7 +109,10 @@ impl MyCoordinator {
             split_keys: HashMap::new(),
             datasets: Vec::new(),
             reserved: Vec::new(),
+            locking,
             lock: None,
+            non_transactional: NonTransactional::new(locking.lock_non_transactional),
+            sees_all: None,
             spares_used: 0,
             findings: Findings::default(),
         })
@@ -146,19 +132,39 @@ impl MyCoordinator {
     fn reader(&self, conn: Conn) -> MyReader {
         MyReader::new(
             conn,
-            self.target.display().to_string(),
-            self.target.protocol,
-            self.target.zero_dates,
-            self.findings.clone(),
+            ReaderSetup {
+                target: self.target.display().to_string(),
+                protocol: self.target.protocol,
+                zero_dates: self.target.zero_dates,
+                findings: self.findings.clone(),
+                sessions: self.sessions.clone(),
+                snapshot: self.consistency == Consistency::Snapshot,
+                lock_wait_seconds: self.locking.wait_seconds(),
+                non_transactional: self.non_transactional.names(),
+                high_priority: self.non_transactional.locked(),
+            },
         )
     }
 
-    /// Open `n` sessions in parallel.
+    /// Open `n` reader sessions in parallel, each with the run's lock wait bound and, for a
+    /// snapshot, REPEATABLE READ.
     async fn connect_many(&self, n: usize) -> Result<Vec<Conn>> {
-        join_all((0..n).map(|_| self.target.connect(&self.sessions)))
-            .await
-            .into_iter()
-            .collect()
+        let display = self.target.display();
+        let mut setup = vec![self.locking.session_sql()];
+        if self.consistency == Consistency::Snapshot {
+            setup.push("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ".into());
+        }
+        let setup = setup.join("; ");
+        join_all((0..n).map(|_| async {
+            let mut c = self.target.connect(&self.sessions).await?;
+            c.query_drop(setup.as_str())
+                .await
+                .map_err(|e| classify(e, Phase::Connect, display))?;
+            Ok(c)
+        }))
+        .await
+        .into_iter()
+        .collect()
     }
 
     /// The binary log position now (MySQL: `SHOW [MASTER | BINARY LOG] STATUS`), or `None`
@@ -207,32 +213,37 @@ impl MyCoordinator {
         chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
     }
 
-    /// Lock, start every reserved session's snapshot, read the GTID position, unlock.
-    async fn lock_and_start(&mut self) -> Result<(Duration, Option<String>, Option<Position>)> {
+    /// Guard, lock, start every reserved session's snapshot, read the GTID position, unlock.
+    async fn lock_and_start(&mut self) -> Result<(Option<String>, Option<Position>)> {
         let display = self.target.display().to_string();
         let method = LockMethod::for_server(&self.server);
         let mariadb = self.server.flavor == Flavor::Mariadb;
-        let mut reserved = std::mem::take(&mut self.reserved);
+        let ours = self.sessions.ids();
+        let (server, locking) = (self.server.clone(), self.locking);
         let conn = self.conn()?;
-        let started = Instant::now();
-        conn.query_drop(method.take()).await.map_err(|e| {
-            classify(e, Phase::Snapshot, &display).context(format!(
-                "taking the global lock ({}) that lines the workers' snapshots up",
-                method.name()
-            ))
-        })?;
-        // Under the lock: every worker begins its snapshot, all at once.
-        let begun = join_all(
-            reserved
-                .iter_mut()
-                .map(|c| c.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")),
-        )
-        .await;
+        if locking.long_query_guard.is_some() {
+            let sees_all = lock::sees_all_sessions(conn).await;
+            self.sees_all = Some(sees_all);
+        }
+        let conn = self.conn()?;
+        let guarded = lock::guard(conn, &server, method, &locking, &ours, &display).await?;
+        let wait = lock::take(conn, &server, method, &locking, &ours, &display).await?;
+        let granted = Instant::now();
+        let mut reserved = std::mem::take(&mut self.reserved);
+        // Under the lock: every worker begins its snapshot, all at once, and the
+        // non-transactional tables are locked if asked.
+        let (begun, table_locks) = futures_util::join!(
+            join_all(reserved.iter_mut().map(|c| {
+                c.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+            }),),
+            self.non_transactional.lock(&self.sessions, &display)
+        );
         let gtid_sql = if mariadb {
             "SELECT @@gtid_binlog_pos"
         } else {
             "SELECT @@gtid_executed"
         };
+        let conn = self.conn()?;
         let gtid: std::result::Result<Option<String>, _> = conn.query_first(gtid_sql).await;
         let status = if mariadb {
             None
@@ -241,15 +252,42 @@ impl MyCoordinator {
         };
         let conn = self.conn()?;
         let released = conn.query_drop(method.release()).await;
-        let held = started.elapsed();
+        let held = granted.elapsed();
         self.reserved = reserved;
         released.map_err(|e| classify(e, Phase::Snapshot, &display))?;
+        table_locks?;
         for b in begun {
             b.map_err(|e| classify(e, Phase::Snapshot, &display))?;
         }
         let gtid = gtid.ok().flatten().filter(|g| !g.trim().is_empty());
-        self.lock = Some((method, held, self.reserved.len()));
-        Ok((held, gtid, status))
+        self.lock = Some(LockStats {
+            method,
+            guarded,
+            wait,
+            held,
+            sessions: self.reserved.len(),
+        });
+        Ok((gtid, status))
+    }
+
+    /// The position now, without a lock: a momentary consistent snapshot on MariaDB (exact and
+    /// unprivileged), the binary log status on MySQL.
+    async fn position_now(&mut self) -> Option<Position> {
+        if self.server.flavor == Flavor::Mariadb {
+            let conn = self.conn().ok()?;
+            let _ = conn
+                .query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+                .await;
+            let p = Self::snapshot_position(conn).await.ok().flatten();
+            let _ = conn.query_drop("COMMIT").await;
+            p.map(|(file, pos)| Position::Mysql {
+                file,
+                pos,
+                gtid: None,
+            })
+        } else {
+            self.master_status().await
+        }
     }
 }
 
@@ -288,6 +326,10 @@ impl Coordinator for MyCoordinator {
                 catalog::check_select(conn, &obj.table, &server, &display).await?;
                 let d = catalog::describe(conn, &obj, &server, &display).await?;
                 self.split_keys.insert(d.dataset.name.clone(), d.split_key);
+                if let Some(engine) = d.non_transactional {
+                    self.non_transactional
+                        .add(&d.dataset.name, &obj.table, engine);
+                }
                 datasets.push(d.dataset);
             }
         }
@@ -323,54 +365,33 @@ impl Coordinator for MyCoordinator {
         if self.consistency != Consistency::Snapshot {
             return Ok(());
         }
-        let display = self.target.display().to_string();
-        let mut conns = self.connect_many(n + SPARE_SESSIONS).await?;
-        for r in join_all(
-            conns
-                .iter_mut()
-                .map(|c| c.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")),
-        )
-        .await
-        {
-            r.map_err(|e| classify(e, Phase::Snapshot, &display))?;
-        }
-        self.reserved = conns;
-        Ok(())
+        self.reserved = self.connect_many(n + SPARE_SESSIONS).await?;
+        let setup = self.locking.session_sql();
+        self.non_transactional
+            .prepare(&self.target, &self.sessions, &setup)
+            .await
     }
 
     async fn pin_snapshot(&mut self, datasets: &[Dataset]) -> Result<SnapshotInfo> {
         // No table locks: see the module documentation (DDL fails the readers loudly instead).
         let _ = datasets;
-        if self.consistency == Consistency::Chunk {
-            let position = if self.server.flavor == Flavor::Mariadb {
-                // A momentary consistent snapshot tells the position without any privilege.
-                let conn = self.conn()?;
-                let _ = conn
-                    .query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
-                    .await;
-                let p = Self::snapshot_position(conn).await.ok().flatten();
-                let _ = conn.query_drop("COMMIT").await;
-                p.map(|(file, pos)| Position::Mysql {
-                    file,
-                    pos,
-                    gtid: None,
-                })
-            } else {
-                self.master_status().await
-            };
+        // No reserved reader in snapshot consistency means nothing is left to read (a resumed
+        // run whose parts are all written, finishing its merge or manifest): no worker needs
+        // lining up, so no global lock is taken.
+        if self.consistency == Consistency::Chunk || self.reserved.is_empty() {
+            if self.consistency == Consistency::Snapshot {
+                tracing::info!("nothing left to read: no global lock taken");
+            }
+            let position = self.position_now().await;
             return Ok(SnapshotInfo {
                 id: None,
                 position: position.unwrap_or(Position::Unknown),
                 taken_at: Self::now(),
             });
         }
-        if self.reserved.is_empty() {
-            return Err(Error::internal(
-                "snapshot consistency needs reserve_readers before pin_snapshot",
-            ));
-        }
         let taken_at = Self::now();
-        let (held, gtid, status) = self.lock_and_start().await?;
+        let (gtid, status) = self.lock_and_start().await?;
+        let held = self.lock.as_ref().map(|l| l.held).unwrap_or_default();
         self.sessions.set_snapshot(Some(Instant::now() - held));
         let position = if self.server.flavor == Flavor::Mariadb {
             let mut seen = Vec::new();
@@ -396,6 +417,7 @@ impl Coordinator for MyCoordinator {
             self.target.display(),
             held.as_secs_f64() * 1000.0
         );
+        self.non_transactional.warn();
         Ok(SnapshotInfo {
             id: None,
             position,
@@ -442,19 +464,27 @@ impl Coordinator for MyCoordinator {
                 self.target.display()
             )));
         }
-        let conn = self.target.connect(&self.sessions).await?;
+        let conn = self.connect_many(1).await?.remove(0);
         Ok(Box::new(self.reader(conn)))
     }
 
     fn run_facts(&self) -> RunFacts {
         let mut notes = Vec::new();
-        if let Some((method, held, n)) = self.lock {
-            notes.push(format!(
-                "global lock ({}) held {:.1} ms to start {n} worker snapshot(s)",
-                method.name(),
-                held.as_secs_f64() * 1000.0
-            ));
+        if let Some(l) = &self.lock {
+            notes.extend(l.notes(&self.locking));
         }
+        if self.sees_all == Some(false) {
+            notes.push(
+                "the long-query guard saw only this user's statements: seeing other users' \
+                 needs the PROCESS privilege (GRANT PROCESS ON *.* TO …)"
+                    .into(),
+            );
+        }
+        let (nt_notes, outside_snapshot) = self
+            .non_transactional
+            .facts(self.consistency == Consistency::Snapshot);
+        notes.extend(nt_notes);
+        notes.extend(self.sessions.locks(|b| b.notes()).unwrap_or_default());
         if self.spares_used > 0 {
             notes.push(format!(
                 "{} worker session(s) lost and replaced by spare sessions of the same snapshot",
@@ -463,12 +493,15 @@ impl Coordinator for MyCoordinator {
         }
         notes.extend(self.findings.notes(&self.datasets));
         RunFacts {
-            global_lock_held: self.lock.map(|(_, held, _)| held),
+            global_lock_held: self.lock.as_ref().map(|l| l.held),
+            global_lock_wait: self.lock.as_ref().map(|l| l.wait),
+            outside_snapshot,
             notes,
         }
     }
 
     async fn release(&mut self) -> Result<()> {
+        self.non_transactional.release(&self.sessions).await;
         self.sessions.set_snapshot(None);
         self.reserved.clear();
         if let Some(conn) = self.conn.take() {

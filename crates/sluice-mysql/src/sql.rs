@@ -1,4 +1,5 @@
-//! Quoting: the only place SQL text is built from names and values.
+//! Quoting: the only place SQL text is built from names and values; and reading the names in
+//! other sessions' statement text (for the lock guard and the harm probe).
 //!
 //! Identifiers always go through [`quote_ident`] and values through [`quote_literal`] (or are
 //! bound as parameters); nothing is pasted into SQL unquoted. Literals escape backslashes as
@@ -41,6 +42,144 @@ pub fn hex_literal(bytes: &[u8]) -> String {
     s
 }
 
+/// A token of SQL text, for reading the statements of other sessions.
+#[derive(Debug, PartialEq)]
+enum Tok {
+    Ident(String),
+    Dot,
+    Other,
+}
+
+/// Split `sql` into identifiers (bare or backtick-quoted, unquoted), dots and everything else;
+/// string literals are one token and comments are dropped.
+fn tokens(sql: &str) -> Vec<Tok> {
+    let mut toks = Vec::new();
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '`' => {
+                let mut id = String::new();
+                while let Some(c) = chars.next() {
+                    if c == '`' {
+                        if chars.peek() == Some(&'`') {
+                            chars.next();
+                            id.push('`');
+                        } else {
+                            break;
+                        }
+                    } else {
+                        id.push(c);
+                    }
+                }
+                toks.push(Tok::Ident(id));
+            }
+            '\'' | '"' => {
+                while let Some(d) = chars.next() {
+                    if d == '\\' {
+                        chars.next();
+                    } else if d == c {
+                        if chars.peek() == Some(&c) {
+                            chars.next();
+                        } else {
+                            break;
+                        }
+                    }
+                }
+                toks.push(Tok::Other);
+            }
+            '.' => toks.push(Tok::Dot),
+            c if c.is_alphanumeric() || c == '_' || c == '$' => {
+                let mut id = c.to_string();
+                while let Some(&d) = chars.peek() {
+                    if d.is_alphanumeric() || d == '_' || d == '$' {
+                        id.push(d);
+                        chars.next();
+                    } else {
+                        break;
+                    }
+                }
+                toks.push(Tok::Ident(id));
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                let mut prev = ' ';
+                for d in chars.by_ref() {
+                    if prev == '*' && d == '/' {
+                        break;
+                    }
+                    prev = d;
+                }
+            }
+            '-' if chars.peek() == Some(&'-') => {
+                for d in chars.by_ref() {
+                    if d == '\n' {
+                        break;
+                    }
+                }
+            }
+            '#' => {
+                for d in chars.by_ref() {
+                    if d == '\n' {
+                        break;
+                    }
+                }
+            }
+            c if c.is_whitespace() => {}
+            _ => toks.push(Tok::Other),
+        }
+    }
+    toks
+}
+
+/// The identifiers in `sql` (unquoted), e.g. to look up which of them are tables.
+pub fn identifiers(sql: &str) -> Vec<String> {
+    tokens(sql)
+        .into_iter()
+        .filter_map(|t| match t {
+            Tok::Ident(s) => Some(s),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The first keyword of `sql`, upper-cased (after comments and opening parentheses).
+pub fn first_keyword(sql: &str) -> String {
+    tokens(sql)
+        .into_iter()
+        .find_map(|t| match t {
+            Tok::Ident(s) => Some(s.to_ascii_uppercase()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// Whether `sql`, run with default database `db`, names table `t` — from another session's
+/// statement text, so approximate: identifiers are compared without regard to case (a column
+/// named like the table also matches), string literals and comments are skipped.
+pub fn names_table(sql: &str, db: &str, t: &TableRef) -> bool {
+    let toks = tokens(sql);
+    let same = |a: &str, b: &str| a.to_lowercase() == b.to_lowercase();
+    for (i, tok) in toks.iter().enumerate() {
+        let Tok::Ident(name) = tok else { continue };
+        if !same(name, &t.name) {
+            continue;
+        }
+        let before = |k: usize| i.checked_sub(k).map(|j| &toks[j]);
+        let qualified_by = match (before(2), before(1)) {
+            (Some(Tok::Ident(schema)), Some(Tok::Dot)) => Some(schema.as_str()),
+            (_, Some(Tok::Dot)) => continue,
+            _ => None,
+        };
+        match qualified_by {
+            Some(schema) if same(schema, &t.schema) => return true,
+            Some(_) => {}
+            // `name.column` is a column of a table or alias called `name`, not this table.
+            None if same(db, &t.schema) && toks.get(i + 1) != Some(&Tok::Dot) => return true,
+            None => {}
+        }
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +201,55 @@ mod tests {
         assert_eq!(quote_literal("it's"), "_utf8mb4 X'69742773'");
         assert_eq!(hex_literal(b"\\'\x00"), "X'5C2700'");
         assert_eq!(hex_literal(b""), "X''");
+    }
+
+    fn t(schema: &str, name: &str) -> TableRef {
+        TableRef {
+            schema: schema.into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn statements_are_matched_to_tables() {
+        let orders = t("shop", "orders");
+        assert!(names_table("ALTER TABLE orders ADD c int", "shop", &orders));
+        assert!(names_table(
+            "alter table `Orders` add c int",
+            "shop",
+            &orders
+        ));
+        assert!(names_table("SELECT * FROM shop.orders", "other", &orders));
+        assert!(names_table(
+            "select 1 from `shop` . `orders` o",
+            "",
+            &orders
+        ));
+        assert!(names_table("TRUNCATE /* x */ orders", "shop", &orders));
+        assert!(!names_table(
+            "ALTER TABLE orders ADD c int",
+            "other",
+            &orders
+        ));
+        assert!(!names_table("SELECT * FROM other.orders", "shop", &orders));
+        assert!(!names_table("SELECT 'orders' FROM t", "shop", &orders));
+        assert!(!names_table("SELECT o.orders FROM o", "shop", &orders));
+        assert!(!names_table("SELECT * FROM orders_2024", "shop", &orders));
+        assert!(names_table(
+            "SELECT * FROM `we``ird`",
+            "shop",
+            &t("shop", "we`ird")
+        ));
+    }
+
+    #[test]
+    fn keywords_and_identifiers() {
+        assert_eq!(first_keyword("  /* x */ (select 1)"), "SELECT");
+        assert_eq!(first_keyword("-- c\nupdate m set v = 1"), "UPDATE");
+        assert_eq!(first_keyword(""), "");
+        assert_eq!(
+            identifiers("UPDATE `d`.`m` SET v = 'x'"),
+            ["UPDATE", "d", "m", "SET", "v"]
+        );
     }
 }

@@ -3,6 +3,10 @@
 //! Everything here reads `pg_catalog` with bound parameters (no SQL built from names), so it
 //! runs the same inside the coordinator's snapshot (where it sees the schema as of the
 //! snapshot) and in a plain session (for `sluice plan`).
+//!
+//! Longer than 500 lines because describing a relation is one sequence of catalog reads —
+//! privileges, columns and types, keys, partitions, row-level security, sizes — that must run
+//! in this order (nothing may read a policed table before the row-level security check).
 
 use crate::error::{Phase, classify};
 use crate::sql::{quote_ident, quote_table};
@@ -275,15 +279,22 @@ fn build_columns(raw: Vec<RawColumn>, types: &TypeMap, money_scale: i8) -> Vec<C
 }
 
 /// Describe a resolved table, partitioned table or view as a dataset.
+///
+/// Row-level security: with `enable_row_security` false (the default, as in pg_dump), a table
+/// whose policies would hide rows from the user (`row_security_active`) is refused here, before
+/// anything is read, naming the table and the fix; every session also runs with
+/// `row_security = off`, so a policy that escapes this check fails the read instead of
+/// filtering it. With it true the dataset is marked filtered.
 pub async fn describe(
     client: &Client,
     obj: &Resolved,
     server: &ServerInfo,
     types: &mut TypeMap,
     target: &str,
+    enable_row_security: bool,
 ) -> Result<Dataset> {
     let err = catalog_err(target);
-    let name = obj.table.to_string();
+    let name = obj.table.dataset_name();
     let privilege = client
         .query_one(
             "SELECT has_table_privilege($1::oid, 'SELECT') \
@@ -338,42 +349,94 @@ pub async fn describe(
     .await?;
     let columns = build_columns(raw, types, server.money_scale);
 
+    // The primary key, else the narrowest unique index over NOT NULL columns (a valid,
+    // non-partial index on plain columns): either identifies a row, so key ranges over it hold
+    // every row exactly once. INCLUDE columns are not part of the key.
     let pk_rows = client
         .query(
-            "SELECT a.attname::text FROM pg_index i \
+            "SELECT array_agg(a.attname::text ORDER BY k.ord) FROM pg_index i \
              CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) \
              JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
-             WHERE i.indrelid = $1 AND i.indisprimary ORDER BY k.ord",
+             WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid AND i.indpred IS NULL \
+               AND i.indexprs IS NULL AND k.ord <= i.indnkeyatts \
+             GROUP BY i.indexrelid, i.indisprimary HAVING bool_and(a.attnotnull) \
+             ORDER BY i.indisprimary DESC, count(*), i.indexrelid LIMIT 1",
             &[&obj.oid],
         )
         .await
         .map_err(&err)?;
-    let primary_key = pk_rows.iter().map(|r| r.get(0)).collect();
+    let primary_key: Vec<String> = pk_rows
+        .first()
+        .map(|r| r.get::<_, Vec<String>>(0))
+        .unwrap_or_default();
 
+    // Leaf partitions, foreign ones too: a plan of plain partitions only would drop their rows.
+    let leaves: Vec<(u32, TableRef, bool)> = if obj.relkind == 'p' {
+        client
+            .query(
+                "SELECT c.oid, n.nspname::text, c.relname::text, c.relkind = 'f' \
+                 FROM pg_partition_tree($1::oid) t \
+                 JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE t.isleaf AND c.relkind IN ('r', 'f') ORDER BY 2, 3",
+                &[&obj.oid],
+            )
+            .await
+            .map_err(&err)?
+            .iter()
+            .map(|l| {
+                let t = TableRef {
+                    schema: l.get(1),
+                    name: l.get(2),
+                };
+                (l.get(0), t, l.get(3))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    // Before anything reads the table: with row_security = off even the planner's estimate
+    // of a policed table fails.
+    let mut policed = Vec::new();
+    if rls_active(client, obj.oid, target).await? {
+        policed.push(obj.table.to_string());
+    }
+    for (oid, t, _) in &leaves {
+        if rls_active(client, *oid, target).await? {
+            policed.push(t.to_string());
+        }
+    }
+    if !policed.is_empty() && !enable_row_security {
+        return Err(Error::source_permanent(format!(
+            "row-level security policies on {} would hide rows of {name} from user {} in \
+             {target}, so the export would be silently incomplete. Connect as the table's owner \
+             or a role with BYPASSRLS (ALTER ROLE {} BYPASSRLS; pg_dump needs the same), or \
+             pass --enable-row-security to export only the rows {} may see (the manifest then \
+             marks the dataset as filtered).",
+            policed.join(", "),
+            server.user,
+            quote_ident(&server.user),
+            server.user
+        )));
+    }
+    let mut outside_snapshot = Vec::new();
     let (kind, relations) = match obj.relkind {
         'r' | 'm' => (
             DatasetKind::Table,
             vec![relation_size(client, obj.oid, &obj.table, target).await?],
         ),
         'p' => {
-            let leaves = client
-                .query(
-                    "SELECT c.oid, n.nspname::text, c.relname::text FROM pg_partition_tree($1::oid) t \
-                     JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
-                     WHERE t.isleaf AND c.relkind = 'r' ORDER BY 2, 3",
-                    &[&obj.oid],
-                )
-                .await
-                .map_err(&err)?;
             let mut rels = Vec::new();
-            for l in leaves {
-                let t = TableRef {
-                    schema: l.get(1),
-                    name: l.get(2),
-                };
-                rels.push(relation_size(client, l.get(0), &t, target).await?);
+            for (oid, t, foreign) in &leaves {
+                if *foreign {
+                    outside_snapshot.push(t.to_string());
+                }
+                rels.push(relation_size(client, *oid, t, target).await?);
             }
             (DatasetKind::Partitioned, rels)
+        }
+        'f' => {
+            outside_snapshot.push(obj.table.to_string());
+            (DatasetKind::View, Vec::new())
         }
         _ => (DatasetKind::View, Vec::new()),
     };
@@ -399,7 +462,20 @@ pub async fn describe(
         columns,
         primary_key,
         estimate,
+        outside_snapshot,
+        row_security_filtered: !policed.is_empty(),
     })
+}
+
+/// Whether row-level security policies apply to the current user on `oid` (the table has
+/// RLS enabled and the user is neither its owner — unless FORCE — nor BYPASSRLS nor superuser).
+/// `row_security_active` answers that whatever the session's `row_security` setting.
+async fn rls_active(client: &Client, oid: u32, target: &str) -> Result<bool> {
+    let r = client
+        .query_one("SELECT row_security_active($1::oid)", &[&oid])
+        .await
+        .map_err(catalog_err(target))?;
+    Ok(r.get(0))
 }
 
 async fn relation_size(
@@ -539,5 +615,7 @@ pub async fn describe_query(
         columns: build_columns(raw, types, server.money_scale),
         primary_key: Vec::new(),
         estimate,
+        outside_snapshot: Vec::new(),
+        row_security_filtered: false,
     })
 }

@@ -7,7 +7,14 @@
 //!   (text, uuid, composite) is split at boundaries sampled with `TABLESAMPLE SYSTEM` and
 //!   compared as a row value, which a btree index serves. First and last ranges are open.
 //! - **whole**: views, queries and `--chunk-by none` are read in one piece (per partition for
-//!   a partitioned table).
+//!   a partitioned table in snapshot consistency). A foreign partition is always one piece.
+//!
+//! With `--consistency chunk` every chunk is its own transaction, so the plan must not depend on
+//! where rows are stored: an UPDATE that moves a row to another page (or partition) between two
+//! chunk reads would make it appear twice or not at all. There `auto` splits on the primary
+//! key (or a unique NOT NULL key), a table without one is read as one chunk (through the parent
+//! for a partitioned table), and `--chunk-by ctid` is refused. Key ranges read in separate
+//! transactions give every row whose key does not change exactly once.
 
 use crate::catalog::ServerInfo;
 use crate::error::{Phase, classify};
@@ -15,7 +22,8 @@ use crate::sql::{quote_ident, quote_table};
 use arrow_schema::DataType;
 use sluice_core::table::TableRef;
 use sluice_core::{
-    Chunk, ChunkBounds, ChunkRequest, ChunkStrategy, Dataset, DatasetKind, Error, Result,
+    Chunk, ChunkBounds, ChunkRequest, ChunkStrategy, Consistency, Dataset, DatasetKind, Error,
+    Result,
 };
 use tokio_postgres::Client;
 
@@ -52,8 +60,19 @@ fn chunk(
     }
 }
 
+/// Whether rows may be read from the dataset's physical relations (pages, leaf partitions)
+/// rather than through the object the user named. Not for a partitioned table whose rows are
+/// filtered by row-level security: its parent's policies apply only through the parent.
+fn leaves_ok(ds: &Dataset) -> bool {
+    match ds.kind {
+        DatasetKind::Table => true,
+        DatasetKind::Partitioned => !ds.row_security_filtered && !ds.relations.is_empty(),
+        DatasetKind::View | DatasetKind::Query => false,
+    }
+}
+
 fn whole(ds: &Dataset) -> Vec<Chunk> {
-    if ds.kind == DatasetKind::Partitioned && !ds.relations.is_empty() {
+    if ds.kind == DatasetKind::Partitioned && leaves_ok(ds) {
         return ds
             .relations
             .iter()
@@ -80,6 +99,18 @@ fn parts_for(bytes: u64, target: u64) -> u64 {
 fn physical(ds: &Dataset, target: u64) -> Vec<Chunk> {
     let mut out = Vec::new();
     for rel in &ds.relations {
+        if ds.outside_snapshot.contains(&rel.table.to_string()) {
+            // A foreign partition has no pages here: it is read whole, from its server.
+            out.push(chunk(
+                ds,
+                out.len(),
+                Some(rel.table.clone()),
+                ChunkBounds::Whole,
+                rel.bytes,
+                rel.rows,
+            ));
+            continue;
+        }
         let n = parts_for(rel.bytes, target).min(rel.pages.max(1));
         let step = rel.pages.div_ceil(n).max(1);
         let mut first = 0;
@@ -124,25 +155,55 @@ pub async fn plan(
     server: &ServerInfo,
     target: &str,
 ) -> Result<Vec<Chunk>> {
-    let physical_ok = matches!(ds.kind, DatasetKind::Table | DatasetKind::Partitioned);
+    let physical_ok = leaves_ok(ds);
     let tid_ok = server.version_num >= TID_RANGE_SCAN_VERSION;
+    let per_chunk = req.consistency == Consistency::Chunk;
     match &req.strategy {
+        // One transaction per chunk: a partitioned table's rows can move between partitions,
+        // so it is read through its parent in one piece.
+        ChunkStrategy::None if per_chunk => Ok(vec![Chunk::whole(ds)]),
         ChunkStrategy::None => Ok(whole(ds)),
+        ChunkStrategy::Auto if per_chunk => {
+            if matches!(ds.kind, DatasetKind::Table | DatasetKind::Partitioned)
+                && !ds.primary_key.is_empty()
+            {
+                key_ranges(client, ds, &ds.primary_key, req.target_bytes, target).await
+            } else {
+                Ok(vec![Chunk::whole(ds)])
+            }
+        }
         ChunkStrategy::Auto if physical_ok && tid_ok => Ok(physical(ds, req.target_bytes)),
-        ChunkStrategy::Auto if physical_ok && !ds.primary_key.is_empty() => {
+        ChunkStrategy::Auto
+            if matches!(ds.kind, DatasetKind::Table | DatasetKind::Partitioned)
+                && !ds.primary_key.is_empty() =>
+        {
             key_ranges(client, ds, &ds.primary_key, req.target_bytes, target).await
         }
         ChunkStrategy::Auto => Ok(whole(ds)),
         ChunkStrategy::Physical => {
+            if per_chunk {
+                return Err(Error::config(format!(
+                    "--chunk-by ctid cannot be used with --consistency chunk ({}): each chunk \
+                     would be read in its own transaction, and an UPDATE that moves a row to \
+                     another page between two chunk reads makes it appear twice or not at all. \
+                     Use --chunk-by auto or key (ranges of the primary key, exact for every row \
+                     whose key does not change), or --consistency snapshot, where ctid chunks \
+                     share one snapshot.",
+                    ds.name
+                )));
+            }
             if !physical_ok {
                 return Err(Error::config(format!(
-                    "--chunk-by ctid needs a table, but {} is a {}: use --chunk-by key:<column> or \
+                    "--chunk-by ctid needs a table, but {} is {}: use --chunk-by key:<column> or \
                      --chunk-by none.",
                     ds.name,
-                    if ds.kind == DatasetKind::Query {
-                        "query"
-                    } else {
-                        "view"
+                    match ds.kind {
+                        DatasetKind::Query => "a query",
+                        DatasetKind::Partitioned => {
+                            "a partitioned table filtered by row-level security (read through \
+                             its parent, where the policies apply)"
+                        }
+                        _ => "a view",
                     }
                 )));
             }
@@ -161,11 +222,15 @@ pub async fn plan(
                 None if !ds.primary_key.is_empty() => ds.primary_key.clone(),
                 None => {
                     tracing::warn!(
-                        "{} has no primary key to split on; it is read as one chunk (name a key \
-                         column with --chunk-by key:<column>, or use --chunk-by ctid)",
+                        "{} has no primary key or unique NOT NULL key to split on; it is read as \
+                         one chunk (name a key column with --chunk-by key:<column>)",
                         ds.name
                     );
-                    return Ok(whole(ds));
+                    return Ok(if per_chunk {
+                        vec![Chunk::whole(ds)]
+                    } else {
+                        whole(ds)
+                    });
                 }
             };
             key_ranges(client, ds, &cols, req.target_bytes, target).await
@@ -337,6 +402,8 @@ mod tests {
                 rows: pages * 10,
                 bytes,
             },
+            outside_snapshot: Vec::new(),
+            row_security_filtered: false,
         }
     }
 

@@ -22,7 +22,10 @@
 //!
 //! Every session carries `application_name` (default `sluice`, so a DBA sees it in
 //! `pg_stat_activity`) and the same output-affecting settings (UTC, ISO dates, exact float
-//! text), so text casts and key bounds round-trip identically in every session. The run's
+//! text), so text casts and key bounds round-trip identically in every session. Every session
+//! also runs with `row_security = off`, as pg_dump's do: a table whose row-level security
+//! policies would hide rows from the user fails to read instead of being silently filtered,
+//! unless the run opted in ([`PgTarget::with_row_security`]). The run's
 //! sessions are found by their backend pids, recorded per session tag when they connect
 //! ([`PgTarget::sessions`]); the harm probe reads them.
 
@@ -48,7 +51,8 @@ use tokio_postgres::{CancelToken, Client};
 
 /// Settings applied to every session through the startup packet (no extra round trip).
 const SESSION_OPTIONS: &str = "-c TimeZone=UTC -c DateStyle=ISO -c IntervalStyle=iso_8601 \
-     -c extra_float_digits=3 -c standard_conforming_strings=on -c lock_timeout=10s";
+     -c extra_float_digits=3 -c standard_conforming_strings=on -c lock_timeout=10s \
+     -c row_security=off";
 
 /// A parsed PostgreSQL connection target: the parameters, the TLS connector built from them,
 /// and the backend pids of the sessions opened through it.
@@ -96,6 +100,16 @@ impl PgTarget {
             display,
             sessions: Arc::default(),
         })
+    }
+
+    /// This target with row-level security applied to its sessions when `enable` (the user
+    /// opted in to exporting only the rows policies let them see, `--enable-row-security`);
+    /// otherwise sessions keep `row_security = off`.
+    pub fn with_row_security(mut self, enable: bool) -> Self {
+        if enable {
+            Arc::make_mut(&mut self.params).row_security = true;
+        }
+        self
     }
 
     /// The URL with the password redacted.

@@ -6,6 +6,9 @@
 //! heap allocation, no intermediate row type. Tuples are usually one per CopyData message, but
 //! the protocol does not promise it, so a tuple split across messages is carried over.
 //!
+//! Longer than 500 lines: one decoder per binary wire format (numerics, arrays, intervals,
+//! times) with the unit tests that pin each format down; split, the formats would scatter.
+//!
 //! Which decoder a column gets follows from its Arrow type alone (see `types.rs`): every column
 //! that is cast when read is cast to a type whose binary form is what its Arrow type expects.
 
@@ -13,6 +16,12 @@ use arrow_array::RecordBatch;
 use arrow_buffer::i256;
 use arrow_schema::{DataType, Field, SchemaRef, TimeUnit};
 use sluice_core::columns::{BatchBuilder, ColumnBuilder};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// Microseconds in a day. PostgreSQL's `time` reaches `24:00:00` (this value); Arrow's Time64
+/// ends one microsecond before it.
+const DAY_MICROS: i64 = 86_400_000_000;
 
 /// Days from 1970-01-01 (Arrow's epoch) to 2000-01-01 (PostgreSQL's).
 const PG_EPOCH_DAYS: i32 = 10_957;
@@ -110,7 +119,7 @@ impl Wire {
             Wire::Bytes => col.push_bytes(v),
             Wire::Uuid => col.push_bytes(&fixed::<16>(v)?),
             Wire::Date => col.push_i32(date(i32::from_be_bytes(fixed(v)?))),
-            Wire::Time => col.push_i64(i64::from_be_bytes(fixed(v)?)),
+            Wire::Time => col.push_i64(time(i64::from_be_bytes(fixed(v)?))),
             Wire::Timestamp => col.push_i64(timestamp(i64::from_be_bytes(fixed(v)?))?),
             Wire::Dec128(scale) => col.push_i128(numeric_to_i128(v, *scale)?),
             Wire::Dec256(scale) => col.push_i256(numeric_to_i256(v, *scale)?),
@@ -150,6 +159,70 @@ fn date(days: i32) -> i32 {
     match days {
         i32::MAX | i32::MIN => days,
         d => d + PG_EPOCH_DAYS,
+    }
+}
+
+/// PostgreSQL time (µs since midnight, up to and including `24:00:00`) → Time64(µs), whose
+/// range ends at `23:59:59.999999`: `24:00:00` becomes `23:59:59.999999` (the latest time
+/// Arrow can hold, one microsecond earlier), and the report counts such values per column.
+/// Why not NULL or an error: the value is a real end-of-day time; the nearest representable
+/// time keeps its meaning (and its order), as ±infinity timestamps become the type's extremes.
+fn time(us: i64) -> i64 {
+    us.clamp(0, DAY_MICROS - 1)
+}
+
+/// How many values of `v` (a value of `wire`) [`time`] moves: `24:00:00`s.
+fn midnights(wire: &Wire, v: &[u8]) -> u64 {
+    match wire {
+        Wire::Time => u64::from(v.len() == 8 && v == DAY_MICROS.to_be_bytes()),
+        Wire::List(item) if matches!(**item, Wire::Time) => {
+            // One-dimensional array: 20 header bytes, then (length, value) pairs.
+            let mut n = 0;
+            let mut at = 20;
+            while at + 4 <= v.len() {
+                let len = i32::from_be_bytes([v[at], v[at + 1], v[at + 2], v[at + 3]]);
+                at += 4;
+                if len == 8 && v.get(at..at + 8) == Some(&DAY_MICROS.to_be_bytes()[..]) {
+                    n += 1;
+                }
+                at += len.max(0) as usize;
+            }
+            n
+        }
+        _ => 0,
+    }
+}
+
+/// Values the decoder had to change to fit their Arrow type (today: `time '24:00:00'`), counted
+/// per dataset and column by every reader of a run and reported by its coordinator.
+#[derive(Debug, Clone, Default)]
+pub struct Findings(Arc<Mutex<BTreeMap<(String, String), u64>>>);
+
+impl Findings {
+    /// Count `n` values of `column` in `dataset`.
+    pub fn add(&self, dataset: &str, column: &str, n: u64) {
+        if n == 0 {
+            return;
+        }
+        if let Ok(mut m) = self.0.lock() {
+            *m.entry((dataset.to_string(), column.to_string()))
+                .or_default() += n;
+        }
+    }
+
+    /// One report line per column.
+    pub fn notes(&self) -> Vec<String> {
+        let Ok(m) = self.0.lock() else {
+            return Vec::new();
+        };
+        m.iter()
+            .map(|((ds, col), n)| {
+                format!(
+                    "{ds}.{col}: {n} time value(s) 24:00:00 written as 23:59:59.999999 (Arrow's \
+                     time of day ends one microsecond before midnight)"
+                )
+            })
+            .collect()
     }
 }
 
@@ -319,6 +392,10 @@ pub struct TupleDecoder {
     variable: Vec<bool>,
     /// Index of the column whose value failed, for the error message.
     failed_column: Option<usize>,
+    /// Per column, values changed to fit the Arrow type (see [`time`]).
+    adjusted: Vec<u64>,
+    /// Whether a column's values can be changed at all.
+    adjustable: Vec<bool>,
 }
 
 impl TupleDecoder {
@@ -333,14 +410,28 @@ impl TupleDecoder {
         let batch = BatchBuilder::new(schema, 1024).map_err(own)?;
         Ok(TupleDecoder {
             batch,
-            wires,
             header_seen: false,
             carry: Vec::new(),
             bytes: 0,
             fixed_row_bytes: widths.iter().map(|w| w.0).sum(),
             variable: widths.iter().map(|w| w.1).collect(),
             failed_column: None,
+            adjusted: vec![0; wires.len()],
+            adjustable: wires
+                .iter()
+                .map(|w| match w {
+                    Wire::Time => true,
+                    Wire::List(item) => matches!(**item, Wire::Time),
+                    _ => false,
+                })
+                .collect(),
+            wires,
         })
+    }
+
+    /// Per column index, values changed to fit the Arrow type so far.
+    pub fn adjusted(&self) -> &[u64] {
+        &self.adjusted
     }
 
     /// Rows buffered since the last [`TupleDecoder::finish_batch`].
@@ -437,6 +528,9 @@ impl TupleDecoder {
                         self.failed_column = Some(i);
                         return Err(e);
                     }
+                    if self.adjustable[i] {
+                        self.adjusted[i] += midnights(wire, &buf[q..end]);
+                    }
                     if self.variable[i] {
                         var_bytes += len as usize;
                     }
@@ -482,6 +576,30 @@ mod tests {
             v.extend(d.to_be_bytes());
         }
         v
+    }
+
+    #[test]
+    fn midnight_becomes_the_last_microsecond_and_is_counted() {
+        assert_eq!(time(DAY_MICROS), DAY_MICROS - 1);
+        assert_eq!(time(0), 0);
+        assert_eq!(time(45_000_000), 45_000_000);
+        assert_eq!(midnights(&Wire::Time, &DAY_MICROS.to_be_bytes()), 1);
+        assert_eq!(midnights(&Wire::Time, &1i64.to_be_bytes()), 0);
+        // time[] '{24:00:00,NULL,01:00:00}'
+        let mut v = Vec::new();
+        for x in [1i32, 0, 1083, 3, 1] {
+            v.extend(x.to_be_bytes());
+        }
+        v.extend(8i32.to_be_bytes());
+        v.extend(DAY_MICROS.to_be_bytes());
+        v.extend((-1i32).to_be_bytes());
+        v.extend(8i32.to_be_bytes());
+        v.extend(3_600_000_000i64.to_be_bytes());
+        assert_eq!(midnights(&Wire::List(Box::new(Wire::Time)), &v), 1);
+        let f = Findings::default();
+        f.add("public.t", "c", 2);
+        f.add("public.t", "c", 1);
+        assert!(f.notes()[0].starts_with("public.t.c: 3 time value(s) 24:00:00"));
     }
 
     #[test]

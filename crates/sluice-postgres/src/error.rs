@@ -70,7 +70,11 @@ pub fn classify(e: tokio_postgres::Error, phase: Phase, target: &str) -> Error {
             ErrorKind::Source,
             Retry::Permanent,
             "The user lacks a privilege sluice needs: grant it, e.g. GRANT SELECT ON <table> TO \
-             <user> (and USAGE on its schema), or connect as a user that has it."
+             <user> (and USAGE on its schema), or connect as a user that has it. If the message \
+             names a row-level security policy (sluice reads with row_security = off, as \
+             pg_dump does, so policies fail the read instead of hiding rows): connect as the \
+             table's owner or a role with BYPASSRLS, or pass --enable-row-security to export \
+             only the rows this user may see."
                 .into(),
         ),
         SqlState::QUERY_CANCELED => (
@@ -94,9 +98,10 @@ pub fn classify(e: tokio_postgres::Error, phase: Phase, target: &str) -> Error {
         SqlState::LOCK_NOT_AVAILABLE => (
             ErrorKind::Source,
             Retry::Transient,
-            "A lock could not be taken in time, usually because a DDL statement (ALTER, \
-             TRUNCATE, DROP) is waiting for an exclusive lock on the table. Let it finish, or \
-             run the export when no DDL is running."
+            "A lock could not be taken within lock_timeout (10 s): another session holds or \
+             waits for an exclusive lock on the table (ALTER, TRUNCATE, DROP, VACUUM FULL, \
+             REFRESH MATERIALIZED VIEW); pg_locks and pg_stat_activity show which. Run the \
+             export once that statement has finished."
                 .into(),
         ),
         SqlState::TOO_MANY_CONNECTIONS => (

@@ -12,7 +12,7 @@
 //! | `chunking.rs` | ctid page ranges, key ranges                                         |
 //! | `read.rs`     | one chunk as `COPY … (FORMAT binary)`                                |
 //! | `decode.rs`   | binary COPY bytes → Arrow builders                                   |
-//! | `harm.rs`     | what the run costs the server                                        |
+//! | `harm.rs`     | what the run costs the server; who holds or waits for a lock in its way |
 //! | `error.rs`    | SQLSTATE → transient / permanent, with the fix                       |
 //! | `sql.rs`      | identifier and literal quoting                                       |
 
@@ -63,12 +63,11 @@ impl Source for PgSource {
     }
 
     async fn open_coordinator(&self, options: &SourceOptions) -> Result<Box<dyn Coordinator>> {
-        let c = snapshot::PgCoordinator::open(
-            self.target.clone(),
-            options.session_tag.clone(),
-            options.consistency,
-        )
-        .await?;
+        let target = self
+            .target
+            .clone()
+            .with_row_security(options.enable_row_security);
+        let c = snapshot::PgCoordinator::open(target, options).await?;
         Ok(Box::new(c))
     }
 

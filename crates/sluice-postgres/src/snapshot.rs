@@ -16,16 +16,20 @@
 use crate::catalog::{self, ServerInfo};
 use crate::chunking;
 use crate::connect::PgTarget;
+use crate::error::sqlstate;
 use crate::error::{Phase, classify};
+use crate::harm::exclusive_lockers;
 use crate::read::PgReader;
 use crate::sql::quote_table;
 use crate::types::TypeMap;
 use async_trait::async_trait;
+use sluice_core::table::TableRef;
 use sluice_core::{
     Chunk, ChunkReader, ChunkRequest, Consistency, Coordinator, Dataset, DatasetKind, Error,
-    Position, Result, Selection, SnapshotInfo,
+    Position, Result, RunFacts, Selection, SnapshotInfo, SourceOptions,
 };
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use tokio_postgres::Client;
 
 /// The coordinator session of one run.
@@ -37,11 +41,20 @@ pub struct PgCoordinator {
     server: ServerInfo,
     types: TypeMap,
     snapshot: Option<SnapshotInfo>,
+    enable_row_security: bool,
+    /// `relkind` of every relation discovered (objects and leaf partitions).
+    relkinds: HashMap<TableRef, char>,
+    /// Relations the workers lock with NOWAIT before reading (snapshot consistency).
+    lockable: Arc<HashSet<TableRef>>,
+    /// Values adjusted to fit their Arrow type, counted by the readers.
+    findings: crate::decode::Findings,
 }
 
 impl PgCoordinator {
     /// Connect; in snapshot consistency, start the snapshot transaction and export it.
-    pub async fn open(target: PgTarget, tag: String, consistency: Consistency) -> Result<Self> {
+    pub async fn open(target: PgTarget, options: &SourceOptions) -> Result<Self> {
+        let tag = options.session_tag.clone();
+        let consistency = options.consistency;
         let client = target.connect(&tag).await?;
         let display = target.display().to_string();
         let server = catalog::server_info(&client, &display).await?;
@@ -53,6 +66,10 @@ impl PgCoordinator {
             server,
             types: TypeMap::new(),
             snapshot: None,
+            enable_row_security: options.enable_row_security,
+            relkinds: HashMap::new(),
+            lockable: Arc::new(HashSet::new()),
+            findings: crate::decode::Findings::default(),
         };
         if consistency == Consistency::Snapshot {
             c.export_snapshot().await?;
@@ -169,10 +186,22 @@ impl Coordinator for PgCoordinator {
         let mut datasets = Vec::new();
         for obj in objects {
             if seen.insert(obj.oid) {
-                datasets.push(
-                    catalog::describe(client, &obj, &self.server, &mut self.types, &display)
-                        .await?,
-                );
+                let ds = catalog::describe(
+                    client,
+                    &obj,
+                    &self.server,
+                    &mut self.types,
+                    &display,
+                    self.enable_row_security,
+                )
+                .await?;
+                self.relkinds.insert(obj.table.clone(), obj.relkind);
+                for rel in &ds.relations {
+                    let foreign = ds.outside_snapshot.contains(&rel.table.to_string());
+                    let kind = if foreign { 'f' } else { 'r' };
+                    self.relkinds.entry(rel.table.clone()).or_insert(kind);
+                }
+                datasets.push(ds);
             }
         }
         let mut names: HashSet<String> = datasets.iter().map(|d| d.name.clone()).collect();
@@ -204,22 +233,69 @@ impl Coordinator for PgCoordinator {
             return self.current_position().await;
         }
         let display = self.target.display().to_string();
-        let tables: Vec<String> = datasets
+        let mut lock = Vec::new();
+        let mut touch = Vec::new();
+        for obj in datasets
             .iter()
             .filter(|d| d.kind != DatasetKind::Query)
-            .filter_map(|d| d.object.as_ref().map(quote_table))
-            .collect();
-        if !tables.is_empty() {
-            self.client()?
-                .batch_execute(&format!(
-                    "LOCK TABLE {} IN ACCESS SHARE MODE",
-                    tables.join(", ")
-                ))
-                .await
-                .map_err(|e| {
-                    classify(e, Phase::Snapshot, &display).context("locking the exported tables")
-                })?;
+            .filter_map(|d| d.object.as_ref())
+        {
+            match self.relkinds.get(obj) {
+                Some('m' | 'f') => touch.push(obj.clone()),
+                _ => lock.push(obj.clone()),
+            }
         }
+        let mut sql = String::from("SAVEPOINT sluice_lock; ");
+        if !lock.is_empty() {
+            let names: Vec<String> = lock.iter().map(quote_table).collect();
+            sql.push_str(&format!(
+                "LOCK TABLE {} IN ACCESS SHARE MODE; ",
+                names.join(", ")
+            ));
+        }
+        for t in &touch {
+            sql.push_str(&format!("SELECT FROM {} WHERE false; ", quote_table(t)));
+        }
+        sql.push_str("RELEASE SAVEPOINT sluice_lock");
+        if let Err(e) = self.client()?.batch_execute(&sql).await {
+            let timed_out = sqlstate(&e) == Some("55P03");
+            let mut err =
+                classify(e, Phase::Snapshot, &display).context("locking the exported tables");
+            if timed_out {
+                let client = self.client()?;
+                let _ = client
+                    .batch_execute("ROLLBACK TO SAVEPOINT sluice_lock")
+                    .await;
+                let names: Vec<String> = lock.iter().chain(&touch).map(quote_table).collect();
+                let who = exclusive_lockers(client, &names, &self.target.sessions(&self.tag)).await;
+                if !who.is_empty() {
+                    err = Error::new(
+                        err.kind(),
+                        err.retry(),
+                        format!(
+                            "{} In the way: {}.",
+                            err.message(),
+                            who.iter()
+                                .map(|w| w.describe())
+                                .collect::<Vec<_>>()
+                                .join("; ")
+                        ),
+                    );
+                }
+            }
+            return Err(err);
+        }
+        // Workers lock, without waiting, what LOCK TABLE accepts: the objects locked above and
+        // their leaf partitions that are tables.
+        let mut lockable: HashSet<TableRef> = lock.into_iter().collect();
+        for d in datasets {
+            for rel in &d.relations {
+                if self.relkinds.get(&rel.table) == Some(&'r') {
+                    lockable.insert(rel.table.clone());
+                }
+            }
+        }
+        self.lockable = Arc::new(lockable);
         self.snapshot
             .clone()
             .ok_or_else(|| Error::internal("snapshot consistency without a snapshot"))
@@ -227,7 +303,15 @@ impl Coordinator for PgCoordinator {
 
     async fn open_readers(&mut self, n: usize) -> Result<Vec<Box<dyn ChunkReader>>> {
         let id = self.snapshot_id();
-        let opens = (0..n).map(|_| PgReader::open(&self.target, &self.tag, id.as_deref()));
+        let opens = (0..n).map(|_| {
+            PgReader::open(
+                &self.target,
+                &self.tag,
+                id.as_deref(),
+                Some(self.lockable.clone()),
+                self.findings.clone(),
+            )
+        });
         let readers = futures_util::future::join_all(opens).await;
         readers
             .into_iter()
@@ -253,8 +337,22 @@ impl Coordinator for PgCoordinator {
         }
         let id = self.snapshot_id();
         Ok(Box::new(
-            PgReader::open(&self.target, &self.tag, id.as_deref()).await?,
+            PgReader::open(
+                &self.target,
+                &self.tag,
+                id.as_deref(),
+                Some(self.lockable.clone()),
+                self.findings.clone(),
+            )
+            .await?,
         ))
+    }
+
+    fn run_facts(&self) -> RunFacts {
+        RunFacts {
+            notes: self.findings.notes(),
+            ..RunFacts::default()
+        }
     }
 
     async fn release(&mut self) -> Result<()> {

@@ -43,6 +43,17 @@ impl CsvPart {
                 options.delimiter as char
             )));
         }
+        if options
+            .null
+            .bytes()
+            .any(|b| b == options.delimiter || matches!(b, b'"' | b'\r' | b'\n'))
+        {
+            return Err(Error::config(format!(
+                "CSV NULL text {:?} contains the delimiter, a quote or a line break, so NULL \
+                 could not be told apart from data: choose a text without them.",
+                options.null
+            )));
+        }
         let errors = out.errors();
         let mut part = CsvPart {
             out: Some(out),

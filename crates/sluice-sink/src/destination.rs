@@ -1,5 +1,6 @@
 //! Where output goes, and how a file becomes visible atomically.
 
+use crate::lock::{LockHolder, OutputLock};
 use sluice_core::{Error, Result, Retry};
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
@@ -53,6 +54,10 @@ pub trait Destination: Send + Sync {
 
     /// Delete an object; deleting a missing object is not an error.
     fn delete(&self, path: &str) -> Result<()>;
+
+    /// Take the output's lock for `holder`, or fail with a configuration error naming the run
+    /// that holds it (see [`crate::lock`]). A lock left by a run that died is taken over.
+    fn lock(&self, holder: &LockHolder) -> Result<Arc<dyn OutputLock>>;
 }
 
 /// An object being written. Dropping it without [`ObjectWriter::commit`] aborts it.

@@ -6,6 +6,7 @@
 //! <to>/<dataset>/.part-00001.parquet.<nonce>.tmp   being written (hidden)
 //! <to>/_sluice/run.json                    the plan of the run, for --resume
 //! <to>/_sluice/parts/<dataset>/part-00000.json     receipt: the part is committed
+//! <to>/_sluice/lock.json                   who is writing the output now
 //! ```
 //! Names starting with `.` or `_` are ignored by Spark, Hive, DuckDB and pyarrow datasets, so
 //! a reader globbing `*.parquet` never picks up bookkeeping or half-written files.
@@ -16,6 +17,8 @@ pub const MANIFEST: &str = "manifest.json";
 pub const RUN_STATE: &str = "_sluice/run.json";
 /// Where part receipts live.
 pub const RECEIPTS: &str = "_sluice/parts";
+/// The output's lock: held by the run writing the output, and says who that is.
+pub const LOCK: &str = "_sluice/lock.json";
 
 /// A dataset name made safe as one path segment: `/`, `\`, `%` and control characters are
 /// percent-encoded, and a leading `.` or `_` (which would hide it) too.

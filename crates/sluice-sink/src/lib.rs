@@ -15,10 +15,12 @@ pub mod destination;
 pub mod format;
 pub mod layout;
 pub mod local;
+pub mod lock;
 pub mod manifest;
 pub mod merge;
 pub mod objstore;
 pub mod objstore_gcs;
+mod objstore_lock;
 pub mod objstore_url;
 pub mod parquet;
 mod render;
@@ -28,4 +30,5 @@ pub use format::{
     Compression, CsvOptions, FormatOptions, ParquetOptions, PartStats, PartWriter, open_part,
 };
 pub use local::LocalDestination;
+pub use lock::{LockHolder, OutputLock};
 pub use objstore::ObjectStoreDestination;

@@ -6,10 +6,14 @@
 //! file under a final name that is not complete.
 
 use crate::destination::{Destination, ObjectInfo, ObjectWriter, io_error};
+use crate::layout::LOCK;
+use crate::lock::{LockHolder, OutputLock, held_by};
 use sluice_core::{Error, Result};
 use std::fs::{self, File};
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, Read, Seek, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// Buffer between the format writer and the file.
 const WRITE_BUFFER: usize = 1 << 20;
@@ -253,6 +257,121 @@ impl Destination for LocalDestination {
             Err(e) => Err(io_error(&e, "delete", &self.shown(&full))),
         }
     }
+
+    fn lock(&self, holder: &LockHolder) -> Result<Arc<dyn OutputLock>> {
+        self.take_lock(holder)
+    }
+}
+
+/// The output's lock on local disk: an advisory `flock` on `_sluice/lock.json`, which the
+/// kernel releases when the holding process ends, however it ends.
+struct FileLock {
+    file: Mutex<Option<File>>,
+}
+
+impl OutputLock for FileLock {
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn release(&self) {
+        if let Ok(mut slot) = self.file.lock()
+            && let Some(f) = slot.take()
+        {
+            // Emptied so nobody reads a finished run as the holder; closing unlocks.
+            let _ = f.set_len(0);
+        }
+    }
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Take an exclusive advisory lock on `file` without waiting: `Ok(false)` when another open
+/// file holds it. Released when the file is closed (by the kernel, however the process ends).
+#[allow(unsafe_code)]
+fn try_flock(file: &File) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock only reads the descriptor number, which `file` keeps open during the call.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
+impl LocalDestination {
+    fn take_lock(&self, holder: &LockHolder) -> Result<Arc<dyn OutputLock>> {
+        let path = self.full(LOCK);
+        let shown = self.shown(&path);
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).map_err(|e| io_error(&e, "create directory for", &shown))?;
+        }
+        // The file is never removed, so the inode check only guards against someone else
+        // replacing it by hand between our open and our lock.
+        for _ in 0..3 {
+            let mut file = File::options()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(|e| io_error(&e, "open", &shown))?;
+            match try_flock(&file) {
+                Ok(true) => {}
+                Ok(false) => {
+                    let mut text = Vec::new();
+                    let _ = file.read_to_end(&mut text);
+                    return Err(held_by(
+                        &self.display(),
+                        LockHolder::from_bytes(&text).as_ref(),
+                        "",
+                    ));
+                }
+                Err(e) => {
+                    return Err(io_error(&e, "lock", &shown).context(
+                        "the output directory's file system does not support file locks; \
+                         write to a local file system",
+                    ));
+                }
+            }
+            let same = match (file.metadata(), fs::metadata(&path)) {
+                (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+                _ => false,
+            };
+            if !same {
+                continue;
+            }
+            let mut previous = Vec::new();
+            let _ = file.read_to_end(&mut previous);
+            if let Some(dead) = LockHolder::from_bytes(&previous) {
+                tracing::info!(
+                    "took over the lock of {}, which is no longer running",
+                    dead.describe()
+                );
+            }
+            file.set_len(0)
+                .and_then(|()| file.rewind())
+                .and_then(|()| file.write_all(&holder.to_bytes()))
+                .and_then(|()| file.sync_all())
+                .map_err(|e| io_error(&e, "write", &shown))?;
+            return Ok(Arc::new(FileLock {
+                file: Mutex::new(Some(file)),
+            }));
+        }
+        Err(Error::config(format!(
+            "{shown} keeps being replaced while sluice tries to lock it; make sure no other \
+             program manages that file."
+        )))
+    }
 }
 
 #[cfg(test)]
@@ -298,6 +417,26 @@ mod tests {
         assert!(dest.get("missing").unwrap().is_none());
         dest.delete("m.json").unwrap();
         dest.delete("m.json").unwrap();
+        fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn one_holder_at_a_time_and_a_released_lock_is_free() {
+        let root = tmpdir();
+        let dest = LocalDestination::new(&root, false);
+        let now = chrono::Utc::now().to_rfc3339();
+        let first = dest.lock(&LockHolder::this_process("first", &now)).unwrap();
+        let refused = dest
+            .lock(&LockHolder::this_process("second", &now))
+            .err()
+            .unwrap();
+        assert!(refused.to_string().contains("run first"), "{refused}");
+        first.release();
+        let second = dest
+            .lock(&LockHolder::this_process("second", &now))
+            .unwrap();
+        second.check().unwrap();
+        drop(second);
         fs::remove_dir_all(root).unwrap();
     }
 }

@@ -7,8 +7,8 @@
 use serde::{Deserialize, Serialize};
 use sluice_core::{Chunk, Position};
 
-/// Version of the manifest layout.
-pub const MANIFEST_VERSION: u32 = 1;
+/// Version of the manifest layout. 2: the request, per-dataset guarantees and caveats.
+pub const MANIFEST_VERSION: u32 = 2;
 
 /// One snapshot a run read under.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +62,53 @@ pub struct PartRecord {
     pub range: String,
 }
 
+/// What a dataset's rows are guaranteed to be, given how its parts were read. Computed from
+/// the plan and the receipts when the manifest is written, so it states what happened, not
+/// what was asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Guarantee {
+    /// Every part was read under one snapshot: the dataset is exactly the table as of that
+    /// snapshot (rows of `outside_snapshot` relations excepted).
+    Snapshot {
+        /// Index into the manifest's `snapshots`.
+        snapshot: u32,
+    },
+    /// The dataset was read as one part in one transaction of its own (chunk consistency): it
+    /// is the table as of one point in time, not the same point as other datasets.
+    Transaction,
+    /// Parts are key ranges read in different transactions or snapshots. Every row whose key
+    /// did not change during the run appears exactly once (in the state of the read of its
+    /// range); a row inserted or deleted during the run appears at most once; a row whose key
+    /// changed may appear under its old key, its new key, both or neither.
+    KeyRanges {
+        /// The key columns.
+        key: Vec<String>,
+    },
+    /// Physical parts (page ranges or partitions) read in different transactions: a row that
+    /// an UPDATE moved between parts during the run may be missing or repeated. sluice's
+    /// PostgreSQL adapter never produces this; it marks engines that still plan so.
+    PhysicalRanges,
+}
+
+impl Guarantee {
+    /// One line for the report.
+    pub fn describe(&self) -> String {
+        match self {
+            Guarantee::Snapshot { snapshot } => format!("exactly as of snapshot {snapshot}"),
+            Guarantee::Transaction => "exactly as of its own transaction".into(),
+            Guarantee::KeyRanges { key } => format!(
+                "key ranges on ({}) read at different times: each row whose key did not change \
+                 exactly once",
+                key.join(", ")
+            ),
+            Guarantee::PhysicalRanges => "physical ranges read at different times: rows moved \
+                 during the run may be missing or repeated"
+                .into(),
+        }
+    }
+}
+
 /// One dataset of the manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DatasetRecord {
@@ -71,6 +118,27 @@ pub struct DatasetRecord {
     pub kind: String,
     /// Columns in order.
     pub columns: Vec<ColumnRecord>,
+    /// The physical relations read (a partitioned table's leaf partitions), by name; a resume
+    /// compares them with the catalog to notice partitions attached or detached since.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub relations: Vec<String>,
+    /// Relations whose rows the snapshot does not cover (foreign tables, read from their
+    /// server or file when their part was read).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outside_snapshot: Vec<String>,
+    /// Why the relations of `outside_snapshot` are not at the snapshot's point in time (a
+    /// PostgreSQL foreign table is read from its server when its part is read; a MySQL table
+    /// in a non-transactional engine such as MyISAM is not covered by a consistent snapshot:
+    /// each part is one consistent read, the whole table is not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outside_snapshot_reason: Option<String>,
+    /// True when row-level security policies filtered the rows (`--enable-row-security`):
+    /// the dataset may be a subset of the table.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub row_security_filtered: bool,
+    /// What the rows are guaranteed to be (set in the manifest; absent in the run state).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guarantee: Option<Guarantee>,
     /// Total rows.
     pub rows: u64,
     /// Total bytes of its files.
@@ -125,6 +193,10 @@ pub struct HarmRecord {
     /// taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global_lock_seconds: Option<f64>,
+    /// How long the run waited to be granted that lock, seconds (writes on the server may
+    /// queue behind a waiting request; bounded by `--lock-wait-timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_lock_wait_seconds: Option<f64>,
     /// Peak number of other sessions waiting on a lock our sessions held.
     #[serde(default)]
     pub peak_blocked_sessions: u32,
@@ -148,6 +220,9 @@ pub struct Manifest {
     pub source: SourceRecord,
     /// `snapshot` (one point in time) or `chunk` (per-chunk transactions: not one point).
     pub consistency: String,
+    /// Every option that decides what the output holds; a later run on this output compares
+    /// its own request with it.
+    pub request: RequestRecord,
     /// Every snapshot parts were read under; more than one after a resume.
     pub snapshots: Vec<SnapshotRecord>,
     /// Output format, e.g. `parquet zstd(1)`.
@@ -171,9 +246,10 @@ pub struct RunState {
     pub run_id: String,
     /// When the first run started.
     pub started_at: String,
-    /// A fingerprint of the request (source, selection, format, chunking); a resume with a
-    /// different request is refused.
-    pub fingerprint: String,
+    /// Every output-affecting option of the request; a resume with a different request is
+    /// refused, naming each difference. `None` in run states of older versions.
+    #[serde(default)]
+    pub request: Option<RequestRecord>,
     /// `snapshot` or `chunk`.
     pub consistency: String,
     /// File extension of the parts.
@@ -185,4 +261,156 @@ pub struct RunState {
     pub datasets: Vec<DatasetRecord>,
     /// Every chunk of every dataset.
     pub chunks: Vec<Chunk>,
+}
+
+/// A query of the selection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryRecord {
+    /// Dataset name.
+    pub name: String,
+    /// The SQL text.
+    pub sql: String,
+}
+
+/// Every option of a request that decides what an output holds: what is read, how it is
+/// split and read, and how it is written. Options that change only speed or memory (workers,
+/// batch and row-group sizes, fsync, upload settings) are left out, so a resume may change
+/// them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// Source URL, password redacted.
+    pub source: String,
+    /// `--table` names, as typed.
+    pub tables: Vec<String>,
+    /// `--tables` patterns.
+    pub table_patterns: Vec<String>,
+    /// `--schema` names.
+    pub schemas: Vec<String>,
+    /// `--query` datasets.
+    pub queries: Vec<QueryRecord>,
+    /// `parquet zstd(1)`, `parquet snappy`, `csv`.
+    pub format: String,
+    /// CSV delimiter (CSV only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub csv_delimiter: Option<String>,
+    /// CSV NULL text (CSV only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub csv_null: Option<String>,
+    /// CSV header line (CSV only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub csv_header: Option<bool>,
+    /// `snapshot` or `chunk`.
+    pub consistency: String,
+    /// `--chunk-by` as given (`auto`, `ctid`, `key:id`, `none`).
+    pub chunk_by: String,
+    /// `--chunk-size` in bytes, if given.
+    pub chunk_size: Option<u64>,
+    /// One file per dataset.
+    pub merge: bool,
+    /// Only rows visible under row-level security (`--enable-row-security`).
+    pub enable_row_security: bool,
+}
+
+impl RequestRecord {
+    /// Each option that differs from `new`, as `option: old → new`, in a fixed order.
+    pub fn differences(&self, new: &RequestRecord) -> Vec<String> {
+        fn show<T: serde::Serialize>(v: &T) -> String {
+            serde_json::to_string(v).unwrap_or_else(|_| "?".into())
+        }
+        let mut out = Vec::new();
+        let mut cmp = |name: &str, old: String, new: String| {
+            if old != new {
+                out.push(format!("{name}: {old} → {new}"));
+            }
+        };
+        cmp("source", show(&self.source), show(&new.source));
+        cmp("--table", show(&self.tables), show(&new.tables));
+        cmp(
+            "--tables",
+            show(&self.table_patterns),
+            show(&new.table_patterns),
+        );
+        cmp("--schema", show(&self.schemas), show(&new.schemas));
+        let names = |q: &[QueryRecord]| q.iter().map(|q| q.name.clone()).collect::<Vec<_>>();
+        if names(&self.queries) != names(&new.queries) {
+            cmp(
+                "--query",
+                show(&names(&self.queries)),
+                show(&names(&new.queries)),
+            );
+        } else {
+            for (a, b) in self.queries.iter().zip(&new.queries) {
+                cmp(&format!("--query {}", a.name), show(&a.sql), show(&b.sql));
+            }
+        }
+        cmp("format", show(&self.format), show(&new.format));
+        cmp(
+            "--csv-delimiter",
+            show(&self.csv_delimiter),
+            show(&new.csv_delimiter),
+        );
+        cmp("--csv-null", show(&self.csv_null), show(&new.csv_null));
+        cmp("CSV header", show(&self.csv_header), show(&new.csv_header));
+        cmp(
+            "--consistency",
+            show(&self.consistency),
+            show(&new.consistency),
+        );
+        cmp("--chunk-by", show(&self.chunk_by), show(&new.chunk_by));
+        cmp(
+            "--chunk-size",
+            show(&self.chunk_size),
+            show(&new.chunk_size),
+        );
+        cmp("--merge", show(&self.merge), show(&new.merge));
+        cmp(
+            "--enable-row-security",
+            show(&self.enable_row_security),
+            show(&new.enable_row_security),
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> RequestRecord {
+        RequestRecord {
+            source: "postgres://u:***@h/db".into(),
+            tables: vec!["public.t".into()],
+            table_patterns: Vec::new(),
+            schemas: Vec::new(),
+            queries: Vec::new(),
+            format: "csv".into(),
+            csv_delimiter: Some(",".into()),
+            csv_null: Some(String::new()),
+            csv_header: Some(true),
+            consistency: "snapshot".into(),
+            chunk_by: "auto".into(),
+            chunk_size: None,
+            merge: false,
+            enable_row_security: false,
+        }
+    }
+
+    #[test]
+    fn differences_name_each_option_old_and_new() {
+        let a = request();
+        assert!(a.differences(&a).is_empty());
+        let mut b = a.clone();
+        b.tables.push("public.u".into());
+        b.csv_null = Some("NULL".into());
+        b.consistency = "chunk".into();
+        let d = a.differences(&b);
+        assert_eq!(
+            d,
+            [
+                "--table: [\"public.t\"] → [\"public.t\",\"public.u\"]",
+                "--csv-null: \"\" → \"NULL\"",
+                "--consistency: \"snapshot\" → \"chunk\"",
+            ]
+        );
+    }
 }

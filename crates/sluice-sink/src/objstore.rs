@@ -1,6 +1,6 @@
 //! Object-store destination: S3 (and S3-compatible stores), Google Cloud Storage, Azure Blob.
 //!
-//! Files stream out as multipart uploads: a writer buffers one part (`part_size`, 5 MiB by
+//! Files stream out as multipart uploads: a writer buffers one part (`part_size`, 5MB by
 //! default) and hands full parts to the upload, at most `upload_concurrency` in flight, so
 //! memory per open file is about `(1 + upload_concurrency) × part_size` whatever the file's
 //! size. An object becomes visible only when its upload is completed, which is atomic on
@@ -19,6 +19,7 @@
 //! real GCS.
 
 use crate::destination::{Destination, ObjectInfo, ObjectWriter};
+use crate::lock::{LockHolder, OutputLock};
 use crate::objstore_gcs::GcsJson;
 use crate::objstore_url::{self, Cloud, Location};
 use futures_util::StreamExt;
@@ -33,7 +34,7 @@ use std::sync::{Arc, OnceLock};
 
 /// The runtime that runs every object-store request of the process. It lives as long as the
 /// process, so dropping a destination anywhere (even inside another runtime) is safe.
-fn runtime() -> Result<&'static tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> Result<&'static tokio::runtime::Runtime> {
     static RT: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = OnceLock::new();
     RT.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
@@ -68,24 +69,24 @@ fn start<T: Send + 'static>(fut: impl Future<Output = T> + Send + 'static) -> Re
 }
 
 /// Run `fut` on the upload runtime and wait for it.
-fn run<T: Send + 'static>(fut: impl Future<Output = T> + Send + 'static) -> Result<T> {
+pub(crate) fn run<T: Send + 'static>(fut: impl Future<Output = T> + Send + 'static) -> Result<T> {
     start(fut)?.wait()
 }
 
 /// What every writer of a destination shares.
-struct Shared {
+pub(crate) struct Shared {
     cloud: Cloud,
-    store: Arc<dyn ObjectStore>,
+    pub(crate) store: Arc<dyn ObjectStore>,
     bucket: String,
     prefix: String,
     shown: String,
     part_size: usize,
     upload_concurrency: usize,
-    gcs: Option<GcsJson>,
+    pub(crate) gcs: Option<GcsJson>,
 }
 
 impl Shared {
-    fn key(&self, path: &str) -> Path {
+    pub(crate) fn key(&self, path: &str) -> Path {
         let path = path.trim_matches('/');
         match (self.prefix.is_empty(), path.is_empty()) {
             (true, _) => Path::from(path),
@@ -98,7 +99,7 @@ impl Shared {
         format!("{}/{}", self.shown.trim_end_matches('/'), path)
     }
 
-    fn error(&self, e: &object_store::Error, action: &str, path: &str) -> Error {
+    pub(crate) fn error(&self, e: &object_store::Error, action: &str, path: &str) -> Error {
         objstore_url::classify(
             e,
             self.cloud,
@@ -297,6 +298,10 @@ impl Destination for ObjectStoreDestination {
             .collect();
         out.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(out)
+    }
+
+    fn lock(&self, holder: &LockHolder) -> Result<Arc<dyn OutputLock>> {
+        crate::objstore_lock::acquire(self.shared.clone(), &self.display(), holder)
     }
 
     fn delete(&self, path: &str) -> Result<()> {

@@ -125,6 +125,7 @@ impl GcsJson {
             let path = what.to_string();
             return Err(match status.as_u16() {
                 404 => object_store::Error::NotFound { path, source },
+                412 => object_store::Error::Precondition { path, source },
                 401 => object_store::Error::Unauthenticated { path, source },
                 403 => object_store::Error::PermissionDenied { path, source },
                 _ => generic(source),
@@ -188,6 +189,64 @@ impl GcsJson {
         self.send(req, key.as_ref(), false).await.map(|_| ())
     }
 
+    /// Store `data` as `key` only if the object's generation is `generation` (`"0"`: only if
+    /// it does not exist). Returns the new generation, or `None` when the condition failed.
+    pub async fn put_if_generation(
+        &self,
+        key: &Path,
+        data: Bytes,
+        generation: &str,
+    ) -> StoreResult<Option<String>> {
+        let name = percent_encoding::percent_decode_str(key.as_ref()).decode_utf8_lossy();
+        let url = format!(
+            "{}/upload/storage/v1/b/{}/o?uploadType=media&name={}&ifGenerationMatch={}",
+            self.base,
+            utf8_percent_encode(&self.bucket, ESCAPE),
+            utf8_percent_encode(&name, ESCAPE),
+            utf8_percent_encode(generation, ESCAPE)
+        );
+        let req = self
+            .client
+            .post(url)
+            .header("Content-Type", "application/octet-stream")
+            .body(data);
+        match self.send(req, key.as_ref(), false).await {
+            Ok(body) => {
+                let v: serde_json::Value =
+                    serde_json::from_slice(&body.unwrap_or_default()).map_err(generic)?;
+                Ok(Some(generation_of(&v)))
+            }
+            Err(object_store::Error::Precondition { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The whole of `key` and its generation, or `None` if it does not exist.
+    pub async fn get_with_generation(&self, key: &Path) -> StoreResult<Option<(Bytes, String)>> {
+        for _ in 0..3 {
+            let req = self.client.get(self.object_url(key));
+            let Some(meta) = self.send(req, key.as_ref(), true).await? else {
+                return Ok(None);
+            };
+            let v: serde_json::Value = serde_json::from_slice(&meta).map_err(generic)?;
+            let generation = generation_of(&v);
+            let req = self.client.get(format!(
+                "{}?alt=media&ifGenerationMatch={generation}",
+                self.object_url(key)
+            ));
+            match self.send(req, key.as_ref(), true).await {
+                Ok(Some(body)) => return Ok(Some((body, generation))),
+                // Replaced or removed between the two requests: look again.
+                Ok(None) | Err(object_store::Error::Precondition { .. }) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(generic(format!(
+            "{} kept changing while it was read",
+            key.as_ref()
+        )))
+    }
+
     /// Delete `key`; a missing object is not an error.
     pub async fn delete(&self, key: &Path) -> StoreResult<()> {
         let req = self.client.delete(self.object_url(key));
@@ -240,6 +299,14 @@ impl GcsJson {
             }
         }
         Ok(out)
+    }
+}
+
+/// GCS reports generations as decimal strings.
+fn generation_of(v: &serde_json::Value) -> String {
+    match &v["generation"] {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
     }
 }
 

@@ -187,7 +187,7 @@ pub fn open(to: &str, extra: &[(String, String)]) -> Result<Location> {
         match k.as_ref() {
             "part_size" => {
                 part_size = parse_size(&v).filter(|n| *n >= 1 << 20).ok_or_else(|| {
-                    bad_url(to, "part_size must be a size of at least 1MiB, e.g. 8MiB")
+                    bad_url(to, "part_size must be a size of at least 1MB, e.g. 8MB")
                 })?;
             }
             "upload_concurrency" => {

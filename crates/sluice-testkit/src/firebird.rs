@@ -1,9 +1,9 @@
 //! Firebird for tests: an embedded Firebird 5 runtime (no server) and a fresh database per test.
 //!
 //! [`Runtime::prepare`] (used by `sluice-testkit run --firebird`) installs the PyPI wheel
-//! `firebird-embedded` into a virtual environment under `~/.cache/sluice/firebird-venv` when it
-//! is missing, and builds a private runtime directory in a temporary directory: the wheel's
-//! files linked in, a copy of `firebird.conf` with `ServerMode = SuperClassic` (so the test
+//! `firebird-embedded` ([`WHEEL`], or the one [`WHEEL_ENV`] names) into a virtual environment
+//! under `~/.cache/sluice/firebird-venv` when it is missing, and builds a private runtime directory in a temporary directory: the wheel's
+//! files hard-linked in, a copy of `firebird.conf` with `ServerMode = SuperClassic` (so the test
 //! process and the `sluice` process can attach the same database file at once) and a private
 //! lock directory. The engine needs Debian's `libtommath1` and `libtomcrypt1` (installed by
 //! scripts/lib/common.sh).
@@ -28,9 +28,33 @@ use std::process::Command;
 /// The wheel version the tests run against.
 pub const WHEEL: &str = "firebird-embedded==5.0.4.4";
 
+/// Names another wheel to run against (`firebird-embedded==4.0.7.4`, `…==3.0.14.4`), for
+/// trying sluice on other Firebird versions without a server.
+pub const WHEEL_ENV: &str = "SLUICE_TEST_FIREBIRD_WHEEL";
+
+fn wheel() -> String {
+    std::env::var(WHEEL_ENV).unwrap_or_else(|_| WHEEL.to_string())
+}
+
 fn venv_dir() -> Result<PathBuf> {
     let home = std::env::var_os("HOME").context("HOME is not set")?;
-    Ok(PathBuf::from(home).join(".cache/sluice/firebird-venv"))
+    let cache = PathBuf::from(home).join(".cache/sluice");
+    let wheel = wheel();
+    Ok(if wheel == WHEEL {
+        cache.join("firebird-venv")
+    } else {
+        let version: String = wheel
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        cache.join(format!("firebird-venv-{version}"))
+    })
 }
 
 fn find_runtime(venv: &Path) -> Option<PathBuf> {
@@ -61,16 +85,33 @@ pub fn installed_runtime() -> Result<PathBuf> {
     if let Some(rt) = find_runtime(&venv) {
         return Ok(rt);
     }
-    eprintln!("sluice-testkit: installing {WHEEL} into {}", venv.display());
+    let wheel = wheel();
+    eprintln!("sluice-testkit: installing {wheel} into {}", venv.display());
     run(
         Command::new("python3").arg("-m").arg("venv").arg(&venv),
         "python3 -m venv (install Python 3 with its venv module)",
     )?;
     run(
-        Command::new(venv.join("bin/pip")).args(["install", "-q", WHEEL]),
+        Command::new(venv.join("bin/pip")).args(["install", "-q", &wheel]),
         "pip install firebird-embedded",
     )?;
     find_runtime(&venv).context("the firebird-embedded wheel holds no runtime/libfbclient.so.2")
+}
+
+/// Lay out `src` at `dst` with hard links (copies where the file system refuses them):
+/// Firebird 4 refuses to load a plugin whose path goes through a symbolic link ("Actual module
+/// name does not match requested").
+fn link_tree(src: &Path, dst: &Path) -> Result<()> {
+    if src.is_dir() {
+        std::fs::create_dir_all(dst)?;
+        for e in std::fs::read_dir(src)?.flatten() {
+            link_tree(&e.path(), &dst.join(e.file_name()))?;
+        }
+    } else if std::fs::hard_link(src, dst).is_err() {
+        std::fs::copy(src, dst)
+            .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+    }
+    Ok(())
 }
 
 /// A private embedded runtime in a temporary directory (deleted on drop).
@@ -90,7 +131,7 @@ impl Runtime {
             if name == "firebird.conf" || name == "firebird.log" {
                 continue;
             }
-            std::os::unix::fs::symlink(e.path(), root.join(&name))?;
+            link_tree(&e.path(), &root.join(&name))?;
         }
         let conf = std::fs::read_to_string(wheel.join("firebird.conf"))?;
         std::fs::write(
@@ -138,10 +179,15 @@ fn need(var: &str) -> String {
     })
 }
 
+pub(crate) type Client = NativeFbClient<DynLoad>;
+pub(crate) type DbHandle = <Client as FirebirdClientDbOps>::DbHandle;
+pub(crate) type TrHandle = <Client as FirebirdClientSqlOps>::TrHandle;
+pub(crate) type StmtHandle = <Client as FirebirdClientSqlOps>::StmtHandle;
+
 /// One attachment of the test process (blocking calls).
 pub struct FbConn {
-    client: NativeFbClient<DynLoad>,
-    db: <NativeFbClient<DynLoad> as FirebirdClientDbOps>::DbHandle,
+    pub(crate) client: Client,
+    pub(crate) db: DbHandle,
 }
 
 fn client() -> NativeFbClient<DynLoad> {
@@ -240,38 +286,62 @@ impl FbConn {
     /// Rows of `sql` as sorted `v1|v2|…` strings (NULL as `∅`), read in a transaction started
     /// with `set_transaction` (e.g. joining a snapshot by number), or a fresh one.
     pub fn row_strings_in(&mut self, set_transaction: Option<&str>, sql: &str) -> Vec<String> {
-        let mut tr = 0;
-        match set_transaction {
-            Some(st) => self
+        let mut tx = match set_transaction {
+            Some(st) => self.begin(st),
+            None => Tx(self
                 .client
-                .exec_immediate(&mut self.db, &mut tr, Dialect::D3, st)
-                .unwrap_or_else(|e| panic!("{st}: {e}")),
-            None => {
-                tr = self
-                    .client
-                    .begin_transaction(&mut self.db, Default::default())
-                    .unwrap_or_else(|e| panic!("begin: {e}"))
-            }
-        }
+                .begin_transaction(&mut self.db, Default::default())
+                .unwrap_or_else(|e| panic!("begin: {e}"))),
+        };
+        let mut out = self.query_in(&mut tx, sql);
+        self.commit(tx);
+        out.sort();
+        out
+    }
+
+    /// Start a transaction with a `SET TRANSACTION …` statement; it stays open until
+    /// [`FbConn::commit`], so tests can hold snapshots and uncommitted changes.
+    pub fn begin(&mut self, set_transaction: &str) -> Tx {
+        let mut tr = 0;
+        self.client
+            .exec_immediate(&mut self.db, &mut tr, Dialect::D3, set_transaction)
+            .unwrap_or_else(|e| panic!("{set_transaction}: {e}"));
+        Tx(tr)
+    }
+
+    /// Rows of `sql` in `tx`, in the order read, as `v1|v2|…` strings.
+    pub fn query_in(&mut self, tx: &mut Tx, sql: &str) -> Vec<String> {
         let (_, mut stmt) = self
             .client
-            .prepare_statement(&mut self.db, &mut tr, Dialect::D3, sql)
+            .prepare_statement(&mut self.db, &mut tx.0, Dialect::D3, sql)
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
         self.client
-            .execute(&mut self.db, &mut tr, &mut stmt, vec![])
+            .execute(&mut self.db, &mut tx.0, &mut stmt, vec![])
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
         let mut out = Vec::new();
         while let Some(row) = self
             .client
-            .fetch(&mut self.db, &mut tr, &mut stmt)
+            .fetch(&mut self.db, &mut tx.0, &mut stmt)
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
         {
             out.push(row.iter().map(show).collect::<Vec<_>>().join("|"));
         }
         let _ = self.client.free_statement(&mut stmt, FreeStmtOp::Drop);
-        let _ = self.client.transaction_operation(&mut tr, TrOp::Commit);
-        out.sort();
         out
+    }
+
+    /// Run a statement that returns no rows in `tx`.
+    pub fn exec_in(&mut self, tx: &mut Tx, sql: &str) {
+        self.client
+            .exec_immediate(&mut self.db, &mut tx.0, Dialect::D3, sql)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// Commit `tx`.
+    pub fn commit(&mut self, mut tx: Tx) {
+        self.client
+            .transaction_operation(&mut tx.0, TrOp::Commit)
+            .unwrap_or_else(|e| panic!("commit: {e}"));
     }
 
     /// Rows of `sql` in a fresh transaction, as sorted strings.
@@ -279,6 +349,10 @@ impl FbConn {
         self.row_strings_in(None, sql)
     }
 }
+
+/// A transaction open on an [`FbConn`] (see [`FbConn::begin`]); one that is never committed is
+/// rolled back when its attachment detaches.
+pub struct Tx(TrHandle);
 
 fn show(c: &Column) -> String {
     match &c.value {
@@ -297,6 +371,16 @@ impl Drop for FbConn {
     fn drop(&mut self) {
         let _ = self.client.detach_database(&mut self.db);
     }
+}
+
+/// Create an empty database file at `path` with pages of `page_size` bytes.
+pub fn create_database(path: &Path, page_size: u32) {
+    let mut c = client();
+    let mut db = c
+        .create_database(&config(path), Some(page_size), Dialect::D3)
+        .unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
+    let _ = c.detach_database(&mut db);
+    shut_down_at_exit();
 }
 
 /// Tests of one process use the embedded engine one at a time (held for a test's lifetime), so
@@ -320,12 +404,7 @@ impl TestFdb {
         let turn = ONE_TEST_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let dir = PathBuf::from(need("SLUICE_TEST_FIREBIRD_DIR"));
         let path = dir.join(format!("t_{:016x}.fdb", rand::random::<u64>()));
-        let mut c = client();
-        let mut db = c
-            .create_database(&config(&path), Some(4096), Dialect::D3)
-            .unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
-        let _ = c.detach_database(&mut db);
-        shut_down_at_exit();
+        create_database(&path, 4096);
         let url = format!("firebird://{}", path.display());
         TestFdb {
             path,

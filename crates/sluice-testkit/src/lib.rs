@@ -7,12 +7,14 @@
 //!   and finds none fails loudly, never skips), a fresh database per test, and helpers.
 //! - [`mysql`] is the same for MariaDB/MySQL (`SLUICE_TEST_MYSQL_URL`).
 //! - [`files`] reads exported Parquet and CSV back for comparison.
-//! - [`firebird`] prepares an embedded Firebird runtime (no server) and test databases.
+//! - [`firebird`] prepares an embedded Firebird runtime (no server) and test databases;
+//!   [`firebird_writer`] is the concurrent writer process of Firebird consistency tests.
 //! - [`objstore`] starts object-storage emulators (S3, GCS, Azure Blob) the same way.
 //! - [`tls`] generates the certificates of the TLS servers (`--pg-tls`, `--mariadb-tls`).
 
 pub mod files;
 pub mod firebird;
+pub mod firebird_writer;
 pub mod mariadb;
 pub mod mysql;
 pub mod objstore;

@@ -3,6 +3,8 @@
 //! server.
 #![allow(dead_code)]
 
+pub mod writer;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -16,7 +18,9 @@ pub use sluice_testkit::pg::TestDb;
 /// The sluice binary built for these tests.
 pub fn sluice() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
-    c.env_remove("PGPASSWORD").env("SLUICE_LOG", "warn");
+    c.env_remove("PGPASSWORD")
+        .env_remove("SLUICE_LOG_FORMAT")
+        .env("SLUICE_LOG", "warn");
     c
 }
 
@@ -111,6 +115,22 @@ pub fn export(url: &str, to: &Path, args: &[&str]) -> Run {
         .arg("--to")
         .arg(to)
         .args(args))
+}
+
+/// Every retry warning in `stderr` names its part once: `<dataset> part <n>: … — retrying in …`
+/// (the reader names the part; the worker that logs the warning adds no prefix of its own).
+/// Fails when there is no retry warning at all.
+pub fn assert_retries_name_their_part_once(stderr: &str, dataset: &str) {
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("retrying in"))
+        .collect();
+    assert!(!warnings.is_empty(), "no retry warning in:\n{stderr}");
+    for w in warnings {
+        assert_eq!(w.matches(" part ").count(), 1, "the part named once: {w}");
+        assert_eq!(w.matches(dataset).count(), 1, "{dataset} named once: {w}");
+        assert!(w.contains(&format!("{dataset} part ")), "{w}");
+    }
 }
 
 /// A fresh temporary directory (removed when dropped).

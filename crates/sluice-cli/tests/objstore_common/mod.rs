@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use crate::common::*;
-use sluice_sink::{Destination, ObjectStoreDestination};
+use sluice_sink::{Destination, LockHolder, ObjectStoreDestination};
 use sluice_testkit::objstore::{Store, test_url};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -41,7 +41,7 @@ pub fn download(url: &str, dir: &Path) -> Vec<String> {
     names
 }
 
-/// ~100k rows of 64 hex characters (≈ 7.5 MB as CSV: over one 5 MiB upload part when merged).
+/// ~100k rows of 64 hex characters (≈ 7.5 MB as CSV: over one 5MB upload part when merged).
 pub async fn table(db: &TestDb, rows: u32) {
     db.exec(&format!(
         "CREATE TABLE o (id bigint PRIMARY KEY, v text);
@@ -216,4 +216,27 @@ pub async fn missing_bucket(store: Store) {
         "{}",
         r.stderr
     );
+}
+
+/// The output's lock on a store: one holder at a time, named to the second; released, it is
+/// gone; a lock whose heartbeat stopped (a run that died) is taken over. Not run against the
+/// GCS emulator, which ignores `ifGenerationMatch` (every conditional write succeeds there).
+pub fn output_lock(store: Store) {
+    let d = open(&test_url(store));
+    let first = d.lock(&LockHolder::now("first")).unwrap();
+    let refused = d.lock(&LockHolder::now("second")).err().unwrap();
+    assert!(refused.to_string().contains("run first"), "{refused}");
+    first.check().unwrap();
+    first.release();
+    assert!(d.get("_sluice/lock.json").unwrap().is_none(), "released");
+
+    let mut dead = LockHolder::now("dead");
+    dead.heartbeat = "2000-01-01T00:00:00Z".into();
+    d.put("_sluice/lock.json", &dead.to_bytes()).unwrap();
+    let taker = d.lock(&LockHolder::now("taker")).unwrap();
+    let stored = LockHolder::from_bytes(&d.get("_sluice/lock.json").unwrap().unwrap()).unwrap();
+    assert_eq!(stored.run_id, "taker");
+    let refused = d.lock(&LockHolder::now("late")).err().unwrap();
+    assert!(refused.to_string().contains("run taker"), "{refused}");
+    taker.release();
 }

@@ -111,6 +111,9 @@ pub struct PgParams {
     pub application_name: String,
     /// `options` from the URL or `PGOPTIONS` (sluice's session settings are added to them).
     pub options: Option<String>,
+    /// Row-level security applies to the sessions (`--enable-row-security`); otherwise they
+    /// run with `row_security = off`, as pg_dump's do.
+    pub row_security: bool,
     /// Per-host connect timeout; `None` waits as long as the network does.
     pub connect_timeout: Option<Duration>,
     /// `sslmode`.
@@ -186,9 +189,16 @@ impl PgParams {
             })
             .target_session_attrs(self.target_session_attrs)
             .channel_binding(self.channel_binding)
-            .options(match &self.options {
-                Some(o) => format!("{o} {SESSION_OPTIONS}"),
-                None => SESSION_OPTIONS.to_string(),
+            .options(&{
+                let mut o = match &self.options {
+                    Some(o) => format!("{o} {SESSION_OPTIONS}"),
+                    None => SESSION_OPTIONS.to_string(),
+                };
+                if self.row_security {
+                    // Later settings win: this undoes SESSION_OPTIONS' `row_security=off`.
+                    o.push_str(" -c row_security=on");
+                }
+                o
             });
         if let Some(pw) = self.password_for(host) {
             c.password(pw);
@@ -354,6 +364,7 @@ pub(super) fn resolve(
         dbname,
         application_name,
         options: kw.get("options").map(str::to_string),
+        row_security: false,
         connect_timeout,
         sslmode: tls.mode,
         direct_tls: tls.direct,

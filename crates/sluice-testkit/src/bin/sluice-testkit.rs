@@ -6,7 +6,12 @@
 //! `SLUICE_TEST_PG_TLS_SOCKET_URL`, `SLUICE_TEST_MYSQL_TLS_URL`,
 //! `SLUICE_TEST_MYSQL_TLS_SOCKET_URL` and `SLUICE_TEST_TLS_DIR`, the certificates they use),
 //! stop and delete the servers, and exit with COMMAND's status. Used by scripts/test,
-//! scripts/demo and bench/run.
+//! scripts/demo and bench/run. COMMAND also gets `SLUICE_TESTKIT`, this program's path.
+//!
+//! `sluice-testkit firebird-writer DB [--create N] [--accounts N] [--per-commit N]
+//! [--read-committed] [--log FILE]`: the concurrent writer of Firebird consistency tests (see
+//! `sluice_testkit::firebird_writer`), in a process of its own. It prints `committed N` after
+//! every commit and stops, after a commit, when its standard input is closed.
 
 use anyhow::{Context, Result, bail};
 use std::process::{Command, ExitCode};
@@ -23,6 +28,9 @@ fn main() -> ExitCode {
 
 fn run() -> Result<u8> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("firebird-writer") {
+        return firebird_writer(&args[1..]);
+    }
     let Some(split) = args.iter().position(|a| a == "--") else {
         bail!(
             "usage: sluice-testkit run [--pg] [--pg-tls] [--mariadb] [--mariadb-tls] [--firebird] [--s3] [--gcs] [--azure] -- COMMAND [ARGS…]"
@@ -36,6 +44,9 @@ fn run() -> Result<u8> {
     }
     let mut command = Command::new(&cmd[0]);
     command.args(&cmd[1..]);
+    if let Ok(me) = std::env::current_exe() {
+        command.env("SLUICE_TESTKIT", me);
+    }
     let mut servers = Vec::new();
     let mut runtimes = Vec::new();
     let mut emulators = Vec::new();
@@ -134,6 +145,66 @@ fn run() -> Result<u8> {
     drop(emulators);
     drop(pki);
     Ok(status.code().map(|c| c.clamp(0, 255) as u8).unwrap_or(1))
+}
+
+/// `firebird-writer`: transfers between accounts until standard input is closed.
+fn firebird_writer(args: &[String]) -> Result<u8> {
+    use sluice_testkit::firebird_writer::{Transfers, create_accounts, run_transfers};
+    use std::io::{Read, Write};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let usage = "usage: sluice-testkit firebird-writer DB [--create N] [--accounts N] \
+                 [--per-commit N] [--read-committed] [--log FILE]";
+    let mut db = None;
+    let mut spec = Transfers::default();
+    let mut create = None;
+    let mut log = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = || {
+            it.next()
+                .with_context(|| format!("{a} needs a value; {usage}"))
+        };
+        match a.as_str() {
+            "--create" => create = Some(value()?.parse::<u64>()?),
+            "--accounts" => spec.accounts = value()?.parse()?,
+            "--per-commit" => spec.per_commit = value()?.parse()?,
+            "--read-committed" => {
+                spec.set_transaction =
+                    "SET TRANSACTION READ WRITE WAIT ISOLATION LEVEL READ COMMITTED".into()
+            }
+            "--log" => log = Some(std::fs::File::create(value()?)?),
+            _ if db.is_none() && !a.starts_with('-') => db = Some(std::path::PathBuf::from(a)),
+            _ => bail!("unknown argument {a}; {usage}"),
+        }
+    }
+    let db = db.context(usage)?;
+    if let Some(n) = create {
+        create_accounts(&db, n);
+        spec.accounts = n;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    std::thread::spawn(move || {
+        let _ = std::io::stdin().read_to_end(&mut Vec::new());
+        s.store(true, Ordering::Relaxed);
+    });
+    let mut out = std::io::stdout();
+    let mut log = log.map(std::io::BufWriter::new);
+    run_transfers(
+        &db,
+        &spec,
+        log.as_mut().map(|l| l as &mut dyn Write),
+        || stop.load(Ordering::Relaxed),
+        |n| {
+            let _ = writeln!(out, "committed {n}");
+            let _ = out.flush();
+        },
+    )?;
+    if let Some(mut l) = log {
+        l.flush()?;
+    }
+    Ok(0)
 }
 
 /// A server kept alive (and stopped on drop) while the command runs.

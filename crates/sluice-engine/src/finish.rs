@@ -1,0 +1,366 @@
+//! The end of a run: the manifest (from the plan and every receipt, written last) and the
+//! report, with what each dataset's rows are guaranteed to be.
+
+use crate::export::now_rfc3339;
+use crate::job::ExportJob;
+use crate::phase::PhaseTimer;
+use crate::prepare::Prepared;
+use crate::report::{DatasetReport, Report};
+use crate::resume;
+use crate::rss::peak_rss_bytes;
+use crate::worker::{WorkerContext, blocking};
+use sluice_core::{Chunk, ChunkBounds, Consistency, Error, Result};
+use sluice_sink::layout::{self, MANIFEST};
+use sluice_sink::manifest::{
+    DatasetRecord, Guarantee, HarmRecord, MANIFEST_VERSION, Manifest, MergedRecord, PartRecord,
+    SourceRecord,
+};
+use sluice_sink::{OutputLock, merge};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// What a run that read everything hands to [`finish`].
+pub(crate) struct Finished {
+    pub prepared: Prepared,
+    pub ctx: Arc<WorkerContext>,
+    pub harm: HarmRecord,
+    pub run_id: String,
+    pub server_version: String,
+    pub started: Instant,
+}
+
+/// What the rows of a dataset are guaranteed to be, from how its chunks were planned and which
+/// snapshot each part was read under (see [`Guarantee`]).
+pub fn guarantee(consistency: Consistency, chunks: &[&Chunk], parts: &[PartRecord]) -> Guarantee {
+    let first = parts.first().map(|p| p.snapshot).unwrap_or(0);
+    if consistency == Consistency::Snapshot && parts.iter().all(|p| p.snapshot == first) {
+        return Guarantee::Snapshot { snapshot: first };
+    }
+    if chunks.len() <= 1 {
+        return Guarantee::Transaction;
+    }
+    if chunks.iter().any(|c| c.is_physical()) {
+        return Guarantee::PhysicalRanges;
+    }
+    let key = chunks
+        .iter()
+        .find_map(|c| match &c.bounds {
+            ChunkBounds::Keys { columns, .. } | ChunkBounds::KeyNulls { columns } => {
+                Some(columns.clone())
+            }
+            _ => None,
+        })
+        .unwrap_or_default();
+    Guarantee::KeyRanges { key }
+}
+
+/// Caveats of a dataset's record, for the report.
+fn caveats(d: &DatasetRecord) -> Vec<String> {
+    let mut out = Vec::new();
+    if !d.outside_snapshot.is_empty() {
+        out.push(format!(
+            "{}: rows of {} (foreign) were read from their server or file when their part was \
+             read, not as of the snapshot",
+            d.name,
+            d.outside_snapshot.join(", ")
+        ));
+    }
+    if d.row_security_filtered {
+        out.push(format!(
+            "{}: row-level security policies filtered its rows (--enable-row-security): only \
+             the rows the user may see were exported",
+            d.name
+        ));
+    }
+    out
+}
+
+/// Write the manifest from the plan and every receipt, and build the report.
+pub(crate) async fn finish(
+    job: &ExportJob,
+    lock: &Arc<dyn OutputLock>,
+    f: Finished,
+    phases: &mut PhaseTimer,
+) -> Result<Report> {
+    let Finished {
+        mut prepared,
+        ctx,
+        harm,
+        run_id,
+        server_version,
+        started,
+    } = f;
+    phases.enter(if job.merge { "merge" } else { "manifest" });
+    let dest = job.destination.clone();
+    let d = dest.clone();
+    let all = blocking(move || resume::receipts(d.as_ref())).await?;
+    let state = &prepared.state;
+    let receipts = resume::matching(&all, &state.chunks);
+    let mut datasets = Vec::new();
+    for rec in &state.datasets {
+        let mut parts: Vec<PartRecord> = receipts
+            .iter()
+            .filter(|r| r.dataset == rec.name)
+            .map(|r| (*r).clone())
+            .collect();
+        parts.sort_by_key(|p| p.ordinal);
+        let chunks: Vec<&Chunk> = state
+            .chunks
+            .iter()
+            .filter(|c| c.dataset == rec.name)
+            .collect();
+        if parts.len() != chunks.len() {
+            return Err(Error::internal(format!(
+                "{}: {} of {} parts have receipts after all workers finished",
+                rec.name,
+                parts.len(),
+                chunks.len()
+            )));
+        }
+        let rows: u64 = parts.iter().map(|p| p.rows).sum();
+        let merged = if job.merge {
+            let target = layout::merged_path(&rec.name, job.format.extension());
+            let files: Vec<String> = parts.iter().map(|p| p.file.clone()).collect();
+            let (d, f, t) = (dest.clone(), job.format.clone(), target.clone());
+            sluice_core::failpoint::hit("export.before_merge")?;
+            let stats = blocking(move || merge::merge(&d, &f, &files, rows, &t)).await?;
+            Some(MergedRecord {
+                file: target,
+                rows,
+                bytes: stats.bytes,
+                xxh3_128: stats.xxh3_128,
+            })
+        } else {
+            None
+        };
+        let mut outside_snapshot = rec.outside_snapshot.clone();
+        let mut outside_snapshot_reason = rec.outside_snapshot_reason.clone();
+        if let Some(why) = prepared.outside_snapshot.get(&rec.name) {
+            outside_snapshot = vec![rec.name.clone()];
+            outside_snapshot_reason = Some(why.clone());
+        } else if !outside_snapshot.is_empty() && outside_snapshot_reason.is_none() {
+            outside_snapshot_reason = Some(
+                "foreign tables: their rows were read from their server or file when their part \
+                 was read, not as of the snapshot"
+                    .into(),
+            );
+        }
+        datasets.push(DatasetRecord {
+            rows,
+            outside_snapshot,
+            outside_snapshot_reason,
+            bytes: merged
+                .as_ref()
+                .map(|m| m.bytes)
+                .unwrap_or_else(|| parts.iter().map(|p| p.bytes).sum()),
+            guarantee: Some(guarantee(job.consistency, &chunks, &parts)),
+            parts,
+            merged,
+            ..rec.clone()
+        });
+    }
+    let source = SourceRecord {
+        engine: job.source.engine().to_string(),
+        url: job.source.display_url(),
+        server_version: server_version.clone(),
+    };
+    let manifest = Manifest {
+        manifest_version: MANIFEST_VERSION,
+        tool: format!("sluice {}", env!("CARGO_PKG_VERSION")),
+        run_id: run_id.clone(),
+        source,
+        consistency: job.consistency.to_string(),
+        request: job.request(),
+        snapshots: state.snapshots.clone(),
+        format: job.format.describe(),
+        started_at: state.started_at.clone(),
+        finished_at: now_rfc3339(),
+        datasets: datasets.clone(),
+        harm: harm.clone(),
+    };
+    let bytes = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::internal(e.to_string()))?;
+    if job.merge {
+        phases.enter("manifest");
+    }
+    sluice_core::failpoint::hit("export.before_manifest")?;
+    // Another run may have taken the output over if this one looked dead (object stores):
+    // then this run must not declare the output complete.
+    lock.check()?;
+    let d = dest.clone();
+    blocking(move || d.put(MANIFEST, &bytes)).await?;
+    if job.merge {
+        // The merged files and the manifest are durable: the parts are no longer needed.
+        let files: Vec<String> = datasets
+            .iter()
+            .flat_map(|d| d.parts.iter().map(|p| p.file.clone()))
+            .collect();
+        let d = dest.clone();
+        blocking(move || files.iter().try_for_each(|f| d.delete(f))).await?;
+    }
+
+    let committed = ctx.committed.lock().map(|c| c.clone()).unwrap_or_default();
+    let wall = started.elapsed().as_secs_f64();
+    let rows = ctx.counters.rows.load(Ordering::Relaxed);
+    let bytes_read = ctx.counters.bytes.load(Ordering::Relaxed);
+    let mut text_fallback_columns = Vec::new();
+    for ds in &datasets {
+        for c in ds.columns.iter().filter(|c| c.text_fallback) {
+            text_fallback_columns.push(format!("{}.{} ({})", ds.name, c.name, c.source_type));
+        }
+        prepared.notes.extend(caveats(ds));
+    }
+    let position = state
+        .snapshots
+        .last()
+        .map(|s| s.position.to_string())
+        .unwrap_or_default();
+    Ok(Report {
+        run_id,
+        source: format!("{} {}", job.source.engine(), job.source.display_url()),
+        server_version,
+        destination: dest.display(),
+        format: job.format.describe(),
+        consistency: job.consistency.to_string(),
+        position,
+        already_complete: false,
+        rows,
+        bytes_read,
+        bytes_written: committed.iter().map(|p| p.bytes).sum(),
+        wall_seconds: wall,
+        rows_per_second: if wall > 0.0 { rows as f64 / wall } else { 0.0 },
+        mb_per_second: if wall > 0.0 {
+            bytes_read as f64 / (1u64 << 20) as f64 / wall
+        } else {
+            0.0
+        },
+        peak_rss_bytes: peak_rss_bytes(),
+        predicted_peak_rss_bytes: prepared.predicted_peak_rss,
+        batch_bytes: prepared.budget.batch_bytes,
+        workers: prepared.workers,
+        parts_written: committed.len(),
+        parts_skipped: prepared.skipped,
+        retries: ctx.retries.load(Ordering::Relaxed),
+        harm,
+        text_fallback_columns,
+        datasets: datasets
+            .iter()
+            .map(|d| DatasetReport {
+                name: d.name.clone(),
+                rows: d.rows,
+                bytes: d.bytes,
+                parts: d.parts.len(),
+                guarantee: d
+                    .guarantee
+                    .as_ref()
+                    .map(Guarantee::describe)
+                    .unwrap_or_default(),
+            })
+            .collect(),
+        notes: prepared.notes,
+        phases: phases.finish(),
+    })
+}
+
+/// The report of a run that found the same request already complete.
+pub(crate) fn already_complete(
+    job: &ExportJob,
+    run_id: String,
+    started: Instant,
+    phases: &mut PhaseTimer,
+) -> Report {
+    Report {
+        run_id,
+        source: format!("{} {}", job.source.engine(), job.source.display_url()),
+        server_version: String::new(),
+        destination: job.destination.display(),
+        format: job.format.describe(),
+        consistency: job.consistency.to_string(),
+        position: String::new(),
+        already_complete: true,
+        rows: 0,
+        bytes_read: 0,
+        bytes_written: 0,
+        wall_seconds: started.elapsed().as_secs_f64(),
+        rows_per_second: 0.0,
+        mb_per_second: 0.0,
+        peak_rss_bytes: peak_rss_bytes(),
+        predicted_peak_rss_bytes: 0,
+        batch_bytes: 0,
+        workers: 0,
+        parts_written: 0,
+        parts_skipped: 0,
+        retries: 0,
+        harm: HarmRecord::default(),
+        text_fallback_columns: Vec::new(),
+        datasets: Vec::new(),
+        notes: vec![
+            "the output was already complete (manifest.json present) for the same request; \
+             nothing to do"
+                .into(),
+        ],
+        phases: phases.finish(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(snapshot: u32) -> PartRecord {
+        PartRecord {
+            dataset: "d".into(),
+            ordinal: 0,
+            file: String::new(),
+            rows: 0,
+            bytes: 0,
+            xxh3_128: String::new(),
+            snapshot,
+            range: String::new(),
+        }
+    }
+
+    fn chunk(bounds: ChunkBounds) -> Chunk {
+        Chunk {
+            dataset: "d".into(),
+            ordinal: 0,
+            relation: None,
+            bounds,
+            est_bytes: 0,
+            est_rows: 0,
+        }
+    }
+
+    #[test]
+    fn guarantees_follow_how_parts_were_read() {
+        let pages = chunk(ChunkBounds::Pages {
+            first: 0,
+            end: None,
+        });
+        let keys = chunk(ChunkBounds::Keys {
+            columns: vec!["id".into()],
+            lower: None,
+            upper: None,
+        });
+        let whole = chunk(ChunkBounds::Whole);
+        let snap = Consistency::Snapshot;
+        assert_eq!(
+            guarantee(snap, &[&pages, &pages], &[part(1), part(1)]),
+            Guarantee::Snapshot { snapshot: 1 }
+        );
+        assert_eq!(
+            guarantee(snap, &[&keys, &keys], &[part(0), part(1)]),
+            Guarantee::KeyRanges {
+                key: vec!["id".into()]
+            }
+        );
+        assert_eq!(
+            guarantee(Consistency::Chunk, &[&whole], &[part(0)]),
+            Guarantee::Transaction
+        );
+        assert_eq!(
+            guarantee(Consistency::Chunk, &[&pages, &pages], &[part(0), part(0)]),
+            Guarantee::PhysicalRanges
+        );
+    }
+}
