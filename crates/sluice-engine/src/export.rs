@@ -142,8 +142,7 @@ async fn timed_export(
     // decides it (an explicit --parallel, or one worker), never the data, so the same
     // command is refused everywhere. Fewer chunks than workers would use fewer, but a
     // request that needs more than its target is a mistake worth naming either way.
-    if let Some(why) = plan::memory_refusal(job.parallel.unwrap_or(1).max(1), &plan_inputs(&job))
-    {
+    if let Some(why) = plan::memory_refusal(job.parallel.unwrap_or(1).max(1), &plan_inputs(&job)) {
         return Err(Error::config(why));
     }
     phases.enter("connect");
