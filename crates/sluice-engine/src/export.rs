@@ -138,11 +138,10 @@ async fn timed_export(
 ) -> Result<Report> {
     let started = Instant::now();
     // A worker count that cannot fit --memory is refused before anything is touched: no
-    // output checked, locked or cleared (--overwrite), no session opened. Only the request
-    // decides it (an explicit --parallel, or one worker), never the data, so the same
-    // command is refused everywhere. Fewer chunks than workers would use fewer, but a
-    // request that needs more than its target is a mistake worth naming either way.
-    if let Some(why) = plan::memory_refusal(job.parallel.unwrap_or(1).max(1), &plan_inputs(&job)) {
+    // output checked, locked or cleared (--overwrite), no session opened. Fewer chunks than
+    // workers would use fewer, but a request that needs more than its target is a mistake
+    // worth naming whatever the table.
+    if let Some(why) = plan::request_refusal(&plan_inputs(&job)) {
         return Err(Error::config(why));
     }
     phases.enter("connect");

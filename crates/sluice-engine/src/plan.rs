@@ -315,6 +315,14 @@ pub fn memory_refusal(workers: usize, inputs: &PlanInputs) -> Option<String> {
     ))
 }
 
+/// Why the request in `inputs` cannot start within its memory target (`None` when it can):
+/// the workers it asks for (`--parallel`, else the one worker every run needs) must fit with
+/// their smallest budgets. Only the request decides, never the data, so a run refuses before
+/// it touches the output or the source, and `sluice plan` says the same beforehand.
+pub fn request_refusal(inputs: &PlanInputs) -> Option<String> {
+    memory_refusal(inputs.parallel.unwrap_or(1).max(1), inputs)
+}
+
 /// Predicted peak resident memory for `workers` with `budget`, each worker's open file
 /// holding `writer_buffer_bytes` of destination buffers.
 pub fn predicted_peak_rss(workers: usize, budget: &Budget, writer_buffer_bytes: u64) -> u64 {

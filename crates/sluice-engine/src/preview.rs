@@ -114,7 +114,7 @@ pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
             .collect();
         let snapshot_connection = usize::from(job.consistency == Consistency::Snapshot);
         let mut notes = sizing.notes.clone();
-        if let Some(why) = plan::memory_refusal(workers, &inputs) {
+        if let Some(why) = plan::request_refusal(&inputs) {
             notes.push(format!("an export would refuse to start: {why}"));
         }
         Ok(PlanReport {
