@@ -58,6 +58,7 @@ pub fn plan_inputs(job: &ExportJob) -> PlanInputs {
             .map(|n| n.get())
             .unwrap_or(1),
         server_local: plan::server_is_local(&job.source.display_url()),
+        columns: 0,
     }
 }
 

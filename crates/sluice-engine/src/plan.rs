@@ -1,4 +1,6 @@
 //! The planner: how many workers, how big a chunk, how much memory — before any row is read.
+//! (Past 500 lines because the second half is the unit tests that pin the model's constants
+//! and decisions; they stay beside what they check.)
 //!
 //! Work is estimated from **bytes and rows**, not rows alone: decoding and encoding cost per row
 //! (narrow tables with many rows) and per byte (wide rows, long text, compression). The run's
@@ -15,19 +17,29 @@
 //! can feed, and `sluice plan` says when a requested count is past it. Whether the server
 //! shares the machine is judged from its host (loopback or a Unix socket).
 //!
-//! **Memory** is bounded by bytes: each worker holds at most two batches (one being decoded, one
-//! being encoded) plus the writer's open row group (its encoded pages and page buffers). The
-//! user gives one number, the memory target (`--memory`, default [`DEFAULT_MEMORY`]); the
-//! planner splits what is left after [`BASE_RSS`] among the workers and derives the batch and
-//! row-group budgets from it, so more workers get smaller batches rather than more memory:
-//! `peak ≈ BASE + workers × (2 × batch + ROW_GROUP_FACTOR × row group + WORKER_OVERHEAD + writer
-//! buffers)`, where the writer buffers are an object store's upload parts in flight (none for
-//! local files) and [`ROW_GROUP_FACTOR`] covers what the Parquet writer holds besides the row
-//! group's encoded pages.
+//! **Memory** is bounded by bytes: each worker holds its batches (one being decoded, one being
+//! encoded, and the copies the Parquet writer makes of some columns) plus the writer's open row
+//! group (its encoded pages and page buffers). The user gives one number, the memory target
+//! (`--memory`, default [`DEFAULT_MEMORY`]); the planner splits what is left after
+//! [`BASE_RSS`] and each worker's fixed costs among the workers and derives the batch and
+//! row-group budgets from it, so more workers get smaller budgets rather than more memory:
+//!
+//! ```text
+//! peak ≈ BASE_RSS + workers × (copies × batch + ROW_GROUP_FACTOR × row group
+//!                              + WORKER_OVERHEAD + columns × COLUMN_OVERHEAD + writer buffers)
+//! ```
+//!
+//! where `copies` is [`BATCH_COPIES_PARQUET`] (Parquet) or 2 (CSV), the columns are the widest
+//! dataset's (Parquet only) and the writer buffers are an object store's upload parts in
+//! flight (none for local files). Each constant's documentation gives the measurement behind
+//! it; docs/perf/benchmarks.md ("Memory model") compares the sum with measured peaks.
 //! Row groups never go below [`MIN_ROW_GROUP`] (smaller ones make files slow to read), nor
 //! batches below [`MIN_BATCH`]: when the workers requested cannot fit the target with those,
 //! the default picks fewer workers, and an explicit `--parallel` is refused with the memory it
-//! needs ([`memory_needed`]).
+//! needs ([`memory_needed`]), from the request alone, before the output or the source is
+//! touched. The columns are known only once the catalog is read; when many columns push the
+//! prediction past the target although the refusal let the run start, the plan and the report
+//! say how much more it needs ([`memory_note`]).
 
 use sluice_core::Dataset;
 use std::time::Duration;
@@ -42,24 +54,41 @@ pub const SERVER_ROW_COST: f64 = 290e-9;
 pub const SERVER_BYTE_COST: f64 = 6e-9;
 /// Estimated work that justifies one more worker.
 pub const WORK_PER_WORKER: Duration = Duration::from_secs(1);
-/// Memory of the process before any data: runtime, drivers, allocator.
-pub const BASE_RSS: u64 = 14 << 20;
-/// Per-worker memory besides batches and the row group (socket and read buffers).
-pub const WORKER_OVERHEAD: u64 = 2 << 20;
+/// Memory of the process before any data: the binary's code that a run keeps resident (12 MB
+/// of the release binary's text in the benchmark lab), shared libraries, the runtime, the
+/// coordinator's session.
+pub const BASE_RSS: u64 = 16 << 20;
+/// Per-worker memory besides batches and the row group (session, socket and read buffers,
+/// decoder).
+pub const WORKER_OVERHEAD: u64 = 1 << 20;
+/// Per-worker memory for each column a Parquet writer writes, besides the row group: the
+/// column writer's compression context, statistics and encoder state (measured: the 21-column
+/// wide table costs about 4 MB more per worker than the 5-column narrow one).
+pub const COLUMN_OVERHEAD: u64 = 256 << 10;
+/// Batches a Parquet worker holds, counted in batch budgets: the one being decoded, the one
+/// being encoded, and the copies the Parquet writer makes of some columns while encoding
+/// (timestamps are cast to 64-bit integers): measured 2.1 (wide) to 2.6 (narrow). CSV renders
+/// from the batch itself: 2.
+pub const BATCH_COPIES_PARQUET: f64 = 2.5;
 /// Default memory target for the whole process.
 pub const DEFAULT_MEMORY: u64 = 64 << 20;
 /// Smallest batch the planner chooses.
 pub const MIN_BATCH: usize = 256 << 10;
 /// Largest batch the planner chooses.
 pub const MAX_BATCH: usize = 16 << 20;
-/// What a Parquet writer is counted to hold per byte of its row-group budget. The writer holds
-/// more (the row group is closed only after the batch that crosses the budget, and each column
-/// keeps an open page, its dictionary and compression buffers): in the benchmark lab the
-/// narrow table at 8 workers with 8 MB row groups peaked 36 MB above a one-to-one prediction,
-/// and the 2-worker runs 2–6 MB above the 64 MB target. Counting 1.5 would hold the target,
-/// but the row groups it leaves made the wide table's files 4% larger (more, smaller row
-/// groups), so it stays at 1 until the writer's own buffers shrink.
-pub const ROW_GROUP_FACTOR: f64 = 1.0;
+/// What a Parquet writer holds per byte of its row-group budget: the row group is closed after
+/// the batch that crosses the budget, and its pages are small allocations with some slack
+/// between them. Measured 0.9 (wide) to 1.16 (narrow, one worker), once the writer hands each
+/// freed row group back to the system (`sluice_core::memory`); without that the narrow table
+/// at 2 workers peaked 8 MB higher.
+pub const ROW_GROUP_FACTOR: f64 = 1.1;
+/// With a format that holds a row group, each of a worker's batches gets 1/this of its memory
+/// and the row group the rest. Memory is worth more in the row group: it decides the file (in
+/// the benchmark lab the wide table's files were 7% smaller with 16 MB row groups than with
+/// 6 MB), while batches past a megabyte save no CPU (the narrow table at 2 workers spent the
+/// same client CPU per row with 1, 3 and 6 MB batches, the wide one with 1 and 4 MB). Without
+/// a row group (CSV) each batch gets half.
+pub const BATCH_SHARE_WITH_ROW_GROUP: usize = 16;
 /// Smallest row group the planner chooses: memory of the open row group (encoded pages and
 /// page buffers), about that much of compressed column data in the file. Every row group of a
 /// part but its last holds at least this much.
@@ -92,6 +121,39 @@ pub struct PlanInputs {
     pub cores: usize,
     /// Whether the database server runs on this machine (and so competes for its cores).
     pub server_local: bool,
+    /// Columns of the widest dataset (0 until the catalog is read): a Parquet writer's fixed
+    /// cost per worker grows with them ([`COLUMN_OVERHEAD`]).
+    pub columns: usize,
+}
+
+impl PlanInputs {
+    /// These inputs with the columns of the widest of `datasets`.
+    pub fn with_columns_of(self, datasets: &[Dataset]) -> Self {
+        PlanInputs {
+            columns: datasets.iter().map(|d| d.columns.len()).max().unwrap_or(0),
+            ..self
+        }
+    }
+
+    /// Batch budgets a worker holds at once (see [`BATCH_COPIES_PARQUET`]).
+    fn batch_copies(&self) -> f64 {
+        if self.holds_row_group {
+            BATCH_COPIES_PARQUET
+        } else {
+            2.0
+        }
+    }
+
+    /// A worker's memory that no budget governs: its fixed overhead, its columns' (Parquet),
+    /// the destination's upload buffers.
+    fn worker_fixed(&self) -> u64 {
+        let columns = if self.holds_row_group {
+            self.columns as u64 * COLUMN_OVERHEAD
+        } else {
+            0
+        };
+        WORKER_OVERHEAD + columns + self.writer_buffer_bytes
+    }
 }
 
 /// Byte budgets per worker.
@@ -107,12 +169,18 @@ pub struct Budget {
 pub fn budget(workers: usize, inputs: &PlanInputs) -> Budget {
     let per_worker = (inputs
         .memory
-        .saturating_sub(BASE_RSS + workers as u64 * (WORKER_OVERHEAD + inputs.writer_buffer_bytes))
+        .saturating_sub(BASE_RSS + workers as u64 * inputs.worker_fixed())
         / workers.max(1) as u64) as usize;
-    let share = if inputs.holds_row_group { 4 } else { 2 };
+    let copies = inputs.batch_copies();
+    let share = if inputs.holds_row_group {
+        BATCH_SHARE_WITH_ROW_GROUP
+    } else {
+        2
+    };
     // Batches give way first: the smallest row group (with its buffers) is kept.
     let room = if inputs.holds_row_group && inputs.row_group_bytes.is_none() {
-        per_worker.saturating_sub((MIN_ROW_GROUP as f64 * ROW_GROUP_FACTOR) as usize) / 2
+        (per_worker.saturating_sub((MIN_ROW_GROUP as f64 * ROW_GROUP_FACTOR) as usize) as f64
+            / copies) as usize
     } else {
         usize::MAX
     };
@@ -122,8 +190,8 @@ pub fn budget(workers: usize, inputs: &PlanInputs) -> Budget {
     let row_group_bytes = match (inputs.holds_row_group, inputs.row_group_bytes) {
         (false, _) => 0,
         (true, Some(r)) => r,
-        (true, None) => ((per_worker.saturating_sub(2 * batch_bytes) as f64 / ROW_GROUP_FACTOR)
-            as usize)
+        (true, None) => (((per_worker as f64 - copies * batch_bytes as f64).max(0.0)
+            / ROW_GROUP_FACTOR) as usize)
             .max(MIN_ROW_GROUP),
     };
     Budget {
@@ -132,17 +200,18 @@ pub fn budget(workers: usize, inputs: &PlanInputs) -> Budget {
     }
 }
 
-/// Memory one worker needs at least: two of the smallest batches (or `--batch-size`), the
-/// smallest row group (or `--row-group-size`), its buffers.
+/// Memory one worker needs at least: its batches at the smallest budget (or `--batch-size`),
+/// the smallest row group (or `--row-group-size`), its fixed costs. Without the columns
+/// (`inputs.columns` 0) this is what any table needs, which is what a refusal may rest on
+/// before the catalog is read.
 pub fn min_worker_bytes(inputs: &PlanInputs) -> u64 {
-    let batch = inputs.batch_bytes.unwrap_or(MIN_BATCH) as u64;
+    let batch = inputs.batch_bytes.unwrap_or(MIN_BATCH) as f64;
     let row_group = match (inputs.holds_row_group, inputs.row_group_bytes) {
-        (false, _) => 0,
-        (true, Some(r)) => r as u64,
-        (true, None) => MIN_ROW_GROUP as u64,
+        (false, _) => 0.0,
+        (true, Some(r)) => r as f64 * ROW_GROUP_FACTOR,
+        (true, None) => MIN_ROW_GROUP as f64 * ROW_GROUP_FACTOR,
     };
-    let row_group = (row_group as f64 * ROW_GROUP_FACTOR) as u64;
-    2 * batch + row_group + WORKER_OVERHEAD + inputs.writer_buffer_bytes
+    (inputs.batch_copies() * batch + row_group) as u64 + inputs.worker_fixed()
 }
 
 /// The smallest memory target under which `workers` workers fit.
@@ -294,22 +363,25 @@ pub fn memory_refusal(workers: usize, inputs: &PlanInputs) -> Option<String> {
         String::new()
     };
     let row_group = if inputs.holds_row_group {
+        let r = inputs.row_group_bytes.unwrap_or(MIN_ROW_GROUP);
         format!(
-            ", a row group of {} MB (with its page buffers, {:.0} MB)",
-            inputs.row_group_bytes.unwrap_or(MIN_ROW_GROUP) >> 20,
-            (inputs.row_group_bytes.unwrap_or(MIN_ROW_GROUP) >> 20) as f64 * ROW_GROUP_FACTOR
+            ", a row group of {} MB (with its page buffers, {:.1} MB)",
+            r >> 20,
+            r as f64 * ROW_GROUP_FACTOR / (1 << 20) as f64
         )
     } else {
         String::new()
     };
+    let fixed = inputs.worker_fixed() - inputs.writer_buffer_bytes;
     Some(format!(
-        "{workers} worker(s) need at least {} MB but --memory is {} MB: each holds two batches \
-         of {} KB{row_group}{uploads} and {} MB of buffers, besides {} MB for the process. Raise \
-         --memory to {}MB{lower}.",
+        "{workers} worker(s) need at least {} MB but --memory is {} MB: each holds batches of \
+         {} KB ({:.1} MB in all){row_group}{uploads} and {:.1} MB of buffers, besides {} MB for \
+         the process. Raise --memory to {}MB{lower}.",
         need.div_ceil(1 << 20),
         inputs.memory >> 20,
         inputs.batch_bytes.unwrap_or(MIN_BATCH) >> 10,
-        WORKER_OVERHEAD >> 20,
+        inputs.batch_copies() * inputs.batch_bytes.unwrap_or(MIN_BATCH) as f64 / (1 << 20) as f64,
+        fixed as f64 / (1 << 20) as f64,
         BASE_RSS >> 20,
         need.div_ceil(1 << 20),
     ))
@@ -323,15 +395,32 @@ pub fn request_refusal(inputs: &PlanInputs) -> Option<String> {
     memory_refusal(inputs.parallel.unwrap_or(1).max(1), inputs)
 }
 
-/// Predicted peak resident memory for `workers` with `budget`, each worker's open file
-/// holding `writer_buffer_bytes` of destination buffers.
-pub fn predicted_peak_rss(workers: usize, budget: &Budget, writer_buffer_bytes: u64) -> u64 {
-    BASE_RSS
-        + workers as u64
-            * (2 * budget.batch_bytes as u64
-                + (budget.row_group_bytes as f64 * ROW_GROUP_FACTOR) as u64
-                + WORKER_OVERHEAD
-                + writer_buffer_bytes)
+/// Predicted peak resident memory for `workers` with `budget` (the model in the module
+/// documentation).
+pub fn predicted_peak_rss(workers: usize, budget: &Budget, inputs: &PlanInputs) -> u64 {
+    let per_worker = inputs.batch_copies() * budget.batch_bytes as f64
+        + budget.row_group_bytes as f64 * ROW_GROUP_FACTOR;
+    BASE_RSS + workers as u64 * (per_worker as u64 + inputs.worker_fixed())
+}
+
+/// When the prediction for `workers` exceeds the memory target although the request was not
+/// refused (many columns, or budgets fixed by flag), what it needs and the ways out.
+pub fn memory_note(workers: usize, predicted: u64, inputs: &PlanInputs) -> Option<String> {
+    (predicted > inputs.memory).then(|| {
+        format!(
+            "memory: {workers} worker(s) need about {} MB with these budgets ({} columns at \
+             most, {} KB each per worker), more than --memory {} MB; raise --memory or lower \
+             --parallel",
+            predicted.div_ceil(1 << 20),
+            inputs.columns,
+            if inputs.holds_row_group {
+                COLUMN_OVERHEAD >> 10
+            } else {
+                0
+            },
+            inputs.memory >> 20
+        )
+    })
 }
 
 /// Whether the server at `display_url` (a redacted URL) runs on this machine: a loopback host
@@ -385,6 +474,7 @@ mod tests {
             writer_buffer_bytes: 0,
             cores,
             server_local: false,
+            columns: 5,
         }
     }
 
@@ -425,7 +515,7 @@ mod tests {
         for workers in 1..=fit {
             let b = budget(workers, &i);
             assert!(
-                predicted_peak_rss(workers, &b, 0) <= DEFAULT_MEMORY,
+                predicted_peak_rss(workers, &b, &i) <= DEFAULT_MEMORY,
                 "{workers} workers: {b:?}"
             );
             assert!(b.batch_bytes >= MIN_BATCH && b.row_group_bytes >= MIN_ROW_GROUP);
@@ -446,7 +536,7 @@ mod tests {
             ..i
         };
         assert!(budget(2, &upload).batch_bytes < budget(2, &i).batch_bytes);
-        assert!(predicted_peak_rss(2, &budget(2, &upload), 15 << 20) <= DEFAULT_MEMORY);
+        assert!(predicted_peak_rss(2, &budget(2, &upload), &upload) <= DEFAULT_MEMORY);
         // What the user fixes is kept.
         let fixed = PlanInputs {
             batch_bytes: Some(1 << 20),
@@ -483,6 +573,189 @@ mod tests {
             ..many
         };
         assert!(memory_refusal(fit + 8, &roomy).is_none());
+    }
+
+    #[test]
+    fn the_model_predicts_the_lab_peaks_and_fills_the_default_target() {
+        // The lab's narrow table (5 columns) at 2 workers on the default target: the budgets
+        // use the target without passing it, and the row group stays well above the minimum.
+        let narrow = PlanInputs {
+            parallel: Some(2),
+            ..inputs(2)
+        };
+        let b = budget(2, &narrow);
+        let predicted = predicted_peak_rss(2, &b, &narrow);
+        assert!(
+            predicted <= DEFAULT_MEMORY && predicted > DEFAULT_MEMORY - (2 << 20),
+            "{predicted} {b:?}"
+        );
+        assert!(b.row_group_bytes >= 3 * MIN_ROW_GROUP, "{b:?}");
+        // The prediction is the documented sum, term by term.
+        let per_worker = BATCH_COPIES_PARQUET * b.batch_bytes as f64
+            + ROW_GROUP_FACTOR * b.row_group_bytes as f64;
+        assert_eq!(
+            predicted,
+            BASE_RSS + 2 * (per_worker as u64 + WORKER_OVERHEAD + 5 * COLUMN_OVERHEAD)
+        );
+        // CSV counts two batches and no column costs.
+        let csv = PlanInputs {
+            holds_row_group: false,
+            ..narrow
+        };
+        let c = budget(2, &csv);
+        assert_eq!(
+            predicted_peak_rss(2, &c, &csv),
+            BASE_RSS + 2 * (2 * c.batch_bytes as u64 + WORKER_OVERHEAD)
+        );
+        // Budgets fixed by flag are predicted as given, even past the target.
+        let fixed = PlanInputs {
+            row_group_bytes: Some(64 << 20),
+            ..narrow
+        };
+        assert!(predicted_peak_rss(2, &budget(2, &fixed), &fixed) > 2 * (64 << 20));
+    }
+
+    #[test]
+    fn the_refusal_itemises_what_a_worker_holds() {
+        // --parallel 16 with the default target, before the catalog is read (no columns).
+        let asked = PlanInputs {
+            parallel: Some(16),
+            columns: 0,
+            ..inputs(16)
+        };
+        let why = request_refusal(&asked).expect("refused");
+        let need = memory_needed(16, &asked);
+        let fit = workers_for_memory(&asked);
+        assert!((1..16).contains(&fit), "{fit}");
+        for part in [
+            format!("16 worker(s) need at least {} MB", need.div_ceil(1 << 20)),
+            "--memory is 64 MB".to_string(),
+            format!(
+                "batches of {} KB ({:.1} MB in all)",
+                MIN_BATCH >> 10,
+                BATCH_COPIES_PARQUET * MIN_BATCH as f64 / (1 << 20) as f64
+            ),
+            format!(
+                "a row group of {} MB (with its page buffers, {:.1} MB)",
+                MIN_ROW_GROUP >> 20,
+                MIN_ROW_GROUP as f64 * ROW_GROUP_FACTOR / (1 << 20) as f64
+            ),
+            format!("besides {} MB for the process", BASE_RSS >> 20),
+            format!(
+                "Raise --memory to {}MB or lower --parallel to {fit}.",
+                need.div_ceil(1 << 20)
+            ),
+        ] {
+            assert!(why.contains(&part), "{part:?} missing from: {why}");
+        }
+        // What is needed is the model's sum at the smallest budgets.
+        assert_eq!(
+            need,
+            BASE_RSS
+                + 16 * ((BATCH_COPIES_PARQUET * MIN_BATCH as f64
+                    + ROW_GROUP_FACTOR * MIN_ROW_GROUP as f64) as u64
+                    + WORKER_OVERHEAD)
+        );
+        // Upload parts are named with the flags that set them.
+        let upload = PlanInputs {
+            writer_buffer_bytes: 24 << 20,
+            ..asked
+        };
+        let why = request_refusal(&upload).expect("refused");
+        assert!(why.contains("24 MB of upload parts (--part-size"), "{why}");
+        // The request that fits is not refused.
+        assert!(
+            request_refusal(&PlanInputs {
+                parallel: Some(fit),
+                ..asked
+            })
+            .is_none()
+        );
+    }
+
+    #[test]
+    fn the_default_picks_fewer_workers_for_wider_tables() {
+        // Plenty of work and cores: memory decides, and a wide table's columns cost memory
+        // per worker, so the same target feeds fewer of its workers.
+        let big = [ds(1 << 34, 1 << 42)];
+        let narrow = PlanInputs {
+            memory: DEFAULT_MEMORY,
+            ..inputs(64)
+        };
+        let wide = PlanInputs {
+            columns: 21,
+            ..narrow
+        };
+        let (n, w) = (size(&big, &narrow), size(&big, &wide));
+        assert!(w.workers < n.workers, "{n:?} {w:?}");
+        for (s, i) in [(&n, &narrow), (&w, &wide)] {
+            assert_eq!(s.workers, workers_for_memory(i));
+            assert!(s.reason.contains("capped at") && s.reason.contains("--memory 64 MB"));
+            assert!(predicted_peak_rss(s.workers, &budget(s.workers, i), i) <= DEFAULT_MEMORY);
+            assert!(
+                memory_note(
+                    s.workers,
+                    predicted_peak_rss(s.workers, &budget(s.workers, i), i),
+                    i
+                )
+                .is_none()
+            );
+        }
+        // Without a row group (CSV) columns cost nothing: the same count for both.
+        let csv = |i: &PlanInputs| PlanInputs {
+            holds_row_group: false,
+            ..*i
+        };
+        assert_eq!(
+            size(&big, &csv(&narrow)).workers,
+            size(&big, &csv(&wide)).workers
+        );
+    }
+
+    #[test]
+    fn columns_cost_memory_per_worker_and_are_said_not_refused() {
+        let narrow = inputs(2);
+        let wide = PlanInputs {
+            columns: 21,
+            ..narrow
+        };
+        // The same memory feeds fewer workers of a wide table, with a smaller row group each.
+        assert!(workers_for_memory(&wide) < workers_for_memory(&narrow));
+        assert!(budget(2, &wide).row_group_bytes < budget(2, &narrow).row_group_bytes);
+        assert!(predicted_peak_rss(2, &budget(2, &wide), &wide) <= DEFAULT_MEMORY);
+        // Hundreds of columns: the budgets bottom out and the prediction passes the target.
+        // The run is not refused (the refusal rests on the request alone, before the catalog
+        // is read), but the plan and the report say what it needs.
+        let very_wide = PlanInputs {
+            columns: 300,
+            parallel: Some(2),
+            ..narrow
+        };
+        let b = budget(2, &very_wide);
+        assert_eq!(b.row_group_bytes, MIN_ROW_GROUP);
+        let predicted = predicted_peak_rss(2, &b, &very_wide);
+        assert!(predicted > DEFAULT_MEMORY);
+        let note = memory_note(2, predicted, &very_wide).expect("a note");
+        assert!(
+            note.contains(&format!("about {} MB", predicted.div_ceil(1 << 20)))
+                && note.contains("300 columns"),
+            "{note}"
+        );
+        assert!(
+            request_refusal(&PlanInputs {
+                columns: 0,
+                ..very_wide
+            })
+            .is_none()
+        );
+        assert!(
+            memory_note(
+                2,
+                predicted_peak_rss(2, &budget(2, &narrow), &narrow),
+                &narrow
+            )
+            .is_none()
+        );
     }
 
     #[test]

@@ -85,7 +85,7 @@ pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
     let mut coordinator = job.source.open_coordinator(&options).await?;
     let result = async {
         let datasets = coordinator.discover(&job.selection).await?;
-        let inputs = plan_inputs(job);
+        let inputs = plan_inputs(job).with_columns_of(&datasets);
         let sizing = plan::size(&datasets, &inputs);
         let chunks = plan_all(coordinator.as_mut(), &datasets, job, sizing.chunk_bytes).await?;
         let workers = sizing.workers.min(chunks.len()).max(1);
@@ -114,9 +114,12 @@ pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
             .collect();
         let snapshot_connection = usize::from(job.consistency == Consistency::Snapshot);
         let mut notes = sizing.notes.clone();
-        if let Some(why) = plan::request_refusal(&inputs) {
+        // The same decision as the export's, which is taken before the catalog is read.
+        if let Some(why) = plan::request_refusal(&plan_inputs(job)) {
             notes.push(format!("an export would refuse to start: {why}"));
         }
+        let predicted = predicted_peak_rss(workers, &budget(workers, &inputs), &inputs);
+        notes.extend(plan::memory_note(workers, predicted, &inputs));
         Ok(PlanReport {
             source: format!("{} {}", job.source.engine(), job.source.display_url()),
             server_version: coordinator.server_version(),
@@ -126,11 +129,7 @@ pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
             work_seconds: sizing.work_seconds,
             chunk_bytes: sizing.chunk_bytes,
             batch_bytes: budget(workers, &inputs).batch_bytes,
-            predicted_peak_rss_bytes: predicted_peak_rss(
-                workers,
-                &budget(workers, &inputs),
-                inputs.writer_buffer_bytes,
-            ),
+            predicted_peak_rss_bytes: predicted,
             connections: workers + snapshot_connection + 1,
             cores_needed: plan::cores_per_worker(&datasets, inputs.server_local) * workers as f64,
             cores: inputs.cores,

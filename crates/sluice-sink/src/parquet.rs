@@ -165,12 +165,15 @@ impl PartWriter for ParquetPart {
         let w = self.writer(Some(batch))?;
         let flush = w.write(batch).and_then(|()| {
             if w.memory_size() >= row_group_bytes {
-                w.flush()
+                w.flush().map(|()| true)
             } else {
-                Ok(())
+                Ok(false)
             }
         });
-        flush.map_err(|e| write_error(self.errors.take(), e, &self.path))?;
+        if flush.map_err(|e| write_error(self.errors.take(), e, &self.path))? {
+            // The row group's pages were just freed: give them back (see sluice_core::memory).
+            sluice_core::memory::release();
+        }
         self.rows += batch.num_rows() as u64;
         Ok(())
     }
@@ -184,6 +187,7 @@ impl PartWriter for ParquetPart {
         let out = w
             .into_inner()
             .map_err(|e| write_error(self.errors.take(), e, &self.path))?;
+        sluice_core::memory::release();
         let (bytes, xxh3_128) = out.commit()?;
         Ok(PartStats {
             rows: self.rows,
