@@ -5,7 +5,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 /// What a size flag (BYTES) accepts, said once and shown under `export --help` and `plan --help`
-/// (the parser is `config::parse_size`).
+/// (the parser is `sluice_core::size::parse_size`).
 macro_rules! sizes_note {
     () => {
         "Sizes (BYTES) are a number of bytes, or a number with KB, MB or GB in powers of 1024: \

@@ -129,30 +129,7 @@ fn load(path: &Path) -> Result<FileConfig> {
     })
 }
 
-/// Parse a byte size: a number with an optional unit B, K/KB/KiB, M/MB/MiB, G/GB/GiB, all
-/// powers of 1024 (1MB = 1,048,576 bytes, as in PostgreSQL's settings). Every size sluice
-/// prints uses the same units (`display::megabytes`), spelled KB, MB, GB.
-pub fn parse_size(text: &str, what: &str) -> Result<u64> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => 0,
-    };
-    match num.parse::<u64>() {
-        Ok(n) if mult > 0 && n > 0 => n
-            .checked_mul(mult)
-            .ok_or_else(|| Error::config(format!("{what} {text:?} is too large."))),
-        _ => Err(Error::config(format!(
-            "{what} {text:?} is not a size: write a positive number of bytes, optionally with \
-             KB, MB or GB (e.g. 128MB)."
-        ))),
-    }
-}
+pub use sluice_core::size::parse_size;
 
 fn parse_chunk_by(text: &str) -> Result<ChunkStrategy> {
     let t = text.trim();
@@ -530,16 +507,6 @@ fn storage_options(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("128MB", "x").unwrap(), 128 << 20);
-        assert_eq!(parse_size("4096", "x").unwrap(), 4096);
-        assert_eq!(parse_size("2 GiB", "x").unwrap(), 2 << 30);
-        for bad in ["", "MB", "0", "-1", "12XB", "1.5MB"] {
-            assert!(parse_size(bad, "--chunk-size").is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn chunk_strategies() {

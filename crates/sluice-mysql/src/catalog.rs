@@ -8,15 +8,18 @@
 //! error 1412 (see `snapshot.rs`).
 
 use crate::error::{Phase, classify};
+use crate::non_transactional::NonTransactional;
 use crate::sql::quote_table;
 use crate::types::{MyType, map_type};
+use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row, Value};
-use sluice_core::ident::NamePart;
+use sluice_core::select::Catalog;
+use sluice_core::select::{Candidate, Folding, Naming};
 use sluice_core::table::TableRef;
 use sluice_core::{
     ColumnDesc, Dataset, DatasetKind, Error, NamedQuery, QualifiedName, Relation, Result,
-    Selection, SizeEstimate,
+    SizeEstimate,
 };
 use std::collections::{HashMap, HashSet};
 
@@ -147,26 +150,26 @@ pub async fn server_info(conn: &mut Conn, target: &str) -> Result<ServerInfo> {
 
 const SYSTEM_SCHEMAS: &str = "('mysql','information_schema','performance_schema','sys')";
 
-fn part_matches(part: &NamePart, actual: &str) -> (bool, bool) {
-    let exact = part.text == actual;
-    if part.quoted {
-        (exact, exact)
-    } else {
-        (
-            exact || part.text.to_lowercase() == actual.to_lowercase(),
-            exact,
-        )
-    }
-}
+/// How MySQL/MariaDB names look and how its messages advise (see `sluice_core::select`).
+pub const NAMING: Naming = Naming {
+    engine: "MySQL/MariaDB",
+    folding: Folding::Preserve,
+    schemas: true,
+    queries: true,
+    pattern_target: "database.table, e.g. --tables 'shop\\.order_.*'",
+    check: "the spelling and the database (SHOW TABLES FROM db)",
+    list: "SHOW TABLES FROM <database> and adjust the pattern (it must match all of \
+           database.table)",
+};
 
-/// Resolve one user-typed name. A name without a database is looked up in the URL's
-/// database. Bare parts match exactly or, failing that, case-insensitively.
-pub async fn resolve_name(
+/// The tables and views a user-typed name may mean: those whose name and database (the
+/// typed one, else the URL's `default_db`) equal the typed ones in any case.
+pub async fn candidates(
     conn: &mut Conn,
     name: &QualifiedName,
     default_db: &str,
     target: &str,
-) -> Result<Resolved> {
+) -> Result<Vec<Candidate<Resolved>>> {
     let schema = name
         .schema
         .as_ref()
@@ -176,76 +179,31 @@ pub async fn resolve_name(
         .exec(
             "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES \
              WHERE LOWER(TABLE_SCHEMA) = LOWER(?) AND LOWER(TABLE_NAME) = LOWER(?)",
-            (schema.clone(), name.name.text.clone()),
+            (schema, name.name.text.clone()),
         )
         .await
         .map_err(err(target))?;
-    let schema_part = name.schema.clone().unwrap_or(NamePart {
-        text: default_db.to_string(),
-        quoted: true,
-    });
-    let mut candidates: Vec<(bool, Resolved)> = Vec::new();
-    for r in rows {
-        let (s, t, kind) = (text(&r, 0), text(&r, 1), text(&r, 2));
-        let (name_ok, name_exact) = part_matches(&name.name, &t);
-        let (schema_ok, schema_exact) = part_matches(&schema_part, &s);
-        if name_ok && schema_ok {
-            candidates.push((
-                name_exact && schema_exact,
-                Resolved {
-                    table: TableRef { schema: s, name: t },
-                    view: kind == "VIEW",
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let table = TableRef {
+                schema: text(r, 0),
+                name: text(r, 1),
+            };
+            Candidate {
+                unqualified: table.schema == default_db,
+                object: Resolved {
+                    table: table.clone(),
+                    view: text(r, 2) == "VIEW",
                 },
-            ));
-        }
-    }
-    if candidates.iter().any(|(exact, _)| *exact) {
-        candidates.retain(|(exact, _)| *exact);
-    }
-    match candidates.len() {
-        1 => Ok(candidates.remove(0).1),
-        0 => Err(Error::config(format!(
-            "table {name} does not exist in {target}{}. Check the spelling and the database \
-             (SHOW TABLES FROM db); names typed without double quotes match in any case.",
-            if name.schema.is_none() {
-                format!(" (looked in database {default_db}, the one in the URL)")
-            } else {
-                String::new()
+                table,
             }
-        ))),
-        _ => Err(Error::config(format!(
-            "table name {name} is ambiguous in {target}: it matches {}. Put the name in double \
-             quotes to match its exact case.",
-            candidates
-                .iter()
-                .map(|(_, r)| r.table.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
-    }
+        })
+        .collect())
 }
 
-/// Base tables in the named databases or matching the patterns (`db.table`).
-pub async fn resolve_many(
-    conn: &mut Conn,
-    selection: &Selection,
-    target: &str,
-) -> Result<Vec<Resolved>> {
-    if selection.patterns.is_empty() && selection.schemas.is_empty() {
-        return Ok(Vec::new());
-    }
-    let patterns = selection
-        .patterns
-        .iter()
-        .map(|p| {
-            regex::Regex::new(&format!("^(?:{p})$")).map_err(|e| {
-                Error::config(format!(
-                    "--tables pattern {p:?} is not a valid regular expression ({e}). It is \
-                     matched against database.table, e.g. --tables 'shop\\.order_.*'."
-                ))
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
+/// Base tables outside the system databases, for `--tables` and `--schema`.
+pub async fn tables(conn: &mut Conn, target: &str) -> Result<Vec<Candidate<Resolved>>> {
     let rows: Vec<Row> = conn
         .query(format!(
             "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES \
@@ -254,22 +212,85 @@ pub async fn resolve_many(
         ))
         .await
         .map_err(err(target))?;
-    let mut out = Vec::new();
-    for r in rows {
-        let table = TableRef {
-            schema: text(&r, 0),
-            name: text(&r, 1),
-        };
-        let full = table.to_string();
-        let in_schema = selection
-            .schemas
-            .iter()
-            .any(|s| s == &table.schema || s.to_lowercase() == table.schema.to_lowercase());
-        if in_schema || patterns.iter().any(|p| p.is_match(&full)) {
-            out.push(Resolved { table, view: false });
-        }
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let table = TableRef {
+                schema: text(r, 0),
+                name: text(r, 1),
+            };
+            Candidate {
+                unqualified: false,
+                object: Resolved {
+                    table: table.clone(),
+                    view: false,
+                },
+                table,
+            }
+        })
+        .collect())
+}
+
+/// The coordinator's session as `sluice_core::select::discover` sees it. Describing a table
+/// checks the user may read it, and records its split key and whether its engine has
+/// transactions.
+pub struct MyCatalog<'a> {
+    /// The coordinator's session.
+    pub conn: &'a mut Conn,
+    /// Server facts.
+    pub server: &'a ServerInfo,
+    /// The URL's database, where names without one are looked up.
+    pub default_db: &'a str,
+    /// The redacted URL.
+    pub target: &'a str,
+    /// Split keys of the datasets described, by dataset name.
+    pub split_keys: &'a mut SplitKeys,
+    /// Tables in engines without transactions.
+    pub non_transactional: &'a mut NonTransactional,
+}
+
+#[async_trait]
+impl Catalog for MyCatalog<'_> {
+    type Object = Resolved;
+
+    fn naming(&self) -> Naming {
+        NAMING
     }
-    Ok(out)
+
+    fn target(&self) -> String {
+        self.target.to_string()
+    }
+
+    fn unqualified_scope(&self) -> Option<String> {
+        Some(format!(
+            "looked in database {}, the one in the URL",
+            self.default_db
+        ))
+    }
+
+    async fn candidates(&mut self, name: &QualifiedName) -> Result<Vec<Candidate<Resolved>>> {
+        candidates(self.conn, name, self.default_db, self.target).await
+    }
+
+    async fn tables(&mut self) -> Result<Vec<Candidate<Resolved>>> {
+        tables(self.conn, self.target).await
+    }
+
+    async fn describe(&mut self, c: &Candidate<Resolved>) -> Result<Dataset> {
+        let obj = &c.object;
+        check_select(self.conn, &obj.table, self.server, self.target).await?;
+        let d = describe(self.conn, obj, self.server, self.target).await?;
+        self.split_keys.insert(d.dataset.name.clone(), d.split_key);
+        if let Some(engine) = d.non_transactional {
+            self.non_transactional
+                .add(&d.dataset.name, &obj.table, engine);
+        }
+        Ok(d.dataset)
+    }
+
+    async fn describe_query(&mut self, q: &NamedQuery) -> Result<Dataset> {
+        describe_query(self.conn, q, self.target).await
+    }
 }
 
 struct RawColumn {
@@ -280,16 +301,7 @@ struct RawColumn {
 
 fn columns_of(raw: Vec<RawColumn>) -> Vec<ColumnDesc> {
     raw.into_iter()
-        .map(|c| {
-            let m = map_type(&c.ty);
-            ColumnDesc {
-                field: m.field(&c.name, !c.not_null),
-                name: c.name,
-                source_type: c.ty.column_type,
-                cast: m.cast,
-                as_text_fallback: m.fallback,
-            }
-        })
+        .map(|c| map_type(&c.ty).column(c.name, c.ty.column_type, !c.not_null))
         .collect()
 }
 

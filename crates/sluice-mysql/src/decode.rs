@@ -21,6 +21,7 @@ use arrow_schema::{DataType, SchemaRef, TimeUnit};
 use mysql_async::Value;
 use sluice_core::ColumnDesc;
 use sluice_core::columns::BatchBuilder;
+use sluice_core::values::{DecimalInt, micros_of_day, parse_decimal, valid_date};
 use std::collections::BTreeMap;
 
 /// A value that could not be decoded. The reader adds the column and row position.
@@ -166,76 +167,8 @@ fn float_of(v: &Value) -> DResult<f64> {
     }
 }
 
-/// Decimal text (`-123.4500`) as an integer scaled by 10^scale, generic over i128 / i256.
-/// Extra fraction digits must be zeros: nothing is silently rounded.
-macro_rules! decimal_from_text {
-    ($name:ident, $t:ty, $from:expr, $zero:expr) => {
-        fn $name(b: &[u8], scale: i8) -> DResult<$t> {
-            let bad = || DecodeError(format!("{:?} is not a decimal", String::from_utf8_lossy(b)));
-            let overflow = || DecodeError("decimal does not fit the column's precision".into());
-            let (neg, rest) = match b.first() {
-                Some(b'-') => (true, &b[1..]),
-                _ => (false, b),
-            };
-            let (int, frac) = match rest.iter().position(|c| *c == b'.') {
-                Some(i) => (&rest[..i], &rest[i + 1..]),
-                None => (rest, &rest[rest.len()..]),
-            };
-            if int.is_empty() && frac.is_empty() {
-                return Err(bad());
-            }
-            let ten: $t = $from(10);
-            let mut acc: $t = $zero;
-            let scale = scale.max(0) as usize;
-            for (i, &c) in int.iter().chain(frac.iter()).enumerate() {
-                if !c.is_ascii_digit() {
-                    return Err(bad());
-                }
-                if i >= int.len() + scale {
-                    if c != b'0' {
-                        return Err(DecodeError(
-                            "decimal has more fraction digits than the column's scale".into(),
-                        ));
-                    }
-                    continue;
-                }
-                acc = acc
-                    .checked_mul(ten)
-                    .and_then(|a| a.checked_add($from((c - b'0') as i128)))
-                    .ok_or_else(overflow)?;
-            }
-            for _ in frac.len()..scale {
-                acc = acc.checked_mul(ten).ok_or_else(overflow)?;
-            }
-            Ok(if neg {
-                acc.checked_neg().ok_or_else(overflow)?
-            } else {
-                acc
-            })
-        }
-    };
-}
-decimal_from_text!(decimal_i128, i128, |x: i128| x, 0i128);
-decimal_from_text!(decimal_i256, i256, i256::from_i128, i256::ZERO);
-
-/// Days from 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
-pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m as i64 + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn days_in_month(y: i64, m: u32) -> u32 {
-    match m {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        _ if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
-        _ => 28,
-    }
+fn decimal<T: DecimalInt>(b: &[u8], scale: i8) -> DResult<T> {
+    parse_decimal(b, scale).map_err(DecodeError)
 }
 
 /// A date-time split into parts, as both protocols can give it.
@@ -319,10 +252,7 @@ fn civil_of(v: &Value) -> DResult<Civil> {
 
 /// Days since 1970 for a valid date, `None` for a zero, partial-zero or invalid one.
 fn valid_days(c: &Civil) -> Option<i64> {
-    if c.mo == 0 || c.mo > 12 || c.d == 0 || c.d > days_in_month(c.y, c.mo) {
-        return None;
-    }
-    Some(days_from_civil(c.y, c.mo, c.d))
+    valid_date(c.y, c.mo, c.d)
 }
 
 /// Microseconds of a signed MySQL `time` (`-838:59:59.000000`).
@@ -553,8 +483,12 @@ impl RowDecoder {
                 self.batch.columns()[i].push_f32(f)
             }
             Conv::F64 => self.batch.columns()[i].push_f64(float_of(&v)?),
-            Conv::Dec128(s) => self.batch.columns()[i].push_i128(decimal_i128(bytes_of(&v)?, s)?),
-            Conv::Dec256(s) => self.batch.columns()[i].push_i256(decimal_i256(bytes_of(&v)?, s)?),
+            Conv::Dec128(s) => {
+                self.batch.columns()[i].push_i128(decimal::<i128>(bytes_of(&v)?, s)?)
+            }
+            Conv::Dec256(s) => {
+                self.batch.columns()[i].push_i256(decimal::<i256>(bytes_of(&v)?, s)?)
+            }
             Conv::Bytes if src == Source::Geometry => {
                 let bytes = bytes_of(&v)?;
                 if bytes.len() < 5 {
@@ -585,11 +519,8 @@ impl RowDecoder {
             Conv::Ts => {
                 let c = civil_of(&v)?;
                 match valid_days(&c) {
-                    Some(d) => self.batch.columns()[i].push_i64(
-                        ((d * 24 + c.h as i64) * 60 + c.mi as i64) * 60_000_000
-                            + c.s as i64 * 1_000_000
-                            + c.us as i64,
-                    ),
+                    Some(d) => self.batch.columns()[i]
+                        .push_i64(d * 86_400_000_000 + micros_of_day(c.h, c.mi, c.s, c.us)),
                     None => return self.zero_date(i, &c),
                 }
             }
@@ -616,23 +547,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn decimals_from_text_are_exact() {
-        assert_eq!(decimal_i128(b"123.45", 2).unwrap(), 12345);
-        assert_eq!(decimal_i128(b"-0.005", 3).unwrap(), -5);
-        assert_eq!(decimal_i128(b"7", 2).unwrap(), 700);
-        assert_eq!(decimal_i128(b"1.50", 1).unwrap(), 15);
-        assert!(decimal_i128(b"1.55", 1).is_err());
-        assert!(decimal_i128(b"abc", 1).is_err());
-        let big = format!("-{}", "9".repeat(65));
-        assert!(decimal_i256(big.as_bytes(), 0).is_ok());
-        assert!(decimal_i128(big.as_bytes(), 0).is_err());
-    }
-
-    #[test]
     fn dates_and_times() {
-        assert_eq!(days_from_civil(1970, 1, 1), 0);
-        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
-        assert_eq!(days_from_civil(0, 1, 1), -719_528);
         let c = parse_civil(b"2024-02-29 23:59:59.5").unwrap();
         assert_eq!((c.h, c.mi, c.s, c.us), (23, 59, 59, 500_000));
         assert!(valid_days(&c).is_some());

@@ -169,54 +169,15 @@ impl Coordinator for PgCoordinator {
             .client
             .as_ref()
             .ok_or_else(|| Error::internal("coordinator released"))?;
-        let mut objects = Vec::new();
-        for name in &selection.tables {
-            objects.push(catalog::resolve_name(client, name, &display).await?);
-        }
-        let many = catalog::resolve_many(client, selection, &display).await?;
-        if many.is_empty() && selection.tables.is_empty() && selection.queries.is_empty() {
-            return Err(Error::config(format!(
-                "no table in {display} matches --tables {:?} / --schema {:?}. List the tables with \
-                 psql's \\dt *.* and adjust the pattern (it must match all of schema.table).",
-                selection.patterns, selection.schemas
-            )));
-        }
-        objects.extend(many);
-        let mut seen = HashSet::new();
-        let mut datasets = Vec::new();
-        for obj in objects {
-            if seen.insert(obj.oid) {
-                let ds = catalog::describe(
-                    client,
-                    &obj,
-                    &self.server,
-                    &mut self.types,
-                    &display,
-                    self.enable_row_security,
-                )
-                .await?;
-                self.relkinds.insert(obj.table.clone(), obj.relkind);
-                for rel in &ds.relations {
-                    let foreign = ds.outside_snapshot.contains(&rel.table.to_string());
-                    let kind = if foreign { 'f' } else { 'r' };
-                    self.relkinds.entry(rel.table.clone()).or_insert(kind);
-                }
-                datasets.push(ds);
-            }
-        }
-        let mut names: HashSet<String> = datasets.iter().map(|d| d.name.clone()).collect();
-        for q in &selection.queries {
-            if !names.insert(q.name.clone()) {
-                return Err(Error::config(format!(
-                    "two datasets are named {:?}; give each --query a distinct name.",
-                    q.name
-                )));
-            }
-            datasets.push(
-                catalog::describe_query(client, q, &self.server, &mut self.types, &display).await?,
-            );
-        }
-        Ok(datasets)
+        let mut catalog = catalog::PgCatalog {
+            client,
+            server: &self.server,
+            types: &mut self.types,
+            target: &display,
+            enable_row_security: self.enable_row_security,
+            relkinds: &mut self.relkinds,
+        };
+        sluice_core::select::discover(&mut catalog, selection).await
     }
 
     async fn plan_chunks(
