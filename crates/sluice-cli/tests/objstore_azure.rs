@@ -18,9 +18,9 @@ async fn killed_export_leaves_no_manifest_and_resumes() {
     kill_then_resume(Store::Azure).await;
 }
 
-#[test]
-fn output_lock_is_exclusive_and_taken_over_when_stale() {
-    output_lock(Store::Azure);
+#[tokio::test]
+async fn output_lock_is_exclusive_and_taken_over_when_stale() {
+    output_lock(Store::Azure).await;
 }
 
 #[tokio::test]

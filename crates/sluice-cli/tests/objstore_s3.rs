@@ -18,9 +18,9 @@ async fn killed_export_leaves_no_manifest_and_resumes() {
     kill_then_resume(Store::S3).await;
 }
 
-#[test]
-fn output_lock_is_exclusive_and_taken_over_when_stale() {
-    output_lock(Store::S3);
+#[tokio::test]
+async fn output_lock_is_exclusive_and_taken_over_when_stale() {
+    output_lock(Store::S3).await;
 }
 
 #[tokio::test]
@@ -68,7 +68,7 @@ async fn storage_options_and_part_size_from_flags() {
     r.ok();
     assert!(!r.stderr.contains(&secret), "{}", r.stderr);
     let local = tempdir();
-    download(&url, local.path());
+    download(&url, local.path()).await;
     let csv = std::fs::read_to_string(local.path().join("public.o.csv")).unwrap();
     assert!(
         csv.len() > 5 << 20,

@@ -15,7 +15,6 @@ pub mod format;
 pub mod layout;
 pub mod local;
 pub mod lock;
-pub mod manifest;
 pub mod merge;
 pub mod objstore;
 pub mod objstore_gcs;

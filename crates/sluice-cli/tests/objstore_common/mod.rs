@@ -27,11 +27,11 @@ pub fn export_to(src: &str, url: &str, args: &[&str]) -> Run {
 }
 
 /// Copy every object under `url` into `dir`; returns the relative paths.
-pub fn download(url: &str, dir: &Path) -> Vec<String> {
+pub async fn download(url: &str, dir: &Path) -> Vec<String> {
     let d = open(url);
     let mut names = Vec::new();
-    for o in d.list("").unwrap() {
-        let bytes = d.get(&o.path).unwrap().unwrap();
+    for o in d.list("").await.unwrap() {
+        let bytes = d.get(&o.path).await.unwrap().unwrap();
         assert_eq!(bytes.len() as u64, o.size, "{}: listed size", o.path);
         let local = dir.join(&o.path);
         std::fs::create_dir_all(local.parent().unwrap()).unwrap();
@@ -67,7 +67,7 @@ pub async fn round_trip(store: Store) {
     )
     .ok();
     let local = tempdir();
-    let names = download(&url, local.path());
+    let names = download(&url, local.path()).await;
     assert!(
         names
             .iter()
@@ -83,7 +83,7 @@ pub async fn round_trip(store: Store) {
     for p in parts {
         let file = p["file"].as_str().unwrap();
         assert_eq!(
-            d.size(file).unwrap(),
+            d.size(file).await.unwrap(),
             p["bytes"].as_u64(),
             "{file}: stored size matches the manifest"
         );
@@ -107,7 +107,7 @@ pub async fn round_trip(store: Store) {
     )
     .ok();
     let local = tempdir();
-    let names = download(&url, local.path());
+    let names = download(&url, local.path()).await;
     let merged = names
         .iter()
         .find(|n| n.ends_with(".csv") && !n.contains('/'))
@@ -129,8 +129,8 @@ pub async fn round_trip(store: Store) {
     files::assert_same_rows(&got, &want, "merged csv");
 }
 
-fn receipts(d: &ObjectStoreDestination) -> usize {
-    d.list("_sluice/parts").map(|l| l.len()).unwrap_or(0)
+async fn receipts(d: &ObjectStoreDestination) -> usize {
+    d.list("_sluice/parts").await.map(|l| l.len()).unwrap_or(0)
 }
 
 /// kill -9 once a part is committed: no manifest, every part object is whole; `--resume`
@@ -162,19 +162,22 @@ pub async fn kill_then_resume(store: Store) {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
-    while receipts(&d) < 1 {
+    while receipts(&d).await < 1 {
         assert!(Instant::now() < deadline, "no part committed within 120 s");
         assert!(
             child.try_wait().unwrap().is_none(),
             "finished before it could be killed"
         );
-        std::thread::sleep(Duration::from_millis(5));
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(d.get("manifest.json").unwrap().is_none(), "no manifest");
+    assert!(
+        d.get("manifest.json").await.unwrap().is_none(),
+        "no manifest"
+    );
     let local = tempdir();
-    download(&url, local.path());
+    download(&url, local.path()).await;
     // Every part under a final name is a whole Parquet file (reading it checks the footer).
     let killed_rows: usize = files::part_files(&local.path().join("public.o"), "parquet")
         .iter()
@@ -192,7 +195,7 @@ pub async fn kill_then_resume(store: Store) {
     let resumed = export_to(&db.url, &url, &all);
     resumed.ok();
     let local = tempdir();
-    download(&url, local.path());
+    download(&url, local.path()).await;
     let got = files::row_strings(&files::dataset_batches(&local.path().join("public.o")));
     files::assert_same_rows(&got, &want, "resumed");
     let m = files::manifest(local.path());
@@ -221,22 +224,26 @@ pub async fn missing_bucket(store: Store) {
 /// The output's lock on a store: one holder at a time, named to the second; released, it is
 /// gone; a lock whose heartbeat stopped (a run that died) is taken over. Not run against the
 /// GCS emulator, which ignores `ifGenerationMatch` (every conditional write succeeds there).
-pub fn output_lock(store: Store) {
+pub async fn output_lock(store: Store) {
     let d = open(&test_url(store));
-    let first = d.lock(&LockHolder::now("first")).unwrap();
-    let refused = d.lock(&LockHolder::now("second")).err().unwrap();
+    let first = d.lock(&LockHolder::now("first")).await.unwrap();
+    let refused = d.lock(&LockHolder::now("second")).await.err().unwrap();
     assert!(refused.to_string().contains("run first"), "{refused}");
     first.check().unwrap();
-    first.release();
-    assert!(d.get("_sluice/lock.json").unwrap().is_none(), "released");
+    first.release().await;
+    assert!(
+        d.get("_sluice/lock.json").await.unwrap().is_none(),
+        "released"
+    );
 
     let mut dead = LockHolder::now("dead");
     dead.heartbeat = "2000-01-01T00:00:00Z".into();
-    d.put("_sluice/lock.json", &dead.to_bytes()).unwrap();
-    let taker = d.lock(&LockHolder::now("taker")).unwrap();
-    let stored = LockHolder::from_bytes(&d.get("_sluice/lock.json").unwrap().unwrap()).unwrap();
+    d.put("_sluice/lock.json", dead.to_bytes()).await.unwrap();
+    let taker = d.lock(&LockHolder::now("taker")).await.unwrap();
+    let stored =
+        LockHolder::from_bytes(&d.get("_sluice/lock.json").await.unwrap().unwrap()).unwrap();
     assert_eq!(stored.run_id, "taker");
-    let refused = d.lock(&LockHolder::now("late")).err().unwrap();
+    let refused = d.lock(&LockHolder::now("late")).await.err().unwrap();
     assert!(refused.to_string().contains("run taker"), "{refused}");
-    taker.release();
+    taker.release().await;
 }
