@@ -33,8 +33,12 @@ use sluice_core::{
     ChunkStrategy, Consistency, Error, NamedQuery, QualifiedName, Result, Selection,
 };
 use sluice_engine::ExportJob;
-use sluice_sink::{Compression, CsvOptions, FormatOptions, ParquetOptions};
+use sluice_sink::{
+    ArrowOutput, Compression, CsvOptions, Destination, FormatOptions, MemoryDestination,
+    ParquetOptions,
+};
 use std::path::Path;
+use std::sync::Arc;
 
 /// Read the `-c` file.
 fn load(path: &Path) -> Result<Options> {
@@ -265,6 +269,54 @@ fn format(o: &Options) -> Result<FormatOptions> {
 /// fail without `--to` (an export; `sluice plan` plans for the current directory then).
 /// Settings are checked in the order the user reads them, each error naming its flag.
 pub fn job(o: &Options, need_to: bool) -> Result<ExportJob> {
+    build(o, Output::Files { need_to })
+}
+
+/// The job `o` describes with its rows handed to `consumer` in this process instead of
+/// written to files (the Python package's reads): the same source, selection, consistency,
+/// chunking and memory settings as [`job`], checked the same way; the settings about files
+/// are refused, naming each, rather than ignored.
+pub fn memory_job(o: &Options, consumer: ArrowOutput) -> Result<ExportJob> {
+    let file_settings: Vec<&str> = [
+        ("to", o.to.is_some()),
+        ("format", o.format.is_some()),
+        ("compression", o.compression.is_some()),
+        ("zstd_level", o.zstd_level.is_some()),
+        ("row_group_size", o.row_group_size.is_some()),
+        ("csv_delimiter", o.csv_delimiter.is_some()),
+        ("csv_null", o.csv_null.is_some()),
+        ("csv_no_header", o.csv_no_header),
+        ("merge", o.merge),
+        ("resume", o.resume),
+        ("overwrite", o.overwrite),
+        ("report_json", o.report_json.is_some()),
+        ("no_fsync", o.no_fsync),
+        ("part_size", o.part_size.is_some()),
+        ("upload_concurrency", o.upload_concurrency.is_some()),
+        ("storage_option", !o.storage_option.is_empty()),
+    ]
+    .into_iter()
+    .filter_map(|(name, set)| set.then_some(name))
+    .collect();
+    if !file_settings.is_empty() {
+        return Err(Error::config(format!(
+            "{} only apply to files, and this run hands its rows to the caller: remove them, or \
+             export to files instead.",
+            file_settings.join(", ")
+        )));
+    }
+    build(o, Output::Memory(consumer))
+}
+
+/// Where a job's rows go.
+enum Output {
+    /// Files at `--to`, in `--format`.
+    Files { need_to: bool },
+    /// Arrow batches to a consumer in this process.
+    Memory(ArrowOutput),
+}
+
+fn build(o: &Options, output: Output) -> Result<ExportJob> {
     let source = o.source.clone().ok_or_else(|| {
         Error::config(
             "no source given: pass --source postgres://user@host:port/database (or source: in \
@@ -291,21 +343,28 @@ pub fn job(o: &Options, need_to: bool) -> Result<ExportJob> {
         )));
     }
     let batch_bytes = size(&o.batch_size, "--batch-size")?.map(|b| b as usize);
-    let format = format(o)?;
+    let format = match &output {
+        Output::Files { .. } => format(o)?,
+        Output::Memory(consumer) => FormatOptions::Arrow(consumer.clone()),
+    };
     let row_group_bytes = size(&o.row_group_size, "--row-group-size")?.map(|b| b as usize);
     let storage_options = storage_options(o)?;
     let locking = locking(o, consistency)?;
-    let to = match &o.to {
-        Some(to) => to.clone(),
-        None if need_to => {
+    let to = match (&output, &o.to) {
+        (Output::Memory(_), _) => None,
+        (Output::Files { .. }, Some(to)) => Some(to.clone()),
+        (Output::Files { need_to: true }, None) => {
             return Err(Error::config(
                 "no output location: pass --to DIR (or to: in the -c file).",
             ));
         }
-        None => ".".to_string(),
+        (Output::Files { need_to: false }, None) => Some(".".to_string()),
     };
     let source = registry::open_source(&source, locking)?;
-    let destination = registry::open_destination(&to, !o.no_fsync, &storage_options)?;
+    let destination: Arc<dyn Destination> = match to {
+        Some(to) => registry::open_destination(&to, !o.no_fsync, &storage_options)?,
+        None => Arc::new(MemoryDestination::new()),
+    };
     let mut job = ExportJob::new(source, destination, selection, format);
     job.chunking = chunking;
     job.chunk_bytes = chunk_bytes;

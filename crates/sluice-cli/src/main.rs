@@ -3,13 +3,12 @@
 //! apart.
 
 mod alloc;
-mod args;
-mod config;
 mod display;
 mod doctor;
 mod log;
-mod registry;
 mod version;
+
+use sluice_cli::{args, config, registry};
 
 use anyhow::Context;
 use args::{Cli, Command, LogFormat, Options};

@@ -59,6 +59,12 @@ pub struct PlanInputs {
     pub row_group_bytes: Option<usize>,
     /// Whether the format holds a row group in memory (Parquet does, CSV does not).
     pub holds_row_group: bool,
+    /// Whether batches are handed to a consumer in this process instead of encoded (the
+    /// Python package's reads). The consumer holds batches too (the one it processes, the
+    /// one waiting for it), and a batch it shares cannot be recycled, so every batch is
+    /// built in fresh buffers that grow by doubling (up to twice its Arrow bytes): batches
+    /// are a quarter of a worker's share instead of half.
+    pub hands_over: bool,
     /// Destination buffers per worker's open file (object-store upload parts), bytes.
     pub writer_buffer_bytes: u64,
     /// Cores of this machine.
@@ -80,7 +86,11 @@ pub fn budget(workers: usize, inputs: &PlanInputs) -> Budget {
         .memory
         .saturating_sub(BASE_RSS + workers as u64 * (WORKER_OVERHEAD + inputs.writer_buffer_bytes))
         / workers.max(1) as u64) as usize;
-    let share = if inputs.holds_row_group { 4 } else { 2 };
+    let share = match (inputs.holds_row_group, inputs.hands_over) {
+        (true, _) => 4,
+        (false, true) => 4,
+        (false, false) => 2,
+    };
     let batch_bytes = inputs
         .batch_bytes
         .unwrap_or((per_worker / share).clamp(MIN_BATCH, MAX_BATCH));
@@ -188,6 +198,7 @@ mod tests {
             batch_bytes: None,
             row_group_bytes: None,
             holds_row_group: true,
+            hands_over: false,
             writer_buffer_bytes: 0,
             cores,
         }
@@ -242,6 +253,13 @@ mod tests {
         };
         assert_eq!(budget(2, &csv).row_group_bytes, 0);
         assert!(budget(2, &csv).batch_bytes > budget(2, &i).batch_bytes);
+        // Handing batches over: room for the consumer's batches and unrecycled buffers.
+        let handed = PlanInputs {
+            hands_over: true,
+            ..csv
+        };
+        assert_eq!(budget(2, &handed).row_group_bytes, 0);
+        assert!(2 * budget(2, &handed).batch_bytes <= budget(2, &csv).batch_bytes + 1);
         // An object store's upload parts come out of the same target: smaller batches.
         let upload = PlanInputs {
             writer_buffer_bytes: 15 << 20,

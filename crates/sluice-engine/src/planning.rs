@@ -24,6 +24,7 @@ pub fn plan_inputs(job: &ExportJob) -> PlanInputs {
         batch_bytes: job.batch_bytes,
         row_group_bytes: job.row_group_bytes,
         holds_row_group: matches!(job.format, FormatOptions::Parquet(_)),
+        hands_over: matches!(job.format, FormatOptions::Arrow(_)),
         writer_buffer_bytes: job.destination.buffer_bytes_per_writer(),
         cores: std::thread::available_parallelism()
             .map(|n| n.get())

@@ -122,7 +122,7 @@ impl ExportJob {
         let s = &self.selection;
         let csv = match &self.format {
             FormatOptions::Csv(c) => Some(c),
-            FormatOptions::Parquet(_) => None,
+            FormatOptions::Parquet(_) | FormatOptions::Arrow(_) => None,
         };
         RequestRecord {
             source: self.source.display_url(),
@@ -140,6 +140,7 @@ impl ExportJob {
             format: match &self.format {
                 FormatOptions::Parquet(p) => format!("parquet {}", p.compression),
                 FormatOptions::Csv(_) => "csv".into(),
+                FormatOptions::Arrow(_) => "arrow".into(),
             },
             csv_delimiter: csv.map(|c| (c.delimiter as char).to_string()),
             csv_null: csv.map(|c| c.null.clone()),

@@ -20,7 +20,7 @@ use sluice_core::{
     BatchSender, Chunk, ChunkReader, Coordinator, Dataset, Error, ErrorKind, ReadCounters, Result,
     failpoint,
 };
-use sluice_sink::{Destination, FormatOptions, PartStats, layout, open_part};
+use sluice_sink::{Destination, FormatOptions, PartKey, PartStats, layout, open_part};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -182,11 +182,15 @@ async fn export_chunk(
         let format = ctx.format.for_part(chunk.ordinal, ctx.merge);
         let schema = ds.arrow_schema();
         let path = path.clone();
+        let key = PartKey {
+            dataset: ds.name.clone(),
+            ordinal: chunk.ordinal,
+        };
         let running = ctx.writers.start();
         tokio::task::spawn_blocking(move || -> Result<PartStats> {
             let _running = running;
             let object = dest.create(&path)?;
-            let mut part = open_part(&format, schema, object, &path)?;
+            let mut part = open_part(&format, key, schema, object, &path)?;
             while let Some(batch) = rx.blocking_recv() {
                 if let Err(e) = part
                     .write(&batch)

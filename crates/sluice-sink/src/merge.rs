@@ -75,6 +75,9 @@ pub fn merge(
     let object = dest.create(target)?;
     let mut out = CountingWriter::new(object, target);
     match format {
+        FormatOptions::Arrow(_) => Err(Error::internal(
+            "in-memory Arrow output has no files to merge",
+        )),
         FormatOptions::Csv(_) => {
             for p in parts {
                 let f = open_remote(dest, p);
