@@ -67,11 +67,7 @@ fn read(py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<(Table, 
     let mut schema: Option<SchemaRef> = None;
     let mut dataset = None;
     loop {
-        let step = match run.next(py) {
-            Ok(s) => s,
-            Err(e) => return Err(e),
-        };
-        match step {
+        match run.next(py)? {
             Step::Event(Event::Open(part, s)) => {
                 if let Err(e) = one_dataset(py, &mut dataset, &part) {
                     run.cancel();

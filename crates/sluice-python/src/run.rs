@@ -94,7 +94,8 @@ pub struct Run {
     closed: bool,
 }
 
-/// What one wait ended with.
+/// What one wait ended with. (One exists at a time: its size does not matter.)
+#[allow(clippy::large_enum_variant)]
 enum Got {
     /// An event, or `None`: every sender is gone.
     Event(Option<Event>),
@@ -104,7 +105,8 @@ enum Got {
     Nothing,
 }
 
-/// What [`Run::next`] returns.
+/// What [`Run::next`] returns. (One exists at a time: its size does not matter.)
+#[allow(clippy::large_enum_variant)]
 pub enum Step {
     /// An event.
     Event(Event),
