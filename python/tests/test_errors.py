@@ -67,18 +67,12 @@ def test_source_errors_are_redacted_and_say_whether_to_retry(pg):
 
     # A wrong password: permanent.
     parts = urlsplit(pg.url)
-    pg.exec("CREATE ROLE reader LOGIN PASSWORD 'right-pw'")
-    pg.exec("ALTER SYSTEM SET password_encryption = 'scram-sha-256'")
-    bad = pg.url.replace(f"{parts.username}@", "reader:wrong-pw@", 1)
-    try:
+    bad = pg.url.replace(f"{parts.username}@", "nobody:wrong-pw@", 1)
+    with pytest.raises(sluice.SourceError) as e:
         sluice.read_arrow(bad, table="t")
-    except sluice.SourceError as err:
-        assert err.retryable is False, err
-        assert "wrong-pw" not in str(err)
-    except sluice.ConfigError as err:  # the server trusts loopback: then the table is unknown
-        assert "wrong-pw" not in str(err)
-    finally:
-        pg.exec("ALTER SYSTEM RESET password_encryption")
+    assert e.value.retryable is False
+    assert "wrong-pw" not in str(e.value)
+    assert "password" in str(e.value)
 
 
 def test_data_error(pg):
@@ -96,7 +90,8 @@ def test_destination_error(pg, tmp_path):
     pg.exec("CREATE TABLE t (id int); INSERT INTO t VALUES (1)")
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")
-    with pytest.raises(sluice.SluiceError) as e:
+    with pytest.raises(sluice.DestinationError) as e:
         sluice.export(pg.url, table="t", to=blocked / "out")
-    assert isinstance(e.value, (sluice.DestinationError, sluice.ConfigError)), type(e.value)
-    assert e.value.kind in ("destination", "config")
+    assert e.value.retryable is False
+    assert e.value.kind == "destination"
+    assert "Not a directory" in str(e.value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pyarrow.parquet as pq
+import pytest
 
 import sluice
 
@@ -26,13 +27,15 @@ def test_export_writes_what_the_cli_writes_and_returns_the_report(pg, tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert sorted(d["name"] for d in manifest["datasets"]) == ["sales.a", "sales.b"]
     assert pq.read_table(out / "sales.a").num_rows == 1000
-    # Run again on the finished output: refused, as the CLI refuses it, unless overwrite.
-    try:
-        sluice.export(pg.url, to=out, tables=r"sales\..*")
-    except sluice.ConfigError:
-        pass
+    # A finished output is refused, as the CLI refuses it, unless overwrite (or resume).
+    with pytest.raises(sluice.ConfigError, match="overwrite") as e:
+        sluice.export(pg.url, to=out, tables=r"sales\..*", format="csv")
+    assert e.value.retryable is False
+    done = sluice.export(pg.url, to=out, tables=r"sales\..*", resume=True)
+    assert done["already_complete"] is True
     again = sluice.export(pg.url, to=out, tables=r"sales\..*", overwrite=True, format="csv")
     assert again["rows"] == 1010
+    assert (out / "sales.a" / "part-00000.csv").exists()
 
 
 def test_plan_is_the_cli_plan(pg):
