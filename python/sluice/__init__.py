@@ -171,7 +171,9 @@ def read_arrow(
     )
     opts.update(_one_dataset(table, query))
     result, _report = _sluice.read(**opts)
-    return pa.table(result)
+    # Not pa.table(result): it first checks for a pandas DataFrame, which imports pandas
+    # (half a second) when it is installed.
+    return pa.RecordBatchReader.from_stream(result).read_all()
 
 
 def read_batches(
