@@ -12,6 +12,9 @@
 //!
 //! The engine supplies only SQL text and a way to run it ([`KeyQueries`]); the arithmetic, the
 //! boundary bookkeeping and the chunk estimates live here.
+//!
+//! Length: about 480 lines of code plus its unit tests: integer bounds, row-estimated ranges
+//! and sampled boundaries share the range type and the open first and last ranges.
 
 use crate::chunk::{Chunk, ChunkBounds};
 use crate::clause::{Bound, Dialect, key_columns, key_compare, key_not_null};

@@ -12,6 +12,9 @@
 //! running when the snapshot is taken and commits between the joins of the first and the
 //! second worker session (failpoint `firebird.before_join`): the moment that made exports
 //! inconsistent, here made certain, after which sluice must take the snapshot again.
+//!
+//! Length: the writer process, the snapshot checks and the lost-coordinator scenario share one
+//! setup.
 
 use crate::common::*;
 use sluice_core::{Consistency, Coordinator};

@@ -15,6 +15,9 @@
 //!
 //! The tests run alone on the server (`TestDb::alone`): a long MyISAM write holds back every
 //! other test's global lock.
+//!
+//! Length: four scenarios that each need their own long statement, lock waits and probes,
+//! sharing the helpers at the top.
 
 use crate::common::{files, sluice, tempdir};
 use mysql_async::prelude::Queryable;

@@ -3,6 +3,9 @@
 //! dates and a NULL row, exported to Parquet and CSV, read back and compared value by value with
 //! what MariaDB itself says about the same rows (an oracle SQL expression per column). Plus the
 //! zero-date policy (NULL + count, or an error in strict mode).
+//!
+//! Length: one case table per MariaDB type family with the expected value of each; the cases
+//! and the comparison they share read best together.
 
 use crate::common::{export, files, tempdir};
 use arrow_array::cast::AsArray;

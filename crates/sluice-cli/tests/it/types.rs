@@ -2,6 +2,9 @@
 //! Type round trip: a table with every supported type, NULLs in every column, and extremes,
 //! exported to Parquet and CSV, read back, and compared value by value with what PostgreSQL
 //! says about the same rows (oracle SQL per column).
+//!
+//! Length: one case table per PostgreSQL type family with the oracle SQL for each column; the
+//! cases and the comparison they share read best together.
 
 use crate::common::*;
 use arrow_array::cast::AsArray;
