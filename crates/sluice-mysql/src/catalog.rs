@@ -189,20 +189,23 @@ pub async fn candidates(
     Ok(rows
         .iter()
         .map(|r| {
-            let table = TableRef {
-                schema: text(r, 0),
-                name: text(r, 1),
-            };
-            Candidate {
-                unqualified: table.schema == default_db,
-                object: Resolved {
-                    table: table.clone(),
-                    view: text(r, 2) == "VIEW",
-                },
-                table,
-            }
+            let unqualified = text(r, 0) == default_db;
+            candidate(r, unqualified, text(r, 2) == "VIEW")
         })
         .collect())
+}
+
+/// The candidate named by a row's `TABLE_SCHEMA`, `TABLE_NAME`.
+fn candidate(r: &Row, unqualified: bool, view: bool) -> Candidate<Resolved> {
+    let table = TableRef::new(text(r, 0), text(r, 1));
+    Candidate {
+        unqualified,
+        object: Resolved {
+            table: table.clone(),
+            view,
+        },
+        table,
+    }
 }
 
 /// Base tables outside the system databases, for `--tables` and `--schema`.
@@ -215,23 +218,7 @@ pub async fn tables(conn: &mut Conn, target: &str) -> Result<Vec<Candidate<Resol
         ))
         .await
         .map_err(err(target))?;
-    Ok(rows
-        .iter()
-        .map(|r| {
-            let table = TableRef {
-                schema: text(r, 0),
-                name: text(r, 1),
-            };
-            Candidate {
-                unqualified: false,
-                object: Resolved {
-                    table: table.clone(),
-                    view: false,
-                },
-                table,
-            }
-        })
-        .collect())
+    Ok(rows.iter().map(|r| candidate(r, false, false)).collect())
 }
 
 /// The coordinator's session as `sluice_core::select::discover` sees it. Describing a table

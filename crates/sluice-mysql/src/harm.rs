@@ -314,10 +314,7 @@ mod tests {
     use super::*;
 
     fn t(schema: &str, name: &str) -> TableRef {
-        TableRef {
-            schema: schema.into(),
-            name: name.into(),
-        }
+        TableRef::new(schema, name)
     }
 
     #[test]
