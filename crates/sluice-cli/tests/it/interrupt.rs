@@ -48,12 +48,13 @@ fn assert_nothing_complete_looking(dir: &Path) {
     }
 }
 
-#[tokio::test]
-async fn kill_9_midway_leaves_no_manifest_and_no_partial_final_file() {
-    let db = TestDb::new().await;
-    big_table(&db).await;
-    let out = tempdir();
-    let mut child = sluice()
+/// Start an export of `big` into `out`, two workers, parts of 8 MB.
+fn start_export(
+    db: &TestDb,
+    out: &std::path::Path,
+    stderr: std::process::Stdio,
+) -> std::process::Child {
+    sluice()
         .args([
             "export",
             "--source",
@@ -68,10 +69,18 @@ async fn kill_9_midway_leaves_no_manifest_and_no_partial_final_file() {
             "1MB",
             "--to",
         ])
-        .arg(out.path())
-        .stderr(std::process::Stdio::null())
+        .arg(out)
+        .stderr(stderr)
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn kill_9_midway_leaves_no_manifest_and_no_partial_final_file() {
+    let db = TestDb::new().await;
+    big_table(&db).await;
+    let out = tempdir();
+    let mut child = start_export(&db, out.path(), std::process::Stdio::null());
     wait_for_temporary(out.path());
     child.kill().unwrap();
     child.wait().unwrap();
@@ -83,25 +92,7 @@ async fn sigterm_stops_cleanly_with_exit_130() {
     let db = TestDb::new().await;
     big_table(&db).await;
     let out = tempdir();
-    let child = sluice()
-        .args([
-            "export",
-            "--source",
-            &db.url,
-            "--table",
-            "big",
-            "--parallel",
-            "2",
-            "--chunk-size",
-            "8MB",
-            "--batch-size",
-            "1MB",
-            "--to",
-        ])
-        .arg(out.path())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = start_export(&db, out.path(), std::process::Stdio::piped());
     wait_for_temporary(out.path());
     let status = std::process::Command::new("kill")
         .arg("-TERM")
