@@ -26,6 +26,9 @@
 //! ```
 //! A flag given on the command line replaces the file's value (a repeated flag replaces the
 //! whole list). Unknown keys are refused, with their line and column.
+//!
+//! Length: about 420 lines of code plus its unit tests: reading the file and merging it with
+//! the flags is one step over the one options definition (args.rs).
 
 use crate::args::{CompressionArg, ConsistencyArg, FormatArg, Options, Pair};
 use crate::registry;

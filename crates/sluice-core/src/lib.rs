@@ -22,6 +22,7 @@ pub mod failpoint;
 pub mod ident;
 pub mod keyrange;
 pub mod mapping;
+pub mod memory;
 pub mod position;
 pub mod redact;
 pub mod select;

@@ -21,6 +21,7 @@ use crate::harm::HarmMonitor;
 use crate::job::ExportJob;
 use crate::output;
 use crate::phase::{EXPORT_PHASES, PhaseTimer};
+use crate::plan;
 use crate::planning::format_with_budget;
 use crate::policy::{self, Start};
 use crate::prepare::prepare;
@@ -63,6 +64,13 @@ async fn timed_export(
     phases: &mut PhaseTimer,
 ) -> Result<Report> {
     let started = Instant::now();
+    // A worker count that cannot fit --memory is refused before anything is touched: no
+    // output checked, locked or cleared (--overwrite), no session opened. Fewer chunks than
+    // workers would use fewer, but a request that needs more than its target is a mistake
+    // worth naming whatever the table.
+    if let Some(why) = plan::request_refusal(&plan_inputs(&job)) {
+        return Err(Error::config(why));
+    }
     phases.enter("connect");
     job.destination.check_writable().await?;
     let run_id = new_run_id();

@@ -5,7 +5,7 @@
 
 use crate::job::ExportJob;
 use crate::manifest::{ColumnRecord, DatasetRecord, MANIFEST_VERSION, RunState};
-use crate::plan::{Budget, PlanInputs};
+use crate::plan::{self, Budget, PlanInputs};
 use sluice_core::{Chunk, ChunkRequest, Coordinator, Dataset, DatasetKind, Error, Result};
 use sluice_sink::{FormatOptions, ParquetOptions};
 use std::collections::HashSet;
@@ -29,6 +29,8 @@ pub fn plan_inputs(job: &ExportJob) -> PlanInputs {
         cores: std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1),
+        server_local: plan::server_is_local(&job.source.display_url()),
+        columns: 0,
     }
 }
 

@@ -48,7 +48,7 @@ pub(crate) async fn prepare(
 ) -> Result<Prepared> {
     let discovered = coordinator.discover(&job.selection).await?;
     refuse_duplicates(&discovered)?;
-    let inputs = plan_inputs(job);
+    let inputs = plan_inputs(job).with_columns_of(&discovered);
     let sizing = plan::size(&discovered, &inputs);
     let mut notes = Vec::new();
     let names: Vec<String> = discovered.iter().map(|d| d.name.clone()).collect();
@@ -95,14 +95,10 @@ pub(crate) async fn prepare(
     let snapshot_index = snapshot::pin(job, coordinator, &mut state, &datasets, readers).await?;
     let skipped = state.chunks.len() - remaining.len();
     let budget = plan::budget(workers, &inputs);
-    let predicted = plan::predicted_peak_rss(workers, &budget, inputs.writer_buffer_bytes);
-    notes.extend(report::plan_notes(
-        job,
-        &inputs,
-        workers,
-        predicted,
-        state.snapshots.len(),
-    ));
+    let predicted = plan::predicted_peak_rss(workers, &budget, &inputs);
+    notes.extend(sizing.notes.iter().cloned());
+    notes.extend(plan::memory_note(workers, predicted, &inputs));
+    notes.extend(report::plan_notes(job, state.snapshots.len()));
     Ok(Prepared {
         datasets,
         state,

@@ -4,7 +4,6 @@
 use crate::job::ExportJob;
 use crate::manifest::{DatasetRecord, Guarantee, HarmRecord, PartRecord};
 use crate::phase::{PhaseRecord, PhaseTimer};
-use crate::plan::PlanInputs;
 use crate::rss::peak_rss_bytes;
 use serde::{Deserialize, Serialize};
 use sluice_core::{Consistency, ReadCounters};
@@ -198,33 +197,10 @@ impl Report {
     }
 }
 
-/// Remarks on the plan: memory the workers need beyond `--memory`, what chunk consistency
-/// means, and a resumed run's several snapshots.
-pub(crate) fn plan_notes(
-    job: &ExportJob,
-    inputs: &PlanInputs,
-    workers: usize,
-    predicted: u64,
-    snapshots: usize,
-) -> Vec<String> {
+/// The notes of the plan that the report carries: chunk consistency, several snapshots (the
+/// memory and cores notes are `plan.rs`'s).
+pub(crate) fn plan_notes(job: &ExportJob, snapshots: usize) -> Vec<String> {
     let mut notes = Vec::new();
-    if predicted > inputs.memory {
-        notes.push(format!(
-            "memory: {workers} worker(s) need about {} MB with the smallest batches{}, more \
-             than --memory {} MB; raise --memory or lower --parallel",
-            predicted >> 20,
-            if inputs.writer_buffer_bytes > 0 {
-                format!(
-                    " and {} MB of upload parts per worker (lower --part-size or \
-                     --upload-concurrency)",
-                    inputs.writer_buffer_bytes >> 20
-                )
-            } else {
-                String::new()
-            },
-            inputs.memory >> 20
-        ));
-    }
     if job.consistency == Consistency::Chunk {
         notes.push(
             "consistency chunk: each part was read in its own transaction, so the output is not \

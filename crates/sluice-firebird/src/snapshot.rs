@@ -27,7 +27,7 @@
 //! late alike: consistent, but as of `n` plus that transaction. The server mode does not
 //! matter (attachments of one process show it too), nor the version from 4.0 (tested on
 //! 4.0.7 and 5.0.4). Firebird's own parallel backup (gbak `-parallel`) joins its workers the
-//! same way. `crates/sluice-cli/tests/firebird_consistency.rs` reproduces both the engine
+//! same way. `crates/sluice-cli/tests/it/firebird_consistency.rs` reproduces both the engine
 //! behaviour (one attachment sees a transfer the snapshot does not) and its effect on exports.
 //!
 //! Examined and not the cause: a scan bounded by `RDB$DB_KEY` is a full table scan that starts

@@ -155,6 +155,18 @@ impl PgCoordinator {
     fn snapshot_id(&self) -> Option<String> {
         self.snapshot.as_ref().and_then(|s| s.id.clone())
     }
+
+    /// A worker session on the run's snapshot `id` (none in chunk consistency).
+    async fn reader(&self, id: Option<&str>) -> Result<PgReader> {
+        PgReader::open(
+            &self.target,
+            &self.tag,
+            id,
+            Some(self.lockable.clone()),
+            self.findings.clone(),
+        )
+        .await
+    }
 }
 
 #[async_trait]
@@ -264,15 +276,7 @@ impl Coordinator for PgCoordinator {
 
     async fn open_readers(&mut self, n: usize) -> Result<Vec<Box<dyn ChunkReader>>> {
         let id = self.snapshot_id();
-        let opens = (0..n).map(|_| {
-            PgReader::open(
-                &self.target,
-                &self.tag,
-                id.as_deref(),
-                Some(self.lockable.clone()),
-                self.findings.clone(),
-            )
-        });
+        let opens = (0..n).map(|_| self.reader(id.as_deref()));
         let readers = futures_util::future::join_all(opens).await;
         readers
             .into_iter()
@@ -297,16 +301,7 @@ impl Coordinator for PgCoordinator {
             }
         }
         let id = self.snapshot_id();
-        Ok(Box::new(
-            PgReader::open(
-                &self.target,
-                &self.tag,
-                id.as_deref(),
-                Some(self.lockable.clone()),
-                self.findings.clone(),
-            )
-            .await?,
-        ))
+        Ok(Box::new(self.reader(id.as_deref()).await?))
     }
 
     fn run_facts(&self) -> RunFacts {

@@ -11,6 +11,9 @@
 //!   [`firebird_writer`] is the concurrent writer process of Firebird consistency tests.
 //! - [`objstore`] starts object-storage emulators (S3, GCS, Azure Blob) the same way.
 //! - [`tls`] generates the certificates of the TLS servers (`--pg-tls`, `--mariadb-tls`).
+//! - [`process`] runs the `sluice` binary under test (output, time limit, failpoints);
+//!   [`scenario`] holds the suites every source must pass, written once and run over
+//!   PostgreSQL, MariaDB and Firebird, over the [`source`] database each engine offers.
 
 pub mod files;
 pub mod firebird;
@@ -19,5 +22,8 @@ pub mod mariadb;
 pub mod mysql;
 pub mod objstore;
 pub mod pg;
+pub mod process;
+pub mod scenario;
 pub mod server;
+pub mod source;
 pub mod tls;
