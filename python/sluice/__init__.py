@@ -74,7 +74,9 @@ def _options(**given: Any) -> Dict[str, Any]:
     return {k: v for k, v in given.items() if v is not None and v is not False}
 
 
-def _one_dataset(table: Optional[str], query: Optional[str]) -> Dict[str, Any]:
+def _one_dataset(table: Optional[str], query: Optional[str], config: Any) -> Dict[str, Any]:
+    if table is None and query is None and config is not None:
+        return {}  # the YAML file names it (a second dataset is refused when it is read)
     if (table is None) == (query is None):
         raise ConfigError(
             "name what to read: table=\"schema.table\" or query=\"SELECT …\" (exactly one of them)."
@@ -169,7 +171,7 @@ def read_arrow(
         lock_non_transactional=lock_non_transactional,
         config=config,
     )
-    opts.update(_one_dataset(table, query))
+    opts.update(_one_dataset(table, query, config))
     result, _report = _sluice.read(**opts)
     # Not pa.table(result): it first checks for a pandas DataFrame, which imports pandas
     # (half a second) when it is installed.
@@ -227,7 +229,7 @@ def read_batches(
         lock_non_transactional=lock_non_transactional,
         config=config,
     )
-    opts.update(_one_dataset(table, query))
+    opts.update(_one_dataset(table, query, config))
     stream = _sluice.stream(**opts)
     schema = pa.schema(stream.schema)
     return pa.RecordBatchReader.from_batches(schema, _batches(stream))

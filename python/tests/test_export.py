@@ -48,3 +48,16 @@ def test_plan_is_the_cli_plan(pg):
     text = json.dumps(plan)
     assert "sales.a" in text
     assert "s3cret" not in text
+
+
+def test_yaml_config_is_the_cli_file(pg, tmp_path):
+    pg.exec("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 100)")
+    config = tmp_path / "sluice.yaml"
+    config.write_text("table: t\nparallel: 2\nchunk_by: key\n")
+    assert sluice.read_arrow(pg.url, config=config).num_rows == 100
+    # Keywords win over the file, as flags do: a bad keyword is refused over a good file value.
+    with pytest.raises(sluice.ConfigError, match="chunk-by"):
+        sluice.read_arrow(pg.url, config=config, chunk_by="rows")
+    config.write_text("table: t\nbogus_key: 1\n")
+    with pytest.raises(sluice.ConfigError, match="bogus_key"):
+        sluice.read_arrow(pg.url, config=config)

@@ -1,4 +1,6 @@
-//! The YAML config file and how flags override it, producing the engine's job.
+//! The YAML config file and how flags override it, producing the engine's job (for files, or
+//! for rows handed to the caller: the Python package's reads). (Past 500 lines with its unit
+//! tests, which stay beside the rules they check.)
 //!
 //! Keys are the flags' names with `_` for `-`:
 //! ```yaml
