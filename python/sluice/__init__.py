@@ -204,15 +204,16 @@ def read_batches(
     different chunks interleave (row order is not kept; use ``parallel=1`` and
     ``chunk_by="none"`` for the source's order).
 
-    The reader starts the run at once (the schema is known when this returns). Closing the
-    reader early, or Ctrl-C while waiting for a batch (KeyboardInterrupt), stops the run and
-    closes its sessions. A chunk that fails after some of its batches were returned is not
+    The reader starts the run at once (the schema is known when this returns); workers wait
+    while the reader is not read. Dropping the reader before its end (``del reader``, or
+    leaving the scope that holds it), or Ctrl-C while waiting for a batch (KeyboardInterrupt),
+    stops the run and closes its sessions. (pyarrow's ``reader.close()`` does not reach the
+    iterator a reader built from Python batches wraps: drop the reader instead.) A chunk that fails after some of its batches were returned is not
     read again silently: the reader raises a retryable :class:`SourceError` instead of
     returning rows twice.
 
     Returns:
-        pyarrow.RecordBatchReader: ``for batch in reader`` or ``reader.read_all()``;
-        ``reader.close()`` stops early.
+        pyarrow.RecordBatchReader: ``for batch in reader`` or ``reader.read_all()``.
     """
     opts = _options(
         source=source,

@@ -58,3 +58,23 @@ def test_ctrl_c_stops_the_read_and_closes_every_session(pg, tmp_path: Path, how:
         )[0][0] == 0
 
     wait_for(gone, "the run's sessions to end", timeout=20)
+
+
+def test_dropping_a_reader_early_stops_the_run(pg):
+    import sluice
+
+    pg.exec(
+        "CREATE TABLE big (id bigint PRIMARY KEY, pad text);"
+        "INSERT INTO big SELECT g, repeat('p', 100) FROM generate_series(1, 100000) g; ANALYZE big"
+    )
+
+    def sessions() -> int:
+        return pg.rows(
+            f"SELECT count(*) FROM pg_stat_activity WHERE datname = '{pg.name}' AND application_name = 'sluice'"
+        )[0][0]
+
+    reader = sluice.read_batches(pg.url, table="big", parallel=2, chunk_size="1MB", batch_size="256KB")
+    assert reader.read_next_batch().num_rows > 0
+    assert sessions() >= 3, "coordinator and two workers are waiting for the reader"
+    del reader
+    wait_for(lambda: sessions() == 0, "the run's sessions to end", timeout=20)
