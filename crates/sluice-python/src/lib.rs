@@ -281,9 +281,28 @@ fn shutdown() {
     sluice_cli::registry::release_process_resources();
 }
 
+/// Log lines on stderr when `SLUICE_LOG` is set (a filter, as for the command line:
+/// `SLUICE_LOG=info`, `SLUICE_LOG=sluice=debug`): retries, harm warnings and phases are
+/// otherwise silent in Python. Nothing is installed when the variable is unset or when the
+/// process already has a global subscriber.
+fn init_logging() {
+    if let Ok(filter) = std::env::var("SLUICE_LOG")
+        && let Ok(filter) = tracing_subscriber::EnvFilter::try_new(filter)
+    {
+        use std::io::IsTerminal;
+        let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(colour)
+            .try_init();
+    }
+}
+
 /// The native module.
 #[pymodule]
 fn _sluice(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    init_logging();
     errors::register(m)?;
     m.add_class::<Table>()?;
     m.add_class::<Stream>()?;
