@@ -107,7 +107,8 @@ pub fn release_process_resources() -> bool {
 
 /// Open the destination for `to`: a local path, a `file://` URL, or an object store
 /// (`s3://`, `gs://`, `az://` and their aliases).
-/// `storage_options` go to object stores (see `config::Resolved::storage_options`).
+/// `storage_options` go to object stores (the `--storage-option`, `--part-size` and
+/// `--upload-concurrency` settings, see `config.rs`).
 pub fn open_destination(
     to: &str,
     fsync: bool,
