@@ -25,7 +25,7 @@ pub async fn describe(
 ) -> Result<Described> {
     let e = err(target);
     let t = &obj.table;
-    let name = t.to_string();
+    let name = t.dataset_name();
     let rows: Vec<Row> = conn
         .exec(
             "SELECT COLUMN_NAME, LOWER(DATA_TYPE), COLUMN_TYPE, IS_NULLABLE, \
