@@ -10,6 +10,14 @@
 //! - **Key ranges** (`--chunk-by key`, or the fallback on Firebird 3): a single integer key is
 //!   split evenly between its MIN and MAX (one indexed lookup each). Other keys are read whole.
 //! - **Whole**: views and `--chunk-by none`.
+//!
+//! With `--consistency chunk` every chunk is read in its own transaction, so the plan must not
+//! depend on where rows are stored. Firebird keeps a record's db_key across updates, but a row
+//! deleted and re-inserted with the same key between two chunk reads (its slot reused after
+//! garbage collection, or a new slot on a page not read yet) would appear twice or not at all.
+//! There `auto` splits on a one-column primary key, a table without one is read as one chunk
+//! (one transaction), and `--chunk-by pages` is refused. Key ranges read in separate
+//! transactions give every row whose key does not change exactly once.
 
 use crate::catalog::{ServerInfo, data_pages_per_pointer_page};
 use crate::connect::{Session, as_text};
@@ -17,7 +25,9 @@ use crate::error::{Phase, classify};
 use crate::sql::FbDialect;
 use async_trait::async_trait;
 use sluice_core::keyrange::{self, KeyQueries, page_runs};
-use sluice_core::{Chunk, ChunkRequest, ChunkStrategy, Dataset, DatasetKind, Error, Result};
+use sluice_core::{
+    Chunk, ChunkRequest, ChunkStrategy, Consistency, Dataset, DatasetKind, Error, Result,
+};
 
 /// Key-range planning's queries, on the coordinator's attachment (its thread).
 struct FbKeys<'a> {
@@ -63,14 +73,26 @@ pub async fn plan(
 ) -> Result<Vec<Chunk>> {
     let table = ds.kind == DatasetKind::Table;
     let dbkey_ok = server.has_shared_snapshots();
+    let per_chunk = req.consistency == Consistency::Chunk;
     let key = match &req.strategy {
         ChunkStrategy::None => None,
-        ChunkStrategy::Auto if table && dbkey_ok => {
+        ChunkStrategy::Auto if table && dbkey_ok && !per_chunk => {
             return Ok(pointer_page_runs(ds, req.target_bytes, server.page_size));
         }
         ChunkStrategy::Auto if table && ds.primary_key.len() == 1 => Some(ds.primary_key.clone()),
         ChunkStrategy::Auto => None,
         ChunkStrategy::Physical => {
+            if per_chunk {
+                return Err(Error::config(format!(
+                    "--chunk-by pages cannot be used with --consistency chunk ({}): each chunk \
+                     would be read in its own transaction, and a row deleted and inserted again \
+                     between two chunk reads can land on a page read before or after, so it \
+                     appears twice or not at all. Use --chunk-by auto or key (ranges of the \
+                     primary key, exact for every row whose key does not change), or \
+                     --consistency snapshot, where page chunks share one snapshot.",
+                    ds.name
+                )));
+            }
             if !table {
                 return Err(Error::config(format!(
                     "--chunk-by pages needs a table, but {} is a view: use --chunk-by none.",

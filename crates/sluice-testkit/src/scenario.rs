@@ -38,27 +38,27 @@ impl Paused {
 }
 
 impl Sluice {
-    fn export_cmd(&self, src: &Source, out: &Path, args: &[&str]) -> Command {
+    fn export_cmd(&self, url: &str, out: &Path, args: &[&str]) -> Command {
         let mut c = (self.command)();
         c.arg("export")
             .arg("--source")
-            .arg(&src.url)
+            .arg(url)
             .arg("--to")
             .arg(out)
             .args(args);
         c
     }
 
-    /// `sluice export --source … --to OUT ARGS…` to its end.
-    pub fn export(&self, src: &Source, out: &Path, args: &[&str]) -> Run {
-        process::run(&mut self.export_cmd(src, out, args))
+    /// `sluice export --source URL --to OUT ARGS…` to its end.
+    pub fn export(&self, url: &str, out: &Path, args: &[&str]) -> Run {
+        process::run(&mut self.export_cmd(url, out, args))
     }
 
     /// An export that dies at failpoint `spec` (an `exit` action, as `kill -9` would leave
     /// it): checks it died and left nothing complete-looking.
-    pub fn killed_at(&self, src: &Source, out: &Path, args: &[&str], spec: &str) -> Run {
+    pub fn killed_at(&self, url: &str, out: &Path, args: &[&str], spec: &str) -> Run {
         let fp = Failpoints::new();
-        let mut cmd = self.export_cmd(src, out, args);
+        let mut cmd = self.export_cmd(url, out, args);
         fp.arm(&mut cmd, spec);
         let run = process::run(&mut cmd);
         assert_ne!(run.code, 0, "{spec}: the run should have died");
@@ -67,9 +67,9 @@ impl Sluice {
     }
 
     /// An export stopped at failpoint `name` (armed `wait`): returns once it is there.
-    pub async fn paused_at(&self, src: &Source, out: &Path, args: &[&str], name: &str) -> Paused {
+    pub async fn paused_at(&self, url: &str, out: &Path, args: &[&str], name: &str) -> Paused {
         let failpoints = Failpoints::new();
-        let mut cmd = self.export_cmd(src, out, args);
+        let mut cmd = self.export_cmd(url, out, args);
         failpoints.arm(&mut cmd, &format!("{name}=wait"));
         let mut child = cmd
             .stdout(Stdio::piped())
@@ -135,15 +135,15 @@ pub async fn kill_then_resume(sluice: &Sluice, mut src: Source) {
     let writer = src.start_inserts(ROWS).await;
     let out = process::tempdir();
     let a = args("512KB", &["--chunk-by", "key"]);
-    sluice.killed_at(&src, out.path(), &a, "export.after_receipt=exit@2");
+    sluice.killed_at(&src.url, out.path(), &a, "export.after_receipt=exit@2");
     let before = receipts(out.path());
     assert_eq!(before, 2, "both receipts are durable before the kill");
-    let refused = sluice.export(&src, out.path(), &a);
+    let refused = sluice.export(&src.url, out.path(), &a);
     assert_eq!(refused.code, 2, "{}", refused.stderr);
     assert!(refused.stderr.contains("--resume"), "{}", refused.stderr);
     let mut resume = a.clone();
     resume.push("--resume");
-    let resumed = sluice.export(&src, out.path(), &resume);
+    let resumed = sluice.export(&src.url, out.path(), &resume);
     resumed.ok();
     if let Some(w) = writer {
         w.stop().await;
@@ -180,7 +180,7 @@ pub async fn resume_after_the_last_part(sluice: &Sluice, mut src: Source) {
         if merge {
             a.push("--merge");
         }
-        let first = sluice.killed_at(&src, out.path(), &a, &format!("{failpoint}=exit"));
+        let first = sluice.killed_at(&src.url, out.path(), &a, &format!("{failpoint}=exit"));
         assert!(
             first
                 .stderr
@@ -198,7 +198,7 @@ pub async fn resume_after_the_last_part(sluice: &Sluice, mut src: Source) {
         let mut resume = a.clone();
         let report_arg = report.to_string_lossy().into_owned();
         resume.extend(["--resume", "--report-json", &report_arg]);
-        sluice.export(&src, out.path(), &resume).ok();
+        sluice.export(&src.url, out.path(), &resume).ok();
         let r: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("JSON");
         assert_eq!(
@@ -261,7 +261,7 @@ pub async fn killed_worker_is_retried(sluice: &Sluice, mut src: Source, extra: &
     let mut a = args(chunk, extra);
     a.extend(["--report-json", &report_arg]);
     let paused = sluice
-        .paused_at(&src, &data, &a, "export.after_batch")
+        .paused_at(&src.url, &data, &a, "export.after_batch")
         .await;
     let reading = src.reading_sessions().await;
     let victim = *reading
