@@ -150,6 +150,27 @@ pub struct Dataset {
 }
 
 impl Dataset {
+    /// A plain table read from its one `relation`, estimated by it: no key, nothing outside
+    /// the snapshot. Why: the shape a chunk planner starts from (planners' tests build it);
+    /// a catalog adds keys and partitions to what it describes.
+    pub fn table(relation: Relation, columns: Vec<ColumnDesc>) -> Dataset {
+        Dataset {
+            name: relation.table.dataset_name(),
+            kind: DatasetKind::Table,
+            object: Some(relation.table.clone()),
+            estimate: SizeEstimate {
+                rows: relation.rows,
+                bytes: relation.bytes,
+            },
+            relations: vec![relation],
+            query: None,
+            columns,
+            primary_key: Vec::new(),
+            outside_snapshot: Vec::new(),
+            row_security_filtered: false,
+        }
+    }
+
     /// The Arrow schema every part of this dataset is written with.
     pub fn arrow_schema(&self) -> SchemaRef {
         Arc::new(Schema::new(

@@ -125,41 +125,25 @@ mod tests {
     use sluice_core::clause::where_clause;
     use sluice_core::columns::field;
     use sluice_core::table::TableRef;
-    use sluice_core::{ChunkBounds, ColumnDesc, Relation, SizeEstimate};
+    use sluice_core::{ChunkBounds, ColumnDesc, Relation};
 
     fn table(pps: u64) -> Dataset {
-        let t = TableRef {
-            schema: String::new(),
-            name: "T".into(),
-        };
-        let bytes = pps * 1000 * 8192;
-        Dataset {
-            name: "T".into(),
-            kind: DatasetKind::Table,
-            object: Some(t.clone()),
-            relations: vec![Relation {
-                table: t,
+        Dataset::table(
+            Relation {
+                table: TableRef::new("", "T"),
                 pages: pps,
                 page_bytes: 8192 * 1632,
                 rows: pps * 1000,
-                bytes,
-            }],
-            query: None,
-            columns: vec![ColumnDesc {
+                bytes: pps * 1000 * 8192,
+            },
+            vec![ColumnDesc {
                 name: "ID".into(),
                 source_type: "INTEGER".into(),
                 field: field("ID", arrow_schema::DataType::Int32),
                 cast: None,
                 as_text_fallback: false,
             }],
-            primary_key: Vec::new(),
-            estimate: SizeEstimate {
-                rows: pps * 1000,
-                bytes,
-            },
-            outside_snapshot: Vec::new(),
-            row_security_filtered: false,
-        }
+        )
     }
 
     #[test]

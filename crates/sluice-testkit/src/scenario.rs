@@ -17,23 +17,38 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 /// Runs the `sluice` binary under test.
+#[derive(Clone, Copy)]
 pub struct Sluice {
     /// Starts a command of the binary, with the environment tests want.
     pub command: fn() -> Command,
 }
 
-/// A run stopped at a `wait` failpoint: the test acts, then lets it go on.
+/// A run stopped at a `wait` failpoint: the test acts, then lets it go on. Dropped without
+/// [`Paused::release`] (a failing test), the run is killed rather than left waiting.
 pub struct Paused {
-    child: Child,
+    child: Option<Child>,
     failpoints: Failpoints,
     name: String,
 }
 
 impl Paused {
-    /// Let the run go on and wait for its end.
-    pub fn release(self) -> Run {
+    /// Let the run go on and wait for its end (off the async threads, so tasks of the test
+    /// keep running meanwhile).
+    pub async fn release(mut self) -> Run {
         self.failpoints.release(&self.name);
-        process::finish(self.child).into()
+        let child = self.child.take().expect("a paused run has its process");
+        tokio::task::spawn_blocking(move || process::finish(child).into())
+            .await
+            .expect("waiting for sluice")
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -54,13 +69,18 @@ impl Sluice {
         process::run(&mut self.export_cmd(url, out, args))
     }
 
-    /// An export that dies at failpoint `spec` (an `exit` action, as `kill -9` would leave
-    /// it): checks it died and left nothing complete-looking.
-    pub fn killed_at(&self, url: &str, out: &Path, args: &[&str], spec: &str) -> Run {
+    /// An export to its end with failpoints `spec` armed (`name=action[@n],…`).
+    pub fn export_at(&self, url: &str, out: &Path, args: &[&str], spec: &str) -> Run {
         let fp = Failpoints::new();
         let mut cmd = self.export_cmd(url, out, args);
         fp.arm(&mut cmd, spec);
-        let run = process::run(&mut cmd);
+        process::run(&mut cmd)
+    }
+
+    /// An export that dies at failpoint `spec` (an `exit` action, as `kill -9` would leave
+    /// it): checks it died and left nothing complete-looking.
+    pub fn killed_at(&self, url: &str, out: &Path, args: &[&str], spec: &str) -> Run {
+        let run = self.export_at(url, out, args, spec);
         assert_ne!(run.code, 0, "{spec}: the run should have died");
         assert!(!out.join("manifest.json").exists(), "{spec}: no manifest");
         run
@@ -78,7 +98,7 @@ impl Sluice {
             .expect("running sluice");
         failpoints.reached(name, &mut child).await;
         Paused {
-            child,
+            child: Some(child),
             failpoints,
             name: name.to_string(),
         }
@@ -268,7 +288,7 @@ pub async fn killed_worker_is_retried(sluice: &Sluice, mut src: Source, extra: &
         .first()
         .unwrap_or_else(|| panic!("no session of the run is reading while its workers are paused"));
     src.kill(victim).await;
-    let run = paused.release();
+    let run = paused.release().await;
     run.ok();
     assert!(run.stderr.contains("retrying"), "{}", run.stderr);
     assert_retries_name_their_part_once(&run.stderr, &src.dataset());

@@ -332,7 +332,7 @@ async fn chunk_consistency_reads_key_ranges_under_delete_and_reinsert() {
            END
          END"
     ));
-    paused.release().ok();
+    paused.release().await.ok();
 
     let mut seen: HashMap<i64, usize> = HashMap::new();
     for row in files::row_strings(&files::dataset_batches(&out.path().join("BIG"))) {
