@@ -128,21 +128,17 @@ mod tests {
     use sluice_core::{ChunkBounds, ColumnDesc, Relation};
 
     fn table(pps: u64) -> Dataset {
+        let (t, bytes) = (TableRef::new("", "T"), pps * 1000 * 8192);
+        let id = ColumnDesc {
+            name: "ID".into(),
+            source_type: "INTEGER".into(),
+            field: field("ID", arrow_schema::DataType::Int32),
+            cast: None,
+            as_text_fallback: false,
+        };
         Dataset::table(
-            Relation {
-                table: TableRef::new("", "T"),
-                pages: pps,
-                page_bytes: 8192 * 1632,
-                rows: pps * 1000,
-                bytes: pps * 1000 * 8192,
-            },
-            vec![ColumnDesc {
-                name: "ID".into(),
-                source_type: "INTEGER".into(),
-                field: field("ID", arrow_schema::DataType::Int32),
-                cast: None,
-                as_text_fallback: false,
-            }],
+            Relation::new(t, pps, 8192 * 1632, pps * 1000, bytes),
+            vec![id],
         )
     }
 

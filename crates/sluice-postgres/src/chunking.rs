@@ -194,17 +194,8 @@ mod tests {
     use sluice_core::Relation;
 
     fn table(pages: u64, bytes: u64) -> Dataset {
-        let table = TableRef::new("public", "t");
-        Dataset::table(
-            Relation {
-                table,
-                pages,
-                page_bytes: 8192,
-                rows: pages * 10,
-                bytes,
-            },
-            Vec::new(),
-        )
+        let t = TableRef::new("public", "t");
+        Dataset::table(Relation::new(t, pages, 8192, pages * 10, bytes), Vec::new())
     }
 
     #[test]

@@ -86,11 +86,13 @@ impl Sluice {
         run
     }
 
-    /// An export stopped at failpoint `name` (armed `wait`): returns once it is there.
+    /// An export stopped at failpoint `name` (armed `wait`; `name@n`: at its `n`th hit):
+    /// returns once it is there.
     pub async fn paused_at(&self, url: &str, out: &Path, args: &[&str], name: &str) -> Paused {
         let failpoints = Failpoints::new();
         let mut cmd = self.export_cmd(url, out, args);
-        failpoints.arm(&mut cmd, &format!("{name}=wait"));
+        let (name, nth) = name.split_once('@').unwrap_or((name, "1"));
+        failpoints.arm(&mut cmd, &format!("{name}=wait@{nth}"));
         let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

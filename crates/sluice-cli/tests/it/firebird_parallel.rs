@@ -65,12 +65,7 @@ fn pointer_page_chunks_cover_every_row_once_and_merge_equals_one_worker() {
     let got = files::row_strings(&files::dataset_batches(&out.path().join("BIG")));
     files::assert_same_rows(&got, &want, "pointer-page chunks");
     let m = files::manifest(out.path());
-    let big = m["datasets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["name"] == "BIG")
-        .unwrap();
+    let big = files::manifest_dataset(&m, "BIG");
     assert_eq!(
         big["parts"].as_array().unwrap().len(),
         pps,
@@ -358,15 +353,7 @@ async fn chunk_consistency_reads_key_ranges_under_delete_and_reinsert() {
     assert_eq!(seen.len() as i64, ROWS);
 
     let m = files::manifest(out.path());
-    let ds = |name: &str| {
-        m["datasets"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|d| d["name"] == name)
-            .unwrap()
-            .clone()
-    };
+    let ds = |name: &str| files::manifest_dataset(&m, name);
     let big = ds("BIG");
     assert!(big["parts"].as_array().unwrap().len() > 2, "{big}");
     assert_eq!(big["guarantee"]["kind"], "key_ranges");

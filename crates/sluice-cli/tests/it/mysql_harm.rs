@@ -22,7 +22,6 @@
 use crate::common::{files, harness, sluice, tempdir};
 use mysql_async::prelude::Queryable;
 use sluice_testkit::mysql::{TestDb, connect};
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
@@ -134,10 +133,6 @@ async fn queued(db: &mut TestDb, states: [&str; 2], n: u64, ms: u64) {
     }
 }
 
-fn json(path: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
-}
-
 fn notes(report: &serde_json::Value) -> String {
     report["notes"]
         .as_array()
@@ -244,7 +239,7 @@ async fn long_write_to_myisam_is_guarded_and_the_lock_wait_bounded() {
         "{}",
         run.stderr
     );
-    let r = json(&report);
+    let r = files::json(&report);
     let n = notes(&r);
     assert!(
         n.contains("long statement(s) of other sessions to end") && n.contains(&session),
@@ -331,7 +326,7 @@ async fn sessions_queued_behind_our_metadata_lock_are_reported() {
         harm["longest_blocked_wait_seconds"].as_f64().unwrap() >= 1.0,
         "{harm}"
     );
-    let n = notes(&json(&report));
+    let n = notes(&files::json(&report));
     assert!(
         n.contains(&format!("session {alter_id} for "))
             && n.contains("ALTER TABLE t ADD COLUMN z int")
@@ -410,7 +405,7 @@ async fn non_transactional_tables_are_marked_outside_the_snapshot() {
             );
         }
     }
-    let n = notes(&json(&report));
+    let n = notes(&files::json(&report));
     assert!(n.contains(&format!("{}.m: MyISAM table", db.name)), "{n}");
     assert!(run.stderr.contains("is a MyISAM table"), "{}", run.stderr);
 
@@ -463,7 +458,7 @@ async fn non_transactional_tables_are_marked_outside_the_snapshot() {
         "{}",
         m["harm"]
     );
-    let n = notes(&json(&report));
+    let n = notes(&files::json(&report));
     assert!(n.contains("held under READ locks"), "{n}");
     assert_eq!(
         db.scalar("SELECT COUNT(*) FROM m").await.as_deref(),
@@ -543,7 +538,7 @@ async fn destination_failures_keep_the_workers_snapshot_sessions() {
         "both failures were retried: {}",
         run.stderr
     );
-    let r = json(&report);
+    let r = files::json(&report);
     assert_eq!(r["retries"], 2, "{r}");
     assert!(
         !notes(&r).contains("spare"),

@@ -549,7 +549,7 @@ async fn every_type_round_trips_through_parquet_and_csv() {
     );
 
     // Zero dates and stripped SRIDs are counted in the report.
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let r = files::json(&report);
     let notes: Vec<String> = r["notes"]
         .as_array()
         .unwrap()
