@@ -142,32 +142,21 @@ mod tests {
         )
     }
 
+    /// The pointer-page runs `[first, end)` of `chunks`, in order.
+    fn spans(chunks: &[Chunk]) -> Vec<(u64, Option<u64>)> {
+        let span = |c: &Chunk| match c.bounds {
+            ChunkBounds::Pages { first, end } => (first, end),
+            ref other => panic!("not a pointer-page run: {other:?}"),
+        };
+        chunks.iter().map(span).collect()
+    }
+
     #[test]
     fn runs_cover_every_pointer_page_once_and_end_open() {
         let pp_bytes = 8192 * data_pages_per_pointer_page(8192);
         let chunks = pointer_page_runs(&table(10), 3 * pp_bytes, 8192);
-        let spans: Vec<_> = chunks.iter().map(|c| c.bounds.clone()).collect();
-        assert_eq!(
-            spans,
-            vec![
-                ChunkBounds::Pages {
-                    first: 0,
-                    end: Some(3)
-                },
-                ChunkBounds::Pages {
-                    first: 3,
-                    end: Some(6)
-                },
-                ChunkBounds::Pages {
-                    first: 6,
-                    end: Some(9)
-                },
-                ChunkBounds::Pages {
-                    first: 9,
-                    end: None
-                },
-            ]
-        );
+        let runs = [(0, Some(3)), (3, Some(6)), (6, Some(9)), (9, None)];
+        assert_eq!(spans(&chunks), runs);
         assert_eq!(chunks.iter().map(|c| c.est_rows).sum::<u64>(), 10_000);
     }
 
@@ -175,14 +164,7 @@ mod tests {
     fn one_pointer_page_is_one_unit() {
         for pps in [0, 1] {
             let chunks = pointer_page_runs(&table(pps), 1, 8192);
-            assert_eq!(chunks.len(), 1);
-            assert_eq!(
-                chunks[0].bounds,
-                ChunkBounds::Pages {
-                    first: 0,
-                    end: None
-                }
-            );
+            assert_eq!(spans(&chunks), [(0, None)]);
         }
     }
 
