@@ -259,15 +259,20 @@ pub fn client_config(
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::internal(format!("TLS protocol versions: {e}")))?;
     let verifier: Arc<dyn ServerCertVerifier> = match (verify, roots) {
-        (Verify::None, _) => Arc::new(Relaxed::EncryptOnly(
-            provider.signature_verification_algorithms,
-        )),
+        (Verify::None, _) => Arc::new(Relaxed {
+            algorithms: provider.signature_verification_algorithms,
+            chain: None,
+        }),
         (level, Some(roots)) => {
+            let algorithms = provider.signature_verification_algorithms;
             let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
                 .map_err(|e| Error::config(format!("the trusted CA certificates: {e}")))?;
             if level == Verify::Chain {
-                Arc::new(Relaxed::ChainOnly(webpki))
+                Arc::new(Relaxed {
+                    algorithms,
+                    chain: Some(webpki),
+                })
             } else {
                 webpki
             }
@@ -297,16 +302,16 @@ pub fn client_config(
 }
 
 /// The two verifications weaker than the WebPKI default. Either way the server must prove it
-/// holds the certificate's key (the handshake signature is checked), so the session is
-/// encrypted end to end with whoever answered.
+/// holds the certificate's key (the handshake signature is checked with the provider's
+/// algorithms, as the WebPKI verifier does), so the session is encrypted end to end with
+/// whoever answered.
 #[derive(Debug)]
-enum Relaxed {
-    /// Accepts any server certificate.
-    EncryptOnly(WebPkiSupportedAlgorithms),
-    /// Verifies the chain (trust, validity dates, key usage) but not the host name. The
-    /// WebPKI verifier checks the chain before the name, so a name error means the chain was
-    /// good.
-    ChainOnly(Arc<WebPkiServerVerifier>),
+struct Relaxed {
+    algorithms: WebPkiSupportedAlgorithms,
+    /// `None`: any server certificate is accepted. `Some`: the chain is verified (trust,
+    /// validity dates, key usage) but not the host name; the WebPKI verifier checks the chain
+    /// before the name, so a name error means the chain was good.
+    chain: Option<Arc<WebPkiServerVerifier>>,
 }
 
 impl ServerCertVerifier for Relaxed {
@@ -318,7 +323,7 @@ impl ServerCertVerifier for Relaxed {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        let Relaxed::ChainOnly(webpki) = self else {
+        let Some(webpki) = &self.chain else {
             return Ok(ServerCertVerified::assertion());
         };
         match webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
@@ -336,12 +341,7 @@ impl ServerCertVerifier for Relaxed {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        match self {
-            Relaxed::EncryptOnly(algorithms) => {
-                rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
-            }
-            Relaxed::ChainOnly(webpki) => webpki.verify_tls12_signature(message, cert, dss),
-        }
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
 
     fn verify_tls13_signature(
@@ -350,19 +350,11 @@ impl ServerCertVerifier for Relaxed {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        match self {
-            Relaxed::EncryptOnly(algorithms) => {
-                rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
-            }
-            Relaxed::ChainOnly(webpki) => webpki.verify_tls13_signature(message, cert, dss),
-        }
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        match self {
-            Relaxed::EncryptOnly(algorithms) => algorithms.supported_schemes(),
-            Relaxed::ChainOnly(webpki) => webpki.supported_verify_schemes(),
-        }
+        self.algorithms.supported_schemes()
     }
 }
 
@@ -403,7 +395,10 @@ mod tests {
             .build()
             .unwrap();
         let v: Arc<dyn ServerCertVerifier> = match level {
-            Verify::Chain => Arc::new(Relaxed::ChainOnly(webpki)),
+            Verify::Chain => Arc::new(Relaxed {
+                algorithms: provider().signature_verification_algorithms,
+                chain: Some(webpki),
+            }),
             _ => webpki,
         };
         let name = ServerName::try_from(host.to_string()).unwrap();

@@ -193,14 +193,21 @@ mod tests {
     use super::*;
     use sluice_core::Relation;
 
-    fn table(pages: u64, bytes: u64) -> Dataset {
-        let t = TableRef::new("public", "t");
-        Dataset::table(Relation::new(t, pages, 8192, pages * 10, bytes), Vec::new())
+    /// `public.t`: `pages` full 8 KB pages of 10 rows each.
+    fn table_of(pages: u64) -> Dataset {
+        let relation = Relation::new(TableRef::new("public", "t"), pages, 8192, pages * 10, 0);
+        Dataset::table(
+            Relation {
+                bytes: pages * 8192,
+                ..relation
+            },
+            Vec::new(),
+        )
     }
 
     #[test]
     fn page_ranges_cover_everything_once_and_end_open() {
-        let ds = table(1000, 1000 * 8192);
+        let ds = table_of(1000);
         let chunks = physical(&ds, 100 * 8192);
         // Ten runs of 100 pages in order, the last one open.
         let want = (0..10).map(|i| ChunkBounds::Pages {
@@ -225,7 +232,7 @@ mod tests {
     #[test]
     fn empty_and_tiny_tables_get_one_open_chunk() {
         for pages in [0, 1] {
-            let chunks = physical(&table(pages, pages * 8192), 1 << 20);
+            let chunks = physical(&table_of(pages), 1 << 20);
             let open = ChunkBounds::Pages {
                 first: 0,
                 end: None,
