@@ -115,6 +115,20 @@ pub fn json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
 }
 
+/// (dataset name, rows) of every dataset in `dir`'s manifest, in its order.
+pub fn manifest_rows(dir: &Path) -> Vec<(String, u64)> {
+    let rows = |d: &serde_json::Value| {
+        let name = d["name"].as_str().expect("a dataset name");
+        (name.to_string(), d["rows"].as_u64().expect("a row count"))
+    };
+    manifest(dir)["datasets"]
+        .as_array()
+        .expect("the manifest lists datasets")
+        .iter()
+        .map(rows)
+        .collect()
+}
+
 /// The entry of dataset `name` in a `manifest` (see [`manifest`]); a missing one fails the test.
 pub fn manifest_dataset(manifest: &serde_json::Value, name: &str) -> serde_json::Value {
     manifest["datasets"]

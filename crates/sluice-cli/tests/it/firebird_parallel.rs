@@ -50,16 +50,7 @@ fn pointer_page_chunks_cover_every_row_once_and_merge_equals_one_worker() {
     export(
         &db.url,
         out.path(),
-        &[
-            "--tables",
-            "BIG|SMALL",
-            "--parallel",
-            "2",
-            "--chunk-size",
-            "1MB",
-            "--batch-size",
-            "64KB",
-        ],
+        &words("--tables BIG|SMALL --parallel 2 --chunk-size 1MB --batch-size 64KB"),
     )
     .ok();
     let got = files::row_strings(&files::dataset_batches(&out.path().join("BIG")));
@@ -82,16 +73,7 @@ fn pointer_page_chunks_cover_every_row_once_and_merge_equals_one_worker() {
     export(
         &db.url,
         keys.path(),
-        &[
-            "--table",
-            "big",
-            "--parallel",
-            "2",
-            "--chunk-by",
-            "key",
-            "--chunk-size",
-            "1MB",
-        ],
+        &words("--table big --parallel 2 --chunk-by key --chunk-size 1MB"),
     )
     .ok();
     let got = files::row_strings(&files::dataset_batches(&keys.path().join("BIG")));
@@ -102,33 +84,14 @@ fn pointer_page_chunks_cover_every_row_once_and_merge_equals_one_worker() {
     export(
         &db.url,
         merged.path(),
-        &[
-            "--table",
-            "BIG",
-            "--format",
-            "csv",
-            "--merge",
-            "--parallel",
-            "2",
-            "--chunk-size",
-            "1MB",
-        ],
+        &words("--table BIG --format csv --merge --parallel 2 --chunk-size 1MB"),
     )
     .ok();
     let single = tempdir();
     export(
         &db.url,
         single.path(),
-        &[
-            "--table",
-            "BIG",
-            "--format",
-            "csv",
-            "--parallel",
-            "1",
-            "--chunk-by",
-            "none",
-        ],
+        &words("--table BIG --format csv --parallel 1 --chunk-by none"),
     )
     .ok();
     let a = std::fs::read(merged.path().join("BIG.csv")).unwrap();
@@ -285,18 +248,10 @@ async fn chunk_consistency_reads_key_ranges_under_delete_and_reinsert() {
     let db = TestFdb::new();
     big(&db, ROWS as u32);
     db.exec("CREATE TABLE NOKEY (K INTEGER)\n;;\nINSERT INTO NOKEY VALUES (1)");
-    let args = [
-        "--tables",
-        "BIG|NOKEY",
-        "--consistency",
-        "chunk",
-        "--parallel",
-        "1",
-        "--chunk-size",
-        "256KB",
-        "--batch-size",
-        "64KB",
-    ];
+    let args = words(
+        "--tables BIG|NOKEY --consistency chunk --parallel 1 --chunk-size 256KB \
+         --batch-size 64KB",
+    );
     let out = tempdir();
     let mut pages = args.to_vec();
     pages.extend(["--chunk-by", "pages"]);

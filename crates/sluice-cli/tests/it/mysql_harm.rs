@@ -19,7 +19,7 @@
 //! Length: four scenarios that each need their own long statement, lock waits and probes,
 //! sharing the helpers at the top.
 
-use crate::common::{files, harness, sluice, tempdir};
+use crate::common::{files, harness, sluice, tempdir, with_report, words};
 use mysql_async::prelude::Queryable;
 use sluice_testkit::mysql::{TestDb, connect};
 use std::sync::Arc;
@@ -190,13 +190,7 @@ async fn long_write_to_myisam_is_guarded_and_the_lock_wait_bounded() {
     let timed_out = crate::common::run(
         sluice()
             .args(["export", "--source", &db.url, "--table", "t"])
-            .args([
-                "--long-query-guard",
-                "0",
-                "--lock-wait-timeout",
-                "1",
-                "--to",
-            ])
+            .args(words("--long-query-guard 0 --lock-wait-timeout 1 --to"))
             .arg(out.path().join("b")),
     );
     assert_eq!(timed_out.code, 3, "{}", timed_out.stderr);
@@ -218,16 +212,10 @@ async fn long_write_to_myisam_is_guarded_and_the_lock_wait_bounded() {
         .paused_at(
             &db.url,
             &out.path().join("c"),
-            &[
-                "--table",
-                "t",
-                "--long-query-guard",
-                "1",
-                "--long-query-wait",
-                "120",
-                "--report-json",
-                report.to_str().unwrap(),
-            ],
+            &with_report(
+                "--table t --long-query-guard 1 --long-query-wait 120",
+                &report,
+            ),
             "mysql.long_query_wait",
         )
         .await;
@@ -274,16 +262,7 @@ async fn sessions_queued_behind_our_metadata_lock_are_reported() {
         .paused_at(
             &db.url,
             &out.path().join("data"),
-            &[
-                "--table",
-                "t",
-                "--parallel",
-                "1",
-                "--chunk-by",
-                "none",
-                "--report-json",
-                report.to_str().unwrap(),
-            ],
+            &with_report("--table t --parallel 1 --chunk-by none", &report),
             "export.after_receipt",
         )
         .await;
@@ -353,16 +332,7 @@ async fn non_transactional_tables_are_marked_outside_the_snapshot() {
         .paused_at(
             &db.url,
             &out.path().join("data"),
-            &[
-                "--table",
-                "i",
-                "--table",
-                "m",
-                "--table",
-                "a",
-                "--report-json",
-                report.to_str().unwrap(),
-            ],
+            &with_report("--table i --table m --table a", &report),
             "export.after_plan",
         )
         .await;
@@ -417,17 +387,10 @@ async fn non_transactional_tables_are_marked_outside_the_snapshot() {
         .paused_at(
             &db.url,
             &dir,
-            &[
-                "--table",
-                "i",
-                "--table",
-                "m",
-                "--table",
-                "a",
-                "--lock-non-transactional",
-                "--report-json",
-                report.to_str().unwrap(),
-            ],
+            &with_report(
+                "--table i --table m --table a --lock-non-transactional",
+                &report,
+            ),
             "export.after_plan",
         )
         .await;
@@ -512,18 +475,10 @@ async fn destination_failures_keep_the_workers_snapshot_sessions() {
         harness().export_at(
             &url,
             &data,
-            &[
-                "--table",
-                "f",
-                "--parallel",
-                "2",
-                "--chunk-size",
-                "1MB",
-                "--batch-size",
-                "64KB",
-                "--report-json",
-                report_arg.to_str().unwrap(),
-            ],
+            &with_report(
+                "--table f --parallel 2 --chunk-size 1MB --batch-size 64KB",
+                &report_arg,
+            ),
             "export.after_batch=error@3,export.before_commit=error@2",
         )
     })

@@ -112,18 +112,7 @@ async fn names_with_dots_do_not_collide() {
 /// The manifest lists exactly `want` (dataset name, rows), in order, and each dataset's
 /// directory, named after it, holds its rows.
 fn assert_datasets(out: &std::path::Path, want: &[(String, u64)]) {
-    let m = files::manifest(out);
-    let got: Vec<(String, u64)> = m["datasets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| {
-            (
-                d["name"].as_str().unwrap().to_string(),
-                d["rows"].as_u64().unwrap(),
-            )
-        })
-        .collect();
+    let got = files::manifest_rows(out);
     assert_eq!(got, want);
     for (dir, rows) in want {
         let batches = files::dataset_batches(&out.join(dir));

@@ -181,17 +181,7 @@ async fn resume_and_reruns_check_the_request_option_by_option() {
     let run = export(
         &db.url,
         out.path(),
-        &[
-            "--table",
-            "t",
-            "--format",
-            "csv",
-            "--csv-null",
-            "\\N",
-            "--consistency",
-            "chunk",
-            "--resume",
-        ],
+        &words("--table t --format csv --csv-null \\N --consistency chunk --resume"),
     );
     assert_eq!(run.code, 2, "{}", run.stderr);
     for needle in [
@@ -240,20 +230,6 @@ async fn resume_and_reruns_check_the_request_option_by_option() {
     );
 }
 
-fn rows_by_dataset(out: &Path) -> Vec<(String, u64)> {
-    files::manifest(out)["datasets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| {
-            (
-                d["name"].as_str().unwrap().to_string(),
-                d["rows"].as_u64().unwrap(),
-            )
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn resume_after_the_catalog_changed() {
     let db = TestDb::new().await;
@@ -284,7 +260,7 @@ async fn resume_after_the_catalog_changed() {
     let run = export(&db.url, out.path(), &resume);
     run.ok();
     assert_eq!(
-        rows_by_dataset(out.path()),
+        files::manifest_rows(out.path()),
         [
             ("public.pat_big".to_string(), 500),
             ("public.pat_small".to_string(), 3),
@@ -313,7 +289,7 @@ async fn resume_after_the_catalog_changed() {
     let run = export(&db.url, out.path(), &resume);
     run.ok();
     assert_eq!(
-        rows_by_dataset(out.path()),
+        files::manifest_rows(out.path()),
         [
             ("public.pat_big".to_string(), 500),
             ("public.pat_new".to_string(), 2),

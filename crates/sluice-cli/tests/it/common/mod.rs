@@ -23,6 +23,13 @@ pub fn words(line: &str) -> Vec<&str> {
     line.split_whitespace().collect()
 }
 
+/// [`words`] followed by `--report-json REPORT`.
+pub fn with_report<'a>(line: &'a str, report: &'a Path) -> Vec<&'a str> {
+    let mut args = words(line);
+    args.extend(["--report-json", report.to_str().expect("a UTF-8 path")]);
+    args
+}
+
 /// The sluice binary built for these tests.
 pub fn sluice() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
