@@ -44,6 +44,9 @@ pub struct StreamArgs {
     /// Publication name (default: the slot's name); an existing one must publish every selected table.
     #[arg(long, value_name = "NAME")]
     pub publication: Option<String>,
+    /// MySQL/MariaDB: the replica server id of the binary log session (default: derived from the stream's name, in 4026531840-4294967294, which IP-derived replica ids never use).
+    #[arg(long, value_name = "N")]
+    pub server_id: Option<u32>,
     /// Cut a batch when its changes reach this many bytes (default 64MB).
     #[arg(long, value_name = "BYTES")]
     pub batch_bytes: Option<String>,
@@ -180,7 +183,7 @@ fn job(args: &StreamArgs, r: &Resolved) -> Result<StreamJob> {
                 )));
             }
         };
-    let source = registry::open_change_source(&r.source)?;
+    let source = registry::open_change_source(&r.source, args.server_id, r.locking)?;
     let (selection, format) = (r.selection.clone(), r.format.clone());
     let (chunking, chunk_bytes, parallel, memory) =
         (r.chunking.clone(), r.chunk_bytes, r.parallel, r.memory);
