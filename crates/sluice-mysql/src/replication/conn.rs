@@ -48,7 +48,7 @@ pub fn dump_error(e: mysql_async::Error, server_id: u32, from: &str, target: &st
             Retry::Permanent,
             format!("{target} refused to send its binary log from {from}: {text}"),
         ),
-        Some(1227) | Some(1045) | Some(1044) => Error::config(format!(
+        Some(1227) | Some(1045) | Some(1044) => Error::source_permanent(format!(
             "the account in the URL may not read the binary log of {target} ({text}). Grant it: \
              GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO … (MariaDB 10.5 and later: \
              REPLICATION SLAVE, BINLOG MONITOR)."

@@ -291,6 +291,7 @@ impl ChangeSource for MyCapture {
             catalog,
             datasets: datasets.to_vec(),
             from,
+            base: base.to_string(),
             confirmed: self.confirmed.clone(),
         };
         Ok(Box::new(stream::MyStream::new(events, setup).await?))

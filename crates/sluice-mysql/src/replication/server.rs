@@ -50,7 +50,7 @@ pub async fn master_status(
     };
     let row: Option<Row> = conn.query_first(sql).await.map_err(|e| {
         if matches!(server_code(&e), Some(1227) | Some(1044) | Some(1045)) {
-            Error::config(format!(
+            Error::source_permanent(format!(
                 "the account in the URL may not read the binary log position of {target} \
                  ({e}). Grant it: GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO … \
                  (MariaDB 10.5 and later: REPLICATION SLAVE, BINLOG MONITOR)."
@@ -68,7 +68,7 @@ pub async fn master_status(
 }
 
 fn not_logging(target: &str) -> Error {
-    Error::config(format!(
+    Error::source_permanent(format!(
         "{target} does not write a binary log, so there are no changes to stream. Start the \
          server with log_bin (and binlog_format=ROW, server_id set)."
     ))
@@ -88,7 +88,7 @@ pub async fn preflight(
     }
     let format = get("binlog_format");
     if format != "ROW" {
-        return Err(Error::config(format!(
+        return Err(Error::source_permanent(format!(
             "{target} logs changes with binlog_format={format}: statement-based events carry SQL \
              text, not the changed rows, so they cannot be captured. Set binlog_format=ROW \
              (SET GLOBAL binlog_format='ROW' and in the server's configuration; sessions \
@@ -96,13 +96,13 @@ pub async fn preflight(
         )));
     }
     if get("log_bin_compress") == "ON" {
-        return Err(Error::config(format!(
+        return Err(Error::source_permanent(format!(
             "{target} compresses its binary log (log_bin_compress=ON), whose events sluice \
              stream does not read. Set log_bin_compress=OFF."
         )));
     }
     if get("binlog_row_value_options").contains("PARTIAL_JSON") {
-        return Err(Error::config(format!(
+        return Err(Error::source_permanent(format!(
             "{target} logs JSON updates as diffs (binlog_row_value_options=PARTIAL_JSON), which \
              do not carry the new value. Set binlog_row_value_options=''."
         )));

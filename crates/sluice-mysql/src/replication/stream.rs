@@ -19,8 +19,8 @@
 //! with an error rather than decoding values into the wrong columns.
 
 use super::binlog::{
-    BinPos, MARIADB_COMPRESSED, MARIADB_GTID, MariaGtid, Statement, classify, mysql_gtid,
-    split_file,
+    BinPos, MARIADB_COMPRESSED, MARIADB_GTID, MariaGtid, Statement, classify, file_name,
+    mysql_gtid, split_file,
 };
 use super::values::{Codec, column_facts};
 use crate::catalog::{self, Resolved, ServerInfo};
@@ -85,6 +85,8 @@ pub struct Setup {
     pub datasets: Vec<Dataset>,
     /// Where the stream starts.
     pub from: BinPos,
+    /// The binary log's base file name.
+    pub base: String,
     /// Shared with the capture: the last position confirmed durable (for the harm figures).
     pub confirmed: Arc<Mutex<Option<BinPos>>>,
 }
@@ -92,6 +94,8 @@ pub struct Setup {
 /// A binary log stream from one position.
 pub struct MyStream {
     events: Option<BinlogStream>,
+    /// The binary log's base file name.
+    base: String,
     catalog: Conn,
     server: ServerInfo,
     display: String,
@@ -159,6 +163,7 @@ impl MyStream {
         }
         Ok(MyStream {
             events: Some(events),
+            base: setup.base,
             catalog: setup.catalog,
             server: setup.server,
             display,
@@ -206,6 +211,27 @@ impl MyStream {
         Ok(())
     }
 
+    /// The file sequence number a rotate event names. The server's first (artificial) rotate
+    /// precedes the format description, so its checksum is not cut off by the parser and
+    /// trails the name: the name is matched against the files it can be (this one, the next)
+    /// before it is parsed.
+    fn rotated_to(&self, name: &[u8]) -> Result<u64> {
+        for seq in [self.file_seq, self.file_seq + 1] {
+            let want = file_name(&self.base, seq);
+            if name == want.as_bytes()
+                || (name.len() == want.len() + 4 && name.starts_with(want.as_bytes()))
+            {
+                return Ok(seq);
+            }
+        }
+        let text = String::from_utf8_lossy(name);
+        let digits: String = text
+            .rsplit_once('.')
+            .map(|(_, d)| d.chars().take_while(char::is_ascii_digit).collect())
+            .unwrap_or_default();
+        split_file(&format!("x.{digits}")).map(|(_, seq)| seq)
+    }
+
     /// Handle one event; false for a heartbeat.
     async fn handle(&mut self, e: Event, sink: &mut dyn ChangeSink) -> Result<bool> {
         let h = e.header();
@@ -214,7 +240,7 @@ impl MyStream {
         let ts = h.timestamp() as i64 * 1_000_000;
         if kind == ROTATE_EVENT {
             let r: RotateEvent<'_> = e.read_event().map_err(|x| malformed(&self.display, x))?;
-            let (_, seq) = split_file(&r.name())?;
+            let seq = self.rotated_to(r.name_raw())?;
             self.file_seq = seq;
             if self.group.is_none() {
                 self.received = BinPos {
