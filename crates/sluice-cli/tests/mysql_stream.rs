@@ -423,21 +423,30 @@ async fn statement_format_and_a_purged_binary_log_are_refused() {
     drop(admin);
     let mut admin = connect(&server.url()).await;
     run(&mut stream(&url, &["t"], to.path(), &["--until-current"])).ok();
-    admin
-        .query_drop("INSERT INTO cdc.t VALUES (1, 1); FLUSH BINARY LOGS")
-        .await
-        .unwrap();
-    let file: String = admin
-        .query_first::<mysql_async::Row, _>("SHOW MASTER STATUS")
-        .await
-        .unwrap()
-        .unwrap()
-        .get(0)
-        .unwrap();
-    admin
-        .query_drop(format!("PURGE BINARY LOGS TO '{file}'"))
-        .await
-        .unwrap();
+    admin.query_drop("INSERT INTO cdc.t VALUES (1, 1)").await.unwrap();
+    // MariaDB keeps a file until its binlog checkpoint is written: rotate and purge until the
+    // stream's file is gone.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        admin.query_drop("FLUSH BINARY LOGS").await.unwrap();
+        let file: String = admin
+            .query_first::<mysql_async::Row, _>("SHOW MASTER STATUS")
+            .await
+            .unwrap()
+            .unwrap()
+            .get(0)
+            .unwrap();
+        admin
+            .query_drop(format!("PURGE BINARY LOGS TO '{file}'"))
+            .await
+            .unwrap();
+        let files: Vec<(String, u64)> = admin.query("SHOW BINARY LOGS").await.unwrap();
+        if !files.iter().any(|f| f.0.ends_with(".000001")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the first binary log file is not purged: {files:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let r = run(&mut stream(&url, &["t"], to.path(), &["--until-current"]));
     assert_ne!(r.code, 0, "{}", r.stderr);
     assert!(

@@ -111,13 +111,32 @@ pub fn manifest(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
 }
 
+/// `c` in a form Arrow's display can format: a microsecond timestamp in the named zone `UTC`
+/// (how the MySQL adapter types `timestamp`) is shown with the offset `+00:00` (the same
+/// instants; named zones need a feature the tests do not build).
+pub fn displayable(c: &arrow_array::ArrayRef) -> arrow_array::ArrayRef {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::TimestampMicrosecondType;
+    use arrow_schema::{DataType, TimeUnit};
+    match c.data_type() {
+        DataType::Timestamp(TimeUnit::Microsecond, Some(tz)) if tz.as_ref() == "UTC" => {
+            std::sync::Arc::new(
+                c.as_primitive::<TimestampMicrosecondType>()
+                    .clone()
+                    .with_timezone("+00:00"),
+            )
+        }
+        _ => c.clone(),
+    }
+}
+
 /// Every row of `batches` as `v1|v2|…` in Arrow's display form (NULL as `∅`), sorted — to
 /// compare with `SELECT concat_ws('|', …)` of simple types (integers, text).
 pub fn row_strings(batches: &[RecordBatch]) -> Vec<String> {
     let mut out = Vec::new();
     for b in batches {
-        let fmts: Vec<_> = b
-            .columns()
+        let shown: Vec<_> = b.columns().iter().map(displayable).collect();
+        let fmts: Vec<_> = shown
             .iter()
             .map(|c| {
                 arrow_cast::display::ArrayFormatter::try_new(c.as_ref(), &Default::default())

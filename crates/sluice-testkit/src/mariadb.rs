@@ -58,7 +58,7 @@ impl MariadbServer {
             format!(
                 "[mysqld]\ndatadir={}\nsocket={}\nport={port}\nbind-address=127.0.0.1\n\
                  pid-file={}\nlog-error={}\nlog-bin=mariadb-bin\nserver-id=1\n\
-                 binlog_format=ROW\nbinlog_row_image=FULL\ninnodb_buffer_pool_size=256M\n\
+                 binlog_format=ROW\nbinlog_row_image=FULL\nbinlog_row_metadata=FULL\ninnodb_buffer_pool_size=256M\n\
                  innodb_log_file_size=128M\ninnodb_flush_log_at_trx_commit=0\nsync_binlog=0\n\
                  skip-name-resolve\nmax_connections=200\ncharacter-set-server=utf8mb4\n\
                  collation-server=utf8mb4_bin\nsecure-file-priv=\n{settings}",

@@ -31,6 +31,7 @@ pub mod binlog;
 pub mod conn;
 pub mod server;
 pub mod stream;
+pub mod table_map;
 pub mod values;
 
 use crate::catalog::{Flavor, ServerInfo, server_info};

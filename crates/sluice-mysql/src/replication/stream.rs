@@ -464,19 +464,61 @@ impl MyStream {
             return Ok(());
         }
         self.relation(&t, sink).await?;
-        let have = self.tables.get(&t).map_or(0, |x| x.columns.len());
-        if count != have {
-            return Err(Error::new(
-                ErrorKind::Source,
-                Retry::Permanent,
-                format!(
-                    "{t} has {count} columns in the binary log at {} but {have} in the catalog \
-                     now: its definition changed later in the log than the stream has read, and \
-                     sluice decodes with the catalog's columns. Stream past the change with the \
-                     old definition in place, or start over (sluice stream --drop, new output).",
-                    self.received.text()
-                ),
-            ));
+        let from_map = super::table_map::columns(&t, &tme)?;
+        let fits = |tab: &Table| {
+            tab.columns.len() == count
+                && from_map.as_ref().is_none_or(|m| {
+                    m.columns
+                        .iter()
+                        .map(|c| &c.name)
+                        .eq(tab.columns.iter().map(|c| &c.name))
+                })
+        };
+        if !self.tables.get(&t).is_some_and(fits) {
+            // The definition differs from the one decoded with: the catalog now, else the
+            // table map's own description (full row metadata), else stop.
+            if let Some(tab) = self.tables.get_mut(&t) {
+                tab.stale = true;
+            }
+            self.relation(&t, sink).await?;
+            if !self.tables.get(&t).is_some_and(fits) {
+                let Some(m) = from_map else {
+                    let have = self.tables.get(&t).map_or(0, |x| x.columns.len());
+                    return Err(Error::new(
+                        ErrorKind::Source,
+                        Retry::Permanent,
+                        format!(
+                            "{t} has {count} columns in the binary log at {} but {have} in the \
+                             catalog now: its definition changed after this point, and without \
+                             full row metadata the binary log does not say what it was. Set \
+                             binlog_row_metadata=FULL on the server (MySQL 8, MariaDB 10.5+) so \
+                             the stream can decode older rows, or start over (sluice stream \
+                             --drop, new output).",
+                            self.received.text()
+                        ),
+                    ));
+                };
+                let decoder = ValueDecoder::new(&m.columns, self.zero_dates)
+                    .map_err(|e| Error::config(format!("{t}: {}", e.0)))?;
+                let tab = self
+                    .tables
+                    .get_mut(&t)
+                    .ok_or_else(|| Error::internal(format!("{t} is not captured")))?;
+                if !m.key.is_empty() {
+                    tab.key = key_of(&m.columns, &m.key);
+                } else {
+                    let names: Vec<String> = tab.key.iter().map(|k| tab.columns[*k].name.clone()).collect();
+                    tab.key = key_of(&m.columns, &names);
+                }
+                tab.codec = Codec {
+                    facts: m.facts,
+                    decoder,
+                };
+                tab.columns = m.columns;
+                // Read the catalog again at the next DDL or mismatch.
+                tab.stale = false;
+                tab.handle = Some(sink.relation(&t, &tab.columns)?);
+            }
         }
         self.ids.insert(id, Some(t));
         Ok(())

@@ -10,6 +10,7 @@
 //! | binary log                                  | made into                                  |
 //! |---------------------------------------------|--------------------------------------------|
 //! | integer of an `unsigned` column, read as signed (no signedness metadata) | the unsigned value (two's complement of the column's width) |
+//! | signed `mediumint`, read without its sign extended | the negative value                  |
 //! | `enum`: the member's number (1-based, 0 = the empty error value) | the member's text       |
 //! | `set`: a bit mask                           | the members' texts joined by `,`           |
 //! | `timestamp`: seconds (and fraction) since 1970, UTC | the date-time in UTC (0 is the zero date) |
@@ -39,6 +40,9 @@ pub enum Fix {
     None,
     /// An unsigned integer of this many bits.
     Unsigned(u32),
+    /// A signed `mediumint`: the parser does not extend its sign (3 bytes read as a
+    /// non-negative number).
+    Signed24,
     /// Enum members, in order.
     Enum(Vec<String>),
     /// Set members, in bit order.
@@ -98,7 +102,7 @@ pub fn members(column_type: &str) -> Vec<String> {
     out
 }
 
-fn facts_of(
+pub(crate) fn facts_of(
     table: &TableRef,
     name: String,
     data_type: &str,
@@ -111,6 +115,7 @@ fn facts_of(
         "tinyint" if unsigned => Fix::Unsigned(8),
         "smallint" if unsigned => Fix::Unsigned(16),
         "mediumint" if unsigned => Fix::Unsigned(24),
+        "mediumint" => Fix::Signed24,
         "int" | "integer" if unsigned => Fix::Unsigned(32),
         "bigint" if unsigned => Fix::Unsigned(64),
         "enum" => Fix::Enum(members(column_type)),
@@ -247,6 +252,7 @@ pub fn normalize(fix: &Fix, v: BinlogValue<'_>) -> std::result::Result<Value, De
         (Fix::Unsigned(bits), Value::Int(n)) if n < 0 => {
             Value::UInt((n as i128 + (1i128 << bits)) as u64)
         }
+        (Fix::Signed24, Value::Int(n)) if n >= 1 << 23 => Value::Int(n - (1 << 24)),
         (Fix::Enum(m), Value::Int(k)) => {
             let text = match k {
                 0 => String::new(),
@@ -349,6 +355,10 @@ mod tests {
         assert_eq!(u(8, -1).unwrap(), Value::UInt(255));
         assert_eq!(u(64, -1).unwrap(), Value::UInt(u64::MAX));
         assert_eq!(u(32, 7).unwrap(), Value::Int(7));
+        let m = |n| normalize(&Fix::Signed24, BinlogValue::Value(Value::Int(n))).unwrap();
+        assert_eq!(m(8_388_608), Value::Int(-8_388_608));
+        assert_eq!(m(16_777_215), Value::Int(-1));
+        assert_eq!(m(8_388_607), Value::Int(8_388_607));
         let ts = |s: &str| {
             normalize(
                 &Fix::Timestamp,
