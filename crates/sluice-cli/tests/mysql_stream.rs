@@ -129,6 +129,20 @@ async fn assert_replay_equals(
 ) -> sluice_testkit::changes::Replayed {
     let r = replay(&to.join(format!("{}.{table}", db.name)), key);
     let want = db.row_strings(select).await;
+    if r.rows != want {
+        // Say which changes touched the rows that differ, for the failure message.
+        let got: std::collections::BTreeSet<&String> = r.rows.iter().collect();
+        let w: std::collections::BTreeSet<&String> = want.iter().collect();
+        for m in w.difference(&got).chain(got.difference(&w)).take(6) {
+            let id = m.split('|').next().unwrap();
+            eprintln!("row {m}:");
+            for c in r.changes.iter().filter(|c| c.cells[0] == id) {
+                eprintln!("  change _seq {} {} at {} {:?}", c.seq, c.op, c.pos, c.cells);
+            }
+        }
+        let st = std::fs::read_to_string(to.join("_sluice/stream.json")).unwrap_or_default();
+        eprintln!("{st}");
+    }
     assert_same_rows(&r.rows, &want, &format!("{table}: snapshot + changes by _seq"));
     r
 }

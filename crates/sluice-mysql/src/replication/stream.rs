@@ -190,11 +190,13 @@ impl MyStream {
         commit_ts: i64,
         group: Group,
     ) -> Result<()> {
-        if self.group.is_some() {
-            return Err(malformed(
-                &self.display,
-                format!("a new transaction starts at {} inside another", at.text()),
-            ));
+        if self.group.take().is_some() {
+            // Groups are written to the binary log whole, one after another: a group that
+            // starts means the previous one ended here, even when its last event was not one
+            // that says so (a statement logged without the standalone flag and without a
+            // COMMIT).
+            tracing::debug!("a group starts at {} while one was open: closing that one", at.text());
+            sink.commit(&at.text())?;
         }
         self.group = Some(group);
         sink.begin(TxMeta {
