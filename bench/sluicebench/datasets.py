@@ -16,7 +16,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import psycopg
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: the stand-alone lab runs without psycopg
+    import psycopg
 
 from sluicebench.settings import size_label
 

@@ -27,7 +27,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import psycopg
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the stand-alone lab uses ServerCpu without psycopg
+    import psycopg
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -97,6 +100,8 @@ class PgHarmSampler(Sampler):
 
     def __init__(self, url: str, interval: float) -> None:
         super().__init__(interval)
+        import psycopg
+
         self.conn = psycopg.connect(url, autocommit=True, application_name="sluicebench-harm")
         self.baseline: list[int] = []
         self._cpu = ServerCpu.open(self.conn)

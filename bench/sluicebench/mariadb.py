@@ -13,7 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-import psycopg
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: the stand-alone lab runs without psycopg
+    import psycopg
 
 from sluicebench.datasets import Dataset
 

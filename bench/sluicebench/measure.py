@@ -1,6 +1,8 @@
 """Running one strategy as a child process and measuring it.
 
-The child runs under GNU `/usr/bin/time -v`, which reports CPU user and system time of the
+The child runs under GNU `/usr/bin/time -v` (or, where that is not installed, as in the
+stand-alone lab, is waited for with `wait4`, whose resource usage is the same figures), which
+reports CPU user and system time of the
 whole process tree (children are waited for, so their time is included) and the maximum
 resident set size of the largest single process. A strategy that spawns processes (the
 multiprocessing fan-out, a shell pipeline) is larger than its largest process, so a thread
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
+GNU_TIME = "/usr/bin/time"
 
 
 @dataclass
@@ -113,13 +116,15 @@ def run_measured(
     on_start=None,
 ) -> Measured:
     """Run argv under `/usr/bin/time -v`; `on_start()` is called right after the spawn."""
+    if not os.access(GNU_TIME, os.X_OK):
+        return _run_wait4(argv, env, cwd, timeout, on_start)
     with tempfile.TemporaryDirectory(prefix="sluicebench-") as tmp:
         time_out = Path(tmp) / "time.txt"
         out_path, err_path = Path(tmp) / "stdout", Path(tmp) / "stderr"
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             started = time.monotonic()
             proc = subprocess.Popen(
-                ["/usr/bin/time", "-v", "-o", str(time_out), *argv],
+                [GNU_TIME, "-v", "-o", str(time_out), *argv],
                 stdout=out,
                 stderr=err,
                 stdin=subprocess.DEVNULL,
@@ -151,4 +156,44 @@ def run_measured(
             processes_seen=len(sampler.seen),
             stdout=stdout,
             stderr_tail=stderr[-4000:],
+        )
+
+
+def _run_wait4(argv, env, cwd, timeout, on_start) -> Measured:
+    """`run_measured` without GNU time: the child's resource usage from `wait4` (its waited-for
+    children included, like GNU time's), the same tree RSS sampling."""
+    with tempfile.TemporaryDirectory(prefix="sluicebench-") as tmp:
+        out_path, err_path = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            started = time.monotonic()
+            proc = subprocess.Popen(
+                argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=cwd
+            )
+            if on_start:
+                on_start()
+            sampler = TreeRssSampler(os.getpid())
+            sampler.start()
+            deadline = None if timeout is None else started + timeout
+            while True:
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    proc.kill()
+                    pid, status, usage = os.wait4(proc.pid, 0)
+                    break
+                time.sleep(0.01)
+            wall = time.monotonic() - started
+            sampler.stop()
+            proc.returncode = os.waitstatus_to_exitcode(status)
+        return Measured(
+            exit_code=proc.returncode,
+            wall_seconds=wall,
+            user_seconds=usage.ru_utime,
+            system_seconds=usage.ru_stime,
+            max_rss_single_bytes=usage.ru_maxrss * 1024,
+            peak_rss_tree_bytes=sampler.peak,
+            processes_seen=len(sampler.seen),
+            stdout=out_path.read_text(errors="replace")[-20000:],
+            stderr_tail=err_path.read_text(errors="replace")[-4000:],
         )

@@ -7,6 +7,10 @@
 //! and 66 MB after; the engine recycles its big buffers rather than allocating them per batch,
 //! so mmap-backed buffers cost little.
 //!
+//! It also registers glibc's `malloc_trim` as [`sluice_core::memory::release`], which the
+//! Parquet writer calls after each row group it frees (see that module for why and the
+//! figures).
+//!
 //! Limits: only glibc targets are tuned (musl and others keep their defaults); a library must
 //! not change the process allocator, so this lives in the binary, and the environment
 //! (`MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`) still wins when set.
@@ -26,6 +30,16 @@ pub fn tune() {
         // SAFETY: as above.
         unsafe { libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD) };
     }
+    sluice_core::memory::set_release(trim);
+}
+
+/// Return free memory of every arena to the system, including free pages between chunks in
+/// use (which the trim threshold alone never returns).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn trim() {
+    // SAFETY: malloc_trim only releases memory the allocator holds free; it is thread-safe.
+    unsafe { libc::malloc_trim(0) };
 }
 
 /// Other targets keep their allocator's defaults.

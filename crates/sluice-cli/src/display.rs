@@ -276,17 +276,28 @@ pub fn phases_text(phases: &[PhaseRecord]) -> String {
 /// `sluice plan` as text.
 pub fn plan_text(p: &PlanReport) -> String {
     let mut out = format!(
-        "source       {} ({})\nconsistency  {}\nworkers      {} ({})\nchunk size   {}\nbatch size   {}\npeak memory  ~{} predicted\nconnections  {}\n\n",
+        "source       {} ({})\nconsistency  {}\nworkers      {} ({})\ncores        ~{:.1} of {} busy ({})\nchunk size   {}\nbatch size   {}\npeak memory  ~{} predicted\nconnections  {}\n",
         p.source,
         p.server_version,
         p.consistency,
         p.workers,
         p.workers_reason,
+        p.cores_needed,
+        p.cores,
+        if p.server_local {
+            "client and server on this machine"
+        } else {
+            "client; the server runs elsewhere"
+        },
         megabytes(p.chunk_bytes),
         megabytes(p.batch_bytes as u64),
         megabytes(p.predicted_peak_rss_bytes),
         p.connections
     );
+    for n in &p.notes {
+        out.push_str(&format!("note         {n}\n"));
+    }
+    out.push('\n');
     out.push_str(&format!(
         "{:<32} {:>14} {:>11} {:>9}  {:<18} {:>6}\n",
         "dataset", "est. rows", "est. size", "avg row", "strategy", "chunks"

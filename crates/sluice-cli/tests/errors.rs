@@ -312,3 +312,116 @@ fn nothing_selected_and_bad_values() {
         None,
     );
 }
+
+/// `--parallel` past what `--memory` holds is refused (exit 2) before anything is touched:
+/// a complete output survives `--overwrite`, no session is opened (an unreachable source gives
+/// the same refusal, not a connection error), the message names the memory needed and the
+/// worker count that fits, and both ways out it names work. `sluice plan` warns beforehand.
+#[tokio::test]
+async fn workers_past_memory_are_refused_before_the_output_or_the_source_is_touched() {
+    let db = TestDb::new().await;
+    db.exec(
+        "CREATE TABLE t (id bigint PRIMARY KEY, v text);
+         INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 20000) g; ANALYZE t;",
+    )
+    .await;
+    let out = tempdir();
+    export(&db.url, out.path(), &["--table", "t"]).ok();
+    let before: Vec<(String, Vec<u8>)> = files_under(out.path())
+        .into_iter()
+        .filter(|f| !f.ends_with("lock.json"))
+        .map(|f| (f.clone(), std::fs::read(out.path().join(&f)).unwrap()))
+        .collect();
+    assert!(before.iter().any(|(f, _)| f == "manifest.json"));
+
+    let too_many = ["--table", "t", "--parallel", "64", "--overwrite"];
+    let run = export(&db.url, out.path(), &too_many);
+    assert_failed(
+        &run,
+        2,
+        &["64 worker(s) need at least", "--memory is 64 MB"],
+        None,
+    );
+    let after: Vec<(String, Vec<u8>)> = files_under(out.path())
+        .into_iter()
+        .filter(|f| !f.ends_with("lock.json"))
+        .map(|f| (f.clone(), std::fs::read(out.path().join(&f)).unwrap()))
+        .collect();
+    assert_eq!(before, after, "the refused --overwrite changed the output");
+    // The same refusal with a server that is not there: it is decided before connecting.
+    let port = sluice_testkit::server::free_port().unwrap();
+    let nowhere = format!("postgres://u:{SECRET}@127.0.0.1:{port}/db");
+    let elsewhere = tempdir();
+    let run2 = export(&nowhere, elsewhere.path(), &too_many);
+    assert_failed(
+        &run2,
+        2,
+        &["64 worker(s) need at least"],
+        Some(elsewhere.path()),
+    );
+    assert!(files_under(elsewhere.path()).is_empty(), "nothing written");
+
+    // Both ways out the message names are accepted.
+    let need = regex::Regex::new(r"Raise --memory to (\d+)MB or lower --parallel to (\d+)")
+        .unwrap()
+        .captures(&run.stderr)
+        .unwrap_or_else(|| panic!("no way out named:\n{}", run.stderr))
+        .iter()
+        .skip(1)
+        .map(|m| m.unwrap().as_str().to_string())
+        .collect::<Vec<_>>();
+    let memory = format!("{}MB", need[0]);
+    export(
+        &db.url,
+        out.path(),
+        &[&too_many[..], &["--memory", &memory]].concat(),
+    )
+    .ok();
+    export(
+        &db.url,
+        out.path(),
+        &["--table", "t", "--parallel", &need[1], "--overwrite"],
+    )
+    .ok();
+
+    // sluice plan says so beforehand, and not once the memory is there.
+    let plan = |extra: &[&str]| -> serde_json::Value {
+        let r = common::run(
+            sluice()
+                .args([
+                    "plan",
+                    "--source",
+                    &db.url,
+                    "--table",
+                    "t",
+                    "--json",
+                    "--parallel",
+                    "64",
+                ])
+                .args(extra),
+        );
+        r.ok();
+        serde_json::from_str(&r.stdout).unwrap()
+    };
+    let refused = plan(&[]);
+    let notes = refused["notes"].as_array().unwrap();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("would refuse to start")),
+        "{refused}"
+    );
+    let roomy = plan(&["--memory", &memory]);
+    assert!(
+        !roomy["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("refuse")),
+        "{roomy}"
+    );
+    assert!(
+        roomy["predicted_peak_rss_bytes"].as_u64().unwrap()
+            <= (need[0].parse::<u64>().unwrap() << 20)
+    );
+}

@@ -20,6 +20,7 @@ pub mod columns;
 pub mod error;
 pub mod failpoint;
 pub mod ident;
+pub mod memory;
 pub mod position;
 pub mod redact;
 pub mod source;

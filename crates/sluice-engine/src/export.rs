@@ -17,7 +17,7 @@ use crate::finish::{Finished, already_complete, finish};
 use crate::harm::HarmMonitor;
 use crate::job::ExportJob;
 use crate::phase::{EXPORT_PHASES, PhaseTimer};
-use crate::plan::{Budget, PlanInputs};
+use crate::plan::{self, Budget, PlanInputs};
 use crate::prepare::prepare;
 use crate::progress::{Progress, ProgressStart, ProgressTick};
 use crate::queue::WorkQueue;
@@ -57,6 +57,8 @@ pub fn plan_inputs(job: &ExportJob) -> PlanInputs {
         cores: std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1),
+        server_local: plan::server_is_local(&job.source.display_url()),
+        columns: 0,
     }
 }
 
@@ -136,6 +138,13 @@ async fn timed_export(
     phases: &mut PhaseTimer,
 ) -> Result<Report> {
     let started = Instant::now();
+    // A worker count that cannot fit --memory is refused before anything is touched: no
+    // output checked, locked or cleared (--overwrite), no session opened. Fewer chunks than
+    // workers would use fewer, but a request that needs more than its target is a mistake
+    // worth naming whatever the table.
+    if let Some(why) = plan::request_refusal(&plan_inputs(&job)) {
+        return Err(Error::config(why));
+    }
     phases.enter("connect");
     let dest = job.destination.clone();
     {

@@ -86,7 +86,7 @@ pub(crate) async fn prepare(
     let dest = job.destination.clone();
     let discovered = coordinator.discover(&job.selection).await?;
     duplicates(&discovered)?;
-    let inputs = plan_inputs(job);
+    let inputs = plan_inputs(job).with_columns_of(&discovered);
     let sizing = plan::size(&discovered, &inputs);
     let mut notes = Vec::new();
     let ext = job.format.extension().to_string();
@@ -184,24 +184,9 @@ pub(crate) async fn prepare(
     let skipped = state.chunks.len() - remaining.len();
     let workers = sizing.workers.min(remaining.len()).max(1);
     let budget = plan::budget(workers, &inputs);
-    let predicted = plan::predicted_peak_rss(workers, &budget, inputs.writer_buffer_bytes);
-    if predicted > inputs.memory {
-        notes.push(format!(
-            "memory: {workers} worker(s) need about {} MB with the smallest batches{}, more \
-             than --memory {} MB; raise --memory or lower --parallel",
-            predicted >> 20,
-            if inputs.writer_buffer_bytes > 0 {
-                format!(
-                    " and {} MB of upload parts per worker (lower --part-size or \
-                     --upload-concurrency)",
-                    inputs.writer_buffer_bytes >> 20
-                )
-            } else {
-                String::new()
-            },
-            inputs.memory >> 20
-        ));
-    }
+    let predicted = plan::predicted_peak_rss(workers, &budget, &inputs);
+    notes.extend(sizing.notes.iter().cloned());
+    notes.extend(plan::memory_note(workers, predicted, &inputs));
     if job.consistency == Consistency::Chunk {
         notes.push(
             "consistency chunk: each part was read in its own transaction, so the output is not \

@@ -51,6 +51,16 @@ pub struct PlanReport {
     pub predicted_peak_rss_bytes: u64,
     /// Connections a run would open (workers, coordinator, harm monitor).
     pub connections: usize,
+    /// Cores the workers would keep busy (the client's, and the server's when it runs on this
+    /// machine).
+    pub cores_needed: f64,
+    /// Cores of this machine.
+    pub cores: usize,
+    /// Whether the server runs on this machine (loopback or Unix socket), sharing its cores.
+    pub server_local: bool,
+    /// Warnings: a worker count past what the cores can feed, memory a run would refuse.
+    #[serde(default)]
+    pub notes: Vec<String>,
     /// Per dataset.
     pub datasets: Vec<DatasetPlan>,
 }
@@ -75,7 +85,7 @@ pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
     let mut coordinator = job.source.open_coordinator(&options).await?;
     let result = async {
         let datasets = coordinator.discover(&job.selection).await?;
-        let inputs = plan_inputs(job);
+        let inputs = plan_inputs(job).with_columns_of(&datasets);
         let sizing = plan::size(&datasets, &inputs);
         let chunks = plan_all(coordinator.as_mut(), &datasets, job, sizing.chunk_bytes).await?;
         let workers = sizing.workers.min(chunks.len()).max(1);
@@ -103,6 +113,13 @@ pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
             })
             .collect();
         let snapshot_connection = usize::from(job.consistency == Consistency::Snapshot);
+        let mut notes = sizing.notes.clone();
+        // The same decision as the export's, which is taken before the catalog is read.
+        if let Some(why) = plan::request_refusal(&plan_inputs(job)) {
+            notes.push(format!("an export would refuse to start: {why}"));
+        }
+        let predicted = predicted_peak_rss(workers, &budget(workers, &inputs), &inputs);
+        notes.extend(plan::memory_note(workers, predicted, &inputs));
         Ok(PlanReport {
             source: format!("{} {}", job.source.engine(), job.source.display_url()),
             server_version: coordinator.server_version(),
@@ -112,12 +129,12 @@ pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
             work_seconds: sizing.work_seconds,
             chunk_bytes: sizing.chunk_bytes,
             batch_bytes: budget(workers, &inputs).batch_bytes,
-            predicted_peak_rss_bytes: predicted_peak_rss(
-                workers,
-                &budget(workers, &inputs),
-                inputs.writer_buffer_bytes,
-            ),
+            predicted_peak_rss_bytes: predicted,
             connections: workers + snapshot_connection + 1,
+            cores_needed: plan::cores_per_worker(&datasets, inputs.server_local) * workers as f64,
+            cores: inputs.cores,
+            server_local: inputs.server_local,
+            notes,
             datasets: plans,
         })
     }

@@ -8,7 +8,9 @@
 use crate::destination::{CountingWriter, FirstIoError};
 use crate::format::{CsvOptions, PartStats, PartWriter};
 use crate::render::renderer;
+use arrow_array::cast::AsArray;
 use arrow_array::{Array, RecordBatch};
+use arrow_buffer::NullBuffer;
 use arrow_schema::SchemaRef;
 use sluice_core::{Error, Result};
 use std::io::Write;
@@ -101,6 +103,27 @@ impl CsvPart {
         }
     }
 
+    /// Append a text value, quoted if it must be, without copying it aside first.
+    fn push_text(&mut self, v: &[u8]) {
+        let d = self.options.delimiter;
+        let needs = v.is_empty()
+            || (!self.options.null.is_empty() && v == self.options.null.as_bytes())
+            || v.iter()
+                .any(|&c| c == d || c == b'"' || c == b'\r' || c == b'\n');
+        if needs {
+            self.buf.push(b'"');
+            for &c in v {
+                if c == b'"' {
+                    self.buf.push(b'"');
+                }
+                self.buf.push(c);
+            }
+            self.buf.push(b'"');
+        } else {
+            self.buf.extend_from_slice(v);
+        }
+    }
+
     fn flush_buf(&mut self) -> Result<()> {
         let out = self
             .out
@@ -126,25 +149,47 @@ impl PartWriter for CsvPart {
             .zip(schema.fields())
             .map(|(a, f)| renderer(a, f))
             .collect::<Result<Vec<_>>>()?;
-        let scan: Vec<bool> = schema
-            .fields()
+        // How each column's values reach the line: straight into it when the type's text can
+        // need no quoting and cannot equal the NULL text; text columns are scanned where they
+        // lie; anything else is rendered aside and then quoted if it must be.
+        let null_is_plain = self.options.null.bytes().all(plain_byte);
+        let ways: Vec<Way> = columns
             .iter()
-            .map(|f| !plain_text(f.data_type(), self.options.delimiter))
+            .zip(schema.fields())
+            .map(|(a, f)| {
+                if plain_text(f.data_type(), self.options.delimiter)
+                    && (self.options.null.is_empty() || !null_is_plain)
+                {
+                    Way::Direct
+                } else if let Some(s) = a.as_string_opt::<i32>() {
+                    Way::Text(s)
+                } else {
+                    Way::Aside(!plain_text(f.data_type(), self.options.delimiter))
+                }
+            })
             .collect();
+        let nulls: Vec<Option<&NullBuffer>> = columns.iter().map(|a| a.nulls()).collect();
+        let delimiter = self.options.delimiter;
         for row in 0..batch.num_rows() {
             for (c, render) in renders.iter().enumerate() {
                 if c > 0 {
-                    self.buf.push(self.options.delimiter);
+                    self.buf.push(delimiter);
                 }
-                if columns[c].is_null(row) {
+                if nulls[c].is_some_and(|n| n.is_null(row)) {
                     self.buf.extend_from_slice(self.options.null.as_bytes());
-                } else {
-                    self.field.clear();
-                    render(row, &mut self.field);
-                    self.push_field(true, scan[c]);
+                    continue;
+                }
+                match &ways[c] {
+                    Way::Direct => render(row, &mut self.buf),
+                    Way::Text(s) => self.push_text(s.value(row).as_bytes()),
+                    Way::Aside(scan) => {
+                        self.field.clear();
+                        render(row, &mut self.field);
+                        self.push_field(true, *scan);
+                    }
                 }
             }
-            self.buf.extend_from_slice(b"\n");
+            self.buf.push(b'\n');
             if self.buf.len() >= FLUSH_AT {
                 self.flush_buf()?;
             }
@@ -172,6 +217,23 @@ impl PartWriter for CsvPart {
             out.abort();
         }
     }
+}
+
+/// How a column's values are written (see [`CsvPart::write`]).
+enum Way<'a> {
+    /// Rendered straight into the line.
+    Direct,
+    /// Text scanned in place.
+    Text(&'a arrow_array::StringArray),
+    /// Rendered aside, then quoted if needed; `true` when the text must be scanned.
+    Aside(bool),
+}
+
+/// Whether `b` can occur in the text of a [`plain_text`] type (digits, signs, separators and the
+/// letters of `NaN`, `Infinity`, `true`, `false`, exponents and `Z`). A NULL text with any other
+/// byte can never equal such a value.
+fn plain_byte(b: u8) -> bool {
+    b.is_ascii_digit() || b"+-.: eEZNaIinfinityrueals".contains(&b)
 }
 
 /// Whether values of this type always render as text free of the delimiter, quotes and line

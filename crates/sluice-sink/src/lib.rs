@@ -9,6 +9,7 @@
 //! Writers are synchronous and run on blocking threads: encoding and compression are CPU work,
 //! and keeping them off the async runtime lets decoding and encoding overlap.
 
+mod cardinality;
 pub mod csv;
 pub mod destination;
 pub mod format;

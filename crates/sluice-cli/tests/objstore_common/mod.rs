@@ -15,6 +15,17 @@ pub fn open(url: &str) -> ObjectStoreDestination {
     ObjectStoreDestination::open(url).unwrap_or_else(|e| panic!("opening {url}: {e}"))
 }
 
+/// The memory target a test URL's upload parts need: the GCS URL asks for 64 MiB parts (each
+/// file one `PUT`, see `test_url`), and the (1 + upload concurrency) parts an open file may
+/// hold count in `--memory`, so the default 64 MB target would refuse the run.
+pub fn memory_for(url: &str) -> &'static [&'static str] {
+    if url.contains("part_size=64MiB") {
+        &["--memory", "512MB"]
+    } else {
+        &[]
+    }
+}
+
 /// `sluice export --source SRC --to URL ARGS…`.
 pub fn export_to(src: &str, url: &str, args: &[&str]) -> Run {
     run(sluice()
@@ -23,7 +34,8 @@ pub fn export_to(src: &str, url: &str, args: &[&str]) -> Run {
         .arg(src)
         .arg("--to")
         .arg(url)
-        .args(args))
+        .args(args)
+        .args(memory_for(url)))
 }
 
 /// Copy every object under `url` into `dir`; returns the relative paths.
@@ -158,6 +170,7 @@ pub async fn kill_then_resume(store: Store) {
         .arg("--to")
         .arg(&url)
         .args(args)
+        .args(memory_for(&url))
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
