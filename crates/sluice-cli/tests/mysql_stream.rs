@@ -137,13 +137,20 @@ async fn assert_replay_equals(
             let id = m.split('|').next().unwrap();
             eprintln!("row {m}:");
             for c in r.changes.iter().filter(|c| c.cells[0] == id) {
-                eprintln!("  change _seq {} {} at {} {:?}", c.seq, c.op, c.pos, c.cells);
+                eprintln!(
+                    "  change _seq {} {} at {} {:?}",
+                    c.seq, c.op, c.pos, c.cells
+                );
             }
         }
         let st = std::fs::read_to_string(to.join("_sluice/stream.json")).unwrap_or_default();
         eprintln!("{st}");
     }
-    assert_same_rows(&r.rows, &want, &format!("{table}: snapshot + changes by _seq"));
+    assert_same_rows(
+        &r.rows,
+        &want,
+        &format!("{table}: snapshot + changes by _seq"),
+    );
     r
 }
 
@@ -159,7 +166,13 @@ async fn handoff_with_multi_table_transactions_during_the_snapshot_is_exact() {
         &db.url,
         &["acct", "hist"],
         to.path(),
-        &["--until-current", "--chunk-size", "256KB", "--parallel", "2"],
+        &[
+            "--until-current",
+            "--chunk-size",
+            "256KB",
+            "--parallel",
+            "2",
+        ],
     );
     fp.arm(&mut cmd, "export.after_receipt=wait@1");
     let mut child = cmd
@@ -171,12 +184,28 @@ async fn handoff_with_multi_table_transactions_during_the_snapshot_is_exact() {
     writer.wait_for(40).await;
     fp.release("export.after_receipt");
     let out = common::finish(child);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     writer.wait_for(20).await;
     let commits = writer.stop().await;
-    run(&mut stream(&db.url, &["acct", "hist"], to.path(), &["--until-current"])).ok();
-    let r = assert_replay_equals(&mut db, to.path(), "acct", &["id"], "SELECT id, v, pad FROM acct")
-        .await;
+    run(&mut stream(
+        &db.url,
+        &["acct", "hist"],
+        to.path(),
+        &["--until-current"],
+    ))
+    .ok();
+    let r = assert_replay_equals(
+        &mut db,
+        to.path(),
+        "acct",
+        &["id"],
+        "SELECT id, v, pad FROM acct",
+    )
+    .await;
     let h = assert_replay_equals(
         &mut db,
         to.path(),
@@ -185,7 +214,11 @@ async fn handoff_with_multi_table_transactions_during_the_snapshot_is_exact() {
         "SELECT id, acct, amount FROM hist",
     )
     .await;
-    assert!(r.changes.len() as u64 >= commits, "{} changes", r.changes.len());
+    assert!(
+        r.changes.len() as u64 >= commits,
+        "{} changes",
+        r.changes.len()
+    );
     let ops = |op: &str| r.changes.iter().filter(|c| c.op == op).count();
     assert!(ops("insert") > 0 && ops("update") > 0 && ops("delete") > 0);
     let key_updates = r
@@ -204,7 +237,10 @@ async fn handoff_with_multi_table_transactions_during_the_snapshot_is_exact() {
     let mut seqs: Vec<u64> = r.changes.iter().chain(&h.changes).map(|c| c.seq).collect();
     seqs.sort();
     assert_eq!(seqs.first(), Some(&1), "_seq starts at 1");
-    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "_seq has no holes");
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "_seq has no holes"
+    );
     // A transaction's changes in both tables share its _pos.
     let acct_pos: std::collections::HashSet<&String> = r.changes.iter().map(|c| &c.pos).collect();
     assert!(h.changes.iter().any(|c| acct_pos.contains(&c.pos)));
@@ -217,7 +253,13 @@ async fn killed_at_every_point_of_a_batch_the_restarted_stream_is_exact() {
     let writer = ChangeWriter::start(&db.url, 10_000).await;
     let to = tempdir();
     let tables = ["acct", "hist"];
-    let small = ["--until-current", "--batch-bytes", "64KB", "--chunk-size", "128KB"];
+    let small = [
+        "--until-current",
+        "--batch-bytes",
+        "64KB",
+        "--chunk-size",
+        "128KB",
+    ];
     for spec in [
         "export.after_receipt=exit@2",
         "stream.after_flush=exit@1",
@@ -244,8 +286,14 @@ async fn killed_at_every_point_of_a_batch_the_restarted_stream_is_exact() {
     writer.wait_for(30).await;
     writer.stop().await;
     run(&mut stream(&db.url, &tables, to.path(), &small)).ok();
-    let r = assert_replay_equals(&mut db, to.path(), "acct", &["id"], "SELECT id, v, pad FROM acct")
-        .await;
+    let r = assert_replay_equals(
+        &mut db,
+        to.path(),
+        "acct",
+        &["id"],
+        "SELECT id, v, pad FROM acct",
+    )
+    .await;
     assert!(r.changes.len() > 100, "only {} changes", r.changes.len());
     assert_replay_equals(
         &mut db,
@@ -277,7 +325,13 @@ async fn types_and_row_images_match_the_export() {
     )
     .await;
     let to = tempdir();
-    run(&mut stream(&db.url, &["ty"], to.path(), &["--until-current"])).ok();
+    run(&mut stream(
+        &db.url,
+        &["ty"],
+        to.path(),
+        &["--until-current"],
+    ))
+    .ok();
     db.exec(
         "SET SESSION sql_mode = '';
          INSERT INTO ty VALUES
@@ -306,13 +360,25 @@ async fn types_and_row_images_match_the_export() {
          SET SESSION binlog_row_image = 'FULL';",
     )
     .await;
-    run(&mut stream(&db.url, &["ty"], to.path(), &["--until-current"])).ok();
+    run(&mut stream(
+        &db.url,
+        &["ty"],
+        to.path(),
+        &["--until-current"],
+    ))
+    .ok();
     let ds = to.path().join(format!("{}.ty", db.name));
     let r = replay(&ds, &["id"]);
     let out = tempdir();
     common::export(&db.url, out.path(), &["--table", "ty"]).ok();
-    let want = row_strings(&dataset_batches(&out.path().join(format!("{}.ty", db.name))));
-    assert_same_rows(&r.rows, &want, "replayed change files vs an export of the table");
+    let want = row_strings(&dataset_batches(
+        &out.path().join(format!("{}.ty", db.name)),
+    ));
+    assert_same_rows(
+        &r.rows,
+        &want,
+        "replayed change files vs an export of the table",
+    );
     let minimal = r
         .changes
         .iter()
@@ -328,7 +394,11 @@ async fn types_and_row_images_match_the_export() {
         .iter()
         .find(|c| c.op == "delete" && c.cells[0] == "3")
         .unwrap();
-    assert_eq!(del.absent.len(), 26, "a MINIMAL delete carries the key only");
+    assert_eq!(
+        del.absent.len(),
+        26,
+        "a MINIMAL delete carries the key only"
+    );
     let noblob = r
         .changes
         .iter()
@@ -350,7 +420,13 @@ async fn ddl_starts_a_schema_version_and_truncate_is_a_change() {
     db.exec("CREATE TABLE sv (id int PRIMARY KEY, a varchar(10)); INSERT INTO sv VALUES (1, 'x');")
         .await;
     let to = tempdir();
-    run(&mut stream(&db.url, &["sv"], to.path(), &["--until-current"])).ok();
+    run(&mut stream(
+        &db.url,
+        &["sv"],
+        to.path(),
+        &["--until-current"],
+    ))
+    .ok();
     db.exec(
         "INSERT INTO sv VALUES (2, 'y');
          ALTER TABLE sv ADD COLUMN b int;
@@ -360,11 +436,21 @@ async fn ddl_starts_a_schema_version_and_truncate_is_a_change() {
          INSERT INTO sv VALUES (4, 'w', 40);",
     )
     .await;
-    run(&mut stream(&db.url, &["sv"], to.path(), &["--until-current"])).ok();
-    let r = assert_replay_equals(&mut db, to.path(), "sv", &["id"], "SELECT id, a, b FROM sv").await;
+    run(&mut stream(
+        &db.url,
+        &["sv"],
+        to.path(),
+        &["--until-current"],
+    ))
+    .ok();
+    let r =
+        assert_replay_equals(&mut db, to.path(), "sv", &["id"], "SELECT id, a, b FROM sv").await;
     assert!(r.changes.iter().any(|c| c.op == "truncate"));
     let files = sluice_testkit::changes::change_files(&to.path().join(format!("{}.sv", db.name)));
-    assert!(files.len() >= 2, "a new schema version starts a new file: {files:?}");
+    assert!(
+        files.len() >= 2,
+        "a new schema version starts a new file: {files:?}"
+    );
     let state = std::fs::read_to_string(to.path().join("_sluice/stream.json")).unwrap();
     assert!(state.contains("\"version\": 2"), "{state}");
 }
@@ -386,25 +472,46 @@ async fn refusals_name_the_fix() {
     ))
     .await;
     let to = tempdir();
-    let r = run(&mut stream(&db.url, &["nokey"], to.path(), &["--until-current"]));
+    let r = run(&mut stream(
+        &db.url,
+        &["nokey"],
+        to.path(),
+        &["--until-current"],
+    ));
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("no primary key"), "{}", r.stderr);
     for u in [user.clone(), format!("{user}c")] {
         let url = db.url_as(&u, "pw");
-        let r = run(&mut stream(&url, &["acct"], tempdir().path(), &["--until-current"]));
+        let r = run(&mut stream(
+            &url,
+            &["acct"],
+            tempdir().path(),
+            &["--until-current"],
+        ));
         assert_eq!(r.code, 3, "{u}: {}", r.stderr);
         assert!(r.stderr.contains("REPLICATION SLAVE"), "{u}: {}", r.stderr);
     }
     // A statement-based change of a captured table (one session's binlog_format) stops the
     // stream with the fix rather than skipping the rows it cannot see.
-    run(&mut stream(&db.url, &["acct"], to.path(), &["--until-current"])).ok();
+    run(&mut stream(
+        &db.url,
+        &["acct"],
+        to.path(),
+        &["--until-current"],
+    ))
+    .ok();
     db.exec(
         "SET SESSION binlog_format = 'STATEMENT';
          INSERT INTO acct VALUES (2, 2);
          SET SESSION binlog_format = 'ROW';",
     )
     .await;
-    let r = run(&mut stream(&db.url, &["acct"], to.path(), &["--until-current"]));
+    let r = run(&mut stream(
+        &db.url,
+        &["acct"],
+        to.path(),
+        &["--until-current"],
+    ));
     assert_ne!(r.code, 0, "{}", r.stderr);
     assert!(r.stderr.contains("statement-based"), "{}", r.stderr);
     db.exec(&format!(
@@ -433,11 +540,17 @@ async fn statement_format_and_a_purged_binary_log_are_refused() {
     let r = run(&mut stream(&url, &["t"], to.path(), &["--until-current"]));
     assert_eq!(r.code, 3, "{}", r.stderr);
     assert!(r.stderr.contains("binlog_format=ROW"), "{}", r.stderr);
-    admin.query_drop("SET GLOBAL binlog_format = 'ROW'").await.unwrap();
+    admin
+        .query_drop("SET GLOBAL binlog_format = 'ROW'")
+        .await
+        .unwrap();
     drop(admin);
     let mut admin = connect(&server.url()).await;
     run(&mut stream(&url, &["t"], to.path(), &["--until-current"])).ok();
-    admin.query_drop("INSERT INTO cdc.t VALUES (1, 1)").await.unwrap();
+    admin
+        .query_drop("INSERT INTO cdc.t VALUES (1, 1)")
+        .await
+        .unwrap();
     // MariaDB keeps a file until its binlog checkpoint is written: rotate and purge until the
     // stream's file is gone.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -458,7 +571,10 @@ async fn statement_format_and_a_purged_binary_log_are_refused() {
         if !files.iter().any(|f| f.0.ends_with(".000001")) {
             break;
         }
-        assert!(Instant::now() < deadline, "the first binary log file is not purged: {files:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the first binary log file is not purged: {files:?}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let r = run(&mut stream(&url, &["t"], to.path(), &["--until-current"]));

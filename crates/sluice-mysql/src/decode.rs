@@ -545,7 +545,6 @@ impl ValueDecoder {
         };
         pushed.map_err(own)
     }
-
 }
 
 impl RowDecoder {

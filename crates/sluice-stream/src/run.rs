@@ -363,18 +363,18 @@ async fn first_start(
             job.source.display_url()
         );
     } else {
-    tracing::info!(
-        "created replication slot {} and {} publication {} on {}; the slot keeps WAL until the \
+        tracing::info!(
+            "created replication slot {} and {} publication {} on {}; the slot keeps WAL until the \
          stream confirms it (sluice stream --drop removes both)",
-        names.slot,
-        if created.publication_created {
-            "the"
-        } else {
-            "uses the existing"
-        },
-        names.publication,
-        job.source.display_url()
-    );
+            names.slot,
+            if created.publication_created {
+                "the"
+            } else {
+                "uses the existing"
+            },
+            names.publication,
+            job.source.display_url()
+        );
     }
     let report = match created.snapshot {
         Some(held) => Some(snapshot_phase(job, &mut state, held, false, cancel).await?),

@@ -171,7 +171,10 @@ mod tests {
         let c = BinPos::of_file("mariadb-bin.1000000", 4).unwrap();
         assert!(a.text() < b.text() && b.text() < c.text());
         assert_eq!(BinPos::parse(&a.text()).unwrap(), a);
-        assert!(!a.text().contains(['-', '.']), "file names split on - and .");
+        assert!(
+            !a.text().contains(['-', '.']),
+            "file names split on - and ."
+        );
         assert_eq!(file_name("mariadb-bin", 10), "mariadb-bin.000010");
         assert_eq!(file_name("b", 1_000_000), "b.1000000");
     }

@@ -29,7 +29,11 @@ pub const HEARTBEAT: Duration = Duration::from_secs(1);
 pub fn dump_error(e: mysql_async::Error, server_id: u32, from: &str, target: &str) -> Error {
     let text = e.to_string();
     match server_code(&e) {
-        Some(1236) if text.contains("purged") || text.contains("find first log file") || text.contains("not find") => {
+        Some(1236)
+            if text.contains("purged")
+                || text.contains("find first log file")
+                || text.contains("not find") =>
+        {
             Error::new(
                 ErrorKind::Source,
                 Retry::Permanent,

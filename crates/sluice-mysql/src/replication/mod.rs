@@ -190,7 +190,9 @@ impl ChangeSource for MyCapture {
 
     fn stream_position(&self, snapshot: &Position) -> Result<Option<String>> {
         match snapshot {
-            Position::Mysql { file, pos, .. } => BinPos::of_file(file, *pos).map(|p| Some(p.text())),
+            Position::Mysql { file, pos, .. } => {
+                BinPos::of_file(file, *pos).map(|p| Some(p.text()))
+            }
             _ => Err(Error::config(format!(
                 "the initial snapshot of {} recorded no binary log position ({snapshot}), so \
                  the stream cannot start exactly after it. The account needs REPLICATION CLIENT \

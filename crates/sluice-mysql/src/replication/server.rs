@@ -82,7 +82,11 @@ pub async fn preflight(
     target: &str,
 ) -> Result<HashMap<String, String>> {
     let vars = variables(conn, target).await?;
-    let get = |k: &str| vars.get(k).map(|s| s.to_ascii_uppercase()).unwrap_or_default();
+    let get = |k: &str| {
+        vars.get(k)
+            .map(|s| s.to_ascii_uppercase())
+            .unwrap_or_default()
+    };
     if get("log_bin") != "ON" {
         return Err(not_logging(target));
     }
@@ -200,7 +204,10 @@ mod tests {
             ("b.000002".to_string(), 200),
             ("b.000003".to_string(), 50),
         ];
-        let at = BinPos { seq: 2, offset: 150 };
+        let at = BinPos {
+            seq: 2,
+            offset: 150,
+        };
         assert_eq!(retained(&files, at), (250, 100));
     }
 }

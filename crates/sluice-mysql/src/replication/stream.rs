@@ -195,7 +195,10 @@ impl MyStream {
             // starts means the previous one ended here, even when its last event was not one
             // that says so (a statement logged without the standalone flag and without a
             // COMMIT).
-            tracing::debug!("a group starts at {} while one was open: closing that one", at.text());
+            tracing::debug!(
+                "a group starts at {} while one was open: closing that one",
+                at.text()
+            );
             sink.commit(&at.text())?;
         }
         self.group = Some(group);
@@ -431,7 +434,8 @@ impl MyStream {
             )
             .await?;
             let d = described.dataset;
-            tab.codec = codec_for(&mut self.catalog, t, &d.columns, self.zero_dates, &display).await?;
+            tab.codec =
+                codec_for(&mut self.catalog, t, &d.columns, self.zero_dates, &display).await?;
             tab.key = key_of(&d.columns, &d.primary_key);
             if tab.key.is_empty() {
                 return Err(Error::config(format!(
@@ -509,7 +513,11 @@ impl MyStream {
                 if !m.key.is_empty() {
                     tab.key = key_of(&m.columns, &m.key);
                 } else {
-                    let names: Vec<String> = tab.key.iter().map(|k| tab.columns[*k].name.clone()).collect();
+                    let names: Vec<String> = tab
+                        .key
+                        .iter()
+                        .map(|k| tab.columns[*k].name.clone())
+                        .collect();
                     tab.key = key_of(&m.columns, &names);
                 }
                 tab.codec = Codec {
@@ -618,16 +626,13 @@ fn emit(
     if let Some(rows) = sink.row(handle, op)? {
         for (i, v) in values.into_iter().enumerate() {
             match v {
-                Some(v) => tab
-                    .codec
-                    .push(i, &mut rows.columns()[i], v)
-                    .map_err(|e| {
-                        Error::new(
-                            ErrorKind::Data,
-                            Retry::Permanent,
-                            format!("{t}.{}: {}", tab.columns[i].name, e.0),
-                        )
-                    })?,
+                Some(v) => tab.codec.push(i, &mut rows.columns()[i], v).map_err(|e| {
+                    Error::new(
+                        ErrorKind::Data,
+                        Retry::Permanent,
+                        format!("{t}.{}: {}", tab.columns[i].name, e.0),
+                    )
+                })?,
                 None => {
                     rows.columns()[i].push_null();
                     rows.absent(i)?;

@@ -12,8 +12,8 @@
 
 use super::values::{ColumnFacts, facts_of};
 use crate::types::{MyType, map_type};
-use mysql_async::consts::ColumnType;
 use mysql_async::binlog::events::{OptionalMetaExtractor, OptionalMetadataField, TableMapEvent};
+use mysql_async::consts::ColumnType;
 use sluice_core::table::TableRef;
 use sluice_core::{ColumnDesc, Error, Result};
 
@@ -107,7 +107,13 @@ pub fn columns(t: &TableRef, tme: &TableMapEvent<'_>) -> Result<Option<MapColumn
             false
         };
         let charset = if ty.is_character_type() {
-            charset_name(charsets.next().transpose().map_err(|e| bad(t, e))?.unwrap_or(0))
+            charset_name(
+                charsets
+                    .next()
+                    .transpose()
+                    .map_err(|e| bad(t, e))?
+                    .unwrap_or(0),
+            )
         } else if ty.is_enum_or_set_type() {
             let _ = enum_charsets.next();
             "utf8mb4"
@@ -146,7 +152,11 @@ pub fn columns(t: &TableRef, tme: &TableMapEvent<'_>) -> Result<Option<MapColumn
                 data_type = if binary { "varbinary" } else { "varchar" };
             }
             MYSQL_TYPE_STRING | MYSQL_TYPE_ENUM | MYSQL_TYPE_SET => {
-                let real = if ty == MYSQL_TYPE_STRING { m(0) } else { ty as u32 };
+                let real = if ty == MYSQL_TYPE_STRING {
+                    m(0)
+                } else {
+                    ty as u32
+                };
                 if real == MYSQL_TYPE_ENUM as u32 {
                     data_type = "enum";
                     column_type = format!("enum({})", quoted(&enums.next().unwrap_or_default()));
@@ -156,10 +166,12 @@ pub fn columns(t: &TableRef, tme: &TableMapEvent<'_>) -> Result<Option<MapColumn
                 } else {
                     data_type = if binary { "binary" } else { "char" };
                     let b0 = m(0) as u64;
-                    octets = ((((b0 & 0x30) ^ 0x30) << 4) | m(1) as u64) as u64;
+                    octets = (((b0 & 0x30) ^ 0x30) << 4) | m(1) as u64;
                 }
             }
-            MYSQL_TYPE_TINY_BLOB | MYSQL_TYPE_MEDIUM_BLOB | MYSQL_TYPE_LONG_BLOB
+            MYSQL_TYPE_TINY_BLOB
+            | MYSQL_TYPE_MEDIUM_BLOB
+            | MYSQL_TYPE_LONG_BLOB
             | MYSQL_TYPE_BLOB => {
                 data_type = match (binary, m(0)) {
                     (true, 1) => "tinyblob",

@@ -141,7 +141,11 @@ pub(crate) fn facts_of(
 }
 
 /// Read the binary log facts of `table`'s columns, in table order.
-pub async fn column_facts(conn: &mut Conn, table: &TableRef, target: &str) -> Result<Vec<ColumnFacts>> {
+pub async fn column_facts(
+    conn: &mut Conn,
+    table: &TableRef,
+    target: &str,
+) -> Result<Vec<ColumnFacts>> {
     let rows: Vec<Row> = conn
         .exec(
             "SELECT COLUMN_NAME, LOWER(DATA_TYPE), COLUMN_TYPE, \
@@ -182,9 +186,9 @@ pub fn check_columns(table: &TableRef, columns: &[ColumnDesc]) -> Result<()> {
 
 /// MySQL's latin1 is Windows-1252 with the five undefined bytes mapped to C1 controls.
 const CP1252_HIGH: [u16; 32] = [
-    0x20AC, 0x0081, 0x201A, 0x0192, 0x201E, 0x2026, 0x2020, 0x2021, 0x02C6, 0x2030, 0x0160,
-    0x2039, 0x0152, 0x008D, 0x017D, 0x008F, 0x0090, 0x2018, 0x2019, 0x201C, 0x201D, 0x2022,
-    0x2013, 0x2014, 0x02DC, 0x2122, 0x0161, 0x203A, 0x0153, 0x009D, 0x017E, 0x0178,
+    0x20AC, 0x0081, 0x201A, 0x0192, 0x201E, 0x2026, 0x2020, 0x2021, 0x02C6, 0x2030, 0x0160, 0x2039,
+    0x0152, 0x008D, 0x017D, 0x008F, 0x0090, 0x2018, 0x2019, 0x201C, 0x201D, 0x2022, 0x2013, 0x2014,
+    0x02DC, 0x2122, 0x0161, 0x203A, 0x0153, 0x009D, 0x017E, 0x0178,
 ];
 
 fn latin1_to_utf8(b: &[u8]) -> Vec<u8> {
@@ -272,12 +276,14 @@ pub fn normalize(fix: &Fix, v: BinlogValue<'_>) -> std::result::Result<Value, De
             }
             Value::Bytes(out.join(",").into_bytes())
         }
-        (Fix::Timestamp, Value::Int(s)) if s == 0 => Value::Date(0, 0, 0, 0, 0, 0, 0),
+        (Fix::Timestamp, Value::Int(0)) => Value::Date(0, 0, 0, 0, 0, 0, 0),
         (Fix::Timestamp, Value::Int(s)) => civil_utc(s, 0),
         (Fix::Timestamp, Value::Bytes(b)) => {
             let t = std::str::from_utf8(&b).map_err(|_| bad("unreadable timestamp"))?;
             let (s, f) = t.split_once('.').unwrap_or((t, ""));
-            let secs: i64 = s.parse().map_err(|_| bad(format!("{t:?} is not a timestamp")))?;
+            let secs: i64 = s
+                .parse()
+                .map_err(|_| bad(format!("{t:?} is not a timestamp")))?;
             let micros: u32 = if f.is_empty() {
                 0
             } else {
@@ -367,8 +373,14 @@ mod tests {
             .unwrap()
         };
         assert_eq!(ts("0"), Value::Date(0, 0, 0, 0, 0, 0, 0));
-        assert_eq!(ts("951782400.5"), Value::Date(2000, 2, 29, 0, 0, 0, 500_000));
-        let y = normalize(&Fix::Year, BinlogValue::Value(Value::Bytes(b"1900".to_vec())));
+        assert_eq!(
+            ts("951782400.5"),
+            Value::Date(2000, 2, 29, 0, 0, 0, 500_000)
+        );
+        let y = normalize(
+            &Fix::Year,
+            BinlogValue::Value(Value::Bytes(b"1900".to_vec())),
+        );
         assert_eq!(y.unwrap(), Value::UInt(0));
         let b = normalize(&Fix::Binary(4), BinlogValue::Value(Value::Bytes(vec![1])));
         assert_eq!(b.unwrap(), Value::Bytes(vec![1, 0, 0, 0]));
