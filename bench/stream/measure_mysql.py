@@ -74,7 +74,7 @@ def row_values(table):
 
 def backlog(table, n, db):
     setcol = "a = a + 1" if table == "narrow" else "i0 = i0 + 1"
-    sql(f"""
+    sql(f"""DELIMITER //
         CREATE PROCEDURE load_{table}()
         BEGIN
           DECLARE done bigint DEFAULT 0; DECLARE i bigint DEFAULT 0;
@@ -95,7 +95,7 @@ def backlog(table, n, db):
             COMMIT;
             SET done = done + k;
           END WHILE;
-        END""", db)
+        END //""", db)
     sql(f"CALL load_{table}()", db)
 
 
