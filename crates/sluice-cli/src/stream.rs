@@ -44,7 +44,7 @@ pub struct StreamArgs {
     /// Publication name (default: the slot's name); an existing one must publish every selected table.
     #[arg(long, value_name = "NAME")]
     pub publication: Option<String>,
-    /// MySQL/MariaDB: the replica server id of the binary log session (default: derived from the stream's name, in 4026531840-4294967294, which IP-derived replica ids never use).
+    /// MySQL/MariaDB: the replica server id of the binary log session (default: a random one per session in 4026531840-4294967294, which IP-derived replica ids never use).
     #[arg(long, value_name = "N")]
     pub server_id: Option<u32>,
     /// Cut a batch when its changes reach this many bytes (default 64MB).

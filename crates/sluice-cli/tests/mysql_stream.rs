@@ -143,6 +143,17 @@ async fn assert_replay_equals(
                 );
             }
         }
+        let dir = to.join(format!("{}.{table}", db.name));
+        for f in sluice_testkit::changes::change_files(&dir) {
+            eprintln!("file {}", f.display());
+        }
+        let mut last: Option<&sluice_testkit::changes::Change> = None;
+        for c in &r.changes {
+            if last.is_some_and(|l| l.pos != c.pos) {
+                eprintln!("  tx {} _seq {}", c.pos, c.seq);
+            }
+            last = Some(c);
+        }
         let st = std::fs::read_to_string(to.join("_sluice/stream.json")).unwrap_or_default();
         eprintln!("{st}");
     }

@@ -7,9 +7,10 @@
 //! - MariaDB: `@mariadb_slave_capability=4` makes the server send its own events (GTID, GTID
 //!   list, annotate) instead of rewriting them as MySQL 5.1 ones, so each transaction's GTID is
 //!   known.
-//! - `@master_heartbeat_period`: with nothing to send for that long the server sends a heartbeat
-//!   carrying its current position, which keeps the session alive through firewalls and lets an
-//!   idle stream know it has read everything (`--until-current` on an idle server).
+//! - `@master_heartbeat_period`: with nothing to send for that long the server sends a
+//!   heartbeat, which keeps an idle session alive through firewalls and idle timeouts. Its
+//!   position is not used: the stream knows it has read everything (`--until-current` on an idle
+//!   server) from the end of the last event it handled, which reaches the server's end of log.
 //!
 //! Errors of the dump are the server's replica errors: a purged file (1236) says the saved
 //! position is gone and how to start over; a missing privilege (1227) names it.

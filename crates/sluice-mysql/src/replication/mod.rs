@@ -22,10 +22,12 @@
 //! server keeps binary log files by age, not for this reader — a stream stopped for longer than
 //! `binlog_expire_logs_seconds` loses its place (the error says how to start over).
 //!
-//! The replica server id: `--server-id`, or by default one derived from the stream's name in
+//! The replica server id: `--server-id`, or by default a random one per session in
 //! 4026531840–4294967294 (the integers of the reserved IPv4 block 240.0.0.0/4, which no
-//! IP-derived replica id uses; hand-picked ids are small), stable across restarts so a
-//! restarted stream replaces its own stale session on the server rather than joining it.
+//! IP-derived replica id uses; hand-picked ids are small). A new id per session: a session that
+//! registers with the id of a live one makes the server end the older one, and a restarted
+//! stream's previous session (of a killed process) ends by itself when the server sees its
+//! socket closed.
 
 pub mod binlog;
 pub mod conn;
@@ -52,16 +54,18 @@ use std::time::Duration;
 /// Where default replica server ids are taken from.
 pub const SERVER_ID_RANGE: RangeInclusive<u32> = 4_026_531_840..=4_294_967_294;
 
-/// The default replica server id of the stream called `name` (FNV-1a into
-/// [`SERVER_ID_RANGE`]).
-pub fn default_server_id(name: &str) -> u32 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in name.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
+/// A random replica server id in [`SERVER_ID_RANGE`].
+pub fn random_server_id() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
     let span = (*SERVER_ID_RANGE.end() - *SERVER_ID_RANGE.start()) as u64 + 1;
-    *SERVER_ID_RANGE.start() + (h % span) as u32
+    *SERVER_ID_RANGE.start() + (h.finish() % span) as u32
 }
 
 /// A MySQL or MariaDB server as a change source.
@@ -94,8 +98,8 @@ impl SnapshotHold for NoHold {
 }
 
 impl MyCapture {
-    /// Parse the URL; no connection is made yet. `server_id`: `--server-id`, else derived from
-    /// the stream's name.
+    /// Parse the URL; no connection is made yet. `server_id`: `--server-id`, else a random one
+    /// per session.
     pub fn new(url: &str, server_id: Option<u32>) -> Result<Self> {
         if server_id == Some(0) {
             return Err(Error::config(
@@ -123,9 +127,8 @@ impl MyCapture {
         self.target.display()
     }
 
-    fn server_id(&self, names: &CaptureNames) -> u32 {
-        self.server_id
-            .unwrap_or_else(|| default_server_id(&names.slot))
+    fn server_id(&self) -> u32 {
+        self.server_id.unwrap_or_else(random_server_id)
     }
 
     async fn session(&self) -> Result<(Conn, ServerInfo)> {
@@ -211,15 +214,12 @@ impl ChangeSource for MyCapture {
         // the end, which the server ends at once.
         let (base, _) = binlog::split_file(&file)?;
         let at = BinPos::of_file(&file, pos)?;
-        let names = CaptureNames {
-            slot: "check".into(),
-            publication: String::new(),
-        };
+        let probe_id = self.server_id();
         let mut dump = conn::open_dump(
             &self.target,
             &self.sessions,
             server.flavor == Flavor::Mariadb,
-            self.server_id(&names),
+            probe_id,
             base,
             at,
             true,
@@ -227,7 +227,7 @@ impl ChangeSource for MyCapture {
         .await?;
         let read = tokio::time::timeout(Duration::from_secs(30), async {
             while let Some(e) = dump.next().await {
-                e.map_err(|e| conn::dump_error(e, self.server_id(&names), &file, self.display()))?;
+                e.map_err(|e| conn::dump_error(e, probe_id, &file, self.display()))?;
             }
             Ok::<_, Error>(())
         })
@@ -269,6 +269,7 @@ impl ChangeSource for MyCapture {
         datasets: &[Dataset],
         from: &str,
     ) -> Result<Box<dyn ChangeStream>> {
+        let _ = names;
         let from = BinPos::parse(from)?;
         let (mut catalog, server) = self.session().await?;
         let vars = server::variables(&mut catalog, self.display()).await?;
@@ -282,7 +283,7 @@ impl ChangeSource for MyCapture {
             &self.target,
             &self.sessions,
             server.flavor == Flavor::Mariadb,
-            self.server_id(names),
+            self.server_id(),
             base,
             from,
             false,

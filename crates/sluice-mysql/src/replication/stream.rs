@@ -256,12 +256,9 @@ impl MyStream {
             return Ok(true);
         }
         if kind == HEARTBEAT_EVENT {
-            if self.group.is_none() && end > 0 {
-                self.received = self.received.max(BinPos {
-                    seq: self.file_seq,
-                    offset: end,
-                });
-            }
+            // Only liveness: the position it carries is not used (every event up to the end
+            // of the log is read anyway, and the received position must never pass an event
+            // not handled yet).
             return Ok(false);
         }
         if end == 0 || h.flags_raw() & LOG_EVENT_ARTIFICIAL_F != 0 {
@@ -658,7 +655,7 @@ impl ChangeStream for MyStream {
         };
         let mut data = false;
         let mut next = first;
-        for _ in 0..EVENTS_PER_STEP {
+        for n in 1..=EVENTS_PER_STEP {
             match next {
                 None => {
                     return Err(Error::new(
@@ -669,6 +666,10 @@ impl ChangeStream for MyStream {
                 }
                 Some(Err(e)) => return Err(self.lost(e)),
                 Some(Ok(e)) => data |= self.handle(e, sink).await?,
+            }
+            if n == EVENTS_PER_STEP {
+                // Read no event that this call would not handle.
+                break;
             }
             let events = self
                 .events
