@@ -30,7 +30,18 @@ ensure_bench_python() {
 # ensure_sluice_build — the release binaries the lab measures (cargo does nothing if current).
 ensure_sluice_build() {
     say "building sluice (release)"
-    (cd "$BENCH_DIR/.." && cargo build --release --locked -q -p sluice-cli -p sluice-testkit)
+    (cd "$BENCH_DIR/.." && cargo build --release --locked -q -p sluice-cli -p sluice-testkit -p sluice-python)
+}
+
+# assemble_python_pkg BIN_DIR — the sluice Python package from the release build's native
+# module (the sluice-py-* rows import it); exports SLUICE_BENCH_PYTHON_PKG.
+assemble_python_pkg() {
+    local lib="$1/lib_sluice.so" dir="$1/python-pkg"
+    [ -f "$lib" ] || return 0
+    rm -rf "$dir" && mkdir -p "$dir"
+    cp -r "$BENCH_DIR/../python/sluice" "$dir/sluice"
+    cp "$lib" "$dir/sluice/_sluice.abi3.so"
+    export SLUICE_BENCH_PYTHON_PKG="$dir"
 }
 
 # ensure_rivet — the rivet peer from crates.io, built once into $PEERS_ROOT.

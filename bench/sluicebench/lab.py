@@ -261,6 +261,13 @@ def measure_one(
     else:
         rows = inv.rows_from_stdout(m.stdout) if inv.rows_from_stdout else None
         id_sum = None
+        # A worker that reports in one JSON line (workers/pyread.py): kept with the run.
+        last = m.stdout.strip().splitlines()[-1:] or [""]
+        if last[0].startswith("{"):
+            try:
+                record["tool_report"] = json.loads(last[0])
+            except ValueError:
+                pass
         record["output"] = {"files": 0, "bytes": 0, "rows": rows, "id_sum": None}
     _cleanup(out, work)
 

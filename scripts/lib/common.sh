@@ -62,3 +62,19 @@ ensure_objstore_emulators() {
     npm install --silent --no-save --prefix "$dir/npm" "${OBJSTORE_NPM[@]}" >/dev/null
     printf '%s' "$want" > "$dir/stamp"
 }
+
+# The Python package's test environment, a venv under ~/.cache/sluice/python-venv with the
+# pinned packages the tests use (pyarrow and pandas as users have them; psycopg, PyMySQL and
+# firebird-driver to set up test data). A stamp holding the pins makes re-runs a no-op.
+PYTHON_TEST_PKGS=("pyarrow==26.0.1" "pandas==3.1.1" "pytest==9.2.0" "psycopg[binary]==3.3.9"
+    "pymysql==1.2.4" "firebird-driver==2.1.0")
+ensure_python_test_venv() {
+    local dir="$HOME/.cache/sluice/python-venv"
+    local want="${PYTHON_TEST_PKGS[*]}"
+    if [ -f "$dir/stamp" ] && [ "$(cat "$dir/stamp")" = "$want" ]; then return 0; fi
+    ensure_debian_packages python3 python3-venv
+    say "installing the Python test packages into $dir"
+    [ -x "$dir/bin/python" ] || /usr/bin/python3 -m venv "$dir"
+    "$dir/bin/python" -m pip install -q "${PYTHON_TEST_PKGS[@]}"
+    printf '%s' "$want" > "$dir/stamp"
+}

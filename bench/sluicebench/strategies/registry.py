@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sluicebench.strategies import classic, floor, peers, sluice
+from sluicebench.strategies import classic, floor, peers, pyread, sluice
 from sluicebench.strategies.base import Strategy
 
 
@@ -13,4 +13,5 @@ def all_strategies(engine: str) -> list[Strategy]:
         *sluice.strategies(engine),
         *peers.strategies(engine),
         *classic.strategies(engine),
+        *pyread.strategies(engine),
     ]

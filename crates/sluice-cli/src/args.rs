@@ -1,11 +1,14 @@
-//! Command-line flags. Every export flag has a YAML key of the same name with `_` for `-`
-//! (see `config.rs`); a flag given on the command line overrides the file.
+//! Command-line flags. Every export setting is one field of [`Options`], which is both its flag
+//! and its YAML key (the flag's name with `_` for `-`, see `config.rs`); a flag given on the
+//! command line overrides the file. `sluice stream` takes the same [`Options`] plus its own
+//! settings, defined the same way in [`StreamOptions`].
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::Deserialize;
 use std::path::PathBuf;
 
 /// What a size flag (BYTES) accepts, said once and shown under `export --help` and `plan --help`
-/// (the parser is `config::parse_size`).
+/// (the parser is `sluice_core::size::parse_size`).
 macro_rules! sizes_note {
     () => {
         "Sizes (BYTES) are a number of bytes, or a number with KB, MB or GB in powers of 1024: \
@@ -57,7 +60,7 @@ pub struct Cli {
 }
 
 /// How log lines are written to stderr.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -71,13 +74,13 @@ pub enum LogFormat {
 pub enum Command {
     /// Export tables, views or queries to Parquet or CSV files.
     #[command(after_help = EXPORT_EXAMPLES)]
-    Export(Box<ExportArgs>),
+    Export(Box<Options>),
     /// Show what an export would do — sizes, chunks, workers, memory — without reading rows.
     #[command(after_help = sizes_note!())]
     Plan(Box<PlanArgs>),
     /// Capture changes (PostgreSQL logical replication) into batched change files after an initial snapshot, without gap or overlap.
     #[command(after_help = STREAM_HELP)]
-    Stream(Box<crate::stream::StreamArgs>),
+    Stream(Box<StreamArgs>),
     /// Show this build (version, commit, sources, destinations, formats) and check what a run needs.
     Doctor(DoctorArgs),
     /// Print a shell completion script: sluice completions bash > /etc/bash_completion.d/sluice.
@@ -131,7 +134,7 @@ const STREAM_HELP: &str = concat!(
 );
 
 /// Output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FormatArg {
     /// Apache Parquet (zstd by default).
@@ -141,7 +144,7 @@ pub enum FormatArg {
 }
 
 /// Parquet compression.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CompressionArg {
     /// Zstandard (level with --zstd-level).
@@ -153,7 +156,7 @@ pub enum CompressionArg {
 }
 
 /// Consistency mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ConsistencyArg {
     /// One snapshot shared by all workers: the output is one point in time.
@@ -162,11 +165,17 @@ pub enum ConsistencyArg {
     Chunk,
 }
 
-/// What to read and how to connect.
-#[derive(Debug, Clone, Args, Default)]
-pub struct SelectArgs {
+/// Every setting of an export, in one definition: each field is a flag (`--chunk-size`) and a
+/// YAML key of the `-c` file (`chunk_size`), with the same meaning and the same parser;
+/// `config.rs` reads the file into this struct and lays the flags over it. `sluice plan`
+/// takes the same settings: the ones about writing (format, sizes, the destination) change
+/// the memory it predicts; the others it ignores, as it ignores their YAML keys.
+#[derive(Debug, Clone, Default, Args, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Options {
     /// YAML file with the same settings as the flags (flags override it).
     #[arg(short = 'c', long, value_name = "FILE")]
+    #[serde(skip)]
     pub config: Option<PathBuf>,
     /// Source database URL, e.g. postgres://user@host:5432/db?sslmode=verify-full (password: in
     /// the URL, PGPASSWORD or ~/.pgpass).
@@ -174,21 +183,26 @@ pub struct SelectArgs {
     pub source: Option<String>,
     /// A table to export, as name or schema.name; double-quote parts to match case exactly. Repeatable.
     #[arg(long, value_name = "NAME")]
+    #[serde(default, deserialize_with = "yaml::one_or_many")]
     pub table: Vec<String>,
     /// Export every table whose schema.table matches this regular expression. Repeatable.
     #[arg(long, value_name = "REGEX")]
+    #[serde(default, deserialize_with = "yaml::one_or_many")]
     pub tables: Vec<String>,
     /// Export every table of this schema. Repeatable.
     #[arg(long, value_name = "SCHEMA")]
+    #[serde(default, deserialize_with = "yaml::one_or_many")]
     pub schema: Vec<String>,
     /// Export the result of a query as dataset NAME: --query 'NAME=SELECT …'. Repeatable.
     #[arg(long, value_name = "NAME=SQL")]
-    pub query: Vec<String>,
+    #[serde(default, deserialize_with = "yaml::entries")]
+    pub query: Vec<Pair>,
     /// How to split datasets: auto, ctid, key, key:<col>[,<col>…], none.
     #[arg(long, value_name = "STRATEGY")]
     pub chunk_by: Option<String>,
     /// Target chunk size in source bytes (e.g. 128MB; default: chosen, 64–256 MB).
     #[arg(long, value_name = "BYTES")]
+    #[serde(default, deserialize_with = "yaml::size")]
     pub chunk_size: Option<String>,
     /// Workers, each with its own connection (default: chosen from table sizes and cores).
     #[arg(long, value_name = "N")]
@@ -198,24 +212,19 @@ pub struct SelectArgs {
     pub consistency: Option<ConsistencyArg>,
     /// Memory target for the whole process (default 64MB); batch and row-group sizes are derived from it and the worker count.
     #[arg(long, value_name = "BYTES")]
+    #[serde(default, deserialize_with = "yaml::size")]
     pub memory: Option<String>,
     /// Bytes per Arrow batch, overriding the size derived from --memory; each worker holds two.
     #[arg(long, value_name = "BYTES")]
+    #[serde(default, deserialize_with = "yaml::size")]
     pub batch_size: Option<String>,
     /// Output format.
     #[arg(long, value_enum)]
     pub format: Option<FormatArg>,
     /// PostgreSQL: export only the rows row-level security policies let this user see, instead of failing on a table whose policies would hide rows (pg_dump's flag of the same name). The manifest marks such datasets as filtered.
     #[arg(long)]
+    #[serde(default)]
     pub enable_row_security: bool,
-}
-
-/// `sluice export`.
-#[derive(Debug, Clone, Args)]
-pub struct ExportArgs {
-    /// What to read.
-    #[command(flatten)]
-    pub select: SelectArgs,
     /// Output directory (created if missing).
     #[arg(long, value_name = "DIR")]
     pub to: Option<String>,
@@ -227,6 +236,7 @@ pub struct ExportArgs {
     pub zstd_level: Option<i32>,
     /// Parquet row group size in bytes of memory, overriding the size derived from --memory.
     #[arg(long, value_name = "BYTES")]
+    #[serde(default, deserialize_with = "yaml::size")]
     pub row_group_size: Option<String>,
     /// CSV delimiter, one ASCII character (default ,). Use '\t' for tab.
     #[arg(long, value_name = "CHAR")]
@@ -236,21 +246,26 @@ pub struct ExportArgs {
     pub csv_null: Option<String>,
     /// Omit the CSV header line.
     #[arg(long)]
+    #[serde(default)]
     pub csv_no_header: bool,
     /// One file per dataset (<to>/<dataset>.parquet or .csv, parts in order) instead of one per chunk.
     #[arg(long)]
+    #[serde(default)]
     pub merge: bool,
     /// Finish an interrupted export in --to: only the missing parts are read.
     #[arg(long)]
+    #[serde(default)]
     pub resume: bool,
     /// Replace an export already in --to.
     #[arg(long, conflicts_with = "resume")]
+    #[serde(default)]
     pub overwrite: bool,
     /// Also write the report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub report_json: Option<PathBuf>,
     /// Skip fsync of written files (faster, not crash-safe).
     #[arg(long)]
+    #[serde(default)]
     pub no_fsync: bool,
     /// MySQL/MariaDB: the longest wait, in seconds, for the global lock that lines the workers' snapshots up (every write on the server may queue behind a waiting lock) and for any metadata lock the run's sessions need (default 10).
     #[arg(long, value_name = "SECONDS")]
@@ -263,25 +278,181 @@ pub struct ExportArgs {
     pub long_query_wait: Option<u64>,
     /// MySQL/MariaDB: hold READ locks on non-transactional tables (MyISAM, Aria, MEMORY) from the snapshot to the end of the run, so they match the snapshot; writes to them wait meanwhile. Without it they are read as they are and marked outside_snapshot in the manifest.
     #[arg(long)]
+    #[serde(default)]
     pub lock_non_transactional: bool,
     /// Object stores: bytes per multipart-upload part (default 5MB; S3 needs at least 5MB); each open file holds up to (1 + --upload-concurrency) parts, counted in --memory.
     #[arg(long, value_name = "BYTES")]
+    #[serde(default, deserialize_with = "yaml::size")]
     pub part_size: Option<String>,
     /// Object stores: parts of one file uploading at once (default 2).
     #[arg(long, value_name = "N")]
     pub upload_concurrency: Option<usize>,
     /// Object stores: a client setting as KEY=VALUE, e.g. endpoint=http://127.0.0.1:9000, region=eu-west-1, allow_http=true (the keys of the object_store crate's S3, GCS and Azure builders). Repeatable; wins over the --to URL's query. Values are never printed.
     #[arg(long, value_name = "KEY=VALUE")]
-    pub storage_option: Vec<String>,
+    #[serde(default, deserialize_with = "yaml::entries")]
+    pub storage_option: Vec<Pair>,
+    /// The file's log format (the global --log-format flag wins over it; see `main.rs`).
+    #[arg(skip)]
+    pub log_format: Option<LogFormat>,
+}
+
+/// `NAME=VALUE` as typed after a flag (`--query`, `--storage-option`), or one entry of the
+/// YAML map of the same key. Split, and checked, where it is used, so a malformed flag gets a
+/// message that names it (and never echoes a value that may be secret).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pair {
+    /// The text after the flag.
+    Typed(String),
+    /// A YAML map entry.
+    Entry(String, String),
+}
+
+impl std::str::FromStr for Pair {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Pair::Typed(s.to_string()))
+    }
+}
+
+/// How the YAML file spells values the flags spell as text.
+pub(crate) mod yaml {
+    use super::Pair;
+    use serde::{Deserialize, Deserializer};
+    use std::collections::BTreeMap;
+
+    /// `key: one` or `key: [one, two]`.
+    pub fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum OneOrMany {
+            One(String),
+            Many(Vec<String>),
+        }
+        Ok(match OneOrMany::deserialize(d)? {
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
+        })
+    }
+
+    /// A size as a number of bytes or with a unit (`64MB`); parsed later like the flag's text.
+    pub fn size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Size {
+            Bytes(u64),
+            Text(String),
+        }
+        Ok(Some(match Size::deserialize(d)? {
+            Size::Bytes(b) => b.to_string(),
+            Size::Text(t) => t,
+        }))
+    }
+
+    /// A map of names to values.
+    pub fn entries<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Pair>, D::Error> {
+        let map = BTreeMap::<String, String>::deserialize(d)?;
+        Ok(map.into_iter().map(|(k, v)| Pair::Entry(k, v)).collect())
+    }
 }
 
 /// `sluice plan`.
 #[derive(Debug, Clone, Args)]
 pub struct PlanArgs {
-    /// What to read.
+    /// Every setting, as for export.
     #[command(flatten)]
-    pub select: SelectArgs,
+    pub options: Options,
     /// Print the plan as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// What the stream starts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InitialArg {
+    /// Export every table under the slot's snapshot first, then stream from exactly there.
+    Snapshot,
+    /// Stream only changes committed from now on.
+    None,
+}
+
+/// `sluice stream`.
+#[derive(Debug, Clone, Args)]
+pub struct StreamArgs {
+    /// The export's settings: what to capture, how to connect, the output and its format, the
+    /// initial snapshot's workers and chunks.
+    #[command(flatten)]
+    pub options: Options,
+    /// The stream's own settings.
+    #[command(flatten)]
+    pub stream: StreamOptions,
+    /// Remove the stream's replication slot, the publication it created and its state, then exit. A stopped stream's slot keeps WAL on the server until this is run.
+    #[arg(long)]
+    pub drop: bool,
+}
+
+/// The settings only `sluice stream` has, in one definition like [`Options`]: each field is a
+/// flag and a YAML key of the `-c` file ([`KEYS`]).
+#[derive(Debug, Clone, Default, Args, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamOptions {
+    /// snapshot (default): export every table under the slot's snapshot first; none: changes from now on.
+    #[arg(long, value_enum)]
+    pub initial: Option<InitialArg>,
+    /// Replication slot name (default on the first start: sluice_<random>, kept in the state).
+    #[arg(long, value_name = "NAME")]
+    pub slot: Option<String>,
+    /// Publication name (default: the slot's name); an existing one must publish every selected table.
+    #[arg(long, value_name = "NAME")]
+    pub publication: Option<String>,
+    /// MySQL/MariaDB: the replica server id of the binary log session (default: a random one per session in 4026531840-4294967294, which IP-derived replica ids never use).
+    #[arg(long, value_name = "N")]
+    pub server_id: Option<u32>,
+    /// Cut a batch when its changes reach this many bytes (default 64MB).
+    #[arg(long, value_name = "BYTES")]
+    #[serde(default, deserialize_with = "yaml::size")]
+    pub batch_bytes: Option<String>,
+    /// Cut a batch this many seconds after its first change (default 60).
+    #[arg(long, value_name = "N")]
+    pub batch_seconds: Option<f64>,
+    /// Stop once everything committed before the command started is written.
+    #[arg(long)]
+    #[serde(default)]
+    pub until_current: bool,
+    /// Where the stream's position is kept: output (default, <to>/_sluice/stream.json) or redis://[user:password@]host:port[/db][?key=NAME].
+    #[arg(long, value_name = "URL")]
+    pub state: Option<String>,
+    /// Serve Prometheus metrics on HOST:PORT (path /metrics).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
+}
+
+/// The YAML keys of [`StreamOptions`], read apart from the export's.
+pub const KEYS: &[&str] = &[
+    "initial",
+    "slot",
+    "publication",
+    "server_id",
+    "batch_bytes",
+    "batch_seconds",
+    "until_current",
+    "state",
+    "metrics_addr",
+];
+
+impl StreamOptions {
+    /// `self` (the flags) laid over `file`.
+    pub fn over(self, file: StreamOptions) -> StreamOptions {
+        StreamOptions {
+            initial: self.initial.or(file.initial),
+            slot: self.slot.or(file.slot),
+            publication: self.publication.or(file.publication),
+            server_id: self.server_id.or(file.server_id),
+            batch_bytes: self.batch_bytes.or(file.batch_bytes),
+            batch_seconds: self.batch_seconds.or(file.batch_seconds),
+            until_current: self.until_current || file.until_current,
+            state: self.state.or(file.state),
+            metrics_addr: self.metrics_addr.or(file.metrics_addr),
+        }
+    }
 }

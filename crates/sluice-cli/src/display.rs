@@ -20,7 +20,7 @@ pub fn thousands(n: u64) -> String {
 }
 
 /// Bytes in MB with one decimal, or GB from 10 GB on. MB and GB are powers of 1024, as in the
-/// sizes sluice reads (`config::parse_size`): `--memory 64MB` is shown as `64.0 MB`.
+/// sizes sluice reads (`sluice_core::size::parse_size`): `--memory 64MB` is shown as `64.0 MB`.
 pub fn megabytes(b: u64) -> String {
     const MB: f64 = (1u64 << 20) as f64;
     const GB: f64 = (1u64 << 30) as f64;

@@ -58,10 +58,8 @@ async fn destination(to: &str) -> Check {
     let outcome = match registry::open_destination(to, true, &[]) {
         Ok(d) => {
             let shown = d.display();
-            tokio::task::spawn_blocking(move || d.check_writable())
+            d.check_writable()
                 .await
-                .map_err(|e| Error::internal(format!("the write check did not finish: {e}")))
-                .and_then(|r| r)
                 .map(|()| format!("writable ({shown})"))
         }
         Err(e) => Err(e),

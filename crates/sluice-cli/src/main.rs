@@ -1,21 +1,21 @@
-//! The `sluice` command: flags and YAML → a validated job → run → report, and an exit code
-//! that tells configuration, source and destination failures apart.
+//! The `sluice` command: flags over YAML (one definition, `args::Options`) → a validated job →
+//! run → report, and an exit code that tells configuration, source and destination failures
+//! apart.
 
 mod alloc;
-mod args;
-mod config;
 mod display;
 mod doctor;
 mod log;
-mod registry;
 mod stream;
 mod version;
 
+use sluice_cli::{args, config, registry};
+
 use anyhow::Context;
-use args::{Cli, Command, LogFormat};
+use args::{Cli, Command, LogFormat, Options};
 use clap::{CommandFactory, Parser};
 use sluice_core::ErrorKind;
-use sluice_engine::{ExportJob, Progress};
+use sluice_engine::Progress;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -66,15 +66,15 @@ fn main() -> ExitCode {
     // The configuration is resolved before logging starts: its `log_format` key decides the
     // form of every line (the flag wins over it). Its errors are reported below, once logging
     // is set up.
-    let resolved = match &command {
-        Command::Export(a) => Some(config::resolve(&a.select, Some(a.as_ref()))),
-        Command::Plan(a) => Some(config::resolve(&a.select, None)),
-        Command::Stream(a) => Some(config::resolve(&a.select, Some(&a.as_export()))),
+    let options = match &command {
+        Command::Export(o) => Some(config::merged(o)),
+        Command::Plan(a) => Some(config::merged(&a.options)),
+        Command::Stream(a) => Some(stream::merged(a).map(|(o, _)| o)),
         _ => None,
     };
     let format = cli
         .log_format
-        .or_else(|| resolved.as_ref()?.as_ref().ok()?.log_format)
+        .or_else(|| options.as_ref()?.as_ref().ok()?.log_format)
         .unwrap_or(LogFormat::Text);
     log::init(format, cli.quiet, cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -87,7 +87,7 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::INTERNAL);
         }
     };
-    let result = runtime.block_on(run(command, resolved, cli.quiet, format));
+    let result = runtime.block_on(run(command, options, cli.quiet, format));
     // Every task (and the database sessions it held) is dropped before the libraries shut down.
     drop(runtime);
     let code = match result {
@@ -133,14 +133,17 @@ fn leave_now(code: u8) -> ! {
 
 async fn run(
     command: Command,
-    resolved: Option<sluice_core::Result<config::Resolved>>,
+    options: Option<sluice_core::Result<Options>>,
     quiet: bool,
     format: LogFormat,
 ) -> anyhow::Result<()> {
-    match (command, resolved) {
-        (Command::Export(_), Some(r)) => export(r?, quiet, format).await,
-        (Command::Plan(args), Some(r)) => plan(r?, args.json).await,
-        (Command::Stream(args), Some(r)) => stream::run(*args, r?, quiet, format).await,
+    match (command, options) {
+        (Command::Export(_), Some(o)) => export(o?, quiet, format).await,
+        (Command::Plan(args), Some(o)) => plan(o?, args.json).await,
+        (Command::Stream(args), Some(o)) => {
+            o?;
+            stream::run(*args, quiet, format).await
+        }
         (Command::Export(_) | Command::Plan(_) | Command::Stream(_), None) => Err(
             sluice_core::Error::internal("the configuration was not resolved before the run")
                 .into(),
@@ -181,34 +184,8 @@ fn man(out_dir: Option<std::path::PathBuf>) -> anyhow::Result<()> {
     }
 }
 
-fn job_from(resolved: &config::Resolved, to: &str) -> anyhow::Result<ExportJob> {
-    let source = registry::open_source(&resolved.source, resolved.locking)?;
-    let destination = registry::open_destination(to, resolved.fsync, &resolved.storage_options)?;
-    let mut job = ExportJob::new(
-        source,
-        destination,
-        resolved.selection.clone(),
-        resolved.format.clone(),
-    );
-    job.chunking = resolved.chunking.clone();
-    job.chunk_bytes = resolved.chunk_bytes;
-    job.consistency = resolved.consistency;
-    job.parallel = resolved.parallel;
-    job.memory = resolved.memory;
-    job.batch_bytes = resolved.batch_bytes;
-    job.row_group_bytes = resolved.row_group_bytes;
-    job.resume = resolved.resume;
-    job.overwrite = resolved.overwrite;
-    job.merge = resolved.merge;
-    job.enable_row_security = resolved.enable_row_security;
-    Ok(job)
-}
-
-async fn export(resolved: config::Resolved, quiet: bool, format: LogFormat) -> anyhow::Result<()> {
-    let to = resolved.to.clone().ok_or_else(|| {
-        sluice_core::Error::config("no output location: pass --to DIR (or to: in the -c file).")
-    })?;
-    let job = job_from(&resolved, &to)?;
+async fn export(options: Options, quiet: bool, format: LogFormat) -> anyhow::Result<()> {
+    let job = config::job(&options, true)?;
     let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         wait_for_signal().await;
@@ -217,7 +194,7 @@ async fn export(resolved: config::Resolved, quiet: bool, format: LogFormat) -> a
     let display = Arc::new(display::Display::new(quiet, format == LogFormat::Text));
     let report =
         sluice_engine::run_export(job, display.clone() as Arc<dyn Progress>, cancel_rx).await?;
-    if let Some(path) = &resolved.report_json {
+    if let Some(path) = &options.report_json {
         let json = serde_json::to_vec_pretty(&report)?;
         std::fs::write(path, json)
             .with_context(|| format!("writing the report to {}", path.display()))?;
@@ -237,8 +214,8 @@ async fn export(resolved: config::Resolved, quiet: bool, format: LogFormat) -> a
     Ok(())
 }
 
-async fn plan(resolved: config::Resolved, json: bool) -> anyhow::Result<()> {
-    let job = job_from(&resolved, resolved.to.as_deref().unwrap_or("."))?;
+async fn plan(options: Options, json: bool) -> anyhow::Result<()> {
+    let job = config::job(&options, false)?;
     let report = sluice_engine::plan_export(&job).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -102,6 +102,14 @@ pub fn open_change_source(
             None => capture,
         }));
     }
+    if locking.is_some() {
+        return Err(Error::config(format!(
+            "--lock-wait-timeout, --long-query-guard, --long-query-wait and \
+             --lock-non-transactional apply to MySQL and MariaDB sources only, and the source is \
+             {}: remove them.",
+            sluice_core::redact::redact_url(url)
+        )));
+    }
     if server_id.is_some() {
         return Err(Error::config(format!(
             "--server-id names the replica id of a MySQL/MariaDB binary log stream, and the \
@@ -128,7 +136,8 @@ pub fn release_process_resources() -> bool {
 
 /// Open the destination for `to`: a local path, a `file://` URL, or an object store
 /// (`s3://`, `gs://`, `az://` and their aliases).
-/// `storage_options` go to object stores (see `config::Resolved::storage_options`).
+/// `storage_options` go to object stores (the `--storage-option`, `--part-size` and
+/// `--upload-concurrency` settings, see `config.rs`).
 pub fn open_destination(
     to: &str,
     fsync: bool,

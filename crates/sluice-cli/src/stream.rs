@@ -1,113 +1,25 @@
 //! `sluice stream`: change data capture into change files.
 //!
-//! Flags have YAML keys of the same name with `_` for `-` (`initial`, `slot`, `publication`,
-//! `batch_bytes`, `batch_seconds`, `until_current`, `state`, `metrics_addr`), next to the
-//! export's keys that apply (source, selection, `to`, format, memory, workers of the initial
-//! snapshot, object-store options).
+//! Its settings (defined in `args.rs`) are the export's [`Options`] (one definition: flag,
+//! YAML key and job; they apply to the initial snapshot and to the change files' format and
+//! destination) and the stream's own [`StreamOptions`], each a flag and a YAML key of the same
+//! name with `_` for `-` (`initial`, `slot`, `publication`, `batch_bytes`, `batch_seconds`,
+//! `until_current`, `state`, `metrics_addr`), read from the same `-c` file.
 
-use crate::args::{CompressionArg, ExportArgs, LogFormat, SelectArgs};
-use crate::config::{self, Resolved};
-use crate::{log, registry};
+use crate::log;
 use anyhow::Context;
-use clap::{Args, ValueEnum};
-use sluice_core::{Consistency, Error, Result};
-use sluice_engine::ExportJob;
+use sluice_cli::args::{InitialArg, KEYS, LogFormat, Options, StreamArgs, StreamOptions};
+use sluice_cli::{config, registry};
+use sluice_core::{Error, Result};
 use sluice_stream::{Initial, OutputState, StreamJob, StreamReport};
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::sync::Arc;
 
-/// What the stream starts with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum InitialArg {
-    /// Export every table under the slot's snapshot first, then stream from exactly there.
-    Snapshot,
-    /// Stream only changes committed from now on.
-    None,
-}
-
-/// `sluice stream`.
-#[derive(Debug, Clone, Args)]
-pub struct StreamArgs {
-    /// What to capture and how to connect (the initial snapshot uses the export's options).
-    #[command(flatten)]
-    pub select: SelectArgs,
-    /// Output directory or object-store URL: the snapshot as an export writes it, changes under <table>/changes/.
-    #[arg(long, value_name = "DIR|URL")]
-    pub to: Option<String>,
-    /// snapshot (default): export every table under the slot's snapshot first; none: changes from now on.
-    #[arg(long, value_enum)]
-    pub initial: Option<InitialArg>,
-    /// Replication slot name (default on the first start: sluice_<random>, kept in the state).
-    #[arg(long, value_name = "NAME")]
-    pub slot: Option<String>,
-    /// Publication name (default: the slot's name); an existing one must publish every selected table.
-    #[arg(long, value_name = "NAME")]
-    pub publication: Option<String>,
-    /// MySQL/MariaDB: the replica server id of the binary log session (default: a random one per session in 4026531840-4294967294, which IP-derived replica ids never use).
-    #[arg(long, value_name = "N")]
-    pub server_id: Option<u32>,
-    /// Cut a batch when its changes reach this many bytes (default 64MB).
-    #[arg(long, value_name = "BYTES")]
-    pub batch_bytes: Option<String>,
-    /// Cut a batch this many seconds after its first change (default 60).
-    #[arg(long, value_name = "N")]
-    pub batch_seconds: Option<f64>,
-    /// Stop once everything committed before the command started is written.
-    #[arg(long)]
-    pub until_current: bool,
-    /// Where the stream's position is kept: output (default, <to>/_sluice/stream.json) or redis://[user:password@]host:port[/db][?key=NAME].
-    #[arg(long, value_name = "URL")]
-    pub state: Option<String>,
-    /// Serve Prometheus metrics on HOST:PORT (path /metrics).
-    #[arg(long, value_name = "HOST:PORT")]
-    pub metrics_addr: Option<String>,
-    /// Remove the stream's replication slot, the publication it created and its state, then exit. A stopped stream's slot keeps WAL on the server until this is run.
-    #[arg(long)]
-    pub drop: bool,
-    /// Also write the report as JSON to this file.
-    #[arg(long, value_name = "FILE")]
-    pub report_json: Option<PathBuf>,
-    /// Parquet compression (default zstd).
-    #[arg(long, value_enum)]
-    pub compression: Option<CompressionArg>,
-    /// Zstandard level, 1 to 22 (default 1).
-    #[arg(long, value_name = "N")]
-    pub zstd_level: Option<i32>,
-    /// Skip fsync of written files (faster, not crash-safe: a crash may then lose committed batches).
-    #[arg(long)]
-    pub no_fsync: bool,
-    /// Object stores: a client setting as KEY=VALUE (as for export). Repeatable.
-    #[arg(long, value_name = "KEY=VALUE")]
-    pub storage_option: Vec<String>,
-}
-
-impl StreamArgs {
-    /// The export flags this command shares, for the common resolution.
-    pub fn as_export(&self) -> ExportArgs {
-        ExportArgs {
-            select: self.select.clone(),
-            to: self.to.clone(),
-            compression: self.compression,
-            zstd_level: self.zstd_level,
-            row_group_size: None,
-            csv_delimiter: None,
-            csv_null: None,
-            csv_no_header: false,
-            merge: false,
-            resume: false,
-            overwrite: false,
-            report_json: self.report_json.clone(),
-            no_fsync: self.no_fsync,
-            lock_wait_timeout: None,
-            long_query_guard: None,
-            long_query_wait: None,
-            lock_non_transactional: false,
-            part_size: None,
-            upload_concurrency: None,
-            storage_option: self.storage_option.clone(),
-        }
-    }
+/// The settings of a `sluice stream` run: the `-c` file's, with the flags laid over them.
+pub fn merged(args: &StreamArgs) -> Result<(Options, StreamOptions)> {
+    let (options, own) = config::merged_with_own(&args.options, KEYS)?;
+    let file: StreamOptions = config::read_own(own, args.options.config.as_deref())?;
+    Ok((options, args.stream.clone().over(file)))
 }
 
 /// The default `--batch-bytes`.
@@ -115,49 +27,63 @@ const DEFAULT_BATCH_BYTES: u64 = 64 << 20;
 /// The default `--batch-seconds`.
 const DEFAULT_BATCH_SECONDS: f64 = 60.0;
 
-fn job(args: &StreamArgs, r: &Resolved) -> Result<StreamJob> {
-    if !r.selection.queries.is_empty() {
+fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
+    if !o.query.is_empty() {
         return Err(Error::config(
             "sluice stream captures tables: --query has no change log. Name tables with \
              --table, --tables or --schema.",
         ));
     }
-    if r.consistency == Consistency::Chunk {
+    if o.consistency == Some(sluice_cli::args::ConsistencyArg::Chunk) {
         return Err(Error::config(
             "sluice stream reads its initial snapshot under the replication slot's snapshot: \
              --consistency chunk would break the hand-off. Remove it.",
         ));
     }
-    let to = r.to.clone().ok_or_else(|| {
-        Error::config("no output location: pass --to DIR (or to: in the -c file).")
-    })?;
-    let k = &r.stream;
-    let initial = match (args.initial, k.initial.as_deref()) {
-        (Some(InitialArg::Snapshot), _) | (None, None | Some("snapshot")) => Initial::Snapshot,
-        (Some(InitialArg::None), _) | (None, Some("none")) => Initial::None,
-        (None, Some(other)) => {
+    for (set, flag, why) in [
+        (
+            o.merge,
+            "--merge",
+            "change files are one per batch and table",
+        ),
+        (
+            o.resume,
+            "--resume",
+            "an interrupted stream resumes by itself when run again",
+        ),
+        (
+            o.overwrite,
+            "--overwrite",
+            "a stream continues its output; --drop ends a stream",
+        ),
+    ] {
+        if set {
             return Err(Error::config(format!(
-                "initial: {other:?} in the config file is not snapshot or none."
+                "{flag} does not apply to sluice stream ({why}). Remove it."
             )));
         }
+    }
+    // The export's job, every setting checked as for export: the template of the initial
+    // snapshot's export, whose source the stream replaces with its slot's snapshot.
+    let template = config::job(o, true)?;
+    let initial = match s.initial {
+        Some(InitialArg::None) => Initial::None,
+        Some(InitialArg::Snapshot) | None => Initial::Snapshot,
     };
-    let batch_bytes = match args.batch_bytes.clone().or(k.batch_bytes.clone()) {
-        Some(s) => config::parse_size(&s, "--batch-bytes")?,
+    let batch_bytes = match &s.batch_bytes {
+        Some(b) => config::parse_size(b, "--batch-bytes")?,
         None => DEFAULT_BATCH_BYTES,
     };
     if batch_bytes < 64 << 10 {
         return Err(Error::config("--batch-bytes must be at least 64KB."));
     }
-    let batch_seconds = args
-        .batch_seconds
-        .or(k.batch_seconds)
-        .unwrap_or(DEFAULT_BATCH_SECONDS);
+    let batch_seconds = s.batch_seconds.unwrap_or(DEFAULT_BATCH_SECONDS);
     if !(batch_seconds > 0.0 && batch_seconds.is_finite()) {
         return Err(Error::config(
             "--batch-seconds must be a positive number of seconds.",
         ));
     }
-    let metrics_addr = match args.metrics_addr.clone().or(k.metrics_addr.clone()) {
+    let metrics_addr = match &s.metrics_addr {
         Some(a) => Some(a.parse().map_err(|_| {
             Error::config(format!(
                 "--metrics-addr {a:?} is not HOST:PORT with an IP address, e.g. 127.0.0.1:9187."
@@ -165,41 +91,36 @@ fn job(args: &StreamArgs, r: &Resolved) -> Result<StreamJob> {
         })?),
         None => None,
     };
-    let destination = registry::open_destination(&to, r.fsync, &r.storage_options)?;
-    let state: Arc<dyn sluice_stream::StateStore> =
-        match args.state.clone().or(k.state.clone()).as_deref() {
-            None | Some("output") => Arc::new(OutputState::new(destination.clone())),
-            Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") => {
-                Arc::new(sluice_stream::RedisState::new(
-                    url,
-                    &format!("sluice:stream:{}", destination.display()),
-                )?)
-            }
-            Some(other) => {
-                return Err(Error::config(format!(
-                    "--state {}: keep the stream state with the output (omit --state or \
-                     --state output) or in Redis (--state redis://host:port[/db][?key=NAME]).",
-                    sluice_core::redact::redact_url(other)
-                )));
-            }
-        };
-    let source = registry::open_change_source(&r.source, args.server_id, r.locking)?;
-    let (selection, format) = (r.selection.clone(), r.format.clone());
-    let (chunking, chunk_bytes, parallel, memory) =
-        (r.chunking.clone(), r.chunk_bytes, r.parallel, r.memory);
-    let (batch, row_group, rls) = (r.batch_bytes, r.row_group_bytes, r.enable_row_security);
-    let dest = destination.clone();
-    let sel = selection.clone();
-    let fmt = format.clone();
+    let destination = template.destination.clone();
+    let state: Arc<dyn sluice_stream::StateStore> = match s.state.as_deref() {
+        None | Some("output") => Arc::new(OutputState::new(destination.clone())),
+        Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") => {
+            Arc::new(sluice_stream::RedisState::new(
+                url,
+                &format!("sluice:stream:{}", destination.display()),
+            )?)
+        }
+        Some(other) => {
+            return Err(Error::config(format!(
+                "--state {}: keep the stream state with the output (omit --state or --state \
+                 output) or in Redis (--state redis://host:port[/db][?key=NAME]).",
+                sluice_core::redact::redact_url(other)
+            )));
+        }
+    };
+    let source = registry::open_change_source(
+        o.source.as_deref().unwrap_or_default(),
+        s.server_id,
+        config::locking(o, sluice_core::Consistency::Snapshot)?,
+    )?;
+    let (selection, format, memory) = (
+        template.selection.clone(),
+        template.format.clone(),
+        template.memory,
+    );
     let export: sluice_stream::ExportBuilder = Arc::new(move |src| {
-        let mut j = ExportJob::new(src, dest.clone(), sel.clone(), fmt.clone());
-        j.chunking = chunking.clone();
-        j.chunk_bytes = chunk_bytes;
-        j.parallel = parallel;
-        j.memory = memory;
-        j.batch_bytes = batch;
-        j.row_group_bytes = row_group;
-        j.enable_row_security = rls;
+        let mut j = template.clone();
+        j.source = src;
         j
     });
     Ok(StreamJob {
@@ -209,12 +130,12 @@ fn job(args: &StreamArgs, r: &Resolved) -> Result<StreamJob> {
         selection,
         format,
         initial,
-        slot: args.slot.clone().or(k.slot.clone()),
-        publication: args.publication.clone().or(k.publication.clone()),
+        slot: s.slot.clone(),
+        publication: s.publication.clone(),
         batch_bytes,
         batch_seconds,
-        until_current: args.until_current || k.until_current.unwrap_or(false),
-        memory: r.memory,
+        until_current: s.until_current,
+        memory,
         metrics_addr,
         export,
         progress: Arc::new(sluice_engine::Silent),
@@ -223,13 +144,9 @@ fn job(args: &StreamArgs, r: &Resolved) -> Result<StreamJob> {
 }
 
 /// Run `sluice stream` (or `--drop`).
-pub async fn run(
-    args: StreamArgs,
-    resolved: Resolved,
-    quiet: bool,
-    format: LogFormat,
-) -> anyhow::Result<()> {
-    let job = job(&args, &resolved)?;
+pub async fn run(args: StreamArgs, quiet: bool, format: LogFormat) -> anyhow::Result<()> {
+    let (options, own) = merged(&args)?;
+    let job = job(&options, &own)?;
     if args.drop {
         let removed = sluice_stream::drop_stream(&job).await?;
         if !quiet {
@@ -259,7 +176,7 @@ pub async fn run(
         s.abort();
     }
     let report = report?;
-    if let Some(path) = &resolved.report_json {
+    if let Some(path) = &options.report_json {
         let json = serde_json::to_vec_pretty(&report)?;
         std::fs::write(path, json)
             .with_context(|| format!("writing the report to {}", path.display()))?;
@@ -341,4 +258,65 @@ fn report_text(r: &StreamReport) -> String {
          removes it.\n",
     );
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(argv: &[&str]) -> StreamArgs {
+        use clap::Parser;
+        let cli = sluice_cli::args::Cli::try_parse_from(argv).unwrap();
+        let Some(sluice_cli::args::Command::Stream(args)) = cli.command else {
+            unreachable!("a stream command line")
+        };
+        *args
+    }
+
+    #[test]
+    fn one_file_holds_the_export_and_stream_keys_and_flags_win() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("stream.yaml");
+        std::fs::write(
+            &file,
+            "source: postgres://u@h/d\ntable: [public.a]\nto: ./cdc\nformat: csv\n\
+             initial: none\nslot: s1\npublication: p1\nbatch_bytes: 1048576\n\
+             batch_seconds: 5\nuntil_current: true\nstate: output\n\
+             metrics_addr: 127.0.0.1:9187\n",
+        )
+        .unwrap();
+        let path = file.to_str().unwrap();
+        let (o, s) = merged(&parse(&["sluice", "stream", "-c", path, "--slot", "s2"])).unwrap();
+        assert_eq!(o.table, ["public.a"]);
+        assert_eq!(o.format, Some(sluice_cli::args::FormatArg::Csv));
+        assert_eq!(s.slot.as_deref(), Some("s2"), "the flag wins");
+        assert_eq!(s.publication.as_deref(), Some("p1"));
+        assert_eq!(s.initial, Some(InitialArg::None));
+        assert_eq!(
+            s.batch_bytes.as_deref(),
+            Some("1048576"),
+            "a number is a size"
+        );
+        assert_eq!(s.batch_seconds, Some(5.0));
+        assert!(s.until_current);
+        assert_eq!(s.state.as_deref(), Some("output"));
+        assert_eq!(s.metrics_addr.as_deref(), Some("127.0.0.1:9187"));
+        // A key neither the export nor the stream knows is refused, named.
+        std::fs::write(&file, "source: postgres://u@h/d\nslots: s1\n").unwrap();
+        let e = merged(&parse(&["sluice", "stream", "-c", path])).unwrap_err();
+        assert!(e.message().contains("slots"), "{e}");
+        // Export options that make no sense for a stream are refused, not ignored.
+        let args = parse(&[
+            "sluice",
+            "stream",
+            "--source",
+            "postgres://u@h/d",
+            "--table",
+            "a",
+        ]);
+        let (mut o, s) = merged(&args).unwrap();
+        o.merge = true;
+        let e = job(&o, &s).err().unwrap();
+        assert!(e.message().contains("--merge"), "{e}");
+    }
 }

@@ -58,6 +58,20 @@ pub enum Retry {
     Permanent,
 }
 
+/// What a failing source operation was, so an adapter's message can say what to do about it
+/// (each adapter's `error.rs` classifies its driver's errors by phase).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Opening a session.
+    Connect,
+    /// Reading the catalog or planning.
+    Catalog,
+    /// Taking, joining or locking for the snapshot.
+    Snapshot,
+    /// Streaming rows.
+    Read,
+}
+
 /// The error type of every sluice library crate.
 #[derive(Debug)]
 pub struct Error {

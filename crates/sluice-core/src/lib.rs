@@ -16,18 +16,24 @@
 pub mod batch;
 pub mod change;
 pub mod chunk;
+pub mod clause;
 pub mod columns;
 pub mod error;
 pub mod failpoint;
 pub mod ident;
+pub mod keyrange;
+pub mod mapping;
 pub mod memory;
 pub mod position;
 pub mod redact;
+pub mod select;
+pub mod size;
 pub mod source;
 pub mod table;
 pub mod tls;
+pub mod values;
 
-pub use batch::{BatchSender, ReadCounters};
+pub use batch::{BatchSender, Batching, Cut, Decoder, ReadCounters, ReadLoop};
 pub use chunk::{Chunk, ChunkBounds, ChunkRequest, ChunkStrategy};
 pub use error::{Error, ErrorKind, Result, Retry};
 pub use ident::QualifiedName;

@@ -16,6 +16,14 @@ pub struct TableRef {
 }
 
 impl TableRef {
+    /// The relation `name` in `schema` (empty on Firebird), both as stored in the catalog.
+    pub fn new(schema: impl Into<String>, name: impl Into<String>) -> TableRef {
+        TableRef {
+            schema: schema.into(),
+            name: name.into(),
+        }
+    }
+
     /// The dataset name of this relation: `schema.name` as [`fmt::Display`] prints it when
     /// neither part contains a `.` or a `"` (so plain names stay plain), and otherwise with such
     /// a part in double quotes, inner quotes doubled — `"a.b".c` and `a."b.c"` — the way users
@@ -191,10 +199,7 @@ mod tests {
     use super::*;
 
     fn t(schema: &str, name: &str) -> TableRef {
-        TableRef {
-            schema: schema.into(),
-            name: name.into(),
-        }
+        TableRef::new(schema, name)
     }
 
     #[test]

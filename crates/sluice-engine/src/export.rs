@@ -1,10 +1,11 @@
 //! Running an export from start to finish.
 //!
 //! ```text
-//! lock output ─▶ inspect output ─▶ open coordinator (snapshot taken) ─▶ discover
-//!   ─▶ plan chunks (or reconcile the unfinished plan) ─▶ pin (locks) ─▶ write run.json
-//!   ─▶ N workers × (chunk ─▶ part ─▶ receipt) ─▶ release snapshot
-//!   ─▶ manifest.json (last) ─▶ report ─▶ unlock output
+//! lock output ─▶ inspect output (output.rs) ─▶ fresh / resume / overwrite (policy.rs)
+//!   ─▶ open coordinator (snapshot taken) ─▶ discover ─▶ plan chunks (planning.rs), or
+//!   reconcile the unfinished plan (resume.rs) ─▶ pin, write run.json (snapshot.rs)
+//!   ─▶ N workers × (chunk ─▶ part ─▶ receipt) (worker.rs) ─▶ release snapshot
+//!   ─▶ manifest.json, last (finish.rs) ─▶ report (report.rs) ─▶ unlock output
 //! ```
 //! The run is timed in phases (`crate::phase::EXPORT_PHASES`: connect, plan, snapshot, read,
 //! merge, manifest), logged as each ends and listed in the report.
@@ -12,108 +13,33 @@
 //! means the output is complete. Any failure leaves no manifest, and at most hidden
 //! temporaries and unreceipted parts, which `--resume` removes before finishing what is
 //! missing (`prepare.rs`, `resume.rs`).
+//!
+//! This file is the order of the run; each step's decisions live in the module named above.
 
 use crate::finish::{Finished, already_complete, finish};
 use crate::harm::HarmMonitor;
 use crate::job::ExportJob;
+use crate::output;
 use crate::phase::{EXPORT_PHASES, PhaseTimer};
-use crate::plan::{self, Budget, PlanInputs};
+use crate::plan;
+use crate::planning::format_with_budget;
+use crate::policy::{self, Start};
 use crate::prepare::prepare;
 use crate::progress::{Progress, ProgressStart, ProgressTick};
 use crate::queue::WorkQueue;
 use crate::report::Report;
-use crate::resume::{self, Prior};
-use crate::worker::{self, WorkerContext, blocking};
-use sluice_core::{
-    Chunk, ChunkRequest, Consistency, Coordinator, Dataset, DatasetKind, Error, ReadCounters,
-    Result, SourceOptions,
-};
-use sluice_sink::manifest::ColumnRecord;
-use sluice_sink::{FormatOptions, LockHolder, OutputLock, ParquetOptions};
+use crate::worker::{self, WorkerContext, Writers};
+use sluice_core::{Consistency, Error, ReadCounters, Result, SourceOptions};
+use sluice_sink::{LockHolder, OutputLock};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{Mutex, watch};
 
-/// Current time as RFC 3339 UTC.
-pub fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
+pub use crate::planning::{now_rfc3339, plan_all, plan_inputs};
 
 fn new_run_id() -> String {
     format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff)
-}
-
-/// Inputs to the planner for `job` on this machine.
-pub fn plan_inputs(job: &ExportJob) -> PlanInputs {
-    PlanInputs {
-        parallel: job.parallel,
-        chunk_bytes: job.chunk_bytes,
-        memory: job.memory,
-        batch_bytes: job.batch_bytes,
-        row_group_bytes: job.row_group_bytes,
-        holds_row_group: matches!(job.format, FormatOptions::Parquet(_)),
-        writer_buffer_bytes: job.destination.buffer_bytes_per_writer(),
-        cores: std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
-        server_local: plan::server_is_local(&job.source.display_url()),
-        columns: 0,
-    }
-}
-
-/// The format with the row-group budget the planner chose.
-pub fn format_with_budget(format: &FormatOptions, budget: &Budget) -> FormatOptions {
-    match format {
-        FormatOptions::Parquet(p) => FormatOptions::Parquet(ParquetOptions {
-            row_group_bytes: budget.row_group_bytes,
-            ..p.clone()
-        }),
-        other => other.clone(),
-    }
-}
-
-/// The manifest description of a dataset's columns.
-pub fn column_records(ds: &Dataset) -> Vec<ColumnRecord> {
-    ds.columns
-        .iter()
-        .map(|c| ColumnRecord {
-            name: c.name.clone(),
-            arrow_type: c.field.data_type().to_string(),
-            source_type: c.source_type.clone(),
-            nullable: c.field.is_nullable(),
-            text_fallback: c.as_text_fallback,
-        })
-        .collect()
-}
-
-pub(crate) fn kind_name(kind: DatasetKind) -> String {
-    match kind {
-        DatasetKind::Table => "table",
-        DatasetKind::Partitioned => "partitioned",
-        DatasetKind::View => "view",
-        DatasetKind::Query => "query",
-    }
-    .to_string()
-}
-
-/// Plan every dataset's chunks.
-pub async fn plan_all(
-    coordinator: &mut dyn Coordinator,
-    datasets: &[Dataset],
-    job: &ExportJob,
-    chunk_bytes: u64,
-) -> Result<Vec<Chunk>> {
-    let request = ChunkRequest {
-        strategy: job.chunking.clone(),
-        target_bytes: chunk_bytes,
-        consistency: job.consistency,
-    };
-    let mut chunks = Vec::new();
-    for ds in datasets {
-        chunks.extend(coordinator.plan_chunks(ds, &request).await?);
-    }
-    Ok(chunks)
 }
 
 /// Run `job`. `cancel` turning true stops the run (parts in flight are aborted, no manifest).
@@ -146,24 +72,12 @@ async fn timed_export(
         return Err(Error::config(why));
     }
     phases.enter("connect");
-    let dest = job.destination.clone();
-    {
-        let d = dest.clone();
-        blocking(move || d.check_writable()).await?;
-    }
+    job.destination.check_writable().await?;
     let run_id = new_run_id();
     // One run at a time per output: a second one would remove the first one's temporaries.
-    let lock = {
-        let d = dest.clone();
-        let holder = LockHolder::now(&run_id);
-        blocking(move || d.lock(&holder)).await?
-    };
+    let lock = job.destination.lock(&LockHolder::now(&run_id)).await?;
     let result = locked(&job, &lock, run_id, started, progress, cancel, phases).await;
-    let _ = blocking(move || {
-        lock.release();
-        Ok(())
-    })
-    .await;
+    lock.release().await;
     result
 }
 
@@ -177,53 +91,10 @@ async fn locked(
     cancel: watch::Receiver<bool>,
     phases: &mut PhaseTimer,
 ) -> Result<Report> {
-    let dest = job.destination.clone();
-    let prior = {
-        let d = dest.clone();
-        blocking(move || resume::inspect(d.as_ref())).await?
-    };
-    if let Prior::Complete(manifest) = &prior
-        && !job.overwrite
-    {
-        let request = job.request();
-        let differences = manifest.as_ref().map(|m| m.request.differences(&request));
-        return match (job.resume, differences) {
-            (true, Some(d)) if d.is_empty() => Ok(already_complete(job, run_id, started, phases)),
-            (true, Some(d)) => Err(Error::config(format!(
-                "{} holds a complete export of a different request: {}. --resume only finishes \
-                 the same request; use --overwrite to replace the export with this one, or \
-                 choose another --to.",
-                dest.display(),
-                d.join("; ")
-            ))),
-            (true, None) => Err(Error::config(format!(
-                "{} holds a complete export whose manifest.json this version of sluice cannot \
-                 read, so it cannot tell whether it is the same request. Use --overwrite to \
-                 replace it, or choose another --to.",
-                dest.display()
-            ))),
-            (false, d) => Err(Error::config(format!(
-                "{} already holds a complete export (manifest.json){}. Use --overwrite to \
-                 replace it, or choose another --to.",
-                dest.display(),
-                match d {
-                    Some(d) if !d.is_empty() => {
-                        format!(" made with a different request ({})", d.join("; "))
-                    }
-                    _ => String::new(),
-                }
-            ))),
-        };
-    }
-    if let Prior::Unfinished(_) = &prior
-        && !job.resume
-        && !job.overwrite
-    {
-        return Err(Error::config(format!(
-            "{} holds an unfinished export (no manifest.json yet). Use --resume to finish the \
-                 missing parts, or --overwrite to start over.",
-            dest.display()
-        )));
+    let prior = output::inspect(job.destination.as_ref()).await?;
+    let start = policy::decide(job, prior)?;
+    if let Start::AlreadyComplete = start {
+        return Ok(already_complete(job, run_id, started, phases));
     }
     let options = SourceOptions {
         session_tag: format!("sluice-{run_id}"),
@@ -234,7 +105,7 @@ async fn locked(
     let snapshot_since = Instant::now();
     let server_version = coordinator.server_version();
     phases.enter("plan");
-    let prepared = prepare(job, coordinator.as_mut(), prior, &run_id, phases).await;
+    let prepared = prepare(job, coordinator.as_mut(), start, &run_id, phases).await;
     let mut prepared = match prepared {
         Ok(p) => p,
         Err(e) => {
@@ -261,7 +132,6 @@ async fn locked(
     let monitor = HarmMonitor::start(probe.0, job.harm_interval, probe.1);
     let est_rows: u64 = prepared.remaining.iter().map(|c| c.est_rows).sum();
     let coordinator = Arc::new(Mutex::new(coordinator));
-    let snapshot_index = (prepared.state.snapshots.len() - 1) as u32;
     let ctx = Arc::new(WorkerContext {
         queue: WorkQueue::new(std::mem::take(&mut prepared.remaining)),
         datasets: prepared
@@ -270,16 +140,17 @@ async fn locked(
             .map(|d| (d.name.clone(), d.clone()))
             .collect(),
         coordinator: coordinator.clone(),
-        destination: dest.clone(),
+        destination: job.destination.clone(),
         format: format_with_budget(&job.format, &prepared.budget),
         merge: job.merge,
         batch_bytes: prepared.budget.batch_bytes,
         retry: job.retry,
-        snapshot_index,
+        snapshot_index: prepared.snapshot_index,
         counters: Arc::new(ReadCounters::default()),
         parts_done: AtomicU64::new(0),
         retries: AtomicU64::new(0),
         committed: std::sync::Mutex::new(Vec::new()),
+        writers: Writers::default(),
     });
     let parts_total = ctx.queue.remaining() as u64;
     progress.begin(&ProgressStart {
@@ -373,9 +244,9 @@ async fn drive(
     }
     let _ = stop_ticker.send(true);
     let _ = ticker.await;
-    // Parts in flight abort on their own threads once their channels close; wait a moment for
-    // their temporaries to be removed before reporting.
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Parts in flight abort on their writer threads once their channels close: wait for every
+    // writer to end, so no temporary is left behind when the run reports.
+    ctx.writers.idle().await;
     match failure {
         Some(e) => Err(e),
         None => Ok(()),

@@ -1,20 +1,20 @@
-//! The end of a run: the manifest (from the plan and every receipt, written last) and the
-//! report, with what each dataset's rows are guaranteed to be.
+//! The end of a run: the manifest (from the plan and every receipt, written last), with what
+//! each dataset's rows are guaranteed to be; then the report (`report.rs`).
 
-use crate::export::now_rfc3339;
 use crate::job::ExportJob;
-use crate::phase::PhaseTimer;
-use crate::prepare::Prepared;
-use crate::report::{DatasetReport, Report};
-use crate::resume;
-use crate::rss::peak_rss_bytes;
-use crate::worker::{WorkerContext, blocking};
-use sluice_core::{Chunk, ChunkBounds, Consistency, Error, Result};
-use sluice_sink::layout::{self, MANIFEST};
-use sluice_sink::manifest::{
+use crate::manifest::{
     DatasetRecord, Guarantee, HarmRecord, MANIFEST_VERSION, Manifest, MergedRecord, PartRecord,
     SourceRecord,
 };
+use crate::output;
+use crate::phase::PhaseTimer;
+use crate::planning::now_rfc3339;
+use crate::prepare::Prepared;
+use crate::report::{Outcome, Report};
+use crate::worker::WorkerContext;
+use sluice_core::{Chunk, ChunkBounds, Consistency, Error, Result};
+use sluice_sink::destination::on_blocking;
+use sluice_sink::layout::{self, MANIFEST};
 use sluice_sink::{OutputLock, merge};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -55,28 +55,8 @@ pub fn guarantee(consistency: Consistency, chunks: &[&Chunk], parts: &[PartRecor
     Guarantee::KeyRanges { key }
 }
 
-/// Caveats of a dataset's record, for the report.
-fn caveats(d: &DatasetRecord) -> Vec<String> {
-    let mut out = Vec::new();
-    if !d.outside_snapshot.is_empty() {
-        out.push(format!(
-            "{}: rows of {} (foreign) were read from their server or file when their part was \
-             read, not as of the snapshot",
-            d.name,
-            d.outside_snapshot.join(", ")
-        ));
-    }
-    if d.row_security_filtered {
-        out.push(format!(
-            "{}: row-level security policies filtered its rows (--enable-row-security): only \
-             the rows the user may see were exported",
-            d.name
-        ));
-    }
-    out
-}
-
-/// Write the manifest from the plan and every receipt, and build the report.
+/// Write the manifest from the plan and every receipt (merging first with `--merge`), and
+/// build the report.
 pub(crate) async fn finish(
     job: &ExportJob,
     lock: &Arc<dyn OutputLock>,
@@ -84,7 +64,7 @@ pub(crate) async fn finish(
     phases: &mut PhaseTimer,
 ) -> Result<Report> {
     let Finished {
-        mut prepared,
+        prepared,
         ctx,
         harm,
         run_id,
@@ -93,10 +73,9 @@ pub(crate) async fn finish(
     } = f;
     phases.enter(if job.merge { "merge" } else { "manifest" });
     let dest = job.destination.clone();
-    let d = dest.clone();
-    let all = blocking(move || resume::receipts(d.as_ref())).await?;
+    let all = output::receipts(dest.as_ref()).await?;
     let state = &prepared.state;
-    let receipts = resume::matching(&all, &state.chunks);
+    let receipts = output::matching(&all, &state.chunks);
     let mut datasets = Vec::new();
     for rec in &state.datasets {
         let mut parts: Vec<PartRecord> = receipts
@@ -121,10 +100,11 @@ pub(crate) async fn finish(
         let rows: u64 = parts.iter().map(|p| p.rows).sum();
         let merged = if job.merge {
             let target = layout::merged_path(&rec.name, job.format.extension());
-            let files: Vec<String> = parts.iter().map(|p| p.file.clone()).collect();
+            let files: Vec<(String, u64)> =
+                parts.iter().map(|p| (p.file.clone(), p.bytes)).collect();
             let (d, f, t) = (dest.clone(), job.format.clone(), target.clone());
             sluice_core::failpoint::hit("export.before_merge")?;
-            let stats = blocking(move || merge::merge(&d, &f, &files, rows, &t)).await?;
+            let stats = on_blocking(move || merge::merge(&d, &f, &files, rows, &t)).await?;
             Some(MergedRecord {
                 file: target,
                 rows,
@@ -160,16 +140,15 @@ pub(crate) async fn finish(
             ..rec.clone()
         });
     }
-    let source = SourceRecord {
-        engine: job.source.engine().to_string(),
-        url: job.source.display_url(),
-        server_version: server_version.clone(),
-    };
     let manifest = Manifest {
         manifest_version: MANIFEST_VERSION,
         tool: format!("sluice {}", env!("CARGO_PKG_VERSION")),
         run_id: run_id.clone(),
-        source,
+        source: SourceRecord {
+            engine: job.source.engine().to_string(),
+            url: job.source.display_url(),
+            server_version: server_version.clone(),
+        },
         consistency: job.consistency.to_string(),
         request: job.request(),
         snapshots: state.snapshots.clone(),
@@ -187,79 +166,42 @@ pub(crate) async fn finish(
     // Another run may have taken the output over if this one looked dead (object stores):
     // then this run must not declare the output complete.
     lock.check()?;
-    let d = dest.clone();
-    blocking(move || d.put(MANIFEST, &bytes)).await?;
+    dest.put(MANIFEST, bytes).await?;
     if job.merge {
         // The merged files and the manifest are durable: the parts are no longer needed.
-        let files: Vec<String> = datasets
-            .iter()
-            .flat_map(|d| d.parts.iter().map(|p| p.file.clone()))
-            .collect();
-        let d = dest.clone();
-        blocking(move || files.iter().try_for_each(|f| d.delete(f))).await?;
-    }
-
-    let committed = ctx.committed.lock().map(|c| c.clone()).unwrap_or_default();
-    let wall = started.elapsed().as_secs_f64();
-    let rows = ctx.counters.rows.load(Ordering::Relaxed);
-    let bytes_read = ctx.counters.bytes.load(Ordering::Relaxed);
-    let mut text_fallback_columns = Vec::new();
-    for ds in &datasets {
-        for c in ds.columns.iter().filter(|c| c.text_fallback) {
-            text_fallback_columns.push(format!("{}.{} ({})", ds.name, c.name, c.source_type));
+        for d in &datasets {
+            for p in &d.parts {
+                dest.delete(&p.file).await?;
+            }
         }
-        prepared.notes.extend(caveats(ds));
     }
+    let committed = ctx.committed.lock().map(|c| c.clone()).unwrap_or_default();
     let position = state
         .snapshots
         .last()
         .map(|s| s.position.to_string())
         .unwrap_or_default();
-    Ok(Report {
-        run_id,
-        source: format!("{} {}", job.source.engine(), job.source.display_url()),
-        server_version,
-        destination: dest.display(),
-        format: job.format.describe(),
-        consistency: job.consistency.to_string(),
-        position,
-        already_complete: false,
-        rows,
-        bytes_read,
-        bytes_written: committed.iter().map(|p| p.bytes).sum(),
-        wall_seconds: wall,
-        rows_per_second: if wall > 0.0 { rows as f64 / wall } else { 0.0 },
-        mb_per_second: if wall > 0.0 {
-            bytes_read as f64 / (1u64 << 20) as f64 / wall
-        } else {
-            0.0
+    Ok(Report::build(
+        Outcome {
+            job,
+            run_id,
+            server_version,
+            started,
+            position,
+            already_complete: false,
+            counters: Some(&ctx.counters),
+            committed,
+            skipped: prepared.skipped,
+            workers: prepared.workers,
+            batch_bytes: prepared.budget.batch_bytes,
+            predicted_peak_rss: prepared.predicted_peak_rss,
+            retries: ctx.retries.load(Ordering::Relaxed),
+            harm,
+            datasets: &datasets,
+            notes: prepared.notes,
         },
-        peak_rss_bytes: peak_rss_bytes(),
-        predicted_peak_rss_bytes: prepared.predicted_peak_rss,
-        batch_bytes: prepared.budget.batch_bytes,
-        workers: prepared.workers,
-        parts_written: committed.len(),
-        parts_skipped: prepared.skipped,
-        retries: ctx.retries.load(Ordering::Relaxed),
-        harm,
-        text_fallback_columns,
-        datasets: datasets
-            .iter()
-            .map(|d| DatasetReport {
-                name: d.name.clone(),
-                rows: d.rows,
-                bytes: d.bytes,
-                parts: d.parts.len(),
-                guarantee: d
-                    .guarantee
-                    .as_ref()
-                    .map(Guarantee::describe)
-                    .unwrap_or_default(),
-            })
-            .collect(),
-        notes: prepared.notes,
-        phases: phases.finish(),
-    })
+        phases,
+    ))
 }
 
 /// The report of a run that found the same request already complete.
@@ -269,38 +211,27 @@ pub(crate) fn already_complete(
     started: Instant,
     phases: &mut PhaseTimer,
 ) -> Report {
-    Report {
-        run_id,
-        source: format!("{} {}", job.source.engine(), job.source.display_url()),
-        server_version: String::new(),
-        destination: job.destination.display(),
-        format: job.format.describe(),
-        consistency: job.consistency.to_string(),
-        position: String::new(),
-        already_complete: true,
-        rows: 0,
-        bytes_read: 0,
-        bytes_written: 0,
-        wall_seconds: started.elapsed().as_secs_f64(),
-        rows_per_second: 0.0,
-        mb_per_second: 0.0,
-        peak_rss_bytes: peak_rss_bytes(),
-        predicted_peak_rss_bytes: 0,
-        batch_bytes: 0,
-        workers: 0,
-        parts_written: 0,
-        parts_skipped: 0,
-        retries: 0,
-        harm: HarmRecord::default(),
-        text_fallback_columns: Vec::new(),
-        datasets: Vec::new(),
-        notes: vec![
-            "the output was already complete (manifest.json present) for the same request; \
-             nothing to do"
-                .into(),
-        ],
-        phases: phases.finish(),
-    }
+    Report::build(
+        Outcome {
+            job,
+            run_id,
+            server_version: String::new(),
+            started,
+            position: String::new(),
+            already_complete: true,
+            counters: None,
+            committed: Vec::new(),
+            skipped: 0,
+            workers: 0,
+            batch_bytes: 0,
+            predicted_peak_rss: 0,
+            retries: 0,
+            harm: HarmRecord::default(),
+            datasets: &[],
+            notes: Vec::new(),
+        },
+        phases,
+    )
 }
 
 #[cfg(test)]

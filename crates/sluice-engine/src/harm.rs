@@ -4,8 +4,8 @@
 //! Monitoring must never break an export: if the probe cannot connect or a sample fails, the
 //! run goes on and the report says the figures are incomplete.
 
+use crate::manifest::HarmRecord;
 use sluice_core::{HarmProbe, HarmSample};
-use sluice_sink::manifest::HarmRecord;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;

@@ -3,7 +3,6 @@
 
 use crate::retry::RetryPolicy;
 use sluice_core::{ChunkStrategy, Consistency, Selection, Source};
-use sluice_sink::manifest::{QueryRecord, RequestRecord};
 use sluice_sink::{Destination, FormatOptions};
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,42 +74,6 @@ impl ExportJob {
             enable_row_security: false,
             retry: RetryPolicy::default(),
             harm_interval: Duration::from_millis(100),
-        }
-    }
-
-    /// Every output-affecting option of this request, recorded in the run state and the
-    /// manifest; a resume or a rerun on a finished output compares it with the recorded one.
-    pub fn request(&self) -> RequestRecord {
-        let s = &self.selection;
-        let csv = match &self.format {
-            FormatOptions::Csv(c) => Some(c),
-            FormatOptions::Parquet(_) => None,
-        };
-        RequestRecord {
-            source: self.source.display_url(),
-            tables: s.tables.iter().map(|t| t.to_string()).collect(),
-            table_patterns: s.patterns.clone(),
-            schemas: s.schemas.clone(),
-            queries: s
-                .queries
-                .iter()
-                .map(|q| QueryRecord {
-                    name: q.name.clone(),
-                    sql: q.sql.clone(),
-                })
-                .collect(),
-            format: match &self.format {
-                FormatOptions::Parquet(p) => format!("parquet {}", p.compression),
-                FormatOptions::Csv(_) => "csv".into(),
-            },
-            csv_delimiter: csv.map(|c| (c.delimiter as char).to_string()),
-            csv_null: csv.map(|c| c.null.clone()),
-            csv_header: csv.map(|c| c.header),
-            consistency: self.consistency.to_string(),
-            chunk_by: self.chunking.to_string(),
-            chunk_size: self.chunk_bytes,
-            merge: self.merge,
-            enable_row_security: self.enable_row_security,
         }
     }
 }

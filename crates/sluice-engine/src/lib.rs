@@ -8,34 +8,46 @@
 //! | module      | responsibility                                              |
 //! |-------------|-------------------------------------------------------------|
 //! | `job`       | the validated request                                       |
+//! | `request`   | the request's fingerprint: options that decide the output, differences |
 //! | `plan`      | the cost and memory model                                   |
 //! | `preview`   | `sluice plan`: the plan without reading                     |
-//! | `export`    | one run from start to manifest                              |
-//! | `prepare`   | before reading: output checks, fresh or resumed plan, run.json |
-//! | `finish`    | after reading: manifest, guarantees, report                 |
+//! | `export`    | one run from start to manifest, in order                    |
+//! | `output`    | what the output already holds; removing what nothing vouches for |
+//! | `policy`    | fresh, resume or overwrite: what a run does with the output |
+//! | `prepare`   | before reading: datasets, plan, snapshot, budgets           |
+//! | `planning`  | which chunks a fresh run reads; dataset records             |
+//! | `resume`    | which chunks a resumed run reads (again)                    |
+//! | `snapshot`  | pinning the snapshot and writing run.json                   |
+//! | `worker`    | chunk → part → receipt, with retries; part writers tracked  |
 //! | `queue`     | the work queue, largest chunk first                         |
-//! | `worker`    | chunk → part → receipt, with retries                        |
-//! | `resume`    | what the output already holds                               |
+//! | `finish`    | after reading: merge, manifest, guarantees                  |
+//! | `manifest`  | the run's bookkeeping: manifest, run state, receipts, harm  |
+//! | `report`    | the end-of-run report and its wording                       |
 //! | `retry`     | bounded backoff with jitter                                 |
 //! | `harm`      | the harm monitor                                            |
 //! | `phase`     | where the time went: numbered phases with durations         |
-//! | `report`    | the end-of-run report                                       |
 //! | `progress`  | progress callbacks                                          |
 
 pub mod export;
 pub mod finish;
 pub mod harm;
 pub mod job;
+pub mod manifest;
+pub mod output;
 pub mod phase;
 pub mod plan;
+pub mod planning;
+pub mod policy;
 mod prepare;
 pub mod preview;
 pub mod progress;
 pub mod queue;
 pub mod report;
+pub mod request;
 pub mod resume;
 pub mod retry;
 pub mod rss;
+pub mod snapshot;
 pub mod worker;
 
 pub use export::run_export;

@@ -73,6 +73,14 @@ pub const COLUMN_OVERHEAD: u64 = 256 << 10;
 /// (timestamps are cast to 64-bit integers): measured 2.1 (wide) to 2.6 (narrow). CSV renders
 /// from the batch itself: 2.
 pub const BATCH_COPIES_PARQUET: f64 = 2.5;
+/// Batches a worker holds, counted in batch budgets, when batches are handed to a consumer in
+/// this process (the Python package's reads): the one being filled and the one waiting to be
+/// taken, the consumer's (the one it processes, the one queued for it), and, since a batch the
+/// consumer shares is never recycled, fresh buffers that grow by doubling (up to twice a
+/// batch's Arrow bytes). Measured: 4 M narrow rows read with a 32 MB target and 2 workers
+/// raised the interpreter's peak RSS by 27–31 MB with 4, by 34 MB with 3
+/// (python/tests/test_memory.py).
+pub const BATCH_COPIES_HANDED_OVER: f64 = 4.0;
 /// Default memory target for the whole process.
 pub const DEFAULT_MEMORY: u64 = 64 << 20;
 /// Smallest batch the planner chooses.
@@ -118,6 +126,9 @@ pub struct PlanInputs {
     pub row_group_bytes: Option<usize>,
     /// Whether the format holds a row group in memory (Parquet does, CSV does not).
     pub holds_row_group: bool,
+    /// Whether batches are handed to a consumer in this process instead of encoded (the
+    /// Python package's reads; see [`BATCH_COPIES_HANDED_OVER`]).
+    pub hands_over: bool,
     /// Destination buffers per worker's open file (object-store upload parts), bytes.
     pub writer_buffer_bytes: u64,
     /// Cores of this machine.
@@ -138,10 +149,13 @@ impl PlanInputs {
         }
     }
 
-    /// Batch budgets a worker holds at once (see [`BATCH_COPIES_PARQUET`]).
+    /// Batch budgets a worker holds at once (see [`BATCH_COPIES_PARQUET`] and
+    /// [`BATCH_COPIES_HANDED_OVER`]).
     fn batch_copies(&self) -> f64 {
         if self.holds_row_group {
             BATCH_COPIES_PARQUET
+        } else if self.hands_over {
+            BATCH_COPIES_HANDED_OVER
         } else {
             2.0
         }
@@ -178,7 +192,7 @@ pub fn budget(workers: usize, inputs: &PlanInputs) -> Budget {
     let share = if inputs.holds_row_group {
         BATCH_SHARE_WITH_ROW_GROUP
     } else {
-        2
+        copies as usize
     };
     // Batches give way first: the smallest row group (with its buffers) is kept.
     let room = if inputs.holds_row_group && inputs.row_group_bytes.is_none() {
@@ -474,6 +488,7 @@ mod tests {
             batch_bytes: None,
             row_group_bytes: None,
             holds_row_group: true,
+            hands_over: false,
             writer_buffer_bytes: 0,
             cores,
             server_local: false,
@@ -533,6 +548,13 @@ mod tests {
         };
         assert_eq!(budget(2, &csv).row_group_bytes, 0);
         assert!(budget(2, &csv).batch_bytes > budget(2, &i).batch_bytes);
+        // Handing batches over: room for the consumer's batches and unrecycled buffers.
+        let handed = PlanInputs {
+            hands_over: true,
+            ..csv
+        };
+        assert_eq!(budget(2, &handed).row_group_bytes, 0);
+        assert!(2 * budget(2, &handed).batch_bytes <= budget(2, &csv).batch_bytes + 1);
         // An object store's upload parts come out of the same target: smaller batches.
         let upload = PlanInputs {
             writer_buffer_bytes: 15 << 20,

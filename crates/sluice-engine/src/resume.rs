@@ -1,13 +1,4 @@
-//! What an output directory already holds, and making it ready for this run.
-//!
-//! | found                         | plain run        | `--resume`            | `--overwrite`  |
-//! |-------------------------------|------------------|-----------------------|----------------|
-//! | nothing of ours               | export           | export                | export         |
-//! | `manifest.json` (complete)    | refuse           | nothing to do if the request is the same, else refuse naming the differences | replace |
-//! | `_sluice/run.json`, no manifest (a run died) | refuse | finish it if the request is the same, else refuse naming the differences | replace |
-//! | files in a dataset directory, no state | refuse  | refuse                | replace        |
-//!
-//! Refusing is the default because silently mixing two exports is the worst outcome.
+//! What a resumed run reads again.
 //!
 //! # What a resume re-reads
 //!
@@ -29,160 +20,14 @@
 //! - newly in the catalog (a table created since that matches the selection): planned and read
 //!   under the new snapshot.
 
-use sluice_core::{Chunk, Error, Result};
-use sluice_sink::Destination;
-use sluice_sink::layout::{self, LOCK, MANIFEST, RECEIPTS, RUN_STATE};
-use sluice_sink::manifest::{DatasetRecord, Manifest, PartRecord, RunState};
-use std::collections::{HashMap, HashSet};
-
-/// What the output location holds.
-#[derive(Debug)]
-pub enum Prior {
-    /// Nothing of a previous sluice run.
-    Fresh,
-    /// A complete export; its manifest, or `None` when it is not of this version's layout.
-    Complete(Option<Box<Manifest>>),
-    /// An unfinished export: its plan.
-    Unfinished(Box<RunState>),
-}
-
-/// Inspect the output location.
-pub fn inspect(dest: &dyn Destination) -> Result<Prior> {
-    if let Some(bytes) = dest.get(MANIFEST)? {
-        return Ok(Prior::Complete(
-            serde_json::from_slice::<Manifest>(&bytes)
-                .ok()
-                .map(Box::new),
-        ));
-    }
-    match dest.get(RUN_STATE)? {
-        Some(bytes) => {
-            let state: RunState = serde_json::from_slice(&bytes).map_err(|e| {
-                Error::config(format!(
-                    "{}/{RUN_STATE} is not a run state this version of sluice can resume ({e}); \
-                     use --overwrite to start over.",
-                    dest.display()
-                ))
-            })?;
-            Ok(Prior::Unfinished(Box::new(state)))
-        }
-        None => Ok(Prior::Fresh),
-    }
-}
-
-/// Every receipt of committed parts (damaged ones are an error naming the file).
-pub fn receipts(dest: &dyn Destination) -> Result<Vec<PartRecord>> {
-    let mut out = Vec::new();
-    for obj in dest.list(RECEIPTS)? {
-        if layout::is_temporary(&obj.path) || !obj.path.ends_with(".json") {
-            continue;
-        }
-        if let Some(bytes) = dest.get(&obj.path)? {
-            let rec: PartRecord = serde_json::from_slice(&bytes).map_err(|e| {
-                Error::config(format!(
-                    "receipt {}/{} is damaged ({e}); remove it to redo that part, or use --overwrite.",
-                    dest.display(),
-                    obj.path
-                ))
-            })?;
-            out.push(rec);
-        }
-    }
-    Ok(out)
-}
-
-/// The receipts that belong to `chunks`: same dataset, ordinal and range. A receipt of an
-/// earlier plan of a dataset that was planned again is not one of them.
-pub fn matching<'a>(receipts: &'a [PartRecord], chunks: &[Chunk]) -> Vec<&'a PartRecord> {
-    let planned: HashMap<(&str, u32), String> = chunks
-        .iter()
-        .map(|c| ((c.dataset.as_str(), c.ordinal), c.bounds.to_string()))
-        .collect();
-    receipts
-        .iter()
-        .filter(|r| planned.get(&(r.dataset.as_str(), r.ordinal)) == Some(&r.range))
-        .collect()
-}
-
-/// Files in the directories of `datasets` (and merged files), temporaries included.
-pub fn dataset_files(
-    dest: &dyn Destination,
-    datasets: &[String],
-    extension: &str,
-) -> Result<Vec<String>> {
-    let mut out = Vec::new();
-    for d in datasets {
-        for obj in dest.list(&layout::dataset_dir(d))? {
-            out.push(obj.path);
-        }
-        let merged = layout::merged_path(d, extension);
-        if dest.get(&merged)?.is_some() {
-            out.push(merged);
-        }
-    }
-    Ok(out)
-}
-
-/// Remove what no receipt of the plan vouches for, receipts first (so a crash in between
-/// leaves parts without receipts, which the next resume removes, never receipts without
-/// parts): every receipt not in `keep_receipts`, then in each dataset directory every file not
-/// in `keep_files` (hidden temporaries, parts committed without a receipt, parts of an earlier
-/// plan), then hidden temporaries under `_sluice/` and at the top (the run state, merged files
-/// and the manifest are written through temporaries too). Safe only while this run holds the
-/// output's lock. Returns how many files were removed.
-pub fn remove_unvouched(
-    dest: &dyn Destination,
-    datasets: &[String],
-    keep_receipts: &HashSet<String>,
-    keep_files: &HashSet<String>,
-) -> Result<usize> {
-    let mut n = 0;
-    let mut drop = |path: &str| -> Result<()> {
-        dest.delete(path)?;
-        n += 1;
-        Ok(())
-    };
-    for obj in dest.list(RECEIPTS)? {
-        if !keep_receipts.contains(&obj.path) {
-            drop(&obj.path)?;
-        }
-    }
-    for d in datasets {
-        for obj in dest.list(&layout::dataset_dir(d))? {
-            if !keep_files.contains(&obj.path) {
-                drop(&obj.path)?;
-            }
-        }
-    }
-    for obj in dest.list("_sluice")? {
-        if layout::is_temporary(&obj.path) {
-            drop(&obj.path)?;
-        }
-    }
-    for obj in dest.list("")? {
-        if !obj.path.contains('/') && layout::is_temporary(&obj.path) {
-            drop(&obj.path)?;
-        }
-    }
-    Ok(n)
-}
-
-/// Remove a previous export: the manifest first (so the output stops looking complete at once),
-/// then its files and bookkeeping. Files not written by sluice outside dataset directories are
-/// left alone, and so is the output's lock (held by this run).
-pub fn clear(dest: &dyn Destination, datasets: &[String], extension: &str) -> Result<()> {
-    dest.delete(MANIFEST)?;
-    for path in dataset_files(dest, datasets, extension)? {
-        dest.delete(&path)?;
-    }
-    for obj in dest.list("_sluice")? {
-        if obj.path != RUN_STATE && obj.path != LOCK {
-            dest.delete(&obj.path)?;
-        }
-    }
-    dest.delete(RUN_STATE)?;
-    Ok(())
-}
+use crate::job::ExportJob;
+use crate::manifest::{DatasetRecord, PartRecord, RunState};
+use crate::output;
+use crate::planning::{plan_all, record_of};
+use crate::policy::refuse_foreign_files;
+use sluice_core::{Coordinator, Dataset, Error, Result};
+use sluice_sink::layout;
+use std::collections::HashSet;
 
 /// Why a dataset of a resumed run is planned and read (again) under the new snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -299,12 +144,116 @@ pub fn reconcile(
     out
 }
 
+/// The unfinished run's plan made right for this run: refuses a different request, keeps what
+/// receipts vouch for, re-plans what cannot be trusted or is new (see [`reconcile`]), and
+/// removes everything else. Returns the plan and the chunks already done; remarks go to
+/// `notes`.
+pub async fn resume_plan(
+    job: &ExportJob,
+    coordinator: &mut dyn Coordinator,
+    mut state: RunState,
+    discovered: &[Dataset],
+    chunk_bytes: u64,
+    notes: &mut Vec<String>,
+) -> Result<(RunState, HashSet<(String, u32)>)> {
+    let dest = job.destination.as_ref();
+    let shown = dest.display();
+    let request = job.request();
+    match &state.request {
+        None => {
+            return Err(Error::config(format!(
+                "the unfinished export in {shown} was started by an older sluice that did not \
+                 record its options, so --resume cannot check it is the same request. Use \
+                 --overwrite to start over."
+            )));
+        }
+        Some(old) => {
+            let diffs = old.differences(&request);
+            if !diffs.is_empty() {
+                return Err(Error::config(format!(
+                    "--resume needs the same request as the unfinished run in {shown}, but this \
+                     one differs: {}. Repeat the original command with --resume, or use \
+                     --overwrite to start over with this one.",
+                    diffs.join("; ")
+                )));
+            }
+        }
+    }
+    let all = output::receipts(dest).await?;
+    let names: Vec<String> = state.datasets.iter().map(|r| r.name.clone()).collect();
+    let existing: HashSet<String> = output::dataset_files(dest, &names, &state.extension)
+        .await?
+        .into_iter()
+        .collect();
+    let valid: Vec<PartRecord> = output::matching(&all, &state.chunks)
+        .into_iter()
+        .filter(|r| existing.contains(&r.file))
+        .cloned()
+        .collect();
+    let mut done: HashSet<(String, u32)> = valid
+        .iter()
+        .map(|r| (r.dataset.clone(), r.ordinal))
+        .collect();
+    let records: Vec<DatasetRecord> = discovered.iter().map(record_of).collect();
+    let decided = reconcile(&state, &done, &records);
+    if !decided.lost.is_empty() {
+        return Err(Error::config(format!(
+            "--resume cannot finish {}: the unfinished run had not read all of it, and the \
+             source no longer has it (dropped or renamed, or no longer matching --tables / \
+             --schema). Use --overwrite to start over.",
+            decided.lost.join(", ")
+        )));
+    }
+    let new: Vec<String> = decided
+        .replan
+        .iter()
+        .filter(|(_, why)| *why == Replan::New)
+        .map(|(n, _)| n.clone())
+        .collect();
+    refuse_foreign_files(job, &new).await?;
+    for (name, _) in &decided.replan {
+        let Some(ds) = discovered.iter().find(|d| &d.name == name) else {
+            continue;
+        };
+        done.retain(|(dataset, _)| dataset != name);
+        state.chunks.retain(|c| &c.dataset != name);
+        let chunks = plan_all(coordinator, std::slice::from_ref(ds), job, chunk_bytes).await?;
+        state.chunks.extend(chunks);
+        let record = record_of(ds);
+        match state.datasets.iter_mut().find(|r| &r.name == name) {
+            Some(r) => *r = record,
+            None => state.datasets.push(record),
+        }
+    }
+    let kept: Vec<&PartRecord> = valid
+        .iter()
+        .filter(|r| done.contains(&(r.dataset.clone(), r.ordinal)))
+        .collect();
+    let files: HashSet<String> = kept.iter().map(|r| r.file.clone()).collect();
+    let receipts: HashSet<String> = kept
+        .iter()
+        .map(|r| layout::receipt_path(&r.dataset, r.ordinal))
+        .collect();
+    let names: Vec<String> = state.datasets.iter().map(|r| r.name.clone()).collect();
+    let removed = output::remove_unvouched(dest, &names, &receipts, &files).await?;
+    if removed > 0 {
+        tracing::info!(
+            "removed {removed} file(s) of the interrupted run that no receipt of this plan vouches \
+             for (temporaries, parts without receipts, parts of datasets read again)"
+        );
+    }
+    notes.extend(decided.notes);
+    Ok((state, done))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::manifest::ColumnRecord;
+    use crate::output::matching;
+    use sluice_core::Chunk;
     use sluice_core::ChunkBounds;
     use sluice_core::table::TableRef;
-    use sluice_sink::manifest::ColumnRecord;
 
     fn record(name: &str, column: &str, relations: &[&str]) -> DatasetRecord {
         DatasetRecord {

@@ -12,6 +12,7 @@
 //! is discarded then. (An interrupted read may leave the rest of its result unread; the
 //! drivers drain it before the next statement.)
 
+use crate::manifest::PartRecord;
 use crate::queue::WorkQueue;
 use crate::retry::RetryPolicy;
 use arrow_array::RecordBatch;
@@ -19,13 +20,12 @@ use sluice_core::{
     BatchSender, Chunk, ChunkReader, Coordinator, Dataset, Error, ErrorKind, ReadCounters, Result,
     failpoint,
 };
-use sluice_sink::manifest::PartRecord;
-use sluice_sink::{Destination, FormatOptions, PartStats, layout, open_part};
+use sluice_sink::{Destination, FormatOptions, PartKey, PartStats, layout, open_part};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{Mutex, mpsc, oneshot, watch};
 
 /// Everything workers share.
 pub struct WorkerContext {
@@ -55,15 +55,42 @@ pub struct WorkerContext {
     pub retries: AtomicU64,
     /// Receipts of this run's parts.
     pub committed: std::sync::Mutex<Vec<PartRecord>>,
+    /// Part writers still running (an aborted part's writer ends on its own thread).
+    pub writers: Writers,
 }
 
-/// Run `blocking` work (file and object store I/O) off the async threads.
-pub async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T> + Send + 'static,
-) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Error::internal(format!("a blocking task failed: {e}")))?
+/// Counts the part writers still running, so a run can wait for every one of them — an
+/// aborted part's writer removes its temporary file when it ends, after its worker is gone.
+#[derive(Debug)]
+pub struct Writers(Arc<watch::Sender<usize>>);
+
+impl Default for Writers {
+    fn default() -> Self {
+        Writers(Arc::new(watch::Sender::new(0)))
+    }
+}
+
+/// One running writer; dropping it (however the writer ends) counts it out.
+pub struct WriterGuard(Arc<watch::Sender<usize>>);
+
+impl Drop for WriterGuard {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
+}
+
+impl Writers {
+    /// Count a writer in until the returned guard is dropped.
+    pub fn start(&self) -> WriterGuard {
+        self.0.send_modify(|n| *n += 1);
+        WriterGuard(self.0.clone())
+    }
+
+    /// Wait until no writer runs.
+    pub async fn idle(&self) {
+        let mut rx = self.0.subscribe();
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
 }
 
 /// The worker loop. `reader` is the session opened for it under the snapshot.
@@ -155,9 +182,15 @@ async fn export_chunk(
         let format = ctx.format.for_part(chunk.ordinal, ctx.merge);
         let schema = ds.arrow_schema();
         let path = path.clone();
+        let key = PartKey {
+            dataset: ds.name.clone(),
+            ordinal: chunk.ordinal,
+        };
+        let running = ctx.writers.start();
         tokio::task::spawn_blocking(move || -> Result<PartStats> {
+            let _running = running;
             let object = dest.create(&path)?;
-            let mut part = open_part(&format, schema, object, &path)?;
+            let mut part = open_part(&format, key, schema, object, &path)?;
             while let Some(batch) = rx.blocking_recv() {
                 if let Err(e) = part
                     .write(&batch)
@@ -224,10 +257,9 @@ async fn export_chunk(
         range: chunk.bounds.to_string(),
     };
     let receipt = serde_json::to_vec_pretty(&record).map_err(|e| Error::internal(e.to_string()))?;
-    let dest = ctx.destination.clone();
     let receipt_path = layout::receipt_path(&ds.name, chunk.ordinal);
     failpoint::hit_as("export.before_receipt", ErrorKind::Destination)?;
-    blocking(move || dest.put(&receipt_path, &receipt)).await?;
+    ctx.destination.put(&receipt_path, receipt).await?;
     failpoint::hit_as("export.after_receipt", ErrorKind::Destination)?;
     Ok(record)
 }

@@ -5,14 +5,15 @@
 //! so the schema described is the schema the workers read. Firebird (up to 5) has no schemas:
 //! a table's dataset name is its name.
 
-use crate::connect::{FbConn, as_i64, as_text};
+use crate::connect::{FbConn, Session, as_i64, as_text};
 use crate::error::{Phase, classify};
 use crate::types::{FbField, map_field};
+use async_trait::async_trait;
 use rsfbclient_core::{FbError, SqlType};
+use sluice_core::select::{Candidate, Catalog, Folding, Naming};
 use sluice_core::table::TableRef;
 use sluice_core::{
-    ColumnDesc, Dataset, DatasetKind, Error, QualifiedName, Relation, Result, Selection,
-    SizeEstimate,
+    Dataset, DatasetKind, Error, NamedQuery, QualifiedName, Relation, Result, SizeEstimate,
 };
 
 /// What the server is.
@@ -101,73 +102,83 @@ fn relations(conn: &mut FbConn, views: bool, target: &str) -> Result<Vec<Resolve
         .collect())
 }
 
-/// Resolve one user-typed table name: a quoted name matches exactly; a bare name matches
-/// exactly, else in upper case (how Firebird stores unquoted names), else case-insensitively.
-pub fn resolve_name(conn: &mut FbConn, name: &QualifiedName) -> Result<Resolved> {
-    let target = conn.display().to_string();
-    if name.schema.is_some() {
-        return Err(Error::config(format!(
-            "table {name}: Firebird has no schemas; name the table alone (--table NAME)."
-        )));
-    }
-    let all = relations(conn, true, &target)?;
-    let want = &name.name.text;
-    let pick = |f: &dyn Fn(&Resolved) -> bool| all.iter().filter(|r| f(r)).cloned().collect();
-    let mut found: Vec<Resolved> = pick(&|r| &r.name == want);
-    if found.is_empty() && !name.name.quoted {
-        found = pick(&|r| r.name == want.to_uppercase());
-        if found.is_empty() {
-            found = pick(&|r| r.name.to_lowercase() == want.to_lowercase());
-        }
-    }
-    match found.len() {
-        1 => Ok(found.remove(0)),
-        0 => Err(Error::config(format!(
-            "table {name} does not exist in {target}. Check the spelling (SELECT \
-             RDB$RELATION_NAME FROM RDB$RELATIONS lists them); names typed without double \
-             quotes match in any case."
-        ))),
-        _ => Err(Error::config(format!(
-            "table name {name} is ambiguous in {target}: it matches {}. Put the name in double \
-             quotes to match its exact case.",
-            found
-                .iter()
-                .map(|r| r.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
+/// How Firebird names look and how its messages advise (see `sluice_core::select`).
+pub const NAMING: Naming = Naming {
+    engine: "Firebird",
+    folding: Folding::Upper,
+    schemas: false,
+    queries: false,
+    pattern_target: "the whole table name, e.g. --tables 'ORDER_.*'",
+    check: "the spelling (SELECT RDB$RELATION_NAME FROM RDB$RELATIONS lists them)",
+    list: "SELECT RDB$RELATION_NAME FROM RDB$RELATIONS WHERE RDB$SYSTEM_FLAG = 0 and adjust \
+           the pattern (it must match the whole name; unquoted names are upper case)",
+};
+
+fn candidate(r: Resolved) -> Candidate<Resolved> {
+    Candidate {
+        table: TableRef {
+            schema: String::new(),
+            name: r.name.clone(),
+        },
+        unqualified: true,
+        object: r,
     }
 }
 
-/// Regular user tables (no system tables, views, global temporary or external tables)
-/// whose name matches one of the patterns.
-pub fn resolve_many(conn: &mut FbConn, selection: &Selection) -> Result<Vec<Resolved>> {
-    let target = conn.display().to_string();
-    if let Some(s) = selection.schemas.first() {
-        return Err(Error::config(format!(
-            "--schema {s:?}: Firebird has no schemas; select tables with --tables REGEX (matched \
-             against the table name) or --table NAME."
-        )));
+/// The coordinator's attachment as `sluice_core::select::discover` sees it; every catalog
+/// read runs on the attachment's thread, inside the coordinator's transaction.
+pub struct FbCatalog<'a> {
+    /// The coordinator's session.
+    pub session: &'a Session,
+    /// Server facts.
+    pub server: &'a ServerInfo,
+}
+
+#[async_trait]
+impl Catalog for FbCatalog<'_> {
+    type Object = Resolved;
+
+    fn naming(&self) -> Naming {
+        NAMING
     }
-    if selection.patterns.is_empty() {
-        return Ok(Vec::new());
+
+    fn target(&self) -> String {
+        self.session.display().to_string()
     }
-    let patterns = selection
-        .patterns
-        .iter()
-        .map(|p| {
-            regex::Regex::new(&format!("^(?:{p})$")).map_err(|e| {
-                Error::config(format!(
-                    "--tables pattern {p:?} is not a valid regular expression ({e}). It is \
-                     matched against the whole table name, e.g. --tables 'ORDER_.*'."
-                ))
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(relations(conn, false, &target)?
-        .into_iter()
-        .filter(|r| patterns.iter().any(|p| p.is_match(&r.name)))
-        .collect())
+
+    /// Every table and view: Firebird databases hold few enough to match names here.
+    async fn candidates(&mut self, _: &QualifiedName) -> Result<Vec<Candidate<Resolved>>> {
+        let target = self.target();
+        let all = self
+            .session
+            .call(move |c| relations(c, true, &target))
+            .await??;
+        Ok(all.into_iter().map(candidate).collect())
+    }
+
+    /// Regular user tables: no system tables, views, global temporary or external tables.
+    async fn tables(&mut self) -> Result<Vec<Candidate<Resolved>>> {
+        let target = self.target();
+        let all = self
+            .session
+            .call(move |c| relations(c, false, &target))
+            .await??;
+        Ok(all.into_iter().map(candidate).collect())
+    }
+
+    async fn describe(&mut self, c: &Candidate<Resolved>) -> Result<Dataset> {
+        let (obj, server) = (c.object.clone(), self.server.clone());
+        self.session
+            .call(move |conn| describe(conn, &obj, &server))
+            .await?
+    }
+
+    async fn describe_query(&mut self, q: &NamedQuery) -> Result<Dataset> {
+        Err(Error::internal(format!(
+            "query {:?} reached a Firebird catalog, which reads no queries",
+            q.name
+        )))
+    }
 }
 
 /// Data pages one pointer page addresses: its page number array plus one byte of flags per
@@ -209,20 +220,14 @@ pub fn describe(conn: &mut FbConn, obj: &Resolved, server: &ServerInfo) -> Resul
             charset: r.get(7).and_then(as_text).unwrap_or_default(),
             dimensions: int(8) as i16,
         };
-        let m = map_field(&ftype).map_err(|why| {
+        let (m, shown) = map_field(&ftype).map_err(|why| {
             Error::config(format!(
                 "column {name:?} of {} cannot be exported: {why}. Export a view that leaves it \
                  out or converts it.",
                 obj.name
             ))
         })?;
-        columns.push(ColumnDesc {
-            field: crate::types::field(&name, &m, int(9) == 0),
-            name,
-            source_type: m.display,
-            cast: m.cast,
-            as_text_fallback: false,
-        });
+        columns.push(m.column(name, shown, int(9) == 0));
     }
     if columns.is_empty() {
         return Err(Error::config(format!(

@@ -93,73 +93,63 @@ impl FbTarget {
     /// Parse a `firebird://` URL (see the module documentation for the forms).
     pub fn parse(url: &str) -> Result<Self> {
         let display = redact_url(url);
-        let Some(rest) = url.strip_prefix("firebird://") else {
-            return Err(Error::config(format!(
-                "source URL {display} is not a Firebird URL: it must start with firebird:// \
-                 (firebird:///abs/path/db.fdb embedded, or firebird://user@host:3050//abs/path/db.fdb)."
-            )));
-        };
-        let (rest, query) = match rest.split_once('?') {
-            Some((r, q)) => (r, Some(q)),
-            None => (rest, None),
-        };
-        let (authority, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i + 1..]),
-            None => (rest, ""),
-        };
+        let bad = |why: String| Error::config(format!("source URL {display} {why}"));
+        if !url.starts_with("firebird://") {
+            return Err(bad(
+                "is not a Firebird URL: it must start with firebird:// (firebird:///abs/path/db.fdb \
+                 embedded, or firebird://user@host:3050//abs/path/db.fdb)."
+                    .into(),
+            ));
+        }
+        let parsed = url::Url::parse(url).map_err(|e| match e {
+            url::ParseError::InvalidPort => {
+                bad("has a port that is not a number (firebird://user@host:3050//path).".into())
+            }
+            e => bad(format!(
+                "is not a valid URL ({e}): write firebird:///abs/path/db.fdb (embedded) or \
+                 firebird://user@host:3050//abs/path/db.fdb (server)."
+            )),
+        })?;
         let mut role = None;
         let mut library = None;
-        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        // Parameters are percent-decoded only (`+` is a plus sign in a path or a role name).
+        for pair in parsed
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .filter(|p| !p.is_empty())
+        {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             match k {
                 "role" => role = Some(decode(v)),
                 "fbclient" => library = Some(PathBuf::from(decode(v))),
                 other => {
-                    return Err(Error::config(format!(
-                        "source URL {display} has the unknown parameter {other:?}: Firebird URLs \
-                         take role=NAME and fbclient=PATH."
+                    return Err(bad(format!(
+                        "has the unknown parameter {other:?}: Firebird URLs take role=NAME and \
+                         fbclient=PATH."
                     )));
                 }
             }
         }
-        let (userinfo, hostport) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, authority),
-        };
-        let (mut user, mut password) = match userinfo {
-            Some(u) => match u.split_once(':') {
-                Some((u, p)) => (Some(decode(u)), Some(decode(p))),
-                None => (Some(decode(u)), None),
-            },
-            None => (None, None),
-        };
-        let server = if hostport.is_empty() {
-            None
-        } else {
-            let (host, port) = match hostport.rsplit_once(':') {
-                Some((h, p)) => (
-                    h.to_string(),
-                    p.parse::<u16>().map_err(|_| {
-                        Error::config(format!(
-                            "source URL {display} has the port {p:?}, which is not a number."
-                        ))
-                    })?,
-                ),
-                None => (hostport.to_string(), DEFAULT_PORT),
-            };
-            Some((host, port))
-        };
+        let mut user = Some(decode(parsed.username())).filter(|u| !u.is_empty());
+        let mut password = parsed.password().map(decode);
+        let server = parsed
+            .host_str()
+            .filter(|h| !h.is_empty())
+            .map(|h| (h.to_string(), parsed.port().unwrap_or(DEFAULT_PORT)));
+        let path = decode(parsed.path());
         let database = match &server {
             // Embedded: the path after firebird:// is absolute.
-            None => format!("/{}", decode(path)),
+            None => path,
             // Server: `//abs/path` is an absolute path, `/alias` an alias.
-            Some(_) => decode(path),
+            Some(_) => path.strip_prefix('/').unwrap_or(&path).to_string(),
         };
         if database.trim_matches('/').is_empty() {
-            return Err(Error::config(format!(
-                "source URL {display} names no database: write firebird:///abs/path/db.fdb \
-                 (embedded) or firebird://user@host:3050//abs/path/db.fdb (server)."
-            )));
+            return Err(bad(
+                "names no database: write firebird:///abs/path/db.fdb (embedded) or \
+                 firebird://user@host:3050//abs/path/db.fdb (server)."
+                    .into(),
+            ));
         }
         if user.as_deref().is_none_or(str::is_empty) {
             user = Some(std::env::var("ISC_USER").unwrap_or_else(|_| "SYSDBA".into()));
@@ -350,6 +340,17 @@ pub fn shutdown(wait: std::time::Duration) -> bool {
     true
 }
 
+/// The client library at `lib` if this process already loaded it (it is never loaded here:
+/// `RTLD_NOLOAD`), for its entry points the Rust bindings do not expose.
+#[allow(unsafe_code)]
+fn already_loaded(lib: &str) -> Option<libloading::os::unix::Library> {
+    // SAFETY: with RTLD_NOLOAD, dlopen only returns a new reference to a library this process
+    // loaded already; no initialiser runs. The reference is released when the handle drops.
+    unsafe {
+        libloading::os::unix::Library::open(Some(lib), libc::RTLD_NOW | libc::RTLD_NOLOAD).ok()
+    }
+}
+
 /// Call `fb_shutdown` of the client library at `lib`, if this process loaded it (the Rust
 /// bindings do not expose it, so it is looked up by name). [`shutdown`] uses it for the
 /// libraries sessions loaded; a process that loads the library itself (the test kit) calls it
@@ -358,20 +359,14 @@ pub fn shutdown(wait: std::time::Duration) -> bool {
 pub fn shutdown_library(lib: &str, wait: std::time::Duration) {
     /// `fb_shutrsn_app_stopped` of ibase.h.
     const APP_STOPPED: libc::c_int = -3;
-    let Ok(path) = std::ffi::CString::new(lib) else {
+    type ShutdownFn = unsafe extern "C" fn(libc::c_uint, libc::c_int) -> libc::c_int;
+    let Some(library) = already_loaded(lib) else {
         return;
     };
-    // SAFETY: RTLD_NOLOAD only returns a handle to a library this process already loaded;
-    // `fb_shutdown` has this C signature in ibase.h.
+    // SAFETY: `fb_shutdown` has this C signature in ibase.h; the library stays loaded while
+    // `library` lives.
     unsafe {
-        let handle = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
-        if handle.is_null() {
-            return;
-        }
-        let sym = libc::dlsym(handle, c"fb_shutdown".as_ptr());
-        if !sym.is_null() {
-            let f: extern "C" fn(libc::c_uint, libc::c_int) -> libc::c_int =
-                std::mem::transmute(sym);
+        if let Ok(f) = library.get::<ShutdownFn>(b"fb_shutdown\0") {
             let millis = libc::c_uint::try_from(wait.as_millis()).unwrap_or(libc::c_uint::MAX);
             if f(millis, APP_STOPPED) != 0 {
                 tracing::warn!("the Firebird client library did not shut down cleanly");
@@ -404,7 +399,7 @@ fn transaction_info(lib: &str, tr: &mut TrHandle) -> std::result::Result<Transac
     const END: u8 = 1;
     const TRUNCATED: u8 = 2;
     const ERROR: u8 = 3;
-    type InfoFn = extern "C" fn(
+    type InfoFn = unsafe extern "C" fn(
         *mut isize,
         *mut TrHandle,
         libc::c_short,
@@ -412,24 +407,18 @@ fn transaction_info(lib: &str, tr: &mut TrHandle) -> std::result::Result<Transac
         libc::c_short,
         *mut libc::c_char,
     ) -> isize;
-    let path = std::ffi::CString::new(lib).map_err(|e| e.to_string())?;
     let items = [TRA_ID, TRA_OLDEST_INTERESTING, TRA_SNAPSHOT_NUMBER, END];
     let mut buf = [0u8; 128];
     let mut status = [0isize; 20];
-    // SAFETY: RTLD_NOLOAD only returns a handle to a library this process already loaded (and
-    // keeps loaded, see `keep_loaded`); `isc_transaction_info` has this C signature in ibase.h
-    // and writes at most `buf.len()` bytes; `tr` is a live transaction handle of this library.
+    let library =
+        already_loaded(lib).ok_or_else(|| format!("the client library {lib} is not loaded"))?;
+    // SAFETY: the library is loaded (and kept loaded, see `keep_loaded`);
+    // `isc_transaction_info` has this C signature in ibase.h and writes at most `buf.len()`
+    // bytes; `tr` is a live transaction handle of this library.
     unsafe {
-        let handle = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
-        if handle.is_null() {
-            return Err(format!("the client library {lib} is not loaded"));
-        }
-        let sym = libc::dlsym(handle, c"isc_transaction_info".as_ptr());
-        if sym.is_null() {
-            libc::dlclose(handle);
-            return Err(format!("{lib} has no isc_transaction_info"));
-        }
-        let f: InfoFn = std::mem::transmute(sym);
+        let f = library
+            .get::<InfoFn>(b"isc_transaction_info\0")
+            .map_err(|_| format!("{lib} has no isc_transaction_info"))?;
         f(
             status.as_mut_ptr(),
             tr,
@@ -438,7 +427,6 @@ fn transaction_info(lib: &str, tr: &mut TrHandle) -> std::result::Result<Transac
             buf.len() as libc::c_short,
             buf.as_mut_ptr().cast(),
         );
-        libc::dlclose(handle);
     }
     if status[0] == 1 && status[1] != 0 {
         return Err(format!(

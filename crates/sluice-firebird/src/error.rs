@@ -9,18 +9,7 @@
 use rsfbclient_core::FbError;
 use sluice_core::{Error, ErrorKind, Retry};
 
-/// What the failing operation was, so the message can say what to do about it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Loading the client library or attaching.
-    Connect,
-    /// Reading the catalog or planning.
-    Catalog,
-    /// Taking or joining the snapshot.
-    Snapshot,
-    /// Reading rows.
-    Read,
-}
+pub use sluice_core::error::Phase;
 
 /// Turn a driver error into a sluice error. `target` is the redacted URL or the object being
 /// read, used in the message.

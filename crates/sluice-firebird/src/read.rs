@@ -13,17 +13,21 @@
 //! taken it (the writer then hands back the previous batch's memory) before it fills the next,
 //! so a worker holds about two batches, as with every other source.
 
-use crate::chunking::{from_clause, predicate};
 use crate::connect::{FbConn, FbTarget, Session, TransactionInfo, as_i64};
 use crate::decode::RowDecoder;
 use crate::error::{Phase, classify};
 use crate::snapshot::SharedSnapshot;
-use crate::sql::quote_ident;
+use crate::sql::{FbDialect, quote_ident};
 use crate::types::select_expr;
 use arrow_array::RecordBatch;
 use async_trait::async_trait;
 use rsfbclient_core::SqlType;
-use sluice_core::{BatchSender, Chunk, ChunkReader, Dataset, Error, ReadStats, Result};
+use sluice_core::batch::value_error;
+use sluice_core::clause;
+use sluice_core::{
+    BatchSender, Batching, Chunk, ChunkReader, ColumnDesc, Cut, Dataset, Decoder, Error, ReadStats,
+    Result,
+};
 
 /// The transaction a chunk-consistency read runs in.
 const CHUNK_TRANSACTION: &str = "SET TRANSACTION READ ONLY ISOLATION LEVEL SNAPSHOT";
@@ -196,21 +200,32 @@ fn check_join(
 
 /// The SELECT that reads `chunk` of `ds`.
 pub fn select_sql(ds: &Dataset, chunk: &Chunk) -> Result<String> {
-    let cols: Vec<String> = ds
-        .columns
-        .iter()
-        .map(|c| select_expr(&quote_ident(&c.name), c.cast.as_deref()))
-        .collect();
-    Ok(format!(
-        "SELECT {} FROM {}{}",
-        cols.join(", "),
-        from_clause(ds)?,
-        predicate(ds, &chunk.bounds)?
-    ))
+    clause::select_chunk(
+        &FbDialect,
+        ds,
+        chunk.relation.as_ref(),
+        &chunk.bounds,
+        |c| select_expr(&quote_ident(&c.name), c.cast.as_deref()),
+    )
+}
+
+impl Decoder for RowDecoder {
+    fn rows(&self) -> usize {
+        RowDecoder::rows(self)
+    }
+    fn buffered_bytes(&self) -> usize {
+        RowDecoder::buffered_bytes(self)
+    }
+    fn finish_batch(&mut self) -> Result<RecordBatch> {
+        RowDecoder::finish_batch(self)
+    }
+    fn recycle(&mut self, batch: RecordBatch) {
+        RowDecoder::recycle(self, batch)
+    }
 }
 
 enum Msg {
-    Batch(RecordBatch, u64, u64),
+    Batch(Cut),
     Done(ReadStats),
     Failed(Error),
 }
@@ -226,7 +241,7 @@ fn stream(
     own_transaction: bool,
     guard: Option<SharedSnapshot>,
     what: &str,
-    column_names: &[String],
+    columns: &[ColumnDesc],
     batches: &tokio::sync::mpsc::Sender<Msg>,
     acks: &std::sync::mpsc::Receiver<Option<RecordBatch>>,
 ) -> Result<ReadStats> {
@@ -241,17 +256,12 @@ fn stream(
         )));
     }
     let mut dec = RowDecoder::new(schema)?;
-    let mut stats = ReadStats::default();
-    let mut unreported = 0u64;
+    let mut batching = Batching::new(budget);
     let mut failure: Option<Error> = None;
-    let mut sent = false;
-    let hand_over = |dec: &mut RowDecoder, stats: &mut ReadStats, unreported: &mut u64| {
-        let batch = dec.finish_batch()?;
-        let rows = batch.num_rows() as u64;
-        stats.rows += rows;
+    let hand_over = |dec: &mut RowDecoder, cut: Cut| {
         let stopped = || Error::interrupted(format!("{what}: the writer stopped"));
         batches
-            .blocking_send(Msg::Batch(batch, rows, std::mem::take(unreported)))
+            .blocking_send(Msg::Batch(cut))
             .map_err(|_| stopped())?;
         match acks.recv() {
             Ok(Some(done)) => dec.recycle(done),
@@ -262,28 +272,27 @@ fn stream(
     };
     let fetched = conn.for_each_row(sql, vec![], |row| {
         match dec.push_row(row) {
-            Ok(n) => {
-                stats.wire_bytes += n as u64;
-                unreported += n as u64;
-            }
+            Ok(n) => batching.received(n as u64),
             Err(e) => {
-                let col = column_names.get(e.column).cloned().unwrap_or_default();
-                failure = Some(Error::data(format!(
-                    "{what} column {col:?}, row {}: {}.",
-                    stats.rows + dec.rows() as u64 + 1,
-                    e.message
-                )));
+                let row = batching.row_number(&dec);
+                failure = Some(value_error(what, columns.get(e.column), row, &e.message));
                 return false;
             }
         }
-        if dec.buffered_bytes() >= budget {
-            if let Err(e) = hand_over(&mut dec, &mut stats, &mut unreported) {
-                failure = Some(e);
-                return false;
+        match batching.full(&mut dec) {
+            Ok(None) => true,
+            Ok(Some(cut)) => match hand_over(&mut dec, cut) {
+                Ok(()) => true,
+                Err(e) => {
+                    failure = Some(e);
+                    false
+                }
+            },
+            Err(e) => {
+                failure = Some(e.context(what));
+                false
             }
-            sent = true;
         }
-        true
     });
     if let Some(f) = failure {
         return Err(f);
@@ -292,14 +301,14 @@ fn stream(
     if let Some(snapshot) = guard {
         guard_alive(conn, snapshot, what)?;
     }
-    if dec.rows() > 0 || !sent {
-        hand_over(&mut dec, &mut stats, &mut unreported)?;
+    if let Some(cut) = batching.last(&mut dec).map_err(|e| e.context(what))? {
+        hand_over(&mut dec, cut)?;
     }
     if own_transaction {
         conn.commit()
             .map_err(|e| classify(e, Phase::Read, &display).context(what))?;
     }
-    Ok(stats)
+    Ok(batching.stats())
 }
 
 /// Check, after a chunk was read, that the coordinator's transaction of `snapshot` is still
@@ -343,11 +352,11 @@ impl ChunkReader for FbReader {
                 "{what}: the worker has not joined the shared snapshot"
             )));
         }
-        let names: Vec<String> = ds.columns.iter().map(|c| c.name.clone()).collect();
+        let columns = ds.columns.clone();
         let job_what = what.clone();
         self.session.submit(move |conn| {
             let r = stream(
-                conn, &sql, schema, budget, own, guard, &job_what, &names, &btx, &arx,
+                conn, &sql, schema, budget, own, guard, &job_what, &columns, &btx, &arx,
             );
             if r.is_err() && own {
                 let _ = conn.commit();
@@ -359,13 +368,10 @@ impl ChunkReader for FbReader {
         })?;
         loop {
             match brx.recv().await {
-                Some(Msg::Batch(batch, rows, bytes)) => {
-                    out.progress(rows, bytes);
-                    if out.send(batch).await.is_err() {
-                        return Err(Error::interrupted(format!("{what}: the writer stopped")));
-                    }
-                    // The writer has finished the batch before this one: reuse its memory.
-                    let _ = atx.send(out.recycled());
+                Some(Msg::Batch(cut)) => {
+                    // The writer has finished the batch before this one: its memory goes
+                    // back to the session thread's decoder.
+                    let _ = atx.send(out.deliver(cut, &what).await?);
                 }
                 Some(Msg::Done(stats)) => return Ok(stats),
                 Some(Msg::Failed(e)) => return Err(e),

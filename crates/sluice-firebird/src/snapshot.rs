@@ -27,7 +27,7 @@
 //! late alike: consistent, but as of `n` plus that transaction. The server mode does not
 //! matter (attachments of one process show it too), nor the version from 4.0 (tested on
 //! 4.0.7 and 5.0.4). Firebird's own parallel backup (gbak `-parallel`) joins its workers the
-//! same way. `crates/sluice-cli/tests/firebird_consistency.rs` reproduces both the engine
+//! same way. `crates/sluice-cli/tests/it/firebird_consistency.rs` reproduces both the engine
 //! behaviour (one attachment sees a transfer the snapshot does not) and its effect on exports.
 //!
 //! Examined and not the cause: a scan bounded by `RDB$DB_KEY` is a full table scan that starts
@@ -68,7 +68,6 @@ use sluice_core::{
     Chunk, ChunkReader, ChunkRequest, Consistency, Coordinator, Dataset, Error, Position, Result,
     RunFacts, Selection, SnapshotInfo,
 };
-use std::collections::HashSet;
 
 /// The transaction the coordinator plans in (and, in snapshot consistency, shares).
 const COORDINATOR_TRANSACTION: &str = "SET TRANSACTION READ ONLY ISOLATION LEVEL SNAPSHOT";
@@ -294,43 +293,11 @@ impl Coordinator for FbCoordinator {
     }
 
     async fn discover(&mut self, selection: &Selection) -> Result<Vec<Dataset>> {
-        if let Some(q) = selection.queries.first() {
-            return Err(Error::config(format!(
-                "--query {:?}: queries are not supported on Firebird sources yet; create a view \
-                 and export it with --table.",
-                q.name
-            )));
-        }
-        let selection = selection.clone();
-        let server = self.server.clone();
-        let display = self.target.display().to_string();
-        self.session()?
-            .call(move |c| {
-                let mut objects = Vec::new();
-                for name in &selection.tables {
-                    objects.push(catalog::resolve_name(c, name)?);
-                }
-                let many = catalog::resolve_many(c, &selection)?;
-                if many.is_empty() && selection.tables.is_empty() {
-                    return Err(Error::config(format!(
-                        "no table in {display} matches --tables {:?}. List the tables with \
-                         SELECT RDB$RELATION_NAME FROM RDB$RELATIONS WHERE RDB$SYSTEM_FLAG = 0 \
-                         and adjust the pattern (it must match the whole name; unquoted names \
-                         are upper case).",
-                        selection.patterns
-                    )));
-                }
-                objects.extend(many);
-                let mut seen = HashSet::new();
-                let mut out = Vec::new();
-                for o in objects {
-                    if seen.insert(o.id) {
-                        out.push(catalog::describe(c, &o, &server)?);
-                    }
-                }
-                Ok(out)
-            })
-            .await?
+        let mut catalog = catalog::FbCatalog {
+            session: self.session()?,
+            server: &self.server,
+        };
+        sluice_core::select::discover(&mut catalog, selection).await
     }
 
     async fn plan_chunks(
@@ -338,12 +305,7 @@ impl Coordinator for FbCoordinator {
         dataset: &Dataset,
         request: &ChunkRequest,
     ) -> Result<Vec<Chunk>> {
-        let ds = dataset.clone();
-        let req = request.clone();
-        let server = self.server.clone();
-        self.session()?
-            .call(move |c| chunking::plan(c, &ds, &req, &server))
-            .await?
+        chunking::plan(self.session()?, dataset, request, &self.server).await
     }
 
     async fn reserve_readers(&mut self, n: usize) -> Result<()> {

@@ -36,7 +36,7 @@
 //!   TIME WITH TIME ZONE has no instant without a date, so it is exported as text with its zone.
 //! - Times and timestamps have 100 µs resolution in Firebird; Arrow's µs holds them exactly.
 
-use arrow_schema::{DataType, Field, TimeUnit};
+use arrow_schema::{DataType, TimeUnit};
 
 /// Field type codes of `RDB$FIELDS.RDB$FIELD_TYPE`.
 #[allow(missing_docs)]
@@ -85,16 +85,11 @@ pub struct FbField {
     pub dimensions: i16,
 }
 
-/// How one column is exported.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Mapping {
-    /// Arrow type.
-    pub data_type: DataType,
-    /// How to read it: `None` natively, or an SQL conversion (see [`select_expr`]).
-    pub cast: Option<String>,
-    /// The type as Firebird prints it, for the manifest.
-    pub display: String,
-}
+pub use sluice_core::mapping::Mapping;
+
+/// How one column is read (see [`select_expr`] for its cast), and its type as Firebird prints
+/// it, for the manifest.
+pub type Typed = (Mapping, String);
 
 /// The cast marker for TIMESTAMP WITH TIME ZONE (read as the UTC instant).
 pub const AT_UTC: &str = "AT TIME ZONE 'UTC'";
@@ -113,24 +108,16 @@ fn storage_digits(field_type: i16) -> u8 {
     }
 }
 
-fn native(data_type: DataType, display: String) -> Mapping {
-    Mapping {
-        data_type,
-        cast: None,
-        display,
-    }
+fn native(data_type: DataType, display: String) -> Typed {
+    (Mapping::native(data_type), display)
 }
 
-fn cast(data_type: DataType, cast: &str, display: String) -> Mapping {
-    Mapping {
-        data_type,
-        cast: Some(cast.to_string()),
-        display,
-    }
+fn cast(data_type: DataType, cast: &str, display: String) -> Typed {
+    (Mapping::cast(data_type, cast), display)
 }
 
 /// Map a column type, or say why it cannot be exported.
-pub fn map_field(f: &FbField) -> Result<Mapping, String> {
+pub fn map_field(f: &FbField) -> Result<Typed, String> {
     use code::*;
     if f.dimensions > 0 {
         return Err("array columns cannot be read through SQL".into());
@@ -215,11 +202,6 @@ pub fn select_expr(quoted: &str, cast: Option<&str>) -> String {
         Some(AT_UTC) => format!("CAST({quoted} AT TIME ZONE 'UTC' AS TIMESTAMP) AS {quoted}"),
         Some(t) => format!("CAST({quoted} AS {t}) AS {quoted}"),
     }
-}
-
-/// The Arrow field of a mapped column.
-pub fn field(name: &str, m: &Mapping, nullable: bool) -> Field {
-    Field::new(name, m.data_type.clone(), nullable)
 }
 
 #[cfg(test)]
@@ -327,10 +309,10 @@ mod tests {
             ),
         ];
         for (field, dt, c, shown) in cases {
-            let m = map_field(&field).unwrap();
+            let (m, display) = map_field(&field).unwrap();
             assert_eq!(m.data_type, dt, "{field:?}");
             assert_eq!(m.cast.as_deref(), c, "{field:?}");
-            assert_eq!(m.display, shown);
+            assert_eq!(display, shown);
         }
     }
 
@@ -340,12 +322,12 @@ mod tests {
         v.char_length = 20;
         v.charset = "WIN1251".into();
         v.charset_id = 52;
-        let m = map_field(&v).unwrap();
+        let (m, display) = map_field(&v).unwrap();
         assert_eq!(m.data_type, DataType::Utf8);
-        assert_eq!(m.display, "VARCHAR(20) CHARACTER SET WIN1251");
+        assert_eq!(display, "VARCHAR(20) CHARACTER SET WIN1251");
         v.charset_id = OCTETS;
         v.charset = "OCTETS".into();
-        assert_eq!(map_field(&v).unwrap().data_type, DataType::Binary);
+        assert_eq!(map_field(&v).unwrap().0.data_type, DataType::Binary);
     }
 
     #[test]

@@ -8,17 +8,23 @@
 //! error 1412 (see `snapshot.rs`).
 
 use crate::error::{Phase, classify};
+use crate::non_transactional::NonTransactional;
 use crate::sql::quote_table;
 use crate::types::{MyType, map_type};
+use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row, Value};
-use sluice_core::ident::NamePart;
+use sluice_core::select::Catalog;
+use sluice_core::select::{Candidate, Folding, Naming};
 use sluice_core::table::TableRef;
 use sluice_core::{
     ColumnDesc, Dataset, DatasetKind, Error, NamedQuery, QualifiedName, Relation, Result,
-    Selection, SizeEstimate,
+    SizeEstimate,
 };
 use std::collections::{HashMap, HashSet};
+
+mod describe;
+pub use describe::{check_select, describe, describe_query};
 
 /// Which server family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,26 +153,26 @@ pub async fn server_info(conn: &mut Conn, target: &str) -> Result<ServerInfo> {
 
 const SYSTEM_SCHEMAS: &str = "('mysql','information_schema','performance_schema','sys')";
 
-fn part_matches(part: &NamePart, actual: &str) -> (bool, bool) {
-    let exact = part.text == actual;
-    if part.quoted {
-        (exact, exact)
-    } else {
-        (
-            exact || part.text.to_lowercase() == actual.to_lowercase(),
-            exact,
-        )
-    }
-}
+/// How MySQL/MariaDB names look and how its messages advise (see `sluice_core::select`).
+pub const NAMING: Naming = Naming {
+    engine: "MySQL/MariaDB",
+    folding: Folding::Preserve,
+    schemas: true,
+    queries: true,
+    pattern_target: "database.table, e.g. --tables 'shop\\.order_.*'",
+    check: "the spelling and the database (SHOW TABLES FROM db)",
+    list: "SHOW TABLES FROM <database> and adjust the pattern (it must match all of \
+           database.table)",
+};
 
-/// Resolve one user-typed name. A name without a database is looked up in the URL's
-/// database. Bare parts match exactly or, failing that, case-insensitively.
-pub async fn resolve_name(
+/// The tables and views a user-typed name may mean: those whose name and database (the
+/// typed one, else the URL's `default_db`) equal the typed ones in any case.
+pub async fn candidates(
     conn: &mut Conn,
     name: &QualifiedName,
     default_db: &str,
     target: &str,
-) -> Result<Resolved> {
+) -> Result<Vec<Candidate<Resolved>>> {
     let schema = name
         .schema
         .as_ref()
@@ -176,76 +182,34 @@ pub async fn resolve_name(
         .exec(
             "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES \
              WHERE LOWER(TABLE_SCHEMA) = LOWER(?) AND LOWER(TABLE_NAME) = LOWER(?)",
-            (schema.clone(), name.name.text.clone()),
+            (schema, name.name.text.clone()),
         )
         .await
         .map_err(err(target))?;
-    let schema_part = name.schema.clone().unwrap_or(NamePart {
-        text: default_db.to_string(),
-        quoted: true,
-    });
-    let mut candidates: Vec<(bool, Resolved)> = Vec::new();
-    for r in rows {
-        let (s, t, kind) = (text(&r, 0), text(&r, 1), text(&r, 2));
-        let (name_ok, name_exact) = part_matches(&name.name, &t);
-        let (schema_ok, schema_exact) = part_matches(&schema_part, &s);
-        if name_ok && schema_ok {
-            candidates.push((
-                name_exact && schema_exact,
-                Resolved {
-                    table: TableRef { schema: s, name: t },
-                    view: kind == "VIEW",
-                },
-            ));
-        }
-    }
-    if candidates.iter().any(|(exact, _)| *exact) {
-        candidates.retain(|(exact, _)| *exact);
-    }
-    match candidates.len() {
-        1 => Ok(candidates.remove(0).1),
-        0 => Err(Error::config(format!(
-            "table {name} does not exist in {target}{}. Check the spelling and the database \
-             (SHOW TABLES FROM db); names typed without double quotes match in any case.",
-            if name.schema.is_none() {
-                format!(" (looked in database {default_db}, the one in the URL)")
-            } else {
-                String::new()
-            }
-        ))),
-        _ => Err(Error::config(format!(
-            "table name {name} is ambiguous in {target}: it matches {}. Put the name in double \
-             quotes to match its exact case.",
-            candidates
-                .iter()
-                .map(|(_, r)| r.table.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let unqualified = text(r, 0) == default_db;
+            candidate(r, unqualified, text(r, 2) == "VIEW")
+        })
+        .collect())
+}
+
+/// The candidate named by a row's `TABLE_SCHEMA`, `TABLE_NAME`.
+fn candidate(r: &Row, unqualified: bool, view: bool) -> Candidate<Resolved> {
+    let table = TableRef::new(text(r, 0), text(r, 1));
+    Candidate {
+        unqualified,
+        object: Resolved {
+            table: table.clone(),
+            view,
+        },
+        table,
     }
 }
 
-/// Base tables in the named databases or matching the patterns (`db.table`).
-pub async fn resolve_many(
-    conn: &mut Conn,
-    selection: &Selection,
-    target: &str,
-) -> Result<Vec<Resolved>> {
-    if selection.patterns.is_empty() && selection.schemas.is_empty() {
-        return Ok(Vec::new());
-    }
-    let patterns = selection
-        .patterns
-        .iter()
-        .map(|p| {
-            regex::Regex::new(&format!("^(?:{p})$")).map_err(|e| {
-                Error::config(format!(
-                    "--tables pattern {p:?} is not a valid regular expression ({e}). It is \
-                     matched against database.table, e.g. --tables 'shop\\.order_.*'."
-                ))
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
+/// Base tables outside the system databases, for `--tables` and `--schema`.
+pub async fn tables(conn: &mut Conn, target: &str) -> Result<Vec<Candidate<Resolved>>> {
     let rows: Vec<Row> = conn
         .query(format!(
             "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES \
@@ -254,301 +218,68 @@ pub async fn resolve_many(
         ))
         .await
         .map_err(err(target))?;
-    let mut out = Vec::new();
-    for r in rows {
-        let table = TableRef {
-            schema: text(&r, 0),
-            name: text(&r, 1),
-        };
-        let full = table.to_string();
-        let in_schema = selection
-            .schemas
-            .iter()
-            .any(|s| s == &table.schema || s.to_lowercase() == table.schema.to_lowercase());
-        if in_schema || patterns.iter().any(|p| p.is_match(&full)) {
-            out.push(Resolved { table, view: false });
+    Ok(rows.iter().map(|r| candidate(r, false, false)).collect())
+}
+
+/// The coordinator's session as `sluice_core::select::discover` sees it. Describing a table
+/// checks the user may read it, and records its split key and whether its engine has
+/// transactions.
+pub struct MyCatalog<'a> {
+    /// The coordinator's session.
+    pub conn: &'a mut Conn,
+    /// Server facts.
+    pub server: &'a ServerInfo,
+    /// The URL's database, where names without one are looked up.
+    pub default_db: &'a str,
+    /// The redacted URL.
+    pub target: &'a str,
+    /// Split keys of the datasets described, by dataset name.
+    pub split_keys: &'a mut SplitKeys,
+    /// Tables in engines without transactions.
+    pub non_transactional: &'a mut NonTransactional,
+}
+
+#[async_trait]
+impl Catalog for MyCatalog<'_> {
+    type Object = Resolved;
+
+    fn naming(&self) -> Naming {
+        NAMING
+    }
+
+    fn target(&self) -> String {
+        self.target.to_string()
+    }
+
+    fn unqualified_scope(&self) -> Option<String> {
+        Some(format!(
+            "looked in database {}, the one in the URL",
+            self.default_db
+        ))
+    }
+
+    async fn candidates(&mut self, name: &QualifiedName) -> Result<Vec<Candidate<Resolved>>> {
+        candidates(self.conn, name, self.default_db, self.target).await
+    }
+
+    async fn tables(&mut self) -> Result<Vec<Candidate<Resolved>>> {
+        tables(self.conn, self.target).await
+    }
+
+    async fn describe(&mut self, c: &Candidate<Resolved>) -> Result<Dataset> {
+        let obj = &c.object;
+        check_select(self.conn, &obj.table, self.server, self.target).await?;
+        let d = describe(self.conn, obj, self.server, self.target).await?;
+        self.split_keys.insert(d.dataset.name.clone(), d.split_key);
+        if let Some(engine) = d.non_transactional {
+            self.non_transactional
+                .add(&d.dataset.name, &obj.table, engine);
         }
+        Ok(d.dataset)
     }
-    Ok(out)
-}
 
-struct RawColumn {
-    name: String,
-    ty: MyType,
-    not_null: bool,
-}
-
-fn columns_of(raw: Vec<RawColumn>) -> Vec<ColumnDesc> {
-    raw.into_iter()
-        .map(|c| {
-            let m = map_type(&c.ty);
-            ColumnDesc {
-                field: m.field(&c.name, !c.not_null),
-                name: c.name,
-                source_type: c.ty.column_type,
-                cast: m.cast,
-                as_text_fallback: m.fallback,
-            }
-        })
-        .collect()
-}
-
-/// Describe a resolved table or view.
-pub async fn describe(
-    conn: &mut Conn,
-    obj: &Resolved,
-    server: &ServerInfo,
-    target: &str,
-) -> Result<Described> {
-    let e = err(target);
-    let t = &obj.table;
-    let name = t.to_string();
-    let rows: Vec<Row> = conn
-        .exec(
-            "SELECT COLUMN_NAME, LOWER(DATA_TYPE), COLUMN_TYPE, IS_NULLABLE, \
-                    NUMERIC_PRECISION, NUMERIC_SCALE, CHARACTER_SET_NAME \
-             FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
-             ORDER BY ORDINAL_POSITION",
-            (t.schema.clone(), t.name.clone()),
-        )
-        .await
-        .map_err(&e)?;
-    if rows.is_empty() {
-        return Err(Error::config(format!(
-            "{name} has no columns visible to {} in {target}; there is nothing to export (or \
-             the user lacks SELECT on it).",
-            server.user
-        )));
-    }
-    let json_cols = if server.flavor == Flavor::Mariadb {
-        mariadb_json_columns(conn, t, target).await?
-    } else {
-        HashSet::new()
-    };
-    let raw: Vec<RawColumn> = rows
-        .iter()
-        .map(|r| {
-            let col = text(r, 0);
-            let data_type = text(r, 1);
-            let column_type = text(r, 2);
-            // bit(n) reports its width as NUMERIC_PRECISION.
-            RawColumn {
-                ty: MyType {
-                    precision: number(r, 4) as u32,
-                    scale: number(r, 5) as u32,
-                    binary_charset: text(r, 6) == "binary",
-                    json_check: json_cols.contains(&col),
-                    data_type,
-                    column_type,
-                },
-                not_null: text(r, 3) == "NO",
-                name: col,
-            }
-        })
-        .collect();
-    let not_null: HashSet<String> = raw
-        .iter()
-        .filter(|c| c.not_null)
-        .map(|c| c.name.clone())
-        .collect();
-    let columns = columns_of(raw);
-
-    let (primary_key, split_key) = if obj.view {
-        (Vec::new(), Vec::new())
-    } else {
-        keys(conn, t, &not_null, target).await?
-    };
-
-    let size: Option<Row> = conn
-        .exec_first(
-            "SELECT t.TABLE_ROWS, t.DATA_LENGTH, t.ENGINE, e.TRANSACTIONS \
-             FROM information_schema.TABLES t \
-             LEFT JOIN information_schema.ENGINES e ON e.ENGINE = t.ENGINE \
-             WHERE t.TABLE_SCHEMA = ? AND t.TABLE_NAME = ?",
-            (t.schema.clone(), t.name.clone()),
-        )
-        .await
-        .map_err(&e)?;
-    let (rows_est, bytes) = size
-        .as_ref()
-        .map(|r| (number(r, 0), number(r, 1)))
-        .unwrap_or((0, 0));
-    // Only an engine the server itself says has no transactions is flagged (a view has none).
-    let non_transactional = size
-        .as_ref()
-        .filter(|r| !obj.view && text(r, 3).eq_ignore_ascii_case("NO"))
-        .map(|r| text(r, 2));
-    let kind = if obj.view {
-        DatasetKind::View
-    } else {
-        DatasetKind::Table
-    };
-    let relations = if obj.view {
-        Vec::new()
-    } else {
-        vec![Relation {
-            table: t.clone(),
-            pages: bytes / 16_384,
-            page_bytes: 16_384,
-            rows: rows_est,
-            bytes,
-        }]
-    };
-    Ok(Described {
-        dataset: Dataset {
-            name,
-            kind,
-            object: Some(t.clone()),
-            relations,
-            query: None,
-            columns,
-            primary_key,
-            estimate: SizeEstimate {
-                rows: rows_est,
-                bytes,
-            },
-            outside_snapshot: Vec::new(),
-            row_security_filtered: false,
-        },
-        split_key,
-        non_transactional,
-    })
-}
-
-/// MariaDB's `JSON` is `LONGTEXT` with an automatic `CHECK (json_valid(col))` named after the
-/// column; find those columns. (MySQL has a real JSON type and reports it in `DATA_TYPE`.)
-async fn mariadb_json_columns(
-    conn: &mut Conn,
-    t: &TableRef,
-    target: &str,
-) -> Result<HashSet<String>> {
-    let rows: Vec<Row> = conn
-        .exec(
-            "SELECT CONSTRAINT_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS \
-             WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ?",
-            (t.schema.clone(), t.name.clone()),
-        )
-        .await
-        .map_err(err(target))?;
-    Ok(rows
-        .iter()
-        .filter_map(|r| {
-            let (name, clause) = (text(r, 0), text(r, 1));
-            let expected = format!("json_valid({})", crate::sql::quote_ident(&name));
-            (clause.eq_ignore_ascii_case(&expected)).then_some(name)
-        })
-        .collect())
-}
-
-/// The primary key, and the key to split on: the primary key, else the unique index with the
-/// fewest columns whose columns are all NOT NULL and indexed whole (no prefix).
-async fn keys(
-    conn: &mut Conn,
-    t: &TableRef,
-    not_null: &HashSet<String>,
-    target: &str,
-) -> Result<(Vec<String>, Vec<String>)> {
-    let rows: Vec<Row> = conn
-        .exec(
-            "SELECT INDEX_NAME, COLUMN_NAME, SUB_PART FROM information_schema.STATISTICS \
-             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND NON_UNIQUE = 0 \
-             ORDER BY INDEX_NAME, SEQ_IN_INDEX",
-            (t.schema.clone(), t.name.clone()),
-        )
-        .await
-        .map_err(err(target))?;
-    let mut indexes: Vec<(String, Vec<String>, bool)> = Vec::new();
-    for r in &rows {
-        let (index, column) = (text(r, 0), text(r, 1));
-        let whole = matches!(r.as_ref(2), Some(Value::NULL) | None) && !column.is_empty();
-        match indexes.last_mut() {
-            Some((name, cols, ok)) if *name == index => {
-                cols.push(column);
-                *ok &= whole;
-            }
-            _ => indexes.push((index, vec![column], whole)),
-        }
-    }
-    let primary = indexes
-        .iter()
-        .find(|(n, _, _)| n == "PRIMARY")
-        .map(|(_, c, _)| c.clone())
-        .unwrap_or_default();
-    if !primary.is_empty() {
-        return Ok((primary.clone(), primary));
-    }
-    let unique = indexes
-        .into_iter()
-        .filter(|(_, cols, whole)| *whole && cols.iter().all(|c| not_null.contains(c)))
-        .min_by_key(|(name, cols, _)| (cols.len(), name.clone()))
-        .map(|(_, c, _)| c)
-        .unwrap_or_default();
-    Ok((Vec::new(), unique))
-}
-
-/// Describe a user query as a dataset, from the column metadata of its prepared statement.
-pub async fn describe_query(conn: &mut Conn, q: &NamedQuery, target: &str) -> Result<Dataset> {
-    let stmt = conn.prep(q.sql.as_str()).await.map_err(|e| {
-        classify(e, Phase::Catalog, target)
-            .context(format!("query {:?} could not be prepared", q.name))
-    })?;
-    let mut seen = HashSet::new();
-    let mut raw = Vec::new();
-    for c in stmt.columns().iter() {
-        let name = c.name_str().into_owned();
-        if !seen.insert(name.clone()) {
-            return Err(Error::config(format!(
-                "query {:?} returns two columns named {name:?}; give them distinct aliases (AS …).",
-                q.name
-            )));
-        }
-        raw.push(RawColumn {
-            ty: crate::types::from_column(c),
-            not_null: false,
-            name,
-        });
-    }
-    let _ = conn.close(stmt).await;
-    if raw.is_empty() {
-        return Err(Error::config(format!(
-            "query {:?} returns no columns.",
-            q.name
-        )));
-    }
-    Ok(Dataset {
-        name: q.name.clone(),
-        kind: DatasetKind::Query,
-        object: None,
-        relations: Vec::new(),
-        query: Some(q.sql.clone()),
-        columns: columns_of(raw),
-        primary_key: Vec::new(),
-        estimate: SizeEstimate::default(),
-        outside_snapshot: Vec::new(),
-        row_security_filtered: false,
-    })
-}
-
-/// Check the user may read every column of `t` now, so a missing privilege fails before the
-/// snapshot with a clear message rather than mid-run.
-pub async fn check_select(
-    conn: &mut Conn,
-    t: &TableRef,
-    server: &ServerInfo,
-    target: &str,
-) -> Result<()> {
-    let sql = format!("SELECT * FROM {} LIMIT 0", quote_table(t));
-    match conn.query_drop(sql).await {
-        Ok(()) => Ok(()),
-        Err(e) if matches!(crate::error::server_code(&e), Some(1142 | 1143)) => {
-            Err(Error::source_permanent(format!(
-                "user {} has no SELECT privilege on {t} in {target}. Grant it (GRANT SELECT ON \
-                 {} TO …), or connect as a user that has it.",
-                server.user,
-                quote_table(t)
-            )))
-        }
-        Err(e) => Err(classify(e, Phase::Catalog, target)),
+    async fn describe_query(&mut self, q: &NamedQuery) -> Result<Dataset> {
+        describe_query(self.conn, q, self.target).await
     }
 }
 

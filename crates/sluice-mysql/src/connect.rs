@@ -16,16 +16,21 @@
 //! The driver's own "skip the host name" switch does not work with the rustls version in use,
 //! so `VERIFY_CA` handles a host-name mismatch itself: the chain was verified before the name
 //! (see `sluice_core::tls`), and the session is made again naming a host the certificate holds.
+//!
+//! Length: about 530 lines of code plus its unit tests. Parsing a URL (with its TLS options)
+//! and connecting with them are one sequence: the TLS level decides how a refused handshake is
+//! retried and worded, so they stay together; the run's session registry lives in harm.rs.
 
 use crate::error::{Phase, classify};
 use mysql_async::{ClientIdentity, Conn, OptsBuilder, SslOpts};
 use sluice_core::redact::{redact_url, scrub};
 use sluice_core::tls::{self as core_tls, Problem, Roots};
 use sluice_core::{Error, ErrorKind, Result, Retry};
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+pub use crate::harm::{SessionState, Sessions};
 
 /// Settings every session runs right after connecting.
 const SESSION_INIT: &[&str] = &["SET time_zone = '+00:00', NAMES utf8mb4, \
@@ -528,59 +533,6 @@ enum Failed {
     Driver(mysql_async::Error),
     /// Final.
     Done(Error),
-}
-
-/// The connection ids of one run's sessions, and when its shared snapshot began; shared by the
-/// coordinator, its readers and the harm probe (MySQL has no session tag to search for).
-#[derive(Debug, Default)]
-pub struct SessionState {
-    /// Connection ids opened by the run (closed ones are simply no longer found).
-    pub ids: BTreeSet<u32>,
-    /// When the shared snapshot's transactions started, while they are open.
-    pub snapshot_since: Option<Instant>,
-    /// Tables whose metadata locks the run's sessions hold, and sessions seen waiting on them.
-    pub locks: crate::harm::LockBook,
-}
-
-/// Shared handle on [`SessionState`].
-#[derive(Debug, Clone, Default)]
-pub struct Sessions(Arc<Mutex<SessionState>>);
-
-impl Sessions {
-    /// Record a new session.
-    pub fn add(&self, id: u32) {
-        if let Ok(mut s) = self.0.lock() {
-            s.ids.insert(id);
-        }
-    }
-
-    /// The ids recorded so far.
-    pub fn ids(&self) -> Vec<u32> {
-        self.0
-            .lock()
-            .map(|s| s.ids.iter().copied().collect())
-            .unwrap_or_default()
-    }
-
-    /// Mark the shared snapshot as started now (`Some`) or ended (`None`).
-    pub fn set_snapshot(&self, since: Option<Instant>) {
-        if let Ok(mut s) = self.0.lock() {
-            s.snapshot_since = since;
-        }
-    }
-
-    /// Read or update the lock book (see [`crate::harm::LockBook`]).
-    pub fn locks<R>(&self, f: impl FnOnce(&mut crate::harm::LockBook) -> R) -> Option<R> {
-        self.0.lock().ok().map(|mut s| f(&mut s.locks))
-    }
-
-    /// How long the shared snapshot has been open, if it is.
-    pub fn snapshot_age(&self) -> Option<Duration> {
-        self.0
-            .lock()
-            .ok()
-            .and_then(|s| s.snapshot_since.map(|t| t.elapsed()))
-    }
 }
 
 #[cfg(test)]

@@ -21,7 +21,11 @@ use arrow_schema::{DataType, SchemaRef, TimeUnit};
 use mysql_async::Value;
 use sluice_core::ColumnDesc;
 use sluice_core::columns::{BatchBuilder, ColumnBuilder};
+use sluice_core::values::micros_of_day;
 use std::collections::BTreeMap;
+
+mod value;
+use value::*;
 
 /// A value that could not be decoded. The reader adds the column and row position.
 #[derive(Debug, Clone, PartialEq)]
@@ -92,279 +96,6 @@ impl Conv {
             Conv::Dec128(_) => 16,
             Conv::Dec256(_) => 32,
         }
-    }
-}
-
-/// Source facts that change how bytes are read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Source {
-    Plain,
-    /// `bit(n)`: big-endian bytes.
-    Bit,
-    /// Geometry: SRID (u32 LE) + WKB.
-    Geometry,
-}
-
-/// An integer from a driver value: binary `Int`/`UInt`, text digits, or `bit` bytes.
-fn int_of(v: &Value, src: Source) -> DResult<i128> {
-    match v {
-        Value::Int(i) => Ok(*i as i128),
-        Value::UInt(u) => Ok(*u as i128),
-        Value::Bytes(b) if src == Source::Bit => {
-            if b.len() > 8 {
-                return err("bit value wider than 64 bits");
-            }
-            Ok(b.iter().fold(0u64, |acc, x| (acc << 8) | *x as u64) as i128)
-        }
-        Value::Bytes(b) => parse_int(b),
-        other => err(format!("expected an integer, got {other:?}")),
-    }
-}
-
-fn parse_int(b: &[u8]) -> DResult<i128> {
-    let (neg, digits) = match b.first() {
-        Some(b'-') => (true, &b[1..]),
-        Some(b'+') => (false, &b[1..]),
-        _ => (false, b),
-    };
-    if digits.is_empty() || digits.len() > 20 {
-        return err(format!(
-            "{:?} is not an integer",
-            String::from_utf8_lossy(b)
-        ));
-    }
-    let mut n: i128 = 0;
-    for &c in digits {
-        if !c.is_ascii_digit() {
-            return err(format!(
-                "{:?} is not an integer",
-                String::from_utf8_lossy(b)
-            ));
-        }
-        n = n * 10 + (c - b'0') as i128;
-    }
-    Ok(if neg { -n } else { n })
-}
-
-fn fits<T: TryFrom<i128>>(n: i128, what: &str) -> DResult<T> {
-    T::try_from(n).map_err(|_| DecodeError(format!("{n} does not fit {what}")))
-}
-
-fn float_of(v: &Value) -> DResult<f64> {
-    match v {
-        Value::Float(f) => Ok(*f as f64),
-        Value::Double(f) => Ok(*f),
-        Value::Int(i) => Ok(*i as f64),
-        Value::UInt(u) => Ok(*u as f64),
-        Value::Bytes(b) => std::str::from_utf8(b)
-            .ok()
-            .and_then(|s| s.parse::<f64>().ok())
-            .ok_or_else(|| {
-                DecodeError(format!("{:?} is not a number", String::from_utf8_lossy(b)))
-            }),
-        other => err(format!("expected a number, got {other:?}")),
-    }
-}
-
-/// Decimal text (`-123.4500`) as an integer scaled by 10^scale, generic over i128 / i256.
-/// Extra fraction digits must be zeros: nothing is silently rounded.
-macro_rules! decimal_from_text {
-    ($name:ident, $t:ty, $from:expr, $zero:expr) => {
-        fn $name(b: &[u8], scale: i8) -> DResult<$t> {
-            let bad = || DecodeError(format!("{:?} is not a decimal", String::from_utf8_lossy(b)));
-            let overflow = || DecodeError("decimal does not fit the column's precision".into());
-            let (neg, rest) = match b.first() {
-                Some(b'-') => (true, &b[1..]),
-                _ => (false, b),
-            };
-            let (int, frac) = match rest.iter().position(|c| *c == b'.') {
-                Some(i) => (&rest[..i], &rest[i + 1..]),
-                None => (rest, &rest[rest.len()..]),
-            };
-            if int.is_empty() && frac.is_empty() {
-                return Err(bad());
-            }
-            let ten: $t = $from(10);
-            let mut acc: $t = $zero;
-            let scale = scale.max(0) as usize;
-            for (i, &c) in int.iter().chain(frac.iter()).enumerate() {
-                if !c.is_ascii_digit() {
-                    return Err(bad());
-                }
-                if i >= int.len() + scale {
-                    if c != b'0' {
-                        return Err(DecodeError(
-                            "decimal has more fraction digits than the column's scale".into(),
-                        ));
-                    }
-                    continue;
-                }
-                acc = acc
-                    .checked_mul(ten)
-                    .and_then(|a| a.checked_add($from((c - b'0') as i128)))
-                    .ok_or_else(overflow)?;
-            }
-            for _ in frac.len()..scale {
-                acc = acc.checked_mul(ten).ok_or_else(overflow)?;
-            }
-            Ok(if neg {
-                acc.checked_neg().ok_or_else(overflow)?
-            } else {
-                acc
-            })
-        }
-    };
-}
-decimal_from_text!(decimal_i128, i128, |x: i128| x, 0i128);
-decimal_from_text!(decimal_i256, i256, i256::from_i128, i256::ZERO);
-
-/// Days from 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
-pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m as i64 + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn days_in_month(y: i64, m: u32) -> u32 {
-    match m {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        _ if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
-        _ => 28,
-    }
-}
-
-/// A date-time split into parts, as both protocols can give it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Civil {
-    y: i64,
-    mo: u32,
-    d: u32,
-    h: u32,
-    mi: u32,
-    s: u32,
-    us: u32,
-}
-
-fn digits(b: &[u8]) -> Option<u32> {
-    if b.is_empty() || b.len() > 9 {
-        return None;
-    }
-    b.iter().try_fold(0u32, |acc, c| {
-        c.is_ascii_digit().then(|| acc * 10 + (c - b'0') as u32)
-    })
-}
-
-/// Fraction digits (`5` → 500000 µs).
-fn micros_of_fraction(b: &[u8]) -> Option<u32> {
-    if b.is_empty() || b.len() > 6 {
-        return None;
-    }
-    let v = digits(b)?;
-    Some(v * 10u32.pow(6 - b.len() as u32))
-}
-
-/// Parse `YYYY-MM-DD[ HH:MM:SS[.ffffff]]`.
-fn parse_civil(b: &[u8]) -> Option<Civil> {
-    if b.len() < 10 || b[4] != b'-' || b[7] != b'-' {
-        return None;
-    }
-    let mut c = Civil {
-        y: digits(&b[0..4])? as i64,
-        mo: digits(&b[5..7])?,
-        d: digits(&b[8..10])?,
-        h: 0,
-        mi: 0,
-        s: 0,
-        us: 0,
-    };
-    if b.len() > 10 {
-        let t = &b[11..];
-        if t.len() < 8 || t[2] != b':' || t[5] != b':' {
-            return None;
-        }
-        c.h = digits(&t[0..2])?;
-        c.mi = digits(&t[3..5])?;
-        c.s = digits(&t[6..8])?;
-        if t.len() > 8 {
-            if t[8] != b'.' {
-                return None;
-            }
-            c.us = micros_of_fraction(&t[9..])?;
-        }
-    }
-    Some(c)
-}
-
-fn civil_of(v: &Value) -> DResult<Civil> {
-    match v {
-        Value::Date(y, mo, d, h, mi, s, us) => Ok(Civil {
-            y: *y as i64,
-            mo: *mo as u32,
-            d: *d as u32,
-            h: *h as u32,
-            mi: *mi as u32,
-            s: *s as u32,
-            us: *us,
-        }),
-        Value::Bytes(b) => parse_civil(b)
-            .ok_or_else(|| DecodeError(format!("{:?} is not a date", String::from_utf8_lossy(b)))),
-        other => err(format!("expected a date, got {other:?}")),
-    }
-}
-
-/// Days since 1970 for a valid date, `None` for a zero, partial-zero or invalid one.
-fn valid_days(c: &Civil) -> Option<i64> {
-    if c.mo == 0 || c.mo > 12 || c.d == 0 || c.d > days_in_month(c.y, c.mo) {
-        return None;
-    }
-    Some(days_from_civil(c.y, c.mo, c.d))
-}
-
-/// Microseconds of a signed MySQL `time` (`-838:59:59.000000`).
-fn duration_of(v: &Value) -> DResult<i64> {
-    match v {
-        Value::Time(neg, days, h, m, s, us) => {
-            let secs = ((*days as i64 * 24 + *h as i64) * 60 + *m as i64) * 60 + *s as i64;
-            let t = secs * 1_000_000 + *us as i64;
-            Ok(if *neg { -t } else { t })
-        }
-        Value::Bytes(b) => {
-            let bad = || DecodeError(format!("{:?} is not a time", String::from_utf8_lossy(b)));
-            let (neg, rest) = match b.first() {
-                Some(b'-') => (true, &b[1..]),
-                _ => (false, &b[..]),
-            };
-            let (hms, frac) = match rest.iter().position(|c| *c == b'.') {
-                Some(i) => (&rest[..i], Some(&rest[i + 1..])),
-                None => (rest, None),
-            };
-            let mut parts = hms.split(|c| *c == b':');
-            let h = parts.next().and_then(digits).ok_or_else(bad)? as i64;
-            let m = parts.next().and_then(digits).ok_or_else(bad)? as i64;
-            let s = parts.next().and_then(digits).ok_or_else(bad)? as i64;
-            if parts.next().is_some() {
-                return Err(bad());
-            }
-            let us = match frac {
-                Some(f) => micros_of_fraction(f).ok_or_else(bad)? as i64,
-                None => 0,
-            };
-            let t = ((h * 60 + m) * 60 + s) * 1_000_000 + us;
-            Ok(if neg { -t } else { t })
-        }
-        other => err(format!("expected a time, got {other:?}")),
-    }
-}
-
-fn bytes_of(v: &Value) -> DResult<&[u8]> {
-    match v {
-        Value::Bytes(b) => Ok(b),
-        other => err(format!("expected bytes, got {other:?}")),
     }
 }
 
@@ -501,8 +232,8 @@ impl ValueDecoder {
                 col.push_f32(f)
             }
             Conv::F64 => col.push_f64(float_of(&v)?),
-            Conv::Dec128(s) => col.push_i128(decimal_i128(bytes_of(&v)?, s)?),
-            Conv::Dec256(s) => col.push_i256(decimal_i256(bytes_of(&v)?, s)?),
+            Conv::Dec128(s) => col.push_i128(decimal::<i128>(bytes_of(&v)?, s)?),
+            Conv::Dec256(s) => col.push_i256(decimal::<i256>(bytes_of(&v)?, s)?),
             Conv::Bytes if src == Source::Geometry => {
                 let bytes = bytes_of(&v)?;
                 if bytes.len() < 5 {
@@ -533,11 +264,9 @@ impl ValueDecoder {
             Conv::Ts => {
                 let c = civil_of(&v)?;
                 match valid_days(&c) {
-                    Some(d) => col.push_i64(
-                        ((d * 24 + c.h as i64) * 60 + c.mi as i64) * 60_000_000
-                            + c.s as i64 * 1_000_000
-                            + c.us as i64,
-                    ),
+                    Some(d) => {
+                        col.push_i64(d * 86_400_000_000 + micros_of_day(c.h, c.mi, c.s, c.us))
+                    }
                     None => return self.zero_date(i, col, &c),
                 }
             }
@@ -643,23 +372,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn decimals_from_text_are_exact() {
-        assert_eq!(decimal_i128(b"123.45", 2).unwrap(), 12345);
-        assert_eq!(decimal_i128(b"-0.005", 3).unwrap(), -5);
-        assert_eq!(decimal_i128(b"7", 2).unwrap(), 700);
-        assert_eq!(decimal_i128(b"1.50", 1).unwrap(), 15);
-        assert!(decimal_i128(b"1.55", 1).is_err());
-        assert!(decimal_i128(b"abc", 1).is_err());
-        let big = format!("-{}", "9".repeat(65));
-        assert!(decimal_i256(big.as_bytes(), 0).is_ok());
-        assert!(decimal_i128(big.as_bytes(), 0).is_err());
-    }
-
-    #[test]
     fn dates_and_times() {
-        assert_eq!(days_from_civil(1970, 1, 1), 0);
-        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
-        assert_eq!(days_from_civil(0, 1, 1), -719_528);
         let c = parse_civil(b"2024-02-29 23:59:59.5").unwrap();
         assert_eq!((c.h, c.mi, c.s, c.us), (23, 59, 59, 500_000));
         assert!(valid_days(&c).is_some());

@@ -7,18 +7,7 @@
 
 use sluice_core::{Error, ErrorKind, Retry};
 
-/// What the failing operation was, so the message can say what to do about it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Opening a session.
-    Connect,
-    /// Reading the catalog or planning.
-    Catalog,
-    /// Taking the global lock or starting the snapshot.
-    Snapshot,
-    /// Streaming rows.
-    Read,
-}
+pub use sluice_core::error::Phase;
 
 /// Server and client error numbers sluice treats specially.
 #[allow(missing_docs)]

@@ -1,6 +1,6 @@
 //! Sampling the harm a run does to MySQL/MariaDB, from a session of its own.
 //!
-//! The run's sessions are found by connection id (see `connect::Sessions`) in
+//! The run's sessions are recorded by connection id in [`Sessions`] and found in
 //! `information_schema.PROCESSLIST`, which every user may read for their own sessions.
 //! Statement age comes from MariaDB's `TIME_MS` or MySQL's whole-second `TIME`. The longest
 //! transaction is the shared snapshot's age, known to the run itself (reading InnoDB's
@@ -23,7 +23,7 @@
 //! report lists them.
 
 use crate::catalog::{self, Flavor};
-use crate::connect::{MyTarget, Sessions};
+use crate::connect::MyTarget;
 use crate::error::{Phase, classify};
 use crate::sql::names_table;
 use async_trait::async_trait;
@@ -31,8 +31,9 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
 use sluice_core::table::TableRef;
 use sluice_core::{HarmProbe, HarmSample, Result};
-use std::collections::BTreeMap;
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// A session seen waiting for a metadata lock one of the run's sessions holds.
 #[derive(Debug, Clone, PartialEq)]
@@ -255,15 +256,65 @@ impl HarmProbe for MyHarmProbe {
     }
 }
 
+/// The connection ids of one run's sessions, and when its shared snapshot began; shared by the
+/// coordinator, its readers and the harm probe (MySQL has no session tag to search for).
+#[derive(Debug, Default)]
+pub struct SessionState {
+    /// Connection ids opened by the run (closed ones are simply no longer found).
+    pub ids: BTreeSet<u32>,
+    /// When the shared snapshot's transactions started, while they are open.
+    pub snapshot_since: Option<Instant>,
+    /// Tables whose metadata locks the run's sessions hold, and sessions seen waiting on them.
+    pub locks: LockBook,
+}
+
+/// Shared handle on [`SessionState`].
+#[derive(Debug, Clone, Default)]
+pub struct Sessions(Arc<Mutex<SessionState>>);
+
+impl Sessions {
+    /// Record a new session.
+    pub fn add(&self, id: u32) {
+        if let Ok(mut s) = self.0.lock() {
+            s.ids.insert(id);
+        }
+    }
+
+    /// The ids recorded so far.
+    pub fn ids(&self) -> Vec<u32> {
+        self.0
+            .lock()
+            .map(|s| s.ids.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Mark the shared snapshot as started now (`Some`) or ended (`None`).
+    pub fn set_snapshot(&self, since: Option<Instant>) {
+        if let Ok(mut s) = self.0.lock() {
+            s.snapshot_since = since;
+        }
+    }
+
+    /// Read or update the lock book (see [`LockBook`]).
+    pub fn locks<R>(&self, f: impl FnOnce(&mut LockBook) -> R) -> Option<R> {
+        self.0.lock().ok().map(|mut s| f(&mut s.locks))
+    }
+
+    /// How long the shared snapshot has been open, if it is.
+    pub fn snapshot_age(&self) -> Option<Duration> {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|s| s.snapshot_since.map(|t| t.elapsed()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn t(schema: &str, name: &str) -> TableRef {
-        TableRef {
-            schema: schema.into(),
-            name: name.into(),
-        }
+        TableRef::new(schema, name)
     }
 
     #[test]

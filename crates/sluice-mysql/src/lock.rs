@@ -29,6 +29,9 @@
 //!
 //! Nothing here kills other sessions' statements (mydumper's `--kill-long-queries`): an export
 //! must not destroy someone else's work; the message names them so a person can decide.
+//!
+//! Length: about 470 lines of code plus its unit tests: taking the lock, the long-query guard
+//! before it and the bounded wait are one protocol, kept in one place.
 
 use crate::catalog::{self, Flavor, ServerInfo};
 use crate::error::{Phase, classify, code};

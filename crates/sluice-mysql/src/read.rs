@@ -15,19 +15,19 @@
 //! a permanent error telling the user to let the DDL through and `--resume` (retrying in the
 //! same snapshot could only wait again).
 
-use crate::chunking::from_clause;
 use crate::connect::{Protocol, Sessions, ZeroDates};
 use crate::decode::{Adjustments, RowDecoder};
 use crate::error::{Phase, classify, code, server_code};
-use crate::sql::{hex_literal, quote_ident, quote_literal};
-use arrow_schema::DataType;
+use crate::sql::{MyDialect, quote_ident};
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, QueryResult, Row};
+use sluice_core::batch::value_error;
+use sluice_core::clause;
 use sluice_core::table::TableRef;
 use sluice_core::{
-    BatchSender, Chunk, ChunkBounds, ChunkReader, ColumnDesc, Dataset, Error, ReadStats, Result,
+    BatchSender, Chunk, ChunkReader, Dataset, Decoder, Error, ReadLoop, ReadStats, Result,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -193,175 +193,43 @@ impl MyReader {
     }
 }
 
-fn is_numeric_text(v: &str) -> bool {
-    let body = v.strip_prefix('-').unwrap_or(v);
-    !body.is_empty()
-        && body
-            .bytes()
-            .all(|c| c.is_ascii_digit() || matches!(c, b'.' | b'e' | b'E' | b'+' | b'-'))
-        && body.bytes().next().is_some_and(|c| c.is_ascii_digit())
-}
-
-/// The SQL literal of a key bound `v` for column `c`: numbers validated and written bare, binary
-/// keys (carried as hex) as `X'…'`, everything else as a utf8mb4 text literal the server
-/// converts to the column's type.
-fn literal(c: &ColumnDesc, v: &str) -> Result<String> {
-    let bad = || {
-        Error::config(format!(
-            "key bound {v:?} is not a valid value of column {:?} ({}); the run state may have \
-             been edited: use --overwrite to plan again",
-            c.name, c.source_type
-        ))
-    };
-    match c.field.data_type() {
-        dt if dt.is_integer() => v.parse::<i128>().map(|n| n.to_string()).map_err(|_| bad()),
-        DataType::Float32
-        | DataType::Float64
-        | DataType::Decimal128(..)
-        | DataType::Decimal256(..) => {
-            if is_numeric_text(v) {
-                Ok(v.to_string())
-            } else {
-                Err(bad())
-            }
-        }
-        DataType::Binary => {
-            if !v.len().is_multiple_of(2) || !v.bytes().all(|c| c.is_ascii_hexdigit()) {
-                return Err(bad());
-            }
-            let bytes: Vec<u8> = (0..v.len())
-                .step_by(2)
-                .filter_map(|i| u8::from_str_radix(&v[i..i + 2], 16).ok())
-                .collect();
-            Ok(hex_literal(&bytes))
-        }
-        _ => Ok(quote_literal(v)),
-    }
-}
-
-fn key_parts(ds: &Dataset, cols: &[String], vals: &[String]) -> Result<Vec<(String, String)>> {
-    if cols.len() != vals.len() {
-        return Err(Error::internal(format!(
-            "{}: a key bound has {} values for {} columns",
-            ds.name,
-            vals.len(),
-            cols.len()
-        )));
-    }
-    cols.iter()
-        .zip(vals)
-        .map(|(c, v)| {
-            let d = ds.columns.iter().find(|d| &d.name == c).ok_or_else(|| {
-                Error::config(format!("key column {c:?} is not a column of {}", ds.name))
-            })?;
-            Ok((quote_ident(c), literal(d, v)?))
-        })
-        .collect()
-}
-
-/// `(cols) >= (vals)` in lexicographic order, spelled out so every server's range optimizer
-/// uses the index: `a > x OR (a = x AND b >= y)`.
-pub fn at_least(ds: &Dataset, cols: &[String], vals: &[String]) -> Result<String> {
-    lexicographic(&key_parts(ds, cols, vals)?, ">=")
-}
-
-/// `(cols) < (vals)` in lexicographic order.
-pub fn below(ds: &Dataset, cols: &[String], vals: &[String]) -> Result<String> {
-    lexicographic(&key_parts(ds, cols, vals)?, "<")
-}
-
-fn lexicographic(parts: &[(String, String)], last_op: &str) -> Result<String> {
-    let strict = if last_op == ">=" { ">" } else { "<" };
-    let mut alternatives = Vec::new();
-    for i in 0..parts.len() {
-        let mut conj: Vec<String> = parts[..i]
-            .iter()
-            .map(|(c, v)| format!("{c} = {v}"))
-            .collect();
-        let op = if i + 1 == parts.len() {
-            last_op
-        } else {
-            strict
-        };
-        conj.push(format!("{} {op} {}", parts[i].0, parts[i].1));
-        alternatives.push(conj.join(" AND "));
-    }
-    match alternatives.len() {
-        0 => Err(Error::internal("a key bound with no columns")),
-        1 => Ok(alternatives.remove(0)),
-        _ => Ok(format!("(({}))", alternatives.join(") OR ("))),
-    }
-}
-
-/// The WHERE clause selecting `bounds` (empty for the whole relation).
-fn predicate(ds: &Dataset, bounds: &ChunkBounds) -> Result<String> {
-    Ok(match bounds {
-        ChunkBounds::Whole => String::new(),
-        ChunkBounds::Pages { .. } => {
-            return Err(Error::config(format!(
-                "{}: a page-range chunk cannot be read from MySQL/MariaDB (the run state comes \
-                 from another engine?); use --overwrite to plan again",
-                ds.name
-            )));
-        }
-        ChunkBounds::Keys {
-            columns,
-            lower,
-            upper,
-        } => {
-            let mut conds: Vec<String> = Vec::new();
-            for c in columns {
-                let d = ds.columns.iter().find(|d| &d.name == c).ok_or_else(|| {
-                    Error::config(format!("key column {c:?} is not a column of {}", ds.name))
-                })?;
-                if d.field.is_nullable() {
-                    conds.push(format!("{} IS NOT NULL", quote_ident(c)));
-                }
-            }
-            if let Some(l) = lower {
-                conds.push(at_least(ds, columns, l)?);
-            }
-            if let Some(u) = upper {
-                conds.push(below(ds, columns, u)?);
-            }
-            if conds.is_empty() {
-                String::new()
-            } else {
-                format!(" WHERE {}", conds.join(" AND "))
-            }
-        }
-        ChunkBounds::KeyNulls { columns } => {
-            let any: Vec<String> = columns
-                .iter()
-                .map(|c| format!("{} IS NULL", quote_ident(c)))
-                .collect();
-            format!(" WHERE ({})", any.join(" OR "))
-        }
-    })
-}
-
 /// The SELECT that streams `chunk` of `ds`; `high_priority` lets it pass writers queued for a
 /// table-level lock (MyISAM, Aria, MEMORY; no effect on InnoDB).
 pub fn select_sql(ds: &Dataset, chunk: &Chunk, high_priority: bool) -> Result<String> {
-    let cols: Vec<String> = ds
-        .columns
-        .iter()
-        .map(|c| {
+    let select = clause::select_chunk(
+        &MyDialect,
+        ds,
+        chunk.relation.as_ref(),
+        &chunk.bounds,
+        |c| {
             let q = quote_ident(&c.name);
             match c.cast.as_deref() {
                 Some("CHAR") => format!("CAST({q} AS CHAR CHARACTER SET utf8mb4) AS {q}"),
                 Some(t) => format!("CAST({q} AS {t}) AS {q}"),
                 None => q,
             }
-        })
-        .collect();
-    let from = from_clause(ds, chunk.relation.as_ref())?;
-    let pred = predicate(ds, &chunk.bounds)?;
-    Ok(format!(
-        "SELECT {}{} FROM {from}{pred}",
-        if high_priority { "HIGH_PRIORITY " } else { "" },
-        cols.join(", ")
-    ))
+        },
+    )?;
+    Ok(if high_priority {
+        select.replacen("SELECT ", "SELECT HIGH_PRIORITY ", 1)
+    } else {
+        select
+    })
+}
+
+impl Decoder for RowDecoder {
+    fn rows(&self) -> usize {
+        RowDecoder::rows(self)
+    }
+    fn buffered_bytes(&self) -> usize {
+        RowDecoder::buffered_bytes(self)
+    }
+    fn finish_batch(&mut self) -> Result<arrow_array::RecordBatch> {
+        RowDecoder::finish_batch(self)
+    }
+    fn recycle(&mut self, batch: arrow_array::RecordBatch) {
+        RowDecoder::recycle(self, batch)
+    }
 }
 
 /// Pull rows from `result` into `dec`, sending a batch whenever the byte budget is reached.
@@ -373,10 +241,7 @@ async fn drain<P: mysql_async::prelude::Protocol + Unpin>(
     what: &str,
     target: &str,
 ) -> Result<ReadStats> {
-    let mut stats = ReadStats::default();
-    let mut unreported_wire = 0u64;
-    let mut sent = false;
-    let budget = out.batch_bytes();
+    let mut batches = ReadLoop::new(out, what);
     let stream = result
         .stream::<Row>()
         .await
@@ -385,49 +250,16 @@ async fn drain<P: mysql_async::prelude::Protocol + Unpin>(
         while let Some(row) = stream.next().await {
             let row = row.map_err(|e| classify(e, Phase::Read, target).context(what))?;
             match dec.append(row.unwrap_raw()) {
-                Ok(n) => {
-                    stats.wire_bytes += n as u64;
-                    unreported_wire += n as u64;
-                }
+                Ok(n) => batches.received(n as u64),
                 Err(e) => {
-                    let col = dec
-                        .failed_column()
-                        .and_then(|i| ds.columns.get(i))
-                        .map(|c| format!(" column {:?} ({})", c.name, c.source_type))
-                        .unwrap_or_default();
-                    return Err(Error::data(format!(
-                        "{what}{col}, row {}: {}.",
-                        stats.rows + dec.rows() as u64 + 1,
-                        e.0
-                    )));
+                    let col = dec.failed_column().and_then(|i| ds.columns.get(i));
+                    return Err(value_error(what, col, batches.row_number(&*dec), &e.0));
                 }
             }
-            if dec.buffered_bytes() >= budget {
-                let batch = dec.finish_batch().map_err(|e| e.context(what))?;
-                let rows = batch.num_rows() as u64;
-                stats.rows += rows;
-                out.progress(rows, std::mem::take(&mut unreported_wire));
-                if out.send(batch).await.is_err() {
-                    return Err(Error::interrupted(format!("{what}: the writer stopped")));
-                }
-                // The writer has finished the batch before this one: reuse its memory.
-                if let Some(done) = out.recycled() {
-                    dec.recycle(done);
-                }
-                sent = true;
-            }
+            batches.step(dec).await?;
         }
     }
-    if dec.rows() > 0 || !sent {
-        let batch = dec.finish_batch().map_err(|e| e.context(what))?;
-        let rows = batch.num_rows() as u64;
-        stats.rows += rows;
-        out.progress(rows, unreported_wire);
-        if out.send(batch).await.is_err() {
-            return Err(Error::interrupted(format!("{what}: the writer stopped")));
-        }
-    }
-    Ok(stats)
+    batches.finish(dec).await
 }
 
 #[async_trait]
@@ -463,23 +295,5 @@ impl ChunkReader for MyReader {
 
     fn session_id(&self) -> Option<u64> {
         Some(self.conn.id() as u64)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn composite_bounds_are_one_parenthesised_condition() {
-        let parts = vec![
-            ("`a`".to_string(), "1".to_string()),
-            ("`b`".to_string(), "X'00'".to_string()),
-        ];
-        assert_eq!(
-            lexicographic(&parts, ">=").unwrap(),
-            "((`a` > 1) OR (`a` = 1 AND `b` >= X'00'))"
-        );
-        assert_eq!(lexicographic(&parts[..1], "<").unwrap(), "`a` < 1");
     }
 }

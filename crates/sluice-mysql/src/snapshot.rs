@@ -59,7 +59,7 @@ use sluice_core::{
     Chunk, ChunkReader, ChunkRequest, Consistency, Coordinator, Dataset, Error, Position, Result,
     RunFacts, Selection, SnapshotInfo,
 };
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Instant;
 
 /// Sessions started on the shared snapshot beyond the workers, to replace a worker's lost
@@ -300,49 +300,19 @@ impl Coordinator for MyCoordinator {
     async fn discover(&mut self, selection: &Selection) -> Result<Vec<Dataset>> {
         let display = self.target.display().to_string();
         let db = self.target.database().to_string();
-        let server = self.server.clone();
         let conn = self
             .conn
             .as_mut()
             .ok_or_else(|| Error::internal("the coordinator session was already released"))?;
-        let mut objects = Vec::new();
-        for name in &selection.tables {
-            objects.push(catalog::resolve_name(conn, name, &db, &display).await?);
-        }
-        let many = catalog::resolve_many(conn, selection, &display).await?;
-        if many.is_empty() && selection.tables.is_empty() && selection.queries.is_empty() {
-            return Err(Error::config(format!(
-                "no table in {display} matches --tables {:?} / --schema {:?}. List the tables \
-                 with SHOW TABLES FROM <database> and adjust the pattern (it must match all of \
-                 database.table).",
-                selection.patterns, selection.schemas
-            )));
-        }
-        objects.extend(many);
-        let mut seen = HashSet::new();
-        let mut datasets = Vec::new();
-        for obj in objects {
-            if seen.insert(obj.table.clone()) {
-                catalog::check_select(conn, &obj.table, &server, &display).await?;
-                let d = catalog::describe(conn, &obj, &server, &display).await?;
-                self.split_keys.insert(d.dataset.name.clone(), d.split_key);
-                if let Some(engine) = d.non_transactional {
-                    self.non_transactional
-                        .add(&d.dataset.name, &obj.table, engine);
-                }
-                datasets.push(d.dataset);
-            }
-        }
-        let mut names: HashSet<String> = datasets.iter().map(|d| d.name.clone()).collect();
-        for q in &selection.queries {
-            if !names.insert(q.name.clone()) {
-                return Err(Error::config(format!(
-                    "two datasets are named {:?}; give each --query a distinct name.",
-                    q.name
-                )));
-            }
-            datasets.push(catalog::describe_query(conn, q, &display).await?);
-        }
+        let mut catalog = catalog::MyCatalog {
+            conn,
+            server: &self.server,
+            default_db: &db,
+            target: &display,
+            split_keys: &mut self.split_keys,
+            non_transactional: &mut self.non_transactional,
+        };
+        let datasets = sluice_core::select::discover(&mut catalog, selection).await?;
         self.datasets = datasets.clone();
         Ok(datasets)
     }

@@ -6,7 +6,11 @@
 //! well as quotes, so they are safe whether or not the session runs with
 //! `NO_BACKSLASH_ESCAPES`.
 
-use sluice_core::table::TableRef;
+use arrow_schema::DataType;
+use sluice_core::clause::Dialect;
+use sluice_core::keyrange::{Boundaries, KeyDialect};
+use sluice_core::table::{ColumnDesc, Dataset, TableRef};
+use sluice_core::{Error, Result};
 
 /// Quote an identifier: wrap in backticks, double any inner backtick. Always quotes, so case,
 /// reserved words and special characters survive exactly.
@@ -40,6 +44,111 @@ pub fn hex_literal(bytes: &[u8]) -> String {
     }
     s.push('\'');
     s
+}
+
+/// MySQL/MariaDB's SQL for the chunk clauses and key-range planning of `sluice_core`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MyDialect;
+
+fn is_numeric_text(v: &str) -> bool {
+    let body = v.strip_prefix('-').unwrap_or(v);
+    !body.is_empty()
+        && body
+            .bytes()
+            .all(|c| c.is_ascii_digit() || matches!(c, b'.' | b'e' | b'E' | b'+' | b'-'))
+        && body.bytes().next().is_some_and(|c| c.is_ascii_digit())
+}
+
+impl Dialect for MyDialect {
+    fn engine(&self) -> &'static str {
+        "MySQL/MariaDB"
+    }
+
+    fn quote_ident(&self, name: &str) -> String {
+        quote_ident(name)
+    }
+
+    /// Numbers validated and written bare, binary keys (carried as hex) as `X'…'`, everything
+    /// else as a utf8mb4 text literal the server converts to the column's type.
+    fn key_literal(&self, c: &ColumnDesc, v: &str) -> Result<String> {
+        let bad = || {
+            Error::config(format!(
+                "key bound {v:?} is not a valid value of column {:?} ({}); the run state may \
+                 have been edited: use --overwrite to plan again",
+                c.name, c.source_type
+            ))
+        };
+        match c.field.data_type() {
+            dt if dt.is_integer() => v.parse::<i128>().map(|n| n.to_string()).map_err(|_| bad()),
+            DataType::Float32
+            | DataType::Float64
+            | DataType::Decimal128(..)
+            | DataType::Decimal256(..) => {
+                if is_numeric_text(v) {
+                    Ok(v.to_string())
+                } else {
+                    Err(bad())
+                }
+            }
+            DataType::Binary => {
+                if !v.len().is_multiple_of(2) || !v.bytes().all(|c| c.is_ascii_hexdigit()) {
+                    return Err(bad());
+                }
+                let bytes: Vec<u8> = (0..v.len())
+                    .step_by(2)
+                    .filter_map(|i| u8::from_str_radix(&v[i..i + 2], 16).ok())
+                    .collect();
+                Ok(hex_literal(&bytes))
+            }
+            _ => Ok(quote_literal(v)),
+        }
+    }
+}
+
+impl KeyDialect for MyDialect {
+    /// Binary keys as hex, everything else as utf8mb4 text.
+    fn key_text(&self, c: &ColumnDesc) -> String {
+        let q = quote_ident(&c.name);
+        if matches!(c.field.data_type(), DataType::Binary) {
+            format!("HEX({q})")
+        } else {
+            format!("CAST({q} AS CHAR CHARACTER SET utf8mb4)")
+        }
+    }
+
+    /// ENUM and SET sort by their index but compare as text; TEXT and BLOB sort on a prefix
+    /// (`max_sort_length`); JSON and geometry do not compare as values.
+    fn splittable(&self, c: &ColumnDesc) -> bool {
+        let t = c.source_type.to_ascii_lowercase();
+        let unordered = [
+            "enum",
+            "set",
+            "json",
+            "geometry",
+            "point",
+            "linestring",
+            "polygon",
+            "multi",
+        ]
+        .iter()
+        .any(|p| t.starts_with(p))
+            || t.contains("blob")
+            || t.contains("text");
+        c.cast.is_none() && !unordered && !matches!(c.field.data_type(), DataType::Boolean)
+    }
+
+    /// Integers, but not `bit` or `year`.
+    fn integer_key(&self, c: &ColumnDesc) -> bool {
+        c.cast.is_none()
+            && !c.source_type.starts_with("bit")
+            && !c.source_type.starts_with("year")
+            && c.field.data_type().is_integer()
+    }
+
+    /// Stepping through the key's index: MySQL has no cheap block sample.
+    fn boundaries(&self, _: &Dataset, _: &str, _: u64) -> Boundaries {
+        Boundaries::Step
+    }
 }
 
 /// A token of SQL text, for reading the statements of other sessions.
@@ -194,6 +303,32 @@ mod tests {
             name: "a.b".into(),
         };
         assert_eq!(quote_table(&t), "`shop`.`a.b`");
+    }
+
+    #[test]
+    fn key_literals_are_validated() {
+        use sluice_core::columns::field;
+        let col = |dt: DataType| ColumnDesc {
+            name: "k".into(),
+            source_type: "x".into(),
+            field: field("k", dt),
+            cast: None,
+            as_text_fallback: false,
+        };
+        let d = MyDialect;
+        assert_eq!(d.key_literal(&col(DataType::Int64), "-7").unwrap(), "-7");
+        assert!(d.key_literal(&col(DataType::Int64), "1 OR 1=1").is_err());
+        assert!(d.key_literal(&col(DataType::Float64), "1e5").is_ok());
+        assert!(d.key_literal(&col(DataType::Float64), "e5").is_err());
+        assert_eq!(
+            d.key_literal(&col(DataType::Binary), "00ff").unwrap(),
+            "X'00FF'"
+        );
+        assert!(d.key_literal(&col(DataType::Binary), "0g").is_err());
+        assert_eq!(
+            d.key_literal(&col(DataType::Utf8), "a'b").unwrap(),
+            quote_literal("a'b")
+        );
     }
 
     #[test]

@@ -32,9 +32,8 @@
 //!   counted per column and named in the report, since WKB cannot carry them.
 //! - Decimals keep the declared precision and scale; `decimal unsigned` is the same type.
 
-use arrow_schema::extension::{EXTENSION_TYPE_NAME_KEY, ExtensionType, Json};
-use arrow_schema::{DataType, Field, TimeUnit};
-use std::collections::HashMap;
+use arrow_schema::extension::Json;
+use arrow_schema::{DataType, TimeUnit};
 use std::sync::Arc;
 
 /// Extension name of WKB geometry columns.
@@ -64,73 +63,10 @@ impl MyType {
     }
 }
 
-/// How one column is exported.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Mapping {
-    /// Arrow type.
-    pub data_type: DataType,
-    /// Arrow field metadata (extension type).
-    pub metadata: HashMap<String, String>,
-    /// SQL type to cast to when reading (`CHAR`), if not read natively.
-    pub cast: Option<String>,
-    /// True when read as text because no native mapping exists.
-    pub fallback: bool,
-    /// True when NULL must be allowed whatever the column says (zero dates become NULL).
-    pub force_nullable: bool,
-}
-
-impl Mapping {
-    fn native(data_type: DataType) -> Self {
-        Mapping {
-            data_type,
-            metadata: HashMap::new(),
-            cast: None,
-            fallback: false,
-            force_nullable: false,
-        }
-    }
-
-    fn dated(data_type: DataType) -> Self {
-        Mapping {
-            force_nullable: true,
-            ..Self::native(data_type)
-        }
-    }
-
-    fn ext<E: ExtensionType>(mut self, ext: E) -> Self {
-        let mut field = Field::new("x", self.data_type.clone(), true);
-        if field.try_with_extension_type(ext).is_ok() {
-            self.metadata.extend(field.metadata().clone());
-        }
-        self
-    }
-
-    fn ext_named(mut self, name: &str) -> Self {
-        self.metadata
-            .insert(EXTENSION_TYPE_NAME_KEY.into(), name.into());
-        self
-    }
-
-    /// The Arrow field for a column named `name`.
-    pub fn field(&self, name: &str, nullable: bool) -> Field {
-        Field::new(
-            name,
-            self.data_type.clone(),
-            nullable || self.force_nullable,
-        )
-        .with_metadata(self.metadata.clone())
-    }
-}
+pub use sluice_core::mapping::Mapping;
 
 /// Arrow decimal type for `decimal(p,s)`; MySQL allows p ≤ 65, s ≤ 30.
-pub fn decimal_type(precision: u32, scale: u32) -> Option<DataType> {
-    let p = precision.max(scale).max(1);
-    match p {
-        1..=38 => Some(DataType::Decimal128(p as u8, scale as i8)),
-        39..=76 => Some(DataType::Decimal256(p as u8, scale as i8)),
-        _ => None,
-    }
-}
+pub use sluice_core::mapping::decimal_type;
 
 /// True for the spatial types (stored as SRID + WKB).
 pub fn is_geometry(data_type: &str) -> bool {
@@ -167,9 +103,9 @@ pub fn map_type(t: &MyType) -> Mapping {
         "bit" if t.precision <= 1 => Mapping::native(DataType::Boolean),
         "bit" => Mapping::native(DataType::UInt64),
         "year" => Mapping::native(DataType::UInt16),
-        "date" => Mapping::dated(DataType::Date32),
-        "datetime" => Mapping::dated(us(None)),
-        "timestamp" => Mapping::dated(us(Some("UTC"))),
+        "date" => dated(DataType::Date32),
+        "datetime" => dated(us(None)),
+        "timestamp" => dated(us(Some("UTC"))),
         "time" => Mapping::native(DataType::Duration(TimeUnit::Microsecond)),
         "json" => Mapping::native(DataType::Utf8).ext(Json::default()),
         "longtext" if t.json_check => Mapping::native(DataType::Utf8).ext(Json::default()),
@@ -249,17 +185,20 @@ pub fn from_column(c: &mysql_async::Column) -> MyType {
     }
 }
 
+/// A type read as text because it has no native mapping (listed in the report).
 fn text_fallback() -> Mapping {
-    Mapping {
-        cast: Some("CHAR".into()),
-        fallback: true,
-        ..Mapping::native(DataType::Utf8)
-    }
+    Mapping::text_fallback("CHAR")
+}
+
+/// A date or time that may be a zero date, exported as NULL: nullable whatever the column says.
+fn dated(data_type: DataType) -> Mapping {
+    Mapping::native(data_type).nullable()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow_schema::extension::EXTENSION_TYPE_NAME_KEY;
 
     fn t(data_type: &str, column_type: &str) -> MyType {
         MyType {

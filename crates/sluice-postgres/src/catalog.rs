@@ -11,13 +11,15 @@
 use crate::error::{Phase, classify};
 use crate::sql::{quote_ident, quote_table};
 use crate::types::{PgType, TypeMap, map_column};
-use sluice_core::ident::NamePart;
+use async_trait::async_trait;
+use sluice_core::select::Catalog;
+use sluice_core::select::{Candidate, Folding, Naming};
 use sluice_core::table::TableRef;
 use sluice_core::{
     ColumnDesc, Dataset, DatasetKind, Error, NamedQuery, QualifiedName, Relation, Result,
-    Selection, SizeEstimate,
+    SizeEstimate,
 };
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use tokio_postgres::Client;
 
 /// What the server is.
@@ -71,22 +73,42 @@ pub async fn server_info(client: &Client, target: &str) -> Result<ServerInfo> {
     })
 }
 
-fn part_matches(part: &NamePart, actual: &str) -> (bool, bool) {
-    // (matches at all, matches exactly)
-    let exact = part.text == actual;
-    if part.quoted {
-        (exact, exact)
-    } else {
-        (
-            exact || part.text.to_lowercase() == actual.to_lowercase(),
-            exact,
-        )
+/// How PostgreSQL names look and how its messages advise (see `sluice_core::select`).
+pub const NAMING: Naming = Naming {
+    engine: "PostgreSQL",
+    folding: Folding::Lower,
+    schemas: true,
+    queries: true,
+    pattern_target: "schema.table, e.g. --tables 'public\\.order_.*'",
+    check: "the spelling and the schema (psql: \\dt *.*)",
+    list: "psql's \\dt *.* and adjust the pattern (it must match all of schema.table)",
+};
+
+fn resolved(r: &tokio_postgres::Row, visible: bool) -> Candidate<Resolved> {
+    let table = TableRef {
+        schema: r.get(1),
+        name: r.get(2),
+    };
+    let kind: String = r.get(3);
+    Candidate {
+        object: Resolved {
+            oid: r.get(0),
+            table: table.clone(),
+            relkind: kind.chars().next().unwrap_or('r'),
+        },
+        table,
+        unqualified: visible,
     }
 }
 
-/// Resolve one user-typed table name. Bare parts match exactly or, failing that,
-/// case-insensitively; a name without schema is looked up on the search path.
-pub async fn resolve_name(client: &Client, name: &QualifiedName, target: &str) -> Result<Resolved> {
+/// The relations a user-typed name may mean: every readable relation whose name (and schema,
+/// if given) equals the typed one in any case; `unqualified` when it is visible on the
+/// search path.
+pub async fn candidates(
+    client: &Client,
+    name: &QualifiedName,
+    target: &str,
+) -> Result<Vec<Candidate<Resolved>>> {
     let rows = client
         .query(
             "SELECT c.oid, n.nspname::text, c.relname::text, c.relkind::text, \
@@ -101,73 +123,12 @@ pub async fn resolve_name(client: &Client, name: &QualifiedName, target: &str) -
         )
         .await
         .map_err(catalog_err(target))?;
-    let mut candidates: Vec<(bool, Resolved)> = Vec::new();
-    for r in rows {
-        let schema: String = r.get(1);
-        let rel: String = r.get(2);
-        let visible: bool = r.get(4);
-        let (name_ok, name_exact) = part_matches(&name.name, &rel);
-        let (schema_ok, schema_exact) = match &name.schema {
-            Some(s) => part_matches(s, &schema),
-            None => (visible, true),
-        };
-        if name_ok && schema_ok {
-            let kind: String = r.get(3);
-            let resolved = Resolved {
-                oid: r.get(0),
-                table: TableRef { schema, name: rel },
-                relkind: kind.chars().next().unwrap_or('r'),
-            };
-            candidates.push((name_exact && schema_exact, resolved));
-        }
-    }
-    if candidates.iter().any(|(exact, _)| *exact) {
-        candidates.retain(|(exact, _)| *exact);
-    }
-    match candidates.len() {
-        1 => Ok(candidates.remove(0).1),
-        0 => Err(Error::config(format!(
-            "table {name} does not exist in {target}{}. Check the spelling and the schema \
-             (psql: \\dt *.*); names typed without double quotes match in any case.",
-            if name.schema.is_none() {
-                " (looked on the search_path; add the schema)"
-            } else {
-                ""
-            }
-        ))),
-        _ => Err(Error::config(format!(
-            "table name {name} is ambiguous in {target}: it matches {}. Put the name in double \
-             quotes to match its exact case.",
-            candidates
-                .iter()
-                .map(|(_, r)| r.table.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
-    }
+    Ok(rows.iter().map(|r| resolved(r, r.get(4))).collect())
 }
 
-/// Tables (not partitions, not system) in the named schemas or matching the patterns.
-pub async fn resolve_many(
-    client: &Client,
-    selection: &Selection,
-    target: &str,
-) -> Result<Vec<Resolved>> {
-    if selection.patterns.is_empty() && selection.schemas.is_empty() {
-        return Ok(Vec::new());
-    }
-    let patterns = selection
-        .patterns
-        .iter()
-        .map(|p| {
-            regex::Regex::new(&format!("^(?:{p})$")).map_err(|e| {
-                Error::config(format!(
-                    "--tables pattern {p:?} is not a valid regular expression ({e}). It is \
-                     matched against schema.table, e.g. --tables 'public\\.order_.*'."
-                ))
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
+/// Tables `--tables` and `--schema` choose from: ordinary and partitioned tables that are
+/// not partitions, outside the system schemas.
+pub async fn tables(client: &Client, target: &str) -> Result<Vec<Candidate<Resolved>>> {
     let rows = client
         .query(
             "SELECT c.oid, n.nspname::text, c.relname::text, c.relkind::text \
@@ -180,27 +141,74 @@ pub async fn resolve_many(
         )
         .await
         .map_err(catalog_err(target))?;
-    let mut out = Vec::new();
-    for r in rows {
-        let table = TableRef {
-            schema: r.get(1),
-            name: r.get(2),
-        };
-        let full = table.to_string();
-        let in_schema = selection
-            .schemas
-            .iter()
-            .any(|s| s == &table.schema || s.to_lowercase() == table.schema);
-        if in_schema || patterns.iter().any(|p| p.is_match(&full)) {
-            let kind: String = r.get(3);
-            out.push(Resolved {
-                oid: r.get(0),
-                table,
-                relkind: kind.chars().next().unwrap_or('r'),
-            });
-        }
+    Ok(rows.iter().map(|r| resolved(r, false)).collect())
+}
+
+/// The coordinator's session as `sluice_core::select::discover` sees it. Describing records
+/// the `relkind` of every relation found (objects and leaf partitions), which the snapshot
+/// needs to choose how to lock each.
+pub struct PgCatalog<'a> {
+    /// The session (inside the snapshot in snapshot consistency).
+    pub client: &'a Client,
+    /// Server facts.
+    pub server: &'a ServerInfo,
+    /// Types loaded so far.
+    pub types: &'a mut TypeMap,
+    /// The redacted URL.
+    pub target: &'a str,
+    /// `--enable-row-security`.
+    pub enable_row_security: bool,
+    /// `relkind` of every relation described.
+    pub relkinds: &'a mut HashMap<TableRef, char>,
+}
+
+#[async_trait]
+impl Catalog for PgCatalog<'_> {
+    type Object = Resolved;
+
+    fn naming(&self) -> Naming {
+        NAMING
     }
-    Ok(out)
+
+    fn target(&self) -> String {
+        self.target.to_string()
+    }
+
+    fn unqualified_scope(&self) -> Option<String> {
+        Some("looked on the search_path; add the schema".into())
+    }
+
+    async fn candidates(&mut self, name: &QualifiedName) -> Result<Vec<Candidate<Resolved>>> {
+        candidates(self.client, name, self.target).await
+    }
+
+    async fn tables(&mut self) -> Result<Vec<Candidate<Resolved>>> {
+        tables(self.client, self.target).await
+    }
+
+    async fn describe(&mut self, c: &Candidate<Resolved>) -> Result<Dataset> {
+        let obj = &c.object;
+        let ds = describe(
+            self.client,
+            obj,
+            self.server,
+            self.types,
+            self.target,
+            self.enable_row_security,
+        )
+        .await?;
+        self.relkinds.insert(obj.table.clone(), obj.relkind);
+        for rel in &ds.relations {
+            let foreign = ds.outside_snapshot.contains(&rel.table.to_string());
+            let kind = if foreign { 'f' } else { 'r' };
+            self.relkinds.entry(rel.table.clone()).or_insert(kind);
+        }
+        Ok(ds)
+    }
+
+    async fn describe_query(&mut self, q: &NamedQuery) -> Result<Dataset> {
+        describe_query(self.client, q, self.server, self.types, self.target).await
+    }
 }
 
 /// Load `pg_type` rows for `oids` and, transitively, their element and base types.
@@ -266,14 +274,11 @@ struct RawColumn {
 fn build_columns(raw: Vec<RawColumn>, types: &TypeMap, money_scale: i8) -> Vec<ColumnDesc> {
     raw.into_iter()
         .map(|c| {
-            let m = map_column(types, c.type_oid, c.typmod, c.dims, money_scale);
-            ColumnDesc {
-                field: m.field(&c.name, !c.not_null),
-                name: c.name,
-                source_type: c.display,
-                cast: m.cast,
-                as_text_fallback: m.fallback,
-            }
+            map_column(types, c.type_oid, c.typmod, c.dims, money_scale).column(
+                c.name,
+                c.display,
+                !c.not_null,
+            )
         })
         .collect()
 }

@@ -18,45 +18,43 @@
 
 use crate::catalog::ServerInfo;
 use crate::error::{Phase, classify};
-use crate::sql::{quote_ident, quote_table};
-use arrow_schema::DataType;
+use crate::sql::PgDialect;
+use async_trait::async_trait;
+use sluice_core::keyrange::{self, KeyQueries, page_runs, parts_for};
 use sluice_core::table::TableRef;
 use sluice_core::{
     Chunk, ChunkBounds, ChunkRequest, ChunkStrategy, Consistency, Dataset, DatasetKind, Error,
     Result,
 };
-use tokio_postgres::Client;
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// TID range scans arrived in PostgreSQL 14; before that a ctid range is a full scan per chunk.
 pub const TID_RANGE_SCAN_VERSION: i32 = 140_000;
 
-/// The FROM clause that reads `chunk` of `ds`.
-pub fn from_clause(ds: &Dataset, relation: Option<&TableRef>) -> Result<String> {
-    if let Some(rel) = relation {
-        return Ok(format!("ONLY {}", quote_table(rel)));
-    }
-    match (ds.kind, &ds.object, &ds.query) {
-        (DatasetKind::Table, Some(t), _) => Ok(format!("ONLY {}", quote_table(t))),
-        (DatasetKind::Partitioned | DatasetKind::View, Some(t), _) => Ok(quote_table(t)),
-        (DatasetKind::Query, _, Some(sql)) => Ok(format!("({sql}) AS q")),
-        _ => Err(Error::internal(format!(
-            "dataset {} has nothing to read from",
-            ds.name
-        ))),
-    }
+/// Key-range planning's queries, on the coordinator's session (inside its snapshot).
+struct PgKeys<'a> {
+    client: &'a Client,
+    target: &'a str,
 }
 
-fn chunk(
-    ds: &Dataset,
-    ordinal: usize,
-    relation: Option<TableRef>,
-    bounds: ChunkBounds,
-    bytes: u64,
-    rows: u64,
-) -> Chunk {
-    Chunk {
-        relation,
-        ..Chunk::new(ds, ordinal, bounds, bytes, rows)
+#[async_trait]
+impl KeyQueries for PgKeys<'_> {
+    /// Over the simple-query protocol, which returns every value as its text.
+    async fn text_rows(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>> {
+        let messages = self
+            .client
+            .simple_query(sql)
+            .await
+            .map_err(|e| classify(e, Phase::Catalog, self.target))?;
+        Ok(messages
+            .iter()
+            .filter_map(|m| match m {
+                SimpleQueryMessage::Row(r) => {
+                    Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+                }
+                _ => None,
+            })
+            .collect())
     }
 }
 
@@ -77,69 +75,38 @@ fn whole(ds: &Dataset) -> Vec<Chunk> {
             .relations
             .iter()
             .enumerate()
-            .map(|(i, r)| {
-                chunk(
-                    ds,
-                    i,
-                    Some(r.table.clone()),
-                    ChunkBounds::Whole,
-                    r.bytes,
-                    r.rows,
-                )
+            .map(|(i, r)| Chunk {
+                relation: Some(r.table.clone()),
+                ..Chunk::new(ds, i, ChunkBounds::Whole, r.bytes, r.rows)
             })
             .collect();
     }
     vec![Chunk::whole(ds)]
 }
 
-fn parts_for(bytes: u64, target: u64) -> u64 {
-    bytes.div_ceil(target.max(1)).max(1)
-}
-
 fn physical(ds: &Dataset, target: u64) -> Vec<Chunk> {
     let mut out = Vec::new();
     for rel in &ds.relations {
+        let leaf: Option<&TableRef> = Some(&rel.table);
         if ds.outside_snapshot.contains(&rel.table.to_string()) {
             // A foreign partition has no pages here: it is read whole, from its server.
-            out.push(chunk(
-                ds,
-                out.len(),
-                Some(rel.table.clone()),
-                ChunkBounds::Whole,
-                rel.bytes,
-                rel.rows,
-            ));
+            out.push(Chunk {
+                relation: Some(rel.table.clone()),
+                ..Chunk::new(ds, out.len(), ChunkBounds::Whole, rel.bytes, rel.rows)
+            });
             continue;
         }
         let n = parts_for(rel.bytes, target).min(rel.pages.max(1));
         let step = rel.pages.div_ceil(n).max(1);
-        let mut first = 0;
-        loop {
-            let end = first + step;
-            let last = end >= rel.pages;
-            let span = if last {
-                rel.pages.saturating_sub(first)
-            } else {
-                step
-            };
-            let share = |total: u64| (total * span).checked_div(rel.pages).unwrap_or(total);
-            let bounds = ChunkBounds::Pages {
-                first,
-                end: if last { None } else { Some(end) },
-            };
-            out.push(chunk(
-                ds,
-                out.len(),
-                Some(rel.table.clone()),
-                bounds,
-                share(rel.bytes),
-                share(rel.rows),
-            ));
-            if last {
-                break;
-            }
-            first = end;
-        }
+        let first = out.len();
+        out.extend(page_runs(
+            ds,
+            leaf,
+            rel.pages,
+            step,
+            (rel.bytes, rel.rows),
+            first,
+        ));
     }
     if out.is_empty() {
         return whole(ds);
@@ -158,27 +125,22 @@ pub async fn plan(
     let physical_ok = leaves_ok(ds);
     let tid_ok = server.version_num >= TID_RANGE_SCAN_VERSION;
     let per_chunk = req.consistency == Consistency::Chunk;
+    let keyed = matches!(ds.kind, DatasetKind::Table | DatasetKind::Partitioned)
+        && !ds.primary_key.is_empty();
+    let mut keys = PgKeys { client, target };
+    let keys = &mut keys;
+    let by_key = async |cols: Vec<String>, keys: &mut PgKeys<'_>| {
+        keyrange::key_ranges(&PgDialect, keys, ds, &cols, req.target_bytes).await
+    };
     match &req.strategy {
         // One transaction per chunk: a partitioned table's rows can move between partitions,
         // so it is read through its parent in one piece.
         ChunkStrategy::None if per_chunk => Ok(vec![Chunk::whole(ds)]),
         ChunkStrategy::None => Ok(whole(ds)),
-        ChunkStrategy::Auto if per_chunk => {
-            if matches!(ds.kind, DatasetKind::Table | DatasetKind::Partitioned)
-                && !ds.primary_key.is_empty()
-            {
-                key_ranges(client, ds, &ds.primary_key, req.target_bytes, target).await
-            } else {
-                Ok(vec![Chunk::whole(ds)])
-            }
-        }
+        ChunkStrategy::Auto if per_chunk && keyed => by_key(ds.primary_key.clone(), keys).await,
+        ChunkStrategy::Auto if per_chunk => Ok(vec![Chunk::whole(ds)]),
         ChunkStrategy::Auto if physical_ok && tid_ok => Ok(physical(ds, req.target_bytes)),
-        ChunkStrategy::Auto
-            if matches!(ds.kind, DatasetKind::Table | DatasetKind::Partitioned)
-                && !ds.primary_key.is_empty() =>
-        {
-            key_ranges(client, ds, &ds.primary_key, req.target_bytes, target).await
-        }
+        ChunkStrategy::Auto if keyed => by_key(ds.primary_key.clone(), keys).await,
         ChunkStrategy::Auto => Ok(whole(ds)),
         ChunkStrategy::Physical => {
             if per_chunk {
@@ -217,161 +179,13 @@ pub async fn plan(
             Ok(physical(ds, req.target_bytes))
         }
         ChunkStrategy::Key(cols) => {
-            let cols = match cols {
-                Some(c) => c.clone(),
-                None if !ds.primary_key.is_empty() => ds.primary_key.clone(),
-                None => {
-                    tracing::warn!(
-                        "{} has no primary key or unique NOT NULL key to split on; it is read as \
-                         one chunk (name a key column with --chunk-by key:<column>)",
-                        ds.name
-                    );
-                    return Ok(if per_chunk {
-                        vec![Chunk::whole(ds)]
-                    } else {
-                        whole(ds)
-                    });
-                }
-            };
-            key_ranges(client, ds, &cols, req.target_bytes, target).await
-        }
-    }
-}
-
-async fn key_ranges(
-    client: &Client,
-    ds: &Dataset,
-    cols: &[String],
-    target_bytes: u64,
-    target: &str,
-) -> Result<Vec<Chunk>> {
-    let mut key = Vec::new();
-    for c in cols {
-        let desc = ds.columns.iter().find(|d| &d.name == c).ok_or_else(|| {
-            Error::config(format!(
-                "key column {c:?} is not a column of {} (columns: {}).",
-                ds.name,
-                ds.columns
-                    .iter()
-                    .map(|c| c.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })?;
-        key.push(desc);
-    }
-    let from = from_clause(ds, None)?;
-    let err = |e| classify(e, Phase::Catalog, target);
-    let n = parts_for(ds.estimate.bytes, target_bytes);
-    let nullable = key.iter().any(|c| c.field.is_nullable());
-    let mut bounds: Vec<Vec<String>> = Vec::new();
-    let is_int = key.len() == 1
-        && key[0].cast.is_none()
-        && matches!(
-            key[0].field.data_type(),
-            DataType::Int16 | DataType::Int32 | DataType::Int64
-        );
-    if n > 1 && is_int {
-        let k = quote_ident(&key[0].name);
-        let r = client
-            .query_one(
-                &format!("SELECT min({k})::int8, max({k})::int8 FROM {from}"),
-                &[],
-            )
-            .await
-            .map_err(err)?;
-        if let (Some(lo), Some(hi)) = (r.get::<_, Option<i64>>(0), r.get::<_, Option<i64>>(1)) {
-            let span = (hi as i128) - (lo as i128) + 1;
-            let mut last = None;
-            for i in 1..n as i128 {
-                let b = (lo as i128 + span * i / n as i128) as i64;
-                if last != Some(b) && b > lo {
-                    bounds.push(vec![b.to_string()]);
-                    last = Some(b);
-                }
-            }
-        }
-    } else if n > 1 {
-        let list = key
-            .iter()
-            .map(|c| quote_ident(&c.name))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let texts = key
-            .iter()
-            .map(|c| format!("{}::text", quote_ident(&c.name)))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let not_null = key
-            .iter()
-            .map(|c| format!("{} IS NOT NULL", quote_ident(&c.name)))
-            .collect::<Vec<_>>()
-            .join(" AND ");
-        let want = (n * 50).clamp(1_000, 100_000) as f64;
-        let pct = if ds.estimate.rows == 0 {
-            100.0
-        } else {
-            (want / ds.estimate.rows as f64 * 100.0).clamp(0.001, 100.0)
-        };
-        let sample = if matches!(ds.kind, DatasetKind::Table | DatasetKind::Partitioned) {
-            format!("{from} TABLESAMPLE SYSTEM ({pct}) WHERE {not_null}")
-        } else {
-            format!("{from} WHERE {not_null} AND random() < {}", pct / 100.0)
-        };
-        let rows = client
-            .query(
-                &format!("SELECT {texts} FROM {sample} ORDER BY {list}"),
-                &[],
-            )
-            .await
-            .map_err(err)?;
-        let values: Vec<Vec<String>> = rows
-            .iter()
-            .map(|r| (0..key.len()).map(|i| r.get::<_, String>(i)).collect())
-            .collect();
-        for i in 1..n as usize {
-            let at = i * values.len() / n as usize;
-            if let Some(v) = values.get(at)
-                && at > 0
-                && bounds.last() != Some(v)
-            {
-                bounds.push(v.clone());
+            match keyrange::requested_key(ds, cols.as_ref(), &ds.primary_key) {
+                Some(cols) => by_key(cols, keys).await,
+                None if per_chunk => Ok(vec![Chunk::whole(ds)]),
+                None => Ok(whole(ds)),
             }
         }
     }
-    let columns: Vec<String> = cols.to_vec();
-    let ranges = bounds.len() + 1;
-    let share = |total: u64| total / ranges as u64;
-    let mut out = Vec::new();
-    let mut lower: Option<Vec<String>> = None;
-    for i in 0..ranges {
-        let upper = bounds.get(i).cloned();
-        let b = ChunkBounds::Keys {
-            columns: columns.clone(),
-            lower: lower.clone(),
-            upper: upper.clone(),
-        };
-        out.push(chunk(
-            ds,
-            i,
-            None,
-            b,
-            share(ds.estimate.bytes),
-            share(ds.estimate.rows),
-        ));
-        lower = upper;
-    }
-    if nullable {
-        out.push(chunk(
-            ds,
-            out.len(),
-            None,
-            ChunkBounds::KeyNulls { columns },
-            0,
-            0,
-        ));
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -7,18 +7,7 @@
 use sluice_core::{Error, ErrorKind, Retry};
 use tokio_postgres::error::SqlState;
 
-/// What the failing operation was, so the message can say what to do about it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Opening a session.
-    Connect,
-    /// Reading the catalog or planning.
-    Catalog,
-    /// Taking or joining the snapshot.
-    Snapshot,
-    /// Streaming rows with COPY.
-    Read,
-}
+pub use sluice_core::error::Phase;
 
 /// Turn a driver error into a sluice error. `target` is the redacted URL or the object being
 /// read, used in the message.

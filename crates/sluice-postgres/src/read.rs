@@ -15,17 +15,18 @@
 //! the table is stuck behind the ALTER meanwhile), so the worker fails at once, naming the
 //! waiting session, its statement and the ways out.
 
-use crate::chunking::from_clause;
 use crate::connect::PgTarget;
 use crate::decode::{Fed, Findings, TupleDecoder};
 use crate::error::{Phase, classify, sqlstate};
 use crate::harm::exclusive_lockers;
-use crate::sql::{quote_ident, quote_literal, quote_table};
+use crate::sql::{PgDialect, quote_ident, quote_literal, quote_table};
 use async_trait::async_trait;
 use futures_util::{StreamExt, pin_mut};
+use sluice_core::batch::value_error;
+use sluice_core::clause;
 use sluice_core::table::TableRef;
 use sluice_core::{
-    BatchSender, Chunk, ChunkBounds, ChunkReader, Dataset, Error, ReadStats, Result,
+    BatchSender, Chunk, ChunkReader, Dataset, Decoder, Error, ReadLoop, ReadStats, Result,
 };
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -174,91 +175,37 @@ fn queued_ddl(
     ))
 }
 
-/// The WHERE clause selecting `bounds` (empty for the whole relation).
-fn predicate(ds: &Dataset, bounds: &ChunkBounds) -> Result<String> {
-    Ok(match bounds {
-        ChunkBounds::Whole => String::new(),
-        ChunkBounds::Pages { first, end } => {
-            let mut w = format!(" WHERE ctid >= '({first},0)'::tid");
-            if let Some(e) = end {
-                w.push_str(&format!(" AND ctid < '({e},0)'::tid"));
-            }
-            w
-        }
-        ChunkBounds::Keys {
-            columns,
-            lower,
-            upper,
-        } => {
-            let mut types = Vec::new();
-            for c in columns {
-                let d = ds.columns.iter().find(|d| &d.name == c).ok_or_else(|| {
-                    Error::config(format!("key column {c:?} is not a column of {}", ds.name))
-                })?;
-                types.push((quote_ident(c), d.source_type.clone(), d.field.is_nullable()));
-            }
-            let row = format!(
-                "({})",
-                types
-                    .iter()
-                    .map(|t| t.0.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            let lit = |vals: &Vec<String>| -> String {
-                let parts: Vec<String> = vals
-                    .iter()
-                    .zip(&types)
-                    .map(|(v, t)| format!("{}::{}", quote_literal(v), t.1))
-                    .collect();
-                format!("({})", parts.join(", "))
-            };
-            let mut conds: Vec<String> = types
-                .iter()
-                .filter(|t| t.2)
-                .map(|t| format!("{} IS NOT NULL", t.0))
-                .collect();
-            if let Some(l) = lower {
-                conds.push(format!("{row} >= {}", lit(l)));
-            }
-            if let Some(u) = upper {
-                conds.push(format!("{row} < {}", lit(u)));
-            }
-            if conds.is_empty() {
-                String::new()
-            } else {
-                format!(" WHERE {}", conds.join(" AND "))
-            }
-        }
-        ChunkBounds::KeyNulls { columns } => {
-            let any: Vec<String> = columns
-                .iter()
-                .map(|c| format!("{} IS NULL", quote_ident(c)))
-                .collect();
-            format!(" WHERE ({})", any.join(" OR "))
-        }
-    })
-}
-
 /// The COPY statement that streams `chunk` of `ds`.
 pub fn copy_sql(ds: &Dataset, chunk: &Chunk) -> Result<String> {
-    let cols: Vec<String> = ds
-        .columns
-        .iter()
-        .map(|c| {
+    let select = clause::select_chunk(
+        &PgDialect,
+        ds,
+        chunk.relation.as_ref(),
+        &chunk.bounds,
+        |c| {
             let q = quote_ident(&c.name);
             match &c.cast {
                 Some(t) => format!("{q}::{t} AS {q}"),
                 None => q,
             }
-        })
-        .collect();
-    let from = from_clause(ds, chunk.relation.as_ref())?;
-    let pred = predicate(ds, &chunk.bounds)?;
-    Ok(format!(
-        "COPY (SELECT {} FROM {from}{pred}) TO STDOUT (FORMAT binary)",
-        cols.join(", ")
-    ))
+        },
+    )?;
+    Ok(format!("COPY ({select}) TO STDOUT (FORMAT binary)"))
+}
+
+impl Decoder for TupleDecoder {
+    fn rows(&self) -> usize {
+        TupleDecoder::rows(self)
+    }
+    fn buffered_bytes(&self) -> usize {
+        TupleDecoder::buffered_bytes(self)
+    }
+    fn finish_batch(&mut self) -> Result<arrow_array::RecordBatch> {
+        TupleDecoder::finish_batch(self)
+    }
+    fn recycle(&mut self, batch: arrow_array::RecordBatch) {
+        TupleDecoder::recycle(self, batch)
+    }
 }
 
 impl PgReader {
@@ -284,15 +231,11 @@ impl ChunkReader for PgReader {
             .await
             .map_err(|e| classify(e, Phase::Read, &self.target).context(&what))?;
         pin_mut!(stream);
-        let budget = out.batch_bytes();
-        let mut stats = ReadStats::default();
-        let mut unreported_wire = 0u64;
-        let mut sent = false;
+        let mut batches = ReadLoop::new(out, &what);
         let mut done = false;
         while let Some(msg) = stream.next().await {
             let msg = msg.map_err(|e| classify(e, Phase::Read, &self.target).context(&what))?;
-            stats.wire_bytes += msg.len() as u64;
-            unreported_wire += msg.len() as u64;
+            batches.received(msg.len() as u64);
             match dec.feed(&msg) {
                 Ok(Fed::Done) => done = true,
                 Ok(Fed::More) => {}
@@ -300,30 +243,14 @@ impl ChunkReader for PgReader {
                     self.cancel().await;
                     let col = dec
                         .failed_column()
-                        .and_then(|f| ds.columns.iter().find(|c| c.name == *f.name()))
-                        .map(|c| format!(" column {:?} ({})", c.name, c.source_type))
-                        .unwrap_or_default();
-                    return Err(Error::data(format!(
-                        "{what}{col}, row {}: {}.",
-                        stats.rows + dec.rows() as u64 + 1,
-                        e.0
-                    )));
+                        .and_then(|f| ds.columns.iter().find(|c| c.name == *f.name()));
+                    return Err(value_error(&what, col, batches.row_number(&dec), &e.0));
                 }
             }
-            if dec.buffered_bytes() >= budget {
-                let batch = dec.finish_batch().map_err(|e| e.context(&what))?;
-                let rows = batch.num_rows() as u64;
-                stats.rows += rows;
-                out.progress(rows, std::mem::take(&mut unreported_wire));
-                if out.send(batch).await.is_err() {
-                    self.cancel().await;
-                    return Err(Error::interrupted(format!("{what}: the writer stopped")));
-                }
-                // The writer has finished the batch before this one: reuse its memory.
-                if let Some(done) = out.recycled() {
-                    dec.recycle(done);
-                }
-                sent = true;
+            if let Err(e) = batches.step(&mut dec).await {
+                // The COPY would go on streaming into a dropped result: stop it.
+                self.cancel().await;
+                return Err(e);
             }
         }
         if !done || dec.has_partial() {
@@ -332,15 +259,7 @@ impl ChunkReader for PgReader {
                 self.target
             )));
         }
-        if dec.rows() > 0 || !sent {
-            let batch = dec.finish_batch().map_err(|e| e.context(&what))?;
-            let rows = batch.num_rows() as u64;
-            stats.rows += rows;
-            out.progress(rows, unreported_wire);
-            if out.send(batch).await.is_err() {
-                return Err(Error::interrupted(format!("{what}: the writer stopped")));
-            }
-        }
+        let stats = batches.finish(&mut dec).await?;
         for (i, n) in dec.adjusted().iter().enumerate() {
             if let Some(c) = ds.columns.get(i) {
                 self.findings.add(&ds.name, &c.name, *n);

@@ -187,6 +187,18 @@ impl PgCoordinator {
     fn snapshot_id(&self) -> Option<String> {
         self.snapshot.as_ref().and_then(|s| s.id.clone())
     }
+
+    /// A worker session on the run's snapshot `id` (none in chunk consistency).
+    async fn reader(&self, id: Option<&str>) -> Result<PgReader> {
+        PgReader::open(
+            &self.target,
+            &self.tag,
+            id,
+            Some(self.lockable.clone()),
+            self.findings.clone(),
+        )
+        .await
+    }
 }
 
 #[async_trait]
@@ -201,54 +213,15 @@ impl Coordinator for PgCoordinator {
             .client
             .as_ref()
             .ok_or_else(|| Error::internal("coordinator released"))?;
-        let mut objects = Vec::new();
-        for name in &selection.tables {
-            objects.push(catalog::resolve_name(client, name, &display).await?);
-        }
-        let many = catalog::resolve_many(client, selection, &display).await?;
-        if many.is_empty() && selection.tables.is_empty() && selection.queries.is_empty() {
-            return Err(Error::config(format!(
-                "no table in {display} matches --tables {:?} / --schema {:?}. List the tables with \
-                 psql's \\dt *.* and adjust the pattern (it must match all of schema.table).",
-                selection.patterns, selection.schemas
-            )));
-        }
-        objects.extend(many);
-        let mut seen = HashSet::new();
-        let mut datasets = Vec::new();
-        for obj in objects {
-            if seen.insert(obj.oid) {
-                let ds = catalog::describe(
-                    client,
-                    &obj,
-                    &self.server,
-                    &mut self.types,
-                    &display,
-                    self.enable_row_security,
-                )
-                .await?;
-                self.relkinds.insert(obj.table.clone(), obj.relkind);
-                for rel in &ds.relations {
-                    let foreign = ds.outside_snapshot.contains(&rel.table.to_string());
-                    let kind = if foreign { 'f' } else { 'r' };
-                    self.relkinds.entry(rel.table.clone()).or_insert(kind);
-                }
-                datasets.push(ds);
-            }
-        }
-        let mut names: HashSet<String> = datasets.iter().map(|d| d.name.clone()).collect();
-        for q in &selection.queries {
-            if !names.insert(q.name.clone()) {
-                return Err(Error::config(format!(
-                    "two datasets are named {:?}; give each --query a distinct name.",
-                    q.name
-                )));
-            }
-            datasets.push(
-                catalog::describe_query(client, q, &self.server, &mut self.types, &display).await?,
-            );
-        }
-        Ok(datasets)
+        let mut catalog = catalog::PgCatalog {
+            client,
+            server: &self.server,
+            types: &mut self.types,
+            target: &display,
+            enable_row_security: self.enable_row_security,
+            relkinds: &mut self.relkinds,
+        };
+        sluice_core::select::discover(&mut catalog, selection).await
     }
 
     async fn plan_chunks(
@@ -335,15 +308,7 @@ impl Coordinator for PgCoordinator {
 
     async fn open_readers(&mut self, n: usize) -> Result<Vec<Box<dyn ChunkReader>>> {
         let id = self.snapshot_id();
-        let opens = (0..n).map(|_| {
-            PgReader::open(
-                &self.target,
-                &self.tag,
-                id.as_deref(),
-                Some(self.lockable.clone()),
-                self.findings.clone(),
-            )
-        });
+        let opens = (0..n).map(|_| self.reader(id.as_deref()));
         let readers = futures_util::future::join_all(opens).await;
         readers
             .into_iter()
@@ -368,16 +333,7 @@ impl Coordinator for PgCoordinator {
             }
         }
         let id = self.snapshot_id();
-        Ok(Box::new(
-            PgReader::open(
-                &self.target,
-                &self.tag,
-                id.as_deref(),
-                Some(self.lockable.clone()),
-                self.findings.clone(),
-            )
-            .await?,
-        ))
+        Ok(Box::new(self.reader(id.as_deref()).await?))
     }
 
     fn run_facts(&self) -> RunFacts {

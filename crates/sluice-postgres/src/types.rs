@@ -37,7 +37,7 @@
 //! - NaN and ±Infinity in a declared `numeric(p,s)` column cannot be held by a decimal: the
 //!   export fails naming the column (use an unconstrained type or a view that casts).
 
-use arrow_schema::extension::{EXTENSION_TYPE_NAME_KEY, ExtensionType, Json, Uuid};
+use arrow_schema::extension::{Json, Uuid};
 use arrow_schema::{DataType, Field, Fields, TimeUnit};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -105,62 +105,11 @@ pub struct PgType {
 /// Types needed to map a table's columns, by OID.
 pub type TypeMap = HashMap<u32, PgType>;
 
-/// How one column is exported.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Mapping {
-    /// Arrow type.
-    pub data_type: DataType,
-    /// Arrow field metadata (extension type).
-    pub metadata: HashMap<String, String>,
-    /// SQL type to cast to when reading, if not read natively.
-    pub cast: Option<String>,
-    /// True when read as text because no native mapping exists.
-    pub fallback: bool,
-}
+pub use sluice_core::mapping::Mapping;
 
-impl Mapping {
-    fn native(data_type: DataType) -> Self {
-        Mapping {
-            data_type,
-            metadata: HashMap::new(),
-            cast: None,
-            fallback: false,
-        }
-    }
-    fn cast(data_type: DataType, cast: &str) -> Self {
-        Mapping {
-            data_type,
-            metadata: HashMap::new(),
-            cast: Some(cast.into()),
-            fallback: false,
-        }
-    }
-    fn text_fallback() -> Self {
-        Mapping {
-            fallback: true,
-            ..Self::cast(DataType::Utf8, "text")
-        }
-    }
-    /// Tag with a canonical Arrow extension type, with the metadata that type requires.
-    fn ext<E: ExtensionType>(mut self, ext: E) -> Self {
-        let mut field = Field::new("x", self.data_type.clone(), true);
-        if field.try_with_extension_type(ext).is_ok() {
-            self.metadata.extend(field.metadata().clone());
-        }
-        self
-    }
-
-    /// Tag with sluice's own extension name (no metadata).
-    fn ext_named(mut self, name: &str) -> Self {
-        self.metadata
-            .insert(EXTENSION_TYPE_NAME_KEY.into(), name.into());
-        self
-    }
-
-    /// The Arrow field for a column named `name`.
-    pub fn field(&self, name: &str, nullable: bool) -> Field {
-        Field::new(name, self.data_type.clone(), nullable).with_metadata(self.metadata.clone())
-    }
+/// A type read as its text because it has no native mapping (listed in the report).
+fn text_fallback() -> Mapping {
+    Mapping::text_fallback("text")
 }
 
 /// The interval struct type.
@@ -172,18 +121,15 @@ pub fn interval_type() -> DataType {
     ]))
 }
 
-/// Arrow decimal type holding `numeric(precision, scale)` exactly, or `None` if too wide.
+/// Arrow decimal type holding `numeric(precision, scale)` exactly, or `None` if too wide. A
+/// negative scale (`numeric(3,-2)`: hundreds) needs `precision - scale` digits and no fraction.
 pub fn decimal_type(precision: i32, scale: i32) -> Option<DataType> {
     let (p, s) = if scale < 0 {
         (precision - scale, 0)
     } else {
-        (precision.max(scale), scale)
+        (precision, scale)
     };
-    match p {
-        1..=38 => Some(DataType::Decimal128(p as u8, s as i8)),
-        39..=76 => Some(DataType::Decimal256(p as u8, s as i8)),
-        _ => None,
-    }
+    sluice_core::mapping::decimal_type(u32::try_from(p).ok()?, u32::try_from(s).ok()?)
 }
 
 /// Precision and scale from a numeric typmod, or `None` for an unconstrained numeric.
@@ -232,7 +178,7 @@ fn scalar(oid: u32, typmod: i32, money_scale: i8) -> Option<Mapping> {
 /// Map a (non-array) type, following domains to their base type.
 fn element(types: &TypeMap, oid: u32, typmod: i32, money_scale: i8) -> Mapping {
     let Some(t) = types.get(&oid) else {
-        return Mapping::text_fallback();
+        return text_fallback();
     };
     if t.typtype == b'd' {
         let typmod = if typmod >= 0 { typmod } else { t.typmod };
@@ -245,7 +191,7 @@ fn element(types: &TypeMap, oid: u32, typmod: i32, money_scale: i8) -> Mapping {
     if t.typtype == b'e' || t.send == "textsend" || t.send == "citextsend" {
         return Mapping::native(DataType::Utf8);
     }
-    Mapping::text_fallback()
+    text_fallback()
 }
 
 /// Map one column of type `oid` with `typmod`. `dims` is `pg_attribute.attndims` (declared
@@ -261,14 +207,14 @@ pub fn map_column(types: &TypeMap, oid: u32, typmod: i32, dims: i32, money_scale
         t = types.get(&d.base);
     }
     let Some(t) = t else {
-        return Mapping::text_fallback();
+        return text_fallback();
     };
     let is_array = t.category == b'A' && t.elem != 0 && t.len == -1;
     if !is_array {
         return element(types, t.oid, typmod, money_scale);
     }
     if dims > 1 {
-        return Mapping::text_fallback();
+        return text_fallback();
     }
     let el = element(types, t.elem, typmod, money_scale);
     let item = Arc::new(Field::new("item", el.data_type.clone(), true).with_metadata(el.metadata));
@@ -277,6 +223,7 @@ pub fn map_column(types: &TypeMap, oid: u32, typmod: i32, dims: i32, money_scale
         metadata: HashMap::new(),
         cast: el.cast.map(|c| format!("{c}[]")),
         fallback: el.fallback,
+        force_nullable: false,
     }
 }
 

@@ -1,6 +1,7 @@
 //! Where output goes, and how a file becomes visible atomically.
 
 use crate::lock::{LockHolder, OutputLock};
+use async_trait::async_trait;
 use sluice_core::{Error, Result, Retry};
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
@@ -20,14 +21,24 @@ pub struct ObjectInfo {
 /// until [`ObjectWriter::commit`] returns; [`Destination::put`] is atomic. A crash leaves at most
 /// hidden temporary objects (names starting with `.`), which readers such as Spark, DuckDB
 /// and pyarrow skip, and which a resumed run removes.
+///
+/// One model for every store: the engine's bookkeeping calls (`put`, `get`, `list`, `delete`,
+/// the lock) are `async` and run on the caller's runtime, so an object store awaits its client
+/// directly and local disk moves its file calls to the runtime's blocking threads. Part
+/// writers and range reads ([`Destination::create`], [`Destination::read_range`]) are
+/// synchronous because the format encoders that use them run on blocking threads (encoding is
+/// CPU work); an object store's writer reaches the runtime from there through the handle of
+/// the runtime it was created on. No store has a runtime of its own.
+#[async_trait]
 pub trait Destination: Send + Sync {
     /// The location for messages and the manifest (secrets redacted).
     fn display(&self) -> String;
 
     /// Fail early, with the fix in the message, if the location cannot be written.
-    fn check_writable(&self) -> Result<()>;
+    async fn check_writable(&self) -> Result<()>;
 
-    /// Start writing the object at `path`.
+    /// Start writing the object at `path`. Call it on a blocking thread of the runtime (the
+    /// writer is used there).
     fn create(&self, path: &str) -> Result<Box<dyn ObjectWriter>>;
 
     /// Memory one open writer holds at most besides what the format buffers (upload parts in
@@ -38,26 +49,36 @@ pub trait Destination: Send + Sync {
     }
 
     /// Write a whole small object atomically (manifest, receipts).
-    fn put(&self, path: &str, data: &[u8]) -> Result<()>;
+    async fn put(&self, path: &str, data: Vec<u8>) -> Result<()>;
 
     /// Read a whole object, or `None` if it does not exist.
-    fn get(&self, path: &str) -> Result<Option<Vec<u8>>>;
+    async fn get(&self, path: &str) -> Result<Option<Vec<u8>>>;
 
     /// Size of an object, or `None` if it does not exist.
-    fn size(&self, path: &str) -> Result<Option<u64>>;
+    async fn size(&self, path: &str) -> Result<Option<u64>>;
 
-    /// Read `len` bytes at `start` of an object (fewer only at its end).
+    /// Read `len` bytes at `start` of an object (fewer only at its end). Synchronous, for
+    /// blocking threads (merging parts).
     fn read_range(&self, path: &str, start: u64, len: usize) -> Result<Vec<u8>>;
 
     /// Every object under `prefix` (recursively), hidden temporaries included.
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>>;
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>>;
 
     /// Delete an object; deleting a missing object is not an error.
-    fn delete(&self, path: &str) -> Result<()>;
+    async fn delete(&self, path: &str) -> Result<()>;
 
     /// Take the output's lock for `holder`, or fail with a configuration error naming the run
     /// that holds it (see [`crate::lock`]). A lock left by a run that died is taken over.
-    fn lock(&self, holder: &LockHolder) -> Result<Arc<dyn OutputLock>>;
+    async fn lock(&self, holder: &LockHolder) -> Result<Arc<dyn OutputLock>>;
+}
+
+/// Run blocking work (file system calls) on the runtime's blocking threads.
+pub async fn on_blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::internal(format!("a blocking task failed: {e}")))?
 }
 
 /// An object being written. Dropping it without [`ObjectWriter::commit`] aborts it.

@@ -1,6 +1,7 @@
 //! Output formats and the part writer interface.
 
 use crate::destination::{CountingWriter, ObjectWriter};
+use crate::memory::{ArrowOutput, ArrowPart, PartKey};
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use serde::{Deserialize, Serialize};
@@ -77,6 +78,9 @@ pub enum FormatOptions {
     Parquet(ParquetOptions),
     /// Comma-separated values.
     Csv(CsvOptions),
+    /// Arrow batches handed to a consumer in this process, not encoded (see [`crate::memory`]);
+    /// used with a [`crate::MemoryDestination`].
+    Arrow(ArrowOutput),
 }
 
 impl FormatOptions {
@@ -85,6 +89,7 @@ impl FormatOptions {
         match self {
             FormatOptions::Parquet(_) => "parquet",
             FormatOptions::Csv(_) => "csv",
+            FormatOptions::Arrow(_) => "arrow",
         }
     }
 
@@ -105,6 +110,7 @@ impl FormatOptions {
         match self {
             FormatOptions::Parquet(p) => format!("parquet {}", p.compression),
             FormatOptions::Csv(c) => format!("csv delimiter {:?}", c.delimiter as char),
+            FormatOptions::Arrow(_) => "arrow (in memory)".to_string(),
         }
     }
 }
@@ -130,9 +136,11 @@ pub trait PartWriter: Send {
     fn abort(self: Box<Self>);
 }
 
-/// Open a part writer for `schema` writing to `out` (whose path is `path`, for messages).
+/// Open a part writer for part `part` with `schema`, writing to `out` (whose path is `path`,
+/// for messages).
 pub fn open_part(
     format: &FormatOptions,
+    part: PartKey,
     schema: SchemaRef,
     out: Box<dyn ObjectWriter>,
     path: &str,
@@ -147,6 +155,12 @@ pub fn open_part(
             counting,
             o.clone(),
             path,
+        )?)),
+        FormatOptions::Arrow(a) => Ok(Box::new(ArrowPart::new(
+            a.0.clone(),
+            part,
+            &schema,
+            counting,
         )?)),
     }
 }

@@ -4,7 +4,8 @@
 //! through [`ObjectStoreDestination`]) and makes each visible only when complete. A [`PartWriter`] turns
 //! Arrow batches into one part file in a format (Parquet or CSV). The [`manifest`] is written
 //! last and is what marks a dataset complete: a reader that sees `manifest.json` sees every
-//! part it lists, whole.
+//! part it lists, whole. A run can also keep its data in the process ([`memory`]): batches
+//! handed to a consumer, bookkeeping in a [`MemoryDestination`].
 //!
 //! Writers are synchronous and run on blocking threads: encoding and compression are CPU work,
 //! and keeping them off the async runtime lets decoding and encoding overlap.
@@ -16,7 +17,7 @@ pub mod format;
 pub mod layout;
 pub mod local;
 pub mod lock;
-pub mod manifest;
+pub mod memory;
 pub mod merge;
 pub mod objstore;
 pub mod objstore_gcs;
@@ -31,4 +32,5 @@ pub use format::{
 };
 pub use local::LocalDestination;
 pub use lock::{LockHolder, OutputLock};
+pub use memory::{ArrowOutput, BatchConsumer, MemoryDestination, PartKey};
 pub use objstore::ObjectStoreDestination;

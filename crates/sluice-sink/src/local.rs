@@ -5,9 +5,10 @@
 //! directory is fsynced so the rename itself survives a crash. A killed run therefore leaves no
 //! file under a final name that is not complete.
 
-use crate::destination::{Destination, ObjectInfo, ObjectWriter, io_error};
+use crate::destination::{Destination, ObjectInfo, ObjectWriter, io_error, on_blocking};
 use crate::layout::LOCK;
 use crate::lock::{LockHolder, OutputLock, held_by};
+use async_trait::async_trait;
 use sluice_core::{Error, Result};
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Read, Seek, Write};
@@ -132,12 +133,9 @@ impl Drop for LocalWriter {
     }
 }
 
-impl Destination for LocalDestination {
-    fn display(&self) -> String {
-        self.root.display().to_string()
-    }
-
-    fn check_writable(&self) -> Result<()> {
+/// The file system calls behind [`Destination`]: synchronous, run on blocking threads.
+impl LocalDestination {
+    fn check_writable_now(&self) -> Result<()> {
         let shown = self.shown(&self.root);
         if self.root.exists() && !self.root.is_dir() {
             return Err(Error::config(format!(
@@ -154,27 +152,7 @@ impl Destination for LocalDestination {
         Ok(())
     }
 
-    fn create(&self, path: &str) -> Result<Box<dyn ObjectWriter>> {
-        let target = self.full(path);
-        let shown = self.shown(&target);
-        if let Some(dir) = target.parent() {
-            fs::create_dir_all(dir).map_err(|e| io_error(&e, "create directory for", &shown))?;
-        }
-        let temp = temp_for(&target);
-        let file = File::options()
-            .write(true)
-            .create_new(true)
-            .open(&temp)
-            .map_err(|e| io_error(&e, "create", &shown))?;
-        Ok(Box::new(LocalWriter {
-            file: Some(BufWriter::with_capacity(WRITE_BUFFER, file)),
-            temp,
-            target,
-            fsync: self.fsync,
-        }))
-    }
-
-    fn put(&self, path: &str, data: &[u8]) -> Result<()> {
+    fn put_now(&self, path: &str, data: &[u8]) -> Result<()> {
         let mut w = self.create(path)?;
         let shown = self.shown(&self.full(path));
         w.write_all(data)
@@ -182,7 +160,7 @@ impl Destination for LocalDestination {
         w.commit()
     }
 
-    fn get(&self, path: &str) -> Result<Option<Vec<u8>>> {
+    fn get_now(&self, path: &str) -> Result<Option<Vec<u8>>> {
         let full = self.full(path);
         match fs::read(&full) {
             Ok(b) => Ok(Some(b)),
@@ -191,7 +169,7 @@ impl Destination for LocalDestination {
         }
     }
 
-    fn size(&self, path: &str) -> Result<Option<u64>> {
+    fn size_now(&self, path: &str) -> Result<Option<u64>> {
         let full = self.full(path);
         match fs::metadata(&full) {
             Ok(m) => Ok(Some(m.len())),
@@ -200,21 +178,7 @@ impl Destination for LocalDestination {
         }
     }
 
-    fn read_range(&self, path: &str, start: u64, len: usize) -> Result<Vec<u8>> {
-        use std::io::{Read, Seek, SeekFrom};
-        let full = self.full(path);
-        let shown = self.shown(&full);
-        let mut f = File::open(&full).map_err(|e| io_error(&e, "open", &shown))?;
-        f.seek(SeekFrom::Start(start))
-            .map_err(|e| io_error(&e, "seek in", &shown))?;
-        let mut out = Vec::with_capacity(len);
-        f.take(len as u64)
-            .read_to_end(&mut out)
-            .map_err(|e| io_error(&e, "read", &shown))?;
-        Ok(out)
-    }
-
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+    fn list_now(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
         let mut out = Vec::new();
         let start = self.full(prefix);
         let mut stack = vec![start];
@@ -249,7 +213,7 @@ impl Destination for LocalDestination {
         Ok(out)
     }
 
-    fn delete(&self, path: &str) -> Result<()> {
+    fn delete_now(&self, path: &str) -> Result<()> {
         let full = self.full(path);
         match fs::remove_file(&full) {
             Ok(()) => Ok(()),
@@ -257,9 +221,81 @@ impl Destination for LocalDestination {
             Err(e) => Err(io_error(&e, "delete", &self.shown(&full))),
         }
     }
+}
 
-    fn lock(&self, holder: &LockHolder) -> Result<Arc<dyn OutputLock>> {
-        self.take_lock(holder)
+#[async_trait]
+impl Destination for LocalDestination {
+    fn display(&self) -> String {
+        self.root.display().to_string()
+    }
+
+    async fn check_writable(&self) -> Result<()> {
+        let d = self.clone();
+        on_blocking(move || d.check_writable_now()).await
+    }
+
+    fn create(&self, path: &str) -> Result<Box<dyn ObjectWriter>> {
+        let target = self.full(path);
+        let shown = self.shown(&target);
+        if let Some(dir) = target.parent() {
+            fs::create_dir_all(dir).map_err(|e| io_error(&e, "create directory for", &shown))?;
+        }
+        let temp = temp_for(&target);
+        let file = File::options()
+            .write(true)
+            .create_new(true)
+            .open(&temp)
+            .map_err(|e| io_error(&e, "create", &shown))?;
+        Ok(Box::new(LocalWriter {
+            file: Some(BufWriter::with_capacity(WRITE_BUFFER, file)),
+            temp,
+            target,
+            fsync: self.fsync,
+        }))
+    }
+
+    async fn put(&self, path: &str, data: Vec<u8>) -> Result<()> {
+        let (d, path) = (self.clone(), path.to_string());
+        on_blocking(move || d.put_now(&path, &data)).await
+    }
+
+    async fn get(&self, path: &str) -> Result<Option<Vec<u8>>> {
+        let (d, path) = (self.clone(), path.to_string());
+        on_blocking(move || d.get_now(&path)).await
+    }
+
+    async fn size(&self, path: &str) -> Result<Option<u64>> {
+        let (d, path) = (self.clone(), path.to_string());
+        on_blocking(move || d.size_now(&path)).await
+    }
+
+    fn read_range(&self, path: &str, start: u64, len: usize) -> Result<Vec<u8>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let full = self.full(path);
+        let shown = self.shown(&full);
+        let mut f = File::open(&full).map_err(|e| io_error(&e, "open", &shown))?;
+        f.seek(SeekFrom::Start(start))
+            .map_err(|e| io_error(&e, "seek in", &shown))?;
+        let mut out = Vec::with_capacity(len);
+        f.take(len as u64)
+            .read_to_end(&mut out)
+            .map_err(|e| io_error(&e, "read", &shown))?;
+        Ok(out)
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        let (d, prefix) = (self.clone(), prefix.to_string());
+        on_blocking(move || d.list_now(&prefix)).await
+    }
+
+    async fn delete(&self, path: &str) -> Result<()> {
+        let (d, path) = (self.clone(), path.to_string());
+        on_blocking(move || d.delete_now(&path)).await
+    }
+
+    async fn lock(&self, holder: &LockHolder) -> Result<Arc<dyn OutputLock>> {
+        let (d, holder) = (self.clone(), holder.clone());
+        on_blocking(move || d.take_lock(&holder)).await
     }
 }
 
@@ -269,12 +305,19 @@ struct FileLock {
     file: Mutex<Option<File>>,
 }
 
+#[async_trait]
 impl OutputLock for FileLock {
     fn check(&self) -> Result<()> {
         Ok(())
     }
 
-    fn release(&self) {
+    async fn release(&self) {
+        self.unlock();
+    }
+}
+
+impl FileLock {
+    fn unlock(&self) {
         if let Ok(mut slot) = self.file.lock()
             && let Some(f) = slot.take()
         {
@@ -286,7 +329,7 @@ impl OutputLock for FileLock {
 
 impl Drop for FileLock {
     fn drop(&mut self) {
-        self.release();
+        self.unlock();
     }
 }
 
@@ -384,14 +427,14 @@ mod tests {
         d
     }
 
-    #[test]
-    fn files_appear_only_on_commit() {
+    #[tokio::test]
+    async fn files_appear_only_on_commit() {
         let root = tmpdir();
         let dest = LocalDestination::new(&root, true);
         let mut w = dest.create("a/part-00000.csv").unwrap();
         w.write_all(b"x,y\n").unwrap();
         assert!(!root.join("a/part-00000.csv").exists());
-        let hidden: Vec<_> = dest.list("a").unwrap();
+        let hidden: Vec<_> = dest.list("a").await.unwrap();
         assert_eq!(hidden.len(), 1);
         assert!(
             hidden[0].path.starts_with("a/.part-00000.csv."),
@@ -399,41 +442,50 @@ mod tests {
         );
         w.commit().unwrap();
         assert_eq!(fs::read(root.join("a/part-00000.csv")).unwrap(), b"x,y\n");
-        assert_eq!(dest.list("").unwrap().len(), 1, "the temporary is gone");
+        assert_eq!(
+            dest.list("").await.unwrap().len(),
+            1,
+            "the temporary is gone"
+        );
         fs::remove_dir_all(root).unwrap();
     }
 
-    #[test]
-    fn dropped_writer_leaves_nothing() {
+    #[tokio::test]
+    async fn dropped_writer_leaves_nothing() {
         let root = tmpdir();
         let dest = LocalDestination::new(&root, false);
         {
             let mut w = dest.create("b/part-00001.parquet").unwrap();
             w.write_all(b"partial").unwrap();
         }
-        assert!(dest.list("").unwrap().is_empty());
-        dest.put("m.json", b"{}").unwrap();
-        assert_eq!(dest.get("m.json").unwrap().unwrap(), b"{}");
-        assert!(dest.get("missing").unwrap().is_none());
-        dest.delete("m.json").unwrap();
-        dest.delete("m.json").unwrap();
+        assert!(dest.list("").await.unwrap().is_empty());
+        dest.put("m.json", b"{}".to_vec()).await.unwrap();
+        assert_eq!(dest.get("m.json").await.unwrap().unwrap(), b"{}");
+        assert!(dest.get("missing").await.unwrap().is_none());
+        dest.delete("m.json").await.unwrap();
+        dest.delete("m.json").await.unwrap();
         fs::remove_dir_all(root).unwrap();
     }
 
-    #[test]
-    fn one_holder_at_a_time_and_a_released_lock_is_free() {
+    #[tokio::test]
+    async fn one_holder_at_a_time_and_a_released_lock_is_free() {
         let root = tmpdir();
         let dest = LocalDestination::new(&root, false);
         let now = chrono::Utc::now().to_rfc3339();
-        let first = dest.lock(&LockHolder::this_process("first", &now)).unwrap();
+        let first = dest
+            .lock(&LockHolder::this_process("first", &now))
+            .await
+            .unwrap();
         let refused = dest
             .lock(&LockHolder::this_process("second", &now))
+            .await
             .err()
             .unwrap();
         assert!(refused.to_string().contains("run first"), "{refused}");
-        first.release();
+        first.release().await;
         let second = dest
             .lock(&LockHolder::this_process("second", &now))
+            .await
             .unwrap();
         second.check().unwrap();
         drop(second);

@@ -118,12 +118,13 @@ pub fn held_by(shown: &str, holder: Option<&LockHolder>, more: &str) -> Error {
 }
 
 /// A held output lock. Released by [`OutputLock::release`] (and, as a fallback, when dropped).
+#[async_trait::async_trait]
 pub trait OutputLock: Send + Sync {
     /// Fails when this run no longer holds the lock (an object-store lock taken over by another
     /// run after this one stopped refreshing it); checked before the manifest is written.
     fn check(&self) -> Result<()>;
     /// Give the lock up. Idempotent.
-    fn release(&self);
+    async fn release(&self);
 }
 
 #[cfg(test)]

@@ -51,36 +51,37 @@ impl ChunkReader for RemoteFile {
     }
 }
 
-fn open_remote(dest: &Arc<dyn Destination>, path: &str) -> Result<RemoteFile> {
-    let len = dest
-        .size(path)?
-        .ok_or_else(|| Error::internal(format!("part {path} vanished before merging")))?;
-    Ok(RemoteFile {
+fn open_remote(dest: &Arc<dyn Destination>, (path, len): &(String, u64)) -> RemoteFile {
+    RemoteFile {
         dest: dest.clone(),
-        path: path.to_string(),
-        len,
-    })
+        path: path.clone(),
+        len: *len,
+    }
 }
 
 fn pq_err(path: &str) -> impl Fn(parquet::errors::ParquetError) -> Error + '_ {
     move |e| Error::internal(format!("merging {path}: {e}"))
 }
 
-/// Merge `parts` (paths in order) into `target`; returns what the merged file holds.
+/// Merge `parts` (paths with their sizes, in order, as their receipts record them) into
+/// `target`; returns what the merged file holds. Synchronous: runs on a blocking thread.
 pub fn merge(
     dest: &Arc<dyn Destination>,
     format: &FormatOptions,
-    parts: &[String],
+    parts: &[(String, u64)],
     rows: u64,
     target: &str,
 ) -> Result<PartStats> {
     let object = dest.create(target)?;
     let mut out = CountingWriter::new(object, target);
     match format {
+        FormatOptions::Arrow(_) => Err(Error::internal(
+            "in-memory Arrow output has no files to merge",
+        )),
         FormatOptions::Csv(_) => {
             for p in parts {
-                let f = open_remote(dest, p)?;
-                let mut r = RangeReader::new(dest.clone(), p, 0, f.len);
+                let f = open_remote(dest, p);
+                let mut r = RangeReader::new(dest.clone(), &f.path, 0, f.len);
                 std::io::copy(&mut r, &mut out).map_err(|e| {
                     out.errors()
                         .take()
@@ -98,10 +99,10 @@ pub fn merge(
             let inputs = parts
                 .iter()
                 .map(|p| {
-                    let f = open_remote(dest, p)?;
+                    let f = open_remote(dest, p);
                     let meta = ParquetMetaDataReader::new()
                         .parse_and_finish(&f)
-                        .map_err(pq_err(p))?;
+                        .map_err(pq_err(&p.0))?;
                     Ok((f, meta))
                 })
                 .collect::<Result<Vec<_>>>()?;

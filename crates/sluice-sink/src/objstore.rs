@@ -9,9 +9,10 @@
 //! incomplete multipart upload, which is invisible to readers and listings but is billed
 //! until removed: configure the bucket's lifecycle rule to abort incomplete uploads.
 //!
-//! The [`Destination`] trait is synchronous (writers run on blocking threads); requests run on
-//! one small runtime owned by this module, and callers wait on a channel, so a call works from
-//! any thread.
+//! Bookkeeping requests (`put`, `get`, `list`, `delete`, the lock) are awaited on the caller's
+//! runtime. A writer runs on a blocking thread (the format encoder's) and starts each part's
+//! upload as a task on the runtime it was created on, waiting for one only when
+//! `upload_concurrency` parts are in flight; no private runtime, no thread per request.
 //!
 //! GCS: multipart uploads go through `object_store` (XML API); everything else goes through
 //! the JSON API ([`crate::objstore_gcs`]). Uploads larger than one part use the XML
@@ -22,55 +23,23 @@ use crate::destination::{Destination, ObjectInfo, ObjectWriter};
 use crate::lock::{LockHolder, OutputLock};
 use crate::objstore_gcs::GcsJson;
 use crate::objstore_url::{self, Cloud, Location};
+use async_trait::async_trait;
 use futures_util::StreamExt;
 use object_store::path::Path;
 use object_store::{MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload};
 use sluice_core::{Error, Result, Retry};
 use std::collections::VecDeque;
-use std::future::Future;
 use std::io::{self, Write};
-use std::sync::mpsc;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
 
-/// The runtime that runs every object-store request of the process. It lives as long as the
-/// process, so dropping a destination anywhere (even inside another runtime) is safe.
-pub(crate) fn runtime() -> Result<&'static tokio::runtime::Runtime> {
-    static RT: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("sluice-upload")
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())
+/// The runtime a synchronous caller (a part writer, a range read for merging) is on. Such
+/// callers run on the runtime's blocking threads, from where they wait for requests.
+fn runtime() -> Result<Handle> {
+    Handle::try_current().map_err(|_| {
+        Error::internal("an object-store writer was used outside the runtime's blocking threads")
     })
-    .as_ref()
-    .map_err(|e| Error::internal(format!("cannot start the upload runtime: {e}")))
-}
-
-/// A started request whose result is waited for later.
-struct Pending<T>(mpsc::Receiver<T>);
-
-impl<T> Pending<T> {
-    fn wait(self) -> Result<T> {
-        self.0
-            .recv()
-            .map_err(|_| Error::internal("an upload task ended without a result"))
-    }
-}
-
-/// Start `fut` on the upload runtime.
-fn start<T: Send + 'static>(fut: impl Future<Output = T> + Send + 'static) -> Result<Pending<T>> {
-    let (tx, rx) = mpsc::sync_channel(1);
-    runtime()?.spawn(async move {
-        let _ = tx.send(fut.await);
-    });
-    Ok(Pending(rx))
-}
-
-/// Run `fut` on the upload runtime and wait for it.
-pub(crate) fn run<T: Send + 'static>(fut: impl Future<Output = T> + Send + 'static) -> Result<T> {
-    start(fut)?.wait()
 }
 
 /// What every writer of a destination shares.
@@ -139,7 +108,6 @@ impl ObjectStoreDestination {
     /// [`Self::open`] with options given outside the URL (same keys as its query, e.g.
     /// `part_size`, `upload_concurrency`, `endpoint`, `region`), which win over the query.
     pub fn open_with(to: &str, options: &[(String, String)]) -> Result<Self> {
-        runtime()?;
         let Location {
             cloud,
             store,
@@ -170,16 +138,18 @@ impl ObjectStoreDestination {
     }
 }
 
+#[async_trait]
 impl Destination for ObjectStoreDestination {
     fn display(&self) -> String {
         self.shared.shown.clone()
     }
 
-    fn check_writable(&self) -> Result<()> {
+    async fn check_writable(&self) -> Result<()> {
         let probe = format!(".sluice-write-test-{:016x}", rand::random::<u64>());
-        self.put(&probe, b"ok")
+        self.put(&probe, b"ok".to_vec())
+            .await
             .map_err(|e| e.context("checking that --to is writable"))?;
-        self.delete(&probe)
+        self.delete(&probe).await
     }
 
     fn buffer_bytes_per_writer(&self) -> u64 {
@@ -189,6 +159,7 @@ impl Destination for ObjectStoreDestination {
 
     fn create(&self, path: &str) -> Result<Box<dyn ObjectWriter>> {
         Ok(Box::new(UploadWriter {
+            rt: runtime()?,
             shared: self.shared.clone(),
             path: path.to_string(),
             key: self.shared.key(path),
@@ -199,48 +170,45 @@ impl Destination for ObjectStoreDestination {
         }))
     }
 
-    fn put(&self, path: &str, data: &[u8]) -> Result<()> {
-        let s = self.shared.clone();
+    async fn put(&self, path: &str, data: Vec<u8>) -> Result<()> {
+        let s = &self.shared;
         let key = s.key(path);
-        if let Some(g) = s.gcs.clone() {
-            let data = bytes::Bytes::from(data.to_vec());
-            return run(async move { g.put(&key, data).await })?
+        if let Some(g) = &s.gcs {
+            return g
+                .put(&key, bytes::Bytes::from(data))
+                .await
                 .map_err(|e| s.error(&e, "write", path));
         }
-        let payload = PutPayload::from(data.to_vec());
-        let store = s.store.clone();
-        run(async move { store.put(&key, payload).await })?
+        s.store
+            .put(&key, PutPayload::from(data))
+            .await
             .map(|_| ())
             .map_err(|e| s.error(&e, "write", path))
     }
 
-    fn get(&self, path: &str) -> Result<Option<Vec<u8>>> {
-        let s = self.shared.clone();
-        let (store, key) = (s.store.clone(), s.key(path));
-        if let Some(g) = s.gcs.clone() {
-            return run(async move { g.get(&key).await })?
-                .map(|b| b.map(|b| b.to_vec()))
-                .map_err(|e| s.error(&e, "read", path));
-        }
-        let got = run(async move {
-            match store.get(&key).await {
+    async fn get(&self, path: &str) -> Result<Option<Vec<u8>>> {
+        let s = &self.shared;
+        let key = s.key(path);
+        let got = if let Some(g) = &s.gcs {
+            g.get(&key).await
+        } else {
+            match s.store.get(&key).await {
                 Ok(r) => r.bytes().await.map(Some),
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
                 Err(e) => Err(e),
             }
-        })?;
+        };
         got.map(|b| b.map(|b| b.to_vec()))
             .map_err(|e| s.error(&e, "read", path))
     }
 
-    fn size(&self, path: &str) -> Result<Option<u64>> {
-        let s = self.shared.clone();
-        let (store, key) = (s.store.clone(), s.key(path));
-        if let Some(g) = s.gcs.clone() {
-            return run(async move { g.size(&key).await })?
-                .map_err(|e| s.error(&e, "inspect", path));
+    async fn size(&self, path: &str) -> Result<Option<u64>> {
+        let s = &self.shared;
+        let key = s.key(path);
+        if let Some(g) = &s.gcs {
+            return g.size(&key).await.map_err(|e| s.error(&e, "inspect", path));
         }
-        match run(async move { store.head(&key).await })? {
+        match s.store.head(&key).await {
             Ok(meta) => Ok(Some(meta.size)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(s.error(&e, "inspect", path)),
@@ -252,44 +220,48 @@ impl Destination for ObjectStoreDestination {
             return Ok(Vec::new());
         }
         let s = self.shared.clone();
-        let (store, key) = (s.store.clone(), s.key(path));
+        let key = s.key(path);
         let range = start..start + len as u64;
-        if let Some(g) = s.gcs.clone() {
-            return run(async move { g.get_range(&key, range).await })?
-                .map(|b| b.to_vec())
-                .map_err(|e| s.error(&e, "read", path));
-        }
-        let got = run(async move {
+        let got = runtime()?.block_on(async {
+            if let Some(g) = &s.gcs {
+                return g.get_range(&key, range).await;
+            }
             // A range past the end is clamped to the object, as a file read would be.
-            let meta = store.head(&key).await?;
+            let meta = s.store.head(&key).await?;
             let end = range.end.min(meta.size);
             if range.start >= end {
                 return Ok(bytes::Bytes::new());
             }
-            store.get_range(&key, range.start..end).await
-        })?;
+            s.store.get_range(&key, range.start..end).await
+        });
         got.map(|b| b.to_vec())
             .map_err(|e| s.error(&e, "read", path))
     }
 
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        let s = self.shared.clone();
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        let s = &self.shared;
         let key = s.key(prefix);
         let listed: std::result::Result<Vec<(String, u64)>, object_store::Error> =
-            if let Some(g) = s.gcs.clone() {
-                run(async move { g.list(&key).await })?
+            if let Some(g) = &s.gcs {
+                g.list(&key).await
             } else {
-                let store = s.store.clone();
-                run(async move {
-                    let root = (!key.as_ref().is_empty()).then_some(key);
-                    let mut stream = store.list(root.as_ref());
-                    let mut out = Vec::new();
-                    while let Some(m) = stream.next().await {
-                        let m = m?;
-                        out.push((m.location.as_ref().to_string(), m.size));
+                let root = (!key.as_ref().is_empty()).then_some(key);
+                let mut stream = s.store.list(root.as_ref());
+                let mut out = Vec::new();
+                let mut failed = None;
+                while let Some(m) = stream.next().await {
+                    match m {
+                        Ok(m) => out.push((m.location.as_ref().to_string(), m.size)),
+                        Err(e) => {
+                            failed = Some(e);
+                            break;
+                        }
                     }
-                    Ok(out)
-                })?
+                }
+                match failed {
+                    Some(e) => Err(e),
+                    None => Ok(out),
+                }
             };
         let listed = listed.map_err(|e| s.error(&e, "list", prefix))?;
         let mut out: Vec<ObjectInfo> = listed
@@ -300,18 +272,20 @@ impl Destination for ObjectStoreDestination {
         Ok(out)
     }
 
-    fn lock(&self, holder: &LockHolder) -> Result<Arc<dyn OutputLock>> {
-        crate::objstore_lock::acquire(self.shared.clone(), &self.display(), holder)
+    async fn lock(&self, holder: &LockHolder) -> Result<Arc<dyn OutputLock>> {
+        crate::objstore_lock::acquire(self.shared.clone(), &self.display(), holder).await
     }
 
-    fn delete(&self, path: &str) -> Result<()> {
-        let s = self.shared.clone();
-        let (store, key) = (s.store.clone(), s.key(path));
-        if let Some(g) = s.gcs.clone() {
-            return run(async move { g.delete(&key).await })?
+    async fn delete(&self, path: &str) -> Result<()> {
+        let s = &self.shared;
+        let key = s.key(path);
+        if let Some(g) = &s.gcs {
+            return g
+                .delete(&key)
+                .await
                 .map_err(|e| s.error(&e, "delete", path));
         }
-        match run(async move { store.delete(&key).await })? {
+        match s.store.delete(&key).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(s.error(&e, "delete", path)),
         }
@@ -320,6 +294,8 @@ impl Destination for ObjectStoreDestination {
 
 /// A file being uploaded.
 struct UploadWriter {
+    /// The runtime the parts upload on.
+    rt: Handle,
     shared: Arc<Shared>,
     path: String,
     key: Path,
@@ -328,7 +304,7 @@ struct UploadWriter {
     /// Started when the first part is full; a smaller file is stored with one `PUT`.
     upload: Option<Box<dyn MultipartUpload>>,
     /// Parts being sent, oldest first.
-    in_flight: VecDeque<Pending<object_store::Result<()>>>,
+    in_flight: VecDeque<JoinHandle<object_store::Result<()>>>,
     /// A part failed: the upload is aborted and every further write fails.
     failed: bool,
 }
@@ -341,7 +317,9 @@ impl UploadWriter {
     /// Wait for the oldest part in flight.
     fn wait_oldest(&mut self) -> Result<()> {
         if let Some(p) = self.in_flight.pop_front() {
-            p.wait()?
+            self.rt
+                .block_on(p)
+                .map_err(|e| Error::internal(format!("an upload task failed: {e}")))?
                 .map_err(|e| self.shared.error(&e, "upload a part of", &self.path))?;
         }
         Ok(())
@@ -350,15 +328,16 @@ impl UploadWriter {
     /// Send the buffered part, starting the multipart upload if needed.
     fn send_part(&mut self) -> Result<()> {
         if self.upload.is_none() {
-            let (store, key) = (self.shared.store.clone(), self.key.clone());
-            let up = run(async move { store.put_multipart(&key).await })?
+            let up = self
+                .rt
+                .block_on(self.shared.store.put_multipart(&self.key))
                 .map_err(|e| self.shared.error(&e, "start uploading", &self.path))?;
             self.upload = Some(up);
         }
         let data = std::mem::take(&mut self.buf);
         if let Some(up) = self.upload.as_mut() {
             let part = up.put_part(PutPayload::from(data));
-            self.in_flight.push_back(start(part)?);
+            self.in_flight.push_back(self.rt.spawn(part));
         }
         while self.in_flight.len() > self.shared.upload_concurrency {
             self.wait_oldest()?;
@@ -376,10 +355,8 @@ impl UploadWriter {
     fn discard(&mut self) {
         self.buf = Vec::new();
         self.in_flight.clear();
-        if let Some(mut up) = self.upload.take()
-            && let Ok(rt) = runtime()
-        {
-            rt.spawn(async move {
+        if let Some(mut up) = self.upload.take() {
+            self.rt.spawn(async move {
                 let _ = up.abort().await;
             });
         }
@@ -394,20 +371,19 @@ impl UploadWriter {
         }
         let Some(mut up) = self.upload.take() else {
             // Smaller than one part: one atomic PUT.
-            let (store, key) = (self.shared.store.clone(), self.key.clone());
-            if let Some(g) = self.shared.gcs.clone() {
-                let data = bytes::Bytes::from(std::mem::take(&mut self.buf));
-                return run(async move { g.put(&key, data).await })?
-                    .map_err(|e| self.shared.error(&e, "write", &self.path));
-            }
-            let payload = PutPayload::from(std::mem::take(&mut self.buf));
-            return run(async move { store.put(&key, payload).await })?
-                .map(|_| ())
-                .map_err(|e| self.shared.error(&e, "write", &self.path));
+            let (s, key) = (&self.shared, &self.key);
+            let data = std::mem::take(&mut self.buf);
+            let put = self.rt.block_on(async {
+                match &s.gcs {
+                    Some(g) => g.put(key, bytes::Bytes::from(data)).await,
+                    None => s.store.put(key, PutPayload::from(data)).await.map(|_| ()),
+                }
+            });
+            return put.map_err(|e| s.error(&e, "write", &self.path));
         };
         if !self.buf.is_empty() {
             let part = up.put_part(PutPayload::from(std::mem::take(&mut self.buf)));
-            self.in_flight.push_back(start(part)?);
+            self.in_flight.push_back(self.rt.spawn(part));
         }
         self.upload = Some(up);
         while !self.in_flight.is_empty() {
@@ -418,13 +394,13 @@ impl UploadWriter {
         let Some(mut up) = self.upload.take() else {
             return Err(Error::internal("upload vanished"));
         };
-        match run(async move {
+        match self.rt.block_on(async move {
             let r = up.complete().await;
             if r.is_err() {
                 let _ = up.abort().await;
             }
             r
-        })? {
+        }) {
             Ok(_) => Ok(()),
             Err(e) => {
                 self.failed = true;

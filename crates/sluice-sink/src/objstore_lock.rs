@@ -1,16 +1,17 @@
 //! The output's lock on an object store (see [`crate::lock`] for the protocol): created only
-//! if absent, refreshed by a heartbeat thread with conditional writes, taken over from a run
+//! if absent, refreshed by a heartbeat task with conditional writes, taken over from a run
 //! whose heartbeat stopped.
 
 use crate::layout::LOCK;
 use crate::lock::{HEARTBEAT, LockHolder, OutputLock, STALE_AFTER, held_by};
-use crate::objstore::{Shared, run};
+use crate::objstore::Shared;
+use async_trait::async_trait;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 use sluice_core::{Error, Result, Retry};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
 /// The version of the lock object this run last wrote or read, for conditional writes.
 #[derive(Debug, Clone)]
@@ -33,16 +34,17 @@ fn unsupported(shown: &str, e: &object_store::Error) -> Error {
 }
 
 /// Create the lock object if absent: the new version, or `None` if one exists.
-fn create(s: &Arc<Shared>, shown: &str, data: Vec<u8>) -> Result<Option<Version>> {
+async fn create(s: &Arc<Shared>, shown: &str, data: Vec<u8>) -> Result<Option<Version>> {
     let key = s.key(LOCK);
-    if let Some(g) = s.gcs.clone() {
-        return run(async move { g.put_if_generation(&key, data.into(), "0").await })?
+    if let Some(g) = &s.gcs {
+        return g
+            .put_if_generation(&key, data.into(), "0")
+            .await
             .map(|v| v.map(Version::Gcs))
             .map_err(|e| s.error(&e, "lock", LOCK));
     }
-    let store = s.store.clone();
     let opts = PutOptions::from(PutMode::Create);
-    match run(async move { store.put_opts(&key, PutPayload::from(data), opts).await })? {
+    match s.store.put_opts(&key, PutPayload::from(data), opts).await {
         Ok(r) => Ok(Some(Version::Store(r.into()))),
         Err(object_store::Error::AlreadyExists { .. }) => Ok(None),
         Err(e @ object_store::Error::NotImplemented { .. }) => Err(unsupported(shown, &e)),
@@ -51,16 +53,17 @@ fn create(s: &Arc<Shared>, shown: &str, data: Vec<u8>) -> Result<Option<Version>
 }
 
 /// The lock object's content and version, or `None` if it does not exist.
-fn read(s: &Arc<Shared>) -> Result<Option<(Vec<u8>, Version)>> {
+async fn read(s: &Arc<Shared>) -> Result<Option<(Vec<u8>, Version)>> {
     let key = s.key(LOCK);
-    if let Some(g) = s.gcs.clone() {
-        return run(async move { g.get_with_generation(&key).await })?
+    if let Some(g) = &s.gcs {
+        return g
+            .get_with_generation(&key)
+            .await
             .map(|v| v.map(|(b, g)| (b.to_vec(), Version::Gcs(g))))
             .map_err(|e| s.error(&e, "read", LOCK));
     }
-    let store = s.store.clone();
-    let got = run(async move {
-        match store.get(&key).await {
+    let got = async {
+        match s.store.get(&key).await {
             Ok(r) => {
                 let version = UpdateVersion {
                     e_tag: r.meta.e_tag.clone(),
@@ -73,13 +76,14 @@ fn read(s: &Arc<Shared>) -> Result<Option<(Vec<u8>, Version)>> {
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(e),
         }
-    })?;
+    }
+    .await;
     got.map_err(|e| s.error(&e, "read", LOCK))
 }
 
 /// Replace the lock object if it is still at `version`: the new version, or `None` if it
 /// changed.
-fn replace(
+async fn replace(
     s: &Arc<Shared>,
     shown: &str,
     data: Vec<u8>,
@@ -90,17 +94,16 @@ fn replace(
         Version::Gcs(generation) => {
             let g = s
                 .gcs
-                .clone()
+                .as_ref()
                 .ok_or_else(|| Error::internal("GCS version without GCS"))?;
-            let generation = generation.clone();
-            run(async move { g.put_if_generation(&key, data.into(), &generation).await })?
+            g.put_if_generation(&key, data.into(), generation)
+                .await
                 .map(|v| v.map(Version::Gcs))
                 .map_err(|e| s.error(&e, "lock", LOCK))
         }
         Version::Store(v) => {
-            let store = s.store.clone();
             let opts = PutOptions::from(PutMode::Update(v.clone()));
-            match run(async move { store.put_opts(&key, PutPayload::from(data), opts).await })? {
+            match s.store.put_opts(&key, PutPayload::from(data), opts).await {
                 Ok(r) => Ok(Some(Version::Store(r.into()))),
                 Err(
                     object_store::Error::Precondition { .. }
@@ -114,7 +117,7 @@ fn replace(
     }
 }
 
-/// What the holder and its heartbeat thread share.
+/// What the holder and its heartbeat task share.
 struct Inner {
     shared: Arc<Shared>,
     shown: String,
@@ -125,7 +128,7 @@ struct Inner {
 
 impl Inner {
     /// Rewrite the lock with a new heartbeat. False once the lock was taken over.
-    fn refresh(&self) -> bool {
+    async fn refresh(&self) -> bool {
         let bytes = match self.holder.lock() {
             Ok(mut h) => {
                 h.heartbeat = chrono::Utc::now().to_rfc3339();
@@ -136,7 +139,7 @@ impl Inner {
         let Ok(current) = self.version.lock().map(|v| v.clone()) else {
             return true;
         };
-        match replace(&self.shared, &self.shown, bytes, &current) {
+        match replace(&self.shared, &self.shown, bytes, &current).await {
             Ok(Some(v)) => {
                 if let Ok(mut slot) = self.version.lock() {
                     *slot = v;
@@ -162,10 +165,11 @@ impl Inner {
 /// A held object-store lock.
 struct StoreLock {
     inner: Arc<Inner>,
-    stop: Mutex<Option<mpsc::Sender<()>>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    stop: Mutex<Option<oneshot::Sender<()>>>,
+    heartbeat: tokio::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
+#[async_trait]
 impl OutputLock for StoreLock {
     fn check(&self) -> Result<()> {
         if self.inner.lost.load(Ordering::SeqCst) {
@@ -183,30 +187,25 @@ impl OutputLock for StoreLock {
         Ok(())
     }
 
-    fn release(&self) {
+    async fn release(&self) {
         if let Ok(mut stop) = self.stop.lock() {
             stop.take();
         }
-        let thread = self.thread.lock().ok().and_then(|mut t| t.take());
-        let Some(thread) = thread else {
+        let Some(heartbeat) = self.heartbeat.lock().await.take() else {
             return;
         };
-        let _ = thread.join();
+        let _ = heartbeat.await;
         if !self.inner.lost.load(Ordering::SeqCst) {
-            let s = self.inner.shared.clone();
+            let s = &self.inner.shared;
             let key = s.key(LOCK);
-            let outcome = if let Some(g) = s.gcs.clone() {
-                run(async move { g.delete(&key).await.map(|_| ()) })
-            } else {
-                let store = s.store.clone();
-                run(async move {
-                    match store.delete(&key).await {
-                        Err(object_store::Error::NotFound { .. }) => Ok(()),
-                        r => r,
-                    }
-                })
+            let outcome = match &s.gcs {
+                Some(g) => g.delete(&key).await,
+                None => match s.store.delete(&key).await {
+                    Err(object_store::Error::NotFound { .. }) => Ok(()),
+                    r => r,
+                },
             };
-            if !matches!(outcome, Ok(Ok(()))) {
+            if outcome.is_err() {
                 tracing::warn!(
                     "could not remove the lock of {}; the next run takes it over after {} s",
                     self.inner.shown,
@@ -218,13 +217,17 @@ impl OutputLock for StoreLock {
 }
 
 impl Drop for StoreLock {
+    /// A lock dropped without `release` (a failed run unwinding) stops refreshing at once;
+    /// its object is left, and the next run takes it over when it is stale.
     fn drop(&mut self) {
-        self.release();
+        if let Ok(mut stop) = self.stop.lock() {
+            stop.take();
+        }
     }
 }
 
 /// Take the lock of the output at `shared` for `holder` (see [`crate::lock`]).
-pub(crate) fn acquire(
+pub(crate) async fn acquire(
     shared: Arc<Shared>,
     shown: &str,
     holder: &LockHolder,
@@ -232,10 +235,10 @@ pub(crate) fn acquire(
     let bytes = holder.to_bytes();
     let mut last: Option<LockHolder> = None;
     for _ in 0..3 {
-        let version = match create(&shared, shown, bytes.clone())? {
+        let version = match create(&shared, shown, bytes.clone()).await? {
             Some(v) => v,
             None => {
-                let Some((data, version)) = read(&shared)? else {
+                let Some((data, version)) = read(&shared).await? else {
                     continue; // released meanwhile
                 };
                 let other = LockHolder::from_bytes(&data);
@@ -258,7 +261,7 @@ pub(crate) fn acquire(
                         ),
                     ));
                 }
-                match replace(&shared, shown, bytes.clone(), &version)? {
+                match replace(&shared, shown, bytes.clone(), &version).await? {
                     Some(v) => {
                         if let Some(dead) = &other {
                             tracing::info!(
@@ -282,22 +285,26 @@ pub(crate) fn acquire(
             version: Mutex::new(version),
             lost: AtomicBool::new(false),
         });
-        let (stop, stopped) = mpsc::channel::<()>();
+        let (stop, mut stopped) = oneshot::channel::<()>();
         let beat = inner.clone();
-        let thread = std::thread::Builder::new()
-            .name("sluice-lock".into())
-            .spawn(move || {
-                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(HEARTBEAT) {
-                    if !beat.refresh() {
-                        break;
+        let heartbeat = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(HEARTBEAT);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    _ = tick.tick() => {
+                        if !beat.refresh().await {
+                            break;
+                        }
                     }
                 }
-            })
-            .map_err(|e| Error::internal(format!("cannot start the lock heartbeat: {e}")))?;
+            }
+        });
         return Ok(Arc::new(StoreLock {
             inner,
             stop: Mutex::new(Some(stop)),
-            thread: Mutex::new(Some(thread)),
+            heartbeat: tokio::sync::Mutex::new(Some(heartbeat)),
         }));
     }
     Err(held_by(shown, last.as_ref(), ""))

@@ -117,20 +117,11 @@ pub fn shown_url(to: &str) -> String {
     to.split_once('?').map(|(a, _)| a).unwrap_or(to).to_string()
 }
 
-/// Parse a size such as `8MiB`, `16MB`, `5242880`.
+/// Parse a size such as `8MiB`, `16MB`, `5242880` (`sluice_core::size`'s units).
 fn parse_size(s: &str) -> Option<usize> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: usize = num.parse().ok()?;
-    let mult = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => return None,
-    };
-    n.checked_mul(mult)
+    sluice_core::size::parse_size(s, "part_size")
+        .ok()
+        .and_then(|n| usize::try_from(n).ok())
 }
 
 /// Parse `to` (an `s3://`, `gs://`, `az://`… URL) and build its store. `extra` holds options

@@ -25,6 +25,7 @@ use arrow_schema::extension::EXTENSION_TYPE_NAME_KEY;
 use arrow_schema::{DataType, Field, TimeUnit};
 use chrono::{DateTime, NaiveDate};
 use sluice_core::Result;
+use sluice_core::values::civil_from_days;
 use std::io::Write;
 
 /// Renders the value at a row into a buffer (the caller handles NULL).
@@ -117,24 +118,10 @@ fn hms(out: &mut Vec<u8>, secs: u32) {
     two(out, secs % 60);
 }
 
-/// Year, month, day of a day count since 1970-01-01 in the proleptic Gregorian calendar
-/// (the civil-from-days algorithm: 400-year eras of 146,097 days).
-fn civil(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
 /// `YYYY-MM-DD` for years 0..=9999 without going through a formatter; `false` outside them,
 /// where the caller falls back to chrono's ISO 8601 form (sign and more digits).
 fn ymd(out: &mut Vec<u8>, days: i64) -> bool {
-    let (y, m, d) = civil(days);
+    let (y, m, d) = civil_from_days(days);
     if !(0..=9999).contains(&y) {
         return false;
     }

@@ -20,7 +20,7 @@ use sluice_core::failpoint;
 use sluice_core::table::TableRef;
 use sluice_core::{ColumnDesc, Error, ErrorKind, Result};
 use sluice_sink::layout::dataset_dir;
-use sluice_sink::{Destination, FormatOptions, PartWriter, open_part};
+use sluice_sink::{Destination, FormatOptions, PartKey, PartWriter, open_part};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -47,6 +47,13 @@ struct Batch {
     started: Instant,
     bytes: usize,
     changes: u64,
+}
+
+/// Run a change file's I/O where the thread may block: the batcher is driven from the
+/// stream's async task (values are decoded straight into it), and a destination's writer
+/// waits for its uploads on the runtime (`Destination::create`).
+fn io<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
 }
 
 /// Budgets of the batcher.
@@ -198,12 +205,17 @@ impl Batcher {
                 dataset_dir(&t.dataset),
                 self.ext
             );
-            let out = self.dest.create(&path)?;
-            let writer = open_part(&self.format, batch.schema(), out, &path)?;
+            let (dest, format) = (&self.dest, &self.format);
+            // The key names the part for in-memory outputs only; change files go to files.
+            let key = PartKey {
+                dataset: t.dataset.clone(),
+                ordinal: 0,
+            };
+            let writer = io(|| open_part(format, key, batch.schema(), dest.create(&path)?, &path))?;
             t.file = Some(OpenFile { writer, path });
         }
         if let Some(f) = t.file.as_mut() {
-            f.writer.write(&batch)?;
+            io(|| f.writer.write(&batch))?;
         }
         rows.recycle(batch);
         if let Some(b) = self.batch.as_mut() {
@@ -245,7 +257,7 @@ impl Batcher {
         let mut written = 0u64;
         for t in &mut self.tables {
             if let Some(f) = t.file.take() {
-                let stats = f.writer.finish()?;
+                let stats = io(|| f.writer.finish())?;
                 written += stats.bytes;
                 self.metrics.files.fetch_add(1, Ordering::Relaxed);
             }
@@ -315,7 +327,7 @@ impl Batcher {
     pub fn abort(&mut self) {
         for t in &mut self.tables {
             if let Some(f) = t.file.take() {
-                f.writer.abort();
+                io(|| f.writer.abort());
             }
         }
     }

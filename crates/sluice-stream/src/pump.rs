@@ -18,14 +18,17 @@ use tokio::sync::watch;
 /// Consecutive failed attempts without a committed batch before a transient error ends the
 /// run (waits of 1, 2, 4, … 32 s between them).
 const MAX_RETRIES: u32 = 8;
-fn cleanup(dest: &dyn Destination, state: &StreamState) -> Result<()> {
+async fn cleanup(dest: &dyn Destination, state: &StreamState) -> Result<()> {
     let keep: Vec<String> = state
         .intent
         .as_ref()
         .map(|i| i.files.clone())
         .unwrap_or_default();
     for name in state.tables.keys() {
-        for f in dest.list(&format!("{}/changes/", dataset_dir(name)))? {
+        for f in dest
+            .list(&format!("{}/changes/", dataset_dir(name)))
+            .await?
+        {
             let file = f.path.rsplit('/').next().unwrap_or_default();
             let seq = file
                 .split(['-', '.'])
@@ -35,7 +38,7 @@ fn cleanup(dest: &dyn Destination, state: &StreamState) -> Result<()> {
                 || (seq.is_some_and(|s| s > state.committed.written_through)
                     && !keep.contains(&f.path));
             if stale {
-                dest.delete(&f.path)?;
+                dest.delete(&f.path).await?;
             }
         }
     }
@@ -74,14 +77,10 @@ pub(crate) async fn stream(
     let lock = {
         let d = job.destination.clone();
         let holder = LockHolder::now(&format!("stream-{}", state.names.slot));
-        blocking(move || d.lock(&holder)).await?
+        d.lock(&holder).await?
     };
     let result = streaming(job, state, datasets, metrics, cancel, started, snapshot).await;
-    let _ = blocking(move || {
-        lock.release();
-        Ok(())
-    })
-    .await;
+    lock.release().await;
     result
 }
 
@@ -100,11 +99,7 @@ async fn streaming(
     let mut failures = 0u32;
     let (mut stream, batcher, stopped) = loop {
         let attempt = async {
-            {
-                let d = job.destination.clone();
-                let s = state.clone();
-                blocking(move || cleanup(d.as_ref(), &s)).await?;
-            }
+            cleanup(job.destination.as_ref(), &state).await?;
             let stream = job
                 .source
                 .open(&names, datasets, &state.committed.restart)

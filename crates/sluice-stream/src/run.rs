@@ -188,10 +188,7 @@ pub async fn run_stream(job: StreamJob, cancel: watch::Receiver<bool>) -> Result
         let bound = serve(addr, metrics.clone()).await?;
         tracing::info!("metrics at http://{bound}/metrics");
     }
-    {
-        let d = job.destination.clone();
-        blocking(move || d.check_writable()).await?;
-    }
+    job.destination.check_writable().await?;
     let holder = sluice_sink::LockHolder::now(&format!("stream-{}", std::process::id()));
     {
         let store = job.state.clone();

@@ -25,17 +25,17 @@ use crate::state::StreamState;
 use sluice_core::change::HeldSnapshot;
 use sluice_core::{Error, Position, Result};
 use sluice_engine::Report;
+use sluice_engine::manifest::Manifest;
 use sluice_sink::Destination;
 use sluice_sink::layout::{MANIFEST, RUN_STATE, dataset_dir};
-use sluice_sink::manifest::Manifest;
 use std::collections::HashMap;
 use tokio::sync::watch;
 
 /// Remove the parts and receipts of datasets the interrupted export started but did not
 /// finish, so the resumed export reads each of them whole under its new snapshot (a table's
 /// rows must all come from one snapshot, whose position filters its changes).
-fn clear_unfinished(dest: &dyn Destination, ext: &str) -> Result<Vec<String>> {
-    let Some(plan) = dest.get(RUN_STATE)? else {
+async fn clear_unfinished(dest: &dyn Destination, ext: &str) -> Result<Vec<String>> {
+    let Some(plan) = dest.get(RUN_STATE).await? else {
         return Ok(Vec::new());
     };
     let plan: serde_json::Value = serde_json::from_slice(&plan)
@@ -49,7 +49,7 @@ fn clear_unfinished(dest: &dyn Destination, ext: &str) -> Result<Vec<String>> {
     let mut cleared = Vec::new();
     for (ds, n) in planned {
         let dir = dataset_dir(&ds);
-        let receipts = dest.list(&format!("_sluice/parts/{dir}/"))?;
+        let receipts = dest.list(&format!("_sluice/parts/{dir}/")).await?;
         let done = receipts
             .iter()
             .filter(|r| r.path.ends_with(".json"))
@@ -58,13 +58,13 @@ fn clear_unfinished(dest: &dyn Destination, ext: &str) -> Result<Vec<String>> {
             continue;
         }
         for r in &receipts {
-            dest.delete(&r.path)?;
+            dest.delete(&r.path).await?;
         }
-        for f in dest.list(&format!("{dir}/"))? {
+        for f in dest.list(&format!("{dir}/")).await? {
             let name = f.path.rsplit('/').next().unwrap_or_default();
             let part = name.starts_with("part-") || name.starts_with(".part-");
             if part && !f.path.contains("/changes/") && f.path.contains(ext) {
-                dest.delete(&f.path)?;
+                dest.delete(&f.path).await?;
             }
         }
         cleared.push(ds);
@@ -77,9 +77,7 @@ pub(crate) async fn resume_snapshot(
     state: &mut StreamState,
     cancel: &watch::Receiver<bool>,
 ) -> Result<Report> {
-    let d = job.destination.clone();
-    let ext = state.extension.clone();
-    let cleared = blocking(move || clear_unfinished(d.as_ref(), &ext)).await?;
+    let cleared = clear_unfinished(job.destination.as_ref(), &state.extension).await?;
     if !cleared.is_empty() {
         tracing::info!(
             "resuming the initial snapshot: {} will be read again whole under a new snapshot",
@@ -128,7 +126,8 @@ pub(crate) async fn snapshot_phase(
         )
     })?;
     let d = job.destination.clone();
-    let bytes = blocking(move || d.get(MANIFEST))
+    let bytes = d
+        .get(MANIFEST)
         .await?
         .ok_or_else(|| Error::internal("the initial snapshot finished without a manifest"))?;
     let manifest: Manifest = serde_json::from_slice(&bytes)

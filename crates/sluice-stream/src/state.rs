@@ -120,7 +120,9 @@ pub struct StreamState {
     pub updated_at: String,
 }
 
-/// Where the state is kept.
+/// Where the state is kept. Synchronous (the Redis store speaks over a blocking socket):
+/// callers run it on a blocking thread, or from the batcher inside
+/// [`tokio::task::block_in_place`].
 pub trait StateStore: Send + Sync {
     /// Where, for messages (no secrets).
     fn describe(&self) -> String;
@@ -156,6 +158,12 @@ impl OutputState {
     }
 }
 
+/// Wait for a destination's call from the synchronous state API (see [`StateStore`]): the
+/// thread may block, so the runtime is waited on in place.
+pub(crate) fn wait<F: std::future::Future>(f: F) -> F::Output {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
+}
+
 /// Parse saved state bytes, naming `from` in errors.
 pub fn parse(bytes: &[u8], from: &str) -> Result<StreamState> {
     let s: StreamState = serde_json::from_slice(bytes).map_err(|e| {
@@ -179,7 +187,7 @@ impl StateStore for OutputState {
     }
 
     fn load(&self) -> Result<Option<StreamState>> {
-        match self.dest.get(STATE_PATH)? {
+        match wait(self.dest.get(STATE_PATH))? {
             None => Ok(None),
             Some(b) => parse(&b, &self.describe()).map(Some),
         }
@@ -188,12 +196,10 @@ impl StateStore for OutputState {
     fn save(&self, state: &StreamState) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(state)
             .map_err(|e| Error::internal(format!("cannot encode the stream state: {e}")))?;
-        self.dest
-            .put(STATE_PATH, &bytes)
-            .map_err(|e| e.context("saving the stream state"))
+        wait(self.dest.put(STATE_PATH, bytes)).map_err(|e| e.context("saving the stream state"))
     }
 
     fn clear(&self) -> Result<()> {
-        self.dest.delete(STATE_PATH)
+        wait(self.dest.delete(STATE_PATH))
     }
 }

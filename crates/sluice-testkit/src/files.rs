@@ -117,14 +117,9 @@ pub fn manifest(dir: &Path) -> serde_json::Value {
 pub fn displayable(c: &arrow_array::ArrayRef) -> arrow_array::ArrayRef {
     use arrow_array::cast::AsArray;
     use arrow_array::types::TimestampMicrosecondType;
-    use arrow_schema::{DataType, TimeUnit};
-    match c.data_type() {
-        DataType::Timestamp(TimeUnit::Microsecond, Some(tz)) if tz.as_ref() == "UTC" => {
-            std::sync::Arc::new(
-                c.as_primitive::<TimestampMicrosecondType>()
-                    .clone()
-                    .with_timezone("+00:00"),
-            )
+    match c.as_primitive_opt::<TimestampMicrosecondType>() {
+        Some(t) if t.timezone() == Some("UTC") => {
+            std::sync::Arc::new(t.clone().with_timezone("+00:00"))
         }
         _ => c.clone(),
     }

@@ -13,6 +13,9 @@
 //! - [`objstore`] starts object-storage emulators (S3, GCS, Azure Blob) the same way.
 //! - [`redis`] starts a throwaway Redis (`--redis`) for the stream's external state.
 //! - [`tls`] generates the certificates of the TLS servers (`--pg-tls`, `--mariadb-tls`).
+//! - [`process`] runs the `sluice` binary under test (output, time limit, failpoints);
+//!   [`scenario`] holds the suites every source must pass, written once and run over
+//!   PostgreSQL, MariaDB and Firebird, over the [`source`] database each engine offers.
 
 pub mod changes;
 pub mod files;
@@ -22,6 +25,9 @@ pub mod mariadb;
 pub mod mysql;
 pub mod objstore;
 pub mod pg;
+pub mod process;
 pub mod redis;
+pub mod scenario;
 pub mod server;
+pub mod source;
 pub mod tls;

@@ -2,6 +2,21 @@
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Row, Value};
+use std::sync::{Arc, LazyLock};
+use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
+
+/// Turns on the test server, which every test of a process shares: a test that hurts the whole
+/// server (a long MyISAM write holds back every global lock) runs [`TestDb::alone`], the others
+/// [`TestDb::new`] side by side. All integration tests are one process, so this is what keeps
+/// one topic's server-wide harm out of another topic's runs.
+static SERVER: LazyLock<Arc<RwLock<()>>> = LazyLock::new(|| Arc::new(RwLock::new(())));
+
+/// A test's turn on the server, held as long as its database.
+#[allow(dead_code)]
+enum Turn {
+    Shared(OwnedRwLockReadGuard<()>),
+    Alone(OwnedRwLockWriteGuard<()>),
+}
 
 /// The test server's URL (a user with every privilege and a password), from
 /// `SLUICE_TEST_MYSQL_URL`.
@@ -35,11 +50,27 @@ pub struct TestDb {
     pub url: String,
     /// A session on it.
     pub conn: Conn,
+    /// This test's turn on the shared server.
+    _turn: Turn,
 }
 
 impl TestDb {
-    /// Create a database with a random name.
+    /// Create a database with a random name; other tests' databases may be in use at the same
+    /// time, but not one of a test running [`TestDb::alone`].
     pub async fn new() -> TestDb {
+        let turn = Turn::Shared(SERVER.clone().read_owned().await);
+        TestDb::create(turn).await
+    }
+
+    /// Create a database with a random name for a test that hurts the whole server (a long
+    /// write that every global lock must wait for): it waits until no other test uses the
+    /// server, and none starts until it is done.
+    pub async fn alone() -> TestDb {
+        let turn = Turn::Alone(SERVER.clone().write_owned().await);
+        TestDb::create(turn).await
+    }
+
+    async fn create(turn: Turn) -> TestDb {
         let server = server_url();
         let name = format!("t_{:016x}", rand::random::<u64>());
         let mut admin = connect(&server).await;
@@ -49,7 +80,12 @@ impl TestDb {
             .unwrap_or_else(|e| panic!("CREATE DATABASE: {e}"));
         let url = with_database(&server, &name);
         let conn = connect(&url).await;
-        TestDb { name, url, conn }
+        TestDb {
+            name,
+            url,
+            conn,
+            _turn: turn,
+        }
     }
 
     /// Run SQL (several statements allowed).

@@ -1,6 +1,9 @@
 //! From libpq keywords to resolved parameters: the host list, `sslmode` and the certificate
 //! options (read and checked here, so a bad path fails before any connection), timeouts and
 //! session attributes.
+//!
+//! Length: about 450 lines of code plus the unit tests of every keyword: one table of libpq
+//! keywords and the checks that make a bad value fail before any connection.
 
 use super::SESSION_OPTIONS;
 use super::params::{self, Env};

@@ -1,0 +1,41 @@
+#![allow(clippy::unwrap_used)]
+//! Faults on PostgreSQL: a statement timeout fails at once with guidance and no retries. (A
+//! worker's backend terminated mid-chunk is the shared scenario in `scenarios.rs`.)
+
+use crate::common::*;
+use std::time::{Duration, Instant};
+
+#[tokio::test]
+async fn statement_timeout_fails_at_once_with_guidance() {
+    let db = TestDb::new().await;
+    let role = format!("r_{}", db.name);
+    db.exec(&format!(
+        "CREATE TABLE slow (id bigint, v text);
+         INSERT INTO slow SELECT g, repeat(md5(g::text), 8) FROM generate_series(1, 300000) g;
+         CREATE ROLE {role} LOGIN PASSWORD 'pw'; GRANT SELECT ON slow TO {role};
+         ALTER ROLE {role} SET statement_timeout = '30ms';"
+    ))
+    .await;
+    let out = tempdir();
+    let started = Instant::now();
+    let run = export(
+        &db.url_as(&role, Some("pw")),
+        out.path(),
+        &["--table", "slow", "--chunk-by", "none"],
+    );
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert!(run.stderr.contains("57014"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("statement_timeout") && run.stderr.contains("smaller chunks"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("retrying"),
+        "a timeout is not retried: {}",
+        run.stderr
+    );
+    assert!(!out.path().join("manifest.json").exists());
+    // Not a timing assertion on the product: a sanity bound that no retry loop ran.
+    assert!(started.elapsed() < Duration::from_secs(30));
+}

@@ -1,0 +1,38 @@
+//! The integration tests of sluice, as one test binary: every module is a topic, run against
+//! the real `sluice` binary and the throwaway servers of `sluice-testkit run` (PostgreSQL,
+//! MariaDB, Firebird, object-storage emulators). One binary links the whole tree once instead
+//! of once per topic. Pick a topic with a filter: `cargo test --workspace --test it resume::`.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+mod objstore_common;
+
+mod chunking;
+mod cli;
+mod consistency;
+mod errors;
+mod faults;
+mod firebird_consistency;
+mod firebird_errors;
+mod firebird_parallel;
+mod firebird_types;
+mod interrupt;
+mod locks;
+mod mysql_chunking;
+mod mysql_consistency;
+mod mysql_faults;
+mod mysql_harm;
+mod mysql_stream;
+mod mysql_tls;
+mod mysql_types;
+mod objstore_azure;
+mod objstore_gcs;
+mod objstore_s3;
+mod quoting;
+mod relkinds;
+mod resume;
+mod scenarios;
+mod security;
+mod stream;
+mod tls;
+mod types;

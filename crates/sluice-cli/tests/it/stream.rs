@@ -1,0 +1,982 @@
+#![allow(clippy::unwrap_used)]
+//! `sluice stream` against a real PostgreSQL with wal_level=logical: the snapshot hand-off with a
+//! writer running, kills at every failpoint of a batch with restarts, TOAST, partitioned tables,
+//! change files on an object store (moto's S3), the server's idle limits, errors, metrics,
+//! signals and --drop. Every check replays the change files over the snapshot by `_seq`
+//! (`sluice_testkit::changes::replay`, which panics on a repeated `_seq`, an overlap or a gap)
+//! and compares the result with the table.
+//!
+//! Over 500 lines: each test is one whole scenario against a real server (writer, failpoints,
+//! restarts, replay), and they share this file's writer and replay checks.
+
+use crate::common::{self, Failpoints, TestDb, run, sluice, tempdir};
+use crate::objstore_common;
+use sluice_testkit::changes::replay;
+use sluice_testkit::files::assert_same_rows;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const TABLE: &str = "public.acct";
+
+async fn create_acct(db: &TestDb, rows: i64) {
+    db.exec(&format!(
+        "CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL, pad text NOT NULL);
+         INSERT INTO acct SELECT g, 0, md5(g::text) FROM generate_series(1, {rows}) g;
+         CREATE SEQUENCE acct_new START 10000000;
+         ANALYZE acct;"
+    ))
+    .await;
+}
+
+/// A writer that inserts, updates, deletes and changes keys, one transaction after another.
+struct ChangeWriter {
+    stop: Arc<AtomicBool>,
+    commits: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ChangeWriter {
+    async fn start(url: &str, rows: i64) -> ChangeWriter {
+        let stop = Arc::new(AtomicBool::new(false));
+        let commits = Arc::new(AtomicU64::new(0));
+        let c = sluice_testkit::pg::connect(url).await;
+        let task = {
+            let (stop, commits) = (stop.clone(), commits.clone());
+            tokio::spawn(async move {
+                let pick = format!(
+                    "(SELECT id FROM acct WHERE id >= (random() * {rows})::bigint ORDER BY id LIMIT 1)"
+                );
+                while !stop.load(Ordering::Relaxed) {
+                    c.batch_execute(&format!(
+                        "BEGIN;
+                         UPDATE acct SET v = v + 1, pad = pad || 'u' WHERE id IN
+                           (SELECT id FROM acct WHERE id >= (random() * {rows})::bigint
+                            ORDER BY id LIMIT 3);
+                         DELETE FROM acct WHERE id = {pick};
+                         INSERT INTO acct VALUES (nextval('acct_new'), -1, 'new');
+                         UPDATE acct SET id = nextval('acct_new') WHERE id = {pick};
+                         COMMIT;"
+                    ))
+                    .await
+                    .unwrap();
+                    commits.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        };
+        let w = ChangeWriter {
+            stop,
+            commits,
+            task,
+        };
+        w.wait_for(5).await;
+        w
+    }
+
+    async fn wait_for(&self, n: u64) {
+        let target = self.commits.load(Ordering::Relaxed) + n;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.commits.load(Ordering::Relaxed) < target {
+            assert!(Instant::now() < deadline, "the writer is stuck");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    async fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+        self.commits.load(Ordering::Relaxed)
+    }
+}
+
+fn stream(url: &str, to: &Path, extra: &[&str]) -> Command {
+    let mut c = sluice();
+    c.arg("stream")
+        .arg("--source")
+        .arg(url)
+        .arg("--table")
+        .arg(TABLE)
+        .arg("--to")
+        .arg(to)
+        .args(["--batch-seconds", "0.2"])
+        .args(extra);
+    c
+}
+
+/// Replay the output over its snapshot and compare with the table; returns the replay.
+async fn assert_replay_equals_table(db: &TestDb, to: &Path) -> sluice_testkit::changes::Replayed {
+    assert_replay_equals(db, to, "SELECT id, v, pad FROM acct").await
+}
+
+async fn assert_replay_equals(
+    db: &TestDb,
+    to: &Path,
+    select: &str,
+) -> sluice_testkit::changes::Replayed {
+    let r = replay(&to.join(TABLE), &["id"]);
+    let want = db.row_strings(select).await;
+    if r.rows != want {
+        let got: std::collections::BTreeSet<&String> = r.rows.iter().collect();
+        let w: std::collections::BTreeSet<&String> = want.iter().collect();
+        let extra: Vec<_> = got.difference(&w).take(5).collect();
+        let missing: Vec<_> = w.difference(&got).take(5).collect();
+        eprintln!("DEBUG replay extra {extra:?}\nmissing {missing:?}");
+        for m in missing.iter().chain(extra.iter()) {
+            let id = m.split('|').next().unwrap();
+            for c in r.changes.iter().filter(|c| c.cells[0] == id) {
+                eprintln!("  change {} {} {} {:?}", c.seq, c.op, c.pos, c.cells);
+            }
+        }
+        let st = std::fs::read_to_string(to.join("_sluice/stream.json")).unwrap_or_default();
+        eprintln!("{}", &st[st.len().saturating_sub(1500)..]);
+    }
+    assert_same_rows(&r.rows, &want, "snapshot + changes replayed by _seq");
+    r
+}
+
+async fn slots_and_publications(db: &TestDb) -> (i64, i64) {
+    let row = db
+        .client
+        .query_one(
+            "SELECT (SELECT count(*) FROM pg_replication_slots WHERE database = current_database()),
+                    (SELECT count(*) FROM pg_publication)",
+            &[],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handoff_with_a_writer_during_the_snapshot_is_exact() {
+    let db = TestDb::new().await;
+    create_acct(&db, 20_000).await;
+    let writer = ChangeWriter::start(&db.url, 20_000).await;
+    let to = tempdir();
+    let fp = Failpoints::new();
+    // The writer commits while the export reads under the slot's snapshot: after the first
+    // part is committed, before the others.
+    let mut cmd = stream(
+        &db.url,
+        to.path(),
+        &[
+            "--until-current",
+            "--chunk-size",
+            "256KB",
+            "--parallel",
+            "2",
+        ],
+    );
+    fp.arm(&mut cmd, "export.after_receipt=wait@1");
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    fp.reached("export.after_receipt", &mut child).await;
+    writer.wait_for(40).await;
+    fp.release("export.after_receipt");
+    let out = common::finish(child);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    writer.wait_for(20).await;
+    let commits = writer.stop().await;
+    // Drain what was committed after the first run stopped.
+    run(&mut stream(&db.url, to.path(), &["--until-current"])).ok();
+    let r = assert_replay_equals_table(&db, to.path()).await;
+    assert!(
+        r.changes.len() as u64 >= commits,
+        "{} changes for {commits} writer transactions",
+        r.changes.len()
+    );
+    let ops = |op: &str| r.changes.iter().filter(|c| c.op == op).count();
+    assert!(ops("insert") > 0 && ops("update") > 0 && ops("delete") > 0);
+    // A key update is a delete of the old key and the insert of the new one, back to back.
+    let key_updates = r
+        .changes
+        .windows(2)
+        .filter(|w| {
+            w[0].op == "delete"
+                && w[1].op == "insert"
+                && w[0].seq + 1 == w[1].seq
+                && w[0].pos == w[1].pos
+                && w[1].cells[1] != "-1"
+        })
+        .count();
+    assert!(key_updates > 0, "no key update written as delete + insert");
+    let seqs: Vec<u64> = r.changes.iter().map(|c| c.seq).collect();
+    assert_eq!(seqs.first(), Some(&1), "_seq starts at 1");
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "_seq has no holes within one stream"
+    );
+    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
+    assert_eq!(slots_and_publications(&db).await, (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_at_every_point_of_a_batch_the_restarted_stream_is_exact() {
+    let db = TestDb::new().await;
+    create_acct(&db, 10_000).await;
+    let writer = ChangeWriter::start(&db.url, 10_000).await;
+    let to = tempdir();
+    let small = [
+        "--until-current",
+        "--batch-bytes",
+        "64KB",
+        "--chunk-size",
+        "128KB",
+    ];
+    // Each run dies at one point, the next one continues from what the last left.
+    for spec in [
+        "export.after_receipt=exit@2",
+        "stream.after_flush=exit@1",
+        "stream.before_intent=exit@1",
+        "stream.after_intent=exit@1",
+        "stream.after_files=exit@1",
+        "stream.before_confirm=exit@2",
+    ] {
+        writer.wait_for(30).await;
+        let fp = Failpoints::new();
+        let mut cmd = stream(&db.url, to.path(), &small);
+        fp.arm(&mut cmd, spec);
+        let r = run(&mut cmd);
+        assert_ne!(r.code, 0, "{spec}: the run did not die:\n{}", r.stderr);
+        assert!(r.stderr.contains("failpoint"), "{spec}: {}", r.stderr);
+    }
+    // A transient failure is retried within the run, from the committed position.
+    writer.wait_for(30).await;
+    let fp = Failpoints::new();
+    let mut cmd = stream(&db.url, to.path(), &small);
+    fp.arm(&mut cmd, "stream.after_files=error@1");
+    let r = run(&mut cmd);
+    r.ok();
+    assert!(r.stderr.contains("restarting the stream"), "{}", r.stderr);
+    writer.wait_for(30).await;
+    writer.stop().await;
+    run(&mut stream(&db.url, to.path(), &small)).ok();
+    let r = assert_replay_equals_table(&db, to.path()).await;
+    assert!(r.changes.len() > 100, "only {} changes", r.changes.len());
+    // No hidden temporaries or files beyond the committed position are left.
+    let left: Vec<String> = common::files_under(&to.path().join(TABLE))
+        .into_iter()
+        .filter(|f| f.contains("/.") || f.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "temporaries left: {left:?}");
+    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unchanged_toast_values_are_marked_absent_not_null() {
+    let db = TestDb::new().await;
+    db.exec(
+        "CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL, pad text NOT NULL);
+         INSERT INTO acct SELECT g, 0, (SELECT string_agg(md5(g::text || k::text), '')
+                                        FROM generate_series(1, 400) k)
+         FROM generate_series(1, 20) g;",
+    )
+    .await;
+    let to = tempdir();
+    run(&mut stream(&db.url, to.path(), &["--until-current"])).ok();
+    db.exec(
+        "UPDATE acct SET v = 1 WHERE id = 1;
+         UPDATE acct SET id = 100 WHERE id = 2;
+         DELETE FROM acct WHERE id = 3;
+         UPDATE acct SET pad = 'short' WHERE id = 4;",
+    )
+    .await;
+    run(&mut stream(&db.url, to.path(), &["--until-current"])).ok();
+    let r = assert_replay_equals_table(&db, to.path()).await;
+    let update = r.changes.iter().find(|c| c.op == "update").unwrap();
+    assert_eq!(
+        update.absent,
+        ["pad"],
+        "the unchanged TOAST value is absent"
+    );
+    assert_eq!(update.cells[2], "∅", "an absent cell holds NULL");
+    let delete = r.changes.iter().find(|c| c.op == "delete").unwrap();
+    assert_eq!(delete.absent, ["v", "pad"], "a delete carries the key only");
+    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_name_the_fix_and_leave_no_slot_behind() {
+    let db = TestDb::new().await;
+    db.exec(
+        "CREATE TABLE nokey (a int, b text);
+         CREATE TABLE ranges (id int PRIMARY KEY, r int4range);
+         CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL, pad text NOT NULL);
+         CREATE ROLE norepl LOGIN PASSWORD 'pw';
+         GRANT SELECT ON ALL TABLES IN SCHEMA public TO norepl;",
+    )
+    .await;
+    let to = tempdir();
+    let one = |table: &str, url: &str, extra: &[&str]| {
+        let mut c = sluice();
+        c.args(["stream", "--source", url, "--table", table, "--to"])
+            .arg(to.path())
+            .args(["--until-current"])
+            .args(extra);
+        run(&mut c)
+    };
+    let r = one("public.nokey", &db.url, &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("REPLICA IDENTITY FULL"), "{}", r.stderr);
+    let r = one("public.ranges", &db.url, &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("ranges.r") && r.stderr.contains("cannot decode"),
+        "{}",
+        r.stderr
+    );
+    let r = one("public.acct", &db.url_as("norepl", Some("pw")), &[]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("ALTER ROLE \"norepl\" REPLICATION"),
+        "{}",
+        r.stderr
+    );
+    let r = one("public.acct", &db.url, &["--query", "q=SELECT 1"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    // A first start that fails after creating the slot removes slot and publication again.
+    let fp = Failpoints::new();
+    let mut c = stream(&db.url, to.path(), &["--until-current"]);
+    fp.arm(&mut c, "stream.first_state=fatal");
+    let r = run(&mut c);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    assert_eq!(slots_and_publications(&db).await, (0, 0), "{}", r.stderr);
+    assert!(!to.path().join("_sluice/stream.json").exists());
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn scrape(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_stream_serves_metrics_refuses_a_second_one_and_stops_on_sigterm() {
+    let db = TestDb::new().await;
+    create_acct(&db, 1_000).await;
+    let to = tempdir();
+    let port = free_port();
+    let mut child = stream(
+        &db.url,
+        to.path(),
+        &[
+            "--slot",
+            "metrics_slot",
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Once the snapshot is written, the stream is reading from the slot.
+    let state = to.path().join("_sluice/stream.json");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&state).is_ok_and(|s| s.contains("\"done\": true")) {
+        assert!(Instant::now() < deadline, "the snapshot did not finish");
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the stream ended ({status})");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    db.exec("UPDATE acct SET v = v + 1 WHERE id <= 100").await;
+    let text = loop {
+        assert!(Instant::now() < deadline, "no changes counted in time");
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the stream ended ({status})");
+        }
+        if let Some(s) = scrape(port)
+            && s.contains("sluice_stream_changes_total 100")
+            && metric(&s, "sluice_stream_batches_total") >= 1.0
+        {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        metric(&text, "sluice_stream_committed_seq") >= 100.0,
+        "{text}"
+    );
+    assert!(text.contains("sluice_stream_retained_bytes"), "{text}");
+    assert!(text.contains("sluice_stream_lag_seconds"), "{text}");
+    // A second stream on the same slot is refused.
+    let other = tempdir();
+    let r = run(&mut stream(
+        &db.url,
+        other.path(),
+        &["--slot", "metrics_slot", "--until-current"],
+    ));
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("in use"), "{}", r.stderr);
+    // SIGTERM stops it cleanly, after committing.
+    let pid = child.id() as i32;
+    #[allow(unsafe_code)]
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+    let out = common::finish(child);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = assert_replay_equals_table(&db, to.path()).await;
+    assert_eq!(r.changes.len(), 100);
+    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
+    assert_eq!(slots_and_publications(&db).await, (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_transaction_streams_within_the_memory_budget() {
+    let db = TestDb::new().await;
+    db.exec("CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL, pad text NOT NULL)")
+        .await;
+    let to = tempdir();
+    run(&mut stream(&db.url, to.path(), &["--until-current"])).ok();
+    // About 150 MB of rows in one transaction (the benchmark streams 1 GB).
+    let rows = 400_000;
+    db.exec(&format!(
+        "INSERT INTO acct SELECT g, g, repeat(md5(g::text), 10) FROM generate_series(1, {rows}) g"
+    ))
+    .await;
+    let budget: u64 = 48 << 20;
+    let report = to.path().join("report.json");
+    run(&mut stream(
+        &db.url,
+        to.path(),
+        &[
+            "--until-current",
+            "--memory",
+            "48MB",
+            "--batch-bytes",
+            "32MB",
+            "--report-json",
+            report.to_str().unwrap(),
+        ],
+    ))
+    .ok();
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["changes"], rows, "{r}");
+    assert_eq!(r["transactions"], 1, "{r}");
+    assert!(
+        r["batches"].as_u64().unwrap() >= 2,
+        "one transaction spans batches: {r}"
+    );
+    let peak = r["peak_rss_bytes"].as_u64().unwrap();
+    assert!(
+        peak > 0 && peak <= budget,
+        "peak RSS {} MB is over the 48 MB budget",
+        peak >> 20
+    );
+    let files = sluice_testkit::changes::change_files(&to.path().join(TABLE));
+    assert!(files.len() >= 2, "{files:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_change_starts_a_new_schema_version_in_a_new_file() {
+    let db = TestDb::new().await;
+    create_acct(&db, 100).await;
+    let to = tempdir();
+    run(&mut stream(&db.url, to.path(), &["--until-current"])).ok();
+    db.exec(
+        "UPDATE acct SET v = 1 WHERE id = 1;
+         ALTER TABLE acct ADD COLUMN note text;
+         UPDATE acct SET note = 'n' || id WHERE id <= 3;
+         INSERT INTO acct VALUES (1000, 0, 'p', 'new');",
+    )
+    .await;
+    run(&mut stream(&db.url, to.path(), &["--until-current"])).ok();
+    let r = assert_replay_equals(&db, to.path(), "SELECT id, v, pad, note FROM acct").await;
+    assert_eq!(r.changes.len(), 5);
+    let files = sluice_testkit::changes::change_files(&to.path().join(TABLE));
+    assert_eq!(files.len(), 2, "one file per schema version: {files:?}");
+    let state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(to.path().join("_sluice/stream.json")).unwrap(),
+    )
+    .unwrap();
+    let versions = state["tables"][TABLE]["versions"].as_array().unwrap();
+    assert_eq!(versions.len(), 2, "{versions:?}");
+    assert_eq!(versions[1]["since_seq"], 2);
+    assert_eq!(versions[1]["columns"].as_array().unwrap().len(), 4);
+    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
+}
+
+fn redis_get(url: &str, key: &str) -> Option<String> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let addr = url.trim_start_matches("redis://");
+    let mut s = BufReader::new(std::net::TcpStream::connect(addr).unwrap());
+    let cmd = format!("*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len());
+    s.get_mut().write_all(cmd.as_bytes()).unwrap();
+    let mut line = String::new();
+    s.read_line(&mut line).unwrap();
+    let n: i64 = line.trim_end()[1..].parse().unwrap();
+    if n < 0 {
+        return None;
+    }
+    let mut buf = vec![0u8; n as usize + 2];
+    s.read_exact(&mut buf).unwrap();
+    buf.truncate(n as usize);
+    Some(String::from_utf8(buf).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_in_redis_survives_a_kill_and_refuses_a_second_stream() {
+    let redis = sluice_testkit::redis::server_url();
+    let db = TestDb::new().await;
+    create_acct(&db, 2_000).await;
+    let to = tempdir();
+    let key = format!("stream-test-{}", db.name);
+    let state = format!("{redis}/0?key={key}");
+    let args = [
+        "--until-current",
+        "--state",
+        state.as_str(),
+        "--batch-bytes",
+        "64KB",
+    ];
+    run(&mut stream(&db.url, to.path(), &args)).ok();
+    assert!(
+        !to.path().join("_sluice/stream.json").exists(),
+        "the state is not in the output"
+    );
+    let saved = redis_get(&redis, &key).expect("the state is in Redis");
+    assert!(saved.contains("\"done\":true"), "{saved}");
+    db.exec("UPDATE acct SET v = v + 1 WHERE id <= 500; DELETE FROM acct WHERE id > 1900;")
+        .await;
+    let fp = Failpoints::new();
+    let mut cmd = stream(&db.url, to.path(), &args);
+    fp.arm(&mut cmd, "stream.after_intent=exit@1");
+    assert_ne!(run(&mut cmd).code, 0);
+    // The killed run's claim on the state is still there: another stream on it is refused
+    // until the claim expires.
+    let r = run(&mut stream(&db.url, to.path(), &args));
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("another stream is running"),
+        "{}",
+        r.stderr
+    );
+    // Release the dead run's claim as an operator would after checking it is gone.
+    {
+        use std::io::Write;
+        let addr = redis.trim_start_matches("redis://");
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        let lock = format!("{key}:lock");
+        s.write_all(format!("*2\r\n$3\r\nDEL\r\n${}\r\n{lock}\r\n", lock.len()).as_bytes())
+            .unwrap();
+        let mut b = [0u8; 8];
+        let _ = std::io::Read::read(&mut s, &mut b);
+    }
+    run(&mut stream(&db.url, to.path(), &args)).ok();
+    let r = assert_replay_equals_table(&db, to.path()).await;
+    assert_eq!(r.changes.len(), 600);
+    run(&mut stream(
+        &db.url,
+        to.path(),
+        &["--drop", "--state", state.as_str()],
+    ))
+    .ok();
+    assert_eq!(redis_get(&redis, &key), None, "--drop removes the state");
+    assert_eq!(slots_and_publications(&db).await, (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initial_none_streams_changes_only_and_csv_change_files_carry_the_change_columns() {
+    let db = TestDb::new().await;
+    create_acct(&db, 100).await;
+    let to = tempdir();
+    let args = ["--until-current", "--initial", "none", "--format", "csv"];
+    run(&mut stream(&db.url, to.path(), &args)).ok();
+    assert!(!to.path().join("manifest.json").exists(), "no snapshot");
+    db.exec("UPDATE acct SET v = 7 WHERE id <= 10").await;
+    let r = run(&mut stream(&db.url, to.path(), &["--until-current"]));
+    assert_eq!(r.code, 2, "a format change is refused: {}", r.stderr);
+    assert!(r.stderr.contains("csv change files"), "{}", r.stderr);
+    run(&mut stream(&db.url, to.path(), &args)).ok();
+    let dir = to.path().join(TABLE).join("changes");
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("id,v,pad,_op,_pos,_seq,_commit_ts,_xid,_absent")
+    );
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 10, "{text}");
+    assert!(
+        rows.iter()
+            .all(|l| l.contains(",7,") && l.contains(",update,")),
+        "{text}"
+    );
+    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_logical_wal_is_refused_with_the_fix() {
+    let server = tokio::task::spawn_blocking(|| {
+        sluice_testkit::server::PgServer::start_with_settings("wal_level = replica\n")
+    })
+    .await
+    .unwrap()
+    .expect("a second PostgreSQL");
+    let url = server.url();
+    let c = sluice_testkit::pg::connect(&url).await;
+    c.batch_execute("CREATE TABLE acct (id int PRIMARY KEY)")
+        .await
+        .unwrap();
+    let to = tempdir();
+    let r = run(&mut stream(&url, to.path(), &["--until-current"]));
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(r.stderr.contains("wal_level = logical"), "{}", r.stderr);
+    let slots: i64 = c
+        .query_one("SELECT count(*) FROM pg_replication_slots", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(slots, 0);
+}
+
+/// A partitioned table streams under its own name (the publication sends its partitions'
+/// changes as the table's: publish_via_partition_root), its snapshot read partition by
+/// partition under the slot's snapshot while changes are committed; a row that moves to
+/// another partition is a delete and an insert. A publication that names the partitions
+/// instead, and a partition whose changes cannot be keyed, are refused with the fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_table_streams_under_its_own_name_moves_between_partitions_included() {
+    let db = TestDb::new().await;
+    db.exec(
+        "CREATE TABLE parts (id bigint NOT NULL, region int NOT NULL, v int NOT NULL,
+                             pad text NOT NULL, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
+         CREATE TABLE parts_0 PARTITION OF parts FOR VALUES IN (0);
+         CREATE TABLE parts_1 PARTITION OF parts FOR VALUES IN (1);
+         CREATE TABLE parts_2 PARTITION OF parts FOR VALUES IN (2);
+         INSERT INTO parts SELECT g, g % 3, 0, md5(g::text) FROM generate_series(1, 6000) g;
+         ANALYZE parts;",
+    )
+    .await;
+    let changes = |k: i64| {
+        format!(
+            "UPDATE parts SET v = v + 1 WHERE id % 50 = {k};
+             UPDATE parts SET region = (region + 1) % 3 WHERE id % 70 = {k} + 1;
+             DELETE FROM parts WHERE id % 90 = {k} + 2;
+             INSERT INTO parts SELECT g, g % 3, -1, 'new' FROM generate_series({k} * 1000 + 10001, {k} * 1000 + 10100) g;
+             UPDATE parts SET id = id + 100000 WHERE id % 110 = {k} + 3;"
+        )
+    };
+    let parts = |to: &Path, extra: &[&str]| {
+        let mut c = sluice();
+        c.args([
+            "stream",
+            "--source",
+            &db.url,
+            "--table",
+            "public.parts",
+            "--to",
+        ])
+        .arg(to)
+        .args(["--batch-seconds", "0.2", "--until-current"])
+        .args(extra);
+        c
+    };
+    let to = tempdir();
+    let fp = Failpoints::new();
+    let mut cmd = parts(to.path(), &["--chunk-size", "64KB"]);
+    fp.arm(&mut cmd, "export.after_receipt=wait@1");
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    fp.reached("export.after_receipt", &mut child).await;
+    db.exec(&changes(0)).await;
+    fp.release("export.after_receipt");
+    let out = common::finish(child);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    db.exec(&changes(5)).await;
+    run(&mut parts(to.path(), &[])).ok();
+    let r = replay(&to.path().join("public.parts"), &["id", "region"]);
+    let want = db.row_strings("SELECT id, region, v, pad FROM parts").await;
+    assert_same_rows(
+        &r.rows,
+        &want,
+        "partitioned: snapshot + changes replayed by _seq",
+    );
+    let moves = r
+        .changes
+        .windows(2)
+        .filter(|w| {
+            w[0].op == "delete"
+                && w[1].op == "insert"
+                && w[0].seq + 1 == w[1].seq
+                && w[0].cells[0] == w[1].cells[0]
+                && w[0].cells[1] != w[1].cells[1]
+        })
+        .count();
+    assert!(moves > 0, "no row moved between partitions");
+    let dirs: Vec<String> = std::fs::read_dir(to.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("public."))
+        .collect();
+    assert_eq!(
+        dirs,
+        ["public.parts"],
+        "changes and snapshot under the table"
+    );
+    run(&mut parts(to.path(), &["--drop"])).ok();
+    assert_eq!(slots_and_publications(&db).await, (0, 0));
+
+    db.exec(
+        "CREATE PUBLICATION leafpub FOR TABLE parts;
+         CREATE TABLE loose (a int NOT NULL, b text) PARTITION BY LIST (a);
+         ALTER TABLE loose REPLICA IDENTITY FULL;
+         CREATE TABLE loose_1 PARTITION OF loose FOR VALUES IN (1);",
+    )
+    .await;
+    let other = tempdir();
+    let r = run(&mut parts(
+        other.path(),
+        &["--publication", "leafpub", "--slot", "leafslot"],
+    ));
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("publish_via_partition_root = true"),
+        "{}",
+        r.stderr
+    );
+    let mut c = sluice();
+    c.args([
+        "stream",
+        "--source",
+        &db.url,
+        "--table",
+        "public.loose",
+        "--to",
+    ])
+    .arg(other.path())
+    .arg("--until-current");
+    let r = run(&mut c);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("partition loose_1") && r.stderr.contains("REPLICA IDENTITY FULL"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(slots_and_publications(&db).await, (0, 1), "only leafpub");
+}
+
+/// Change files and the stream's state on an object store: a run killed after a batch's
+/// objects are written and before its position is saved is continued by the next, which
+/// rewrites the same objects; the replay from what the store holds equals the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_files_and_state_on_an_object_store_survive_a_kill() {
+    use sluice_testkit::objstore::{Store, test_url};
+    let db = TestDb::new().await;
+    create_acct(&db, 2_000).await;
+    let url = test_url(Store::S3);
+    let s3 = |extra: &[&str]| {
+        let mut c = sluice();
+        c.args([
+            "stream", "--source", &db.url, "--table", TABLE, "--to", &url,
+        ])
+        .args(["--batch-seconds", "0.2", "--batch-bytes", "64KB"])
+        .args(extra);
+        c
+    };
+    run(&mut s3(&["--until-current"])).ok();
+    db.exec(
+        "UPDATE acct SET v = v + 1 WHERE id <= 500;
+         DELETE FROM acct WHERE id > 1900;
+         UPDATE acct SET id = id + 5000 WHERE id BETWEEN 600 AND 609;",
+    )
+    .await;
+    let fp = Failpoints::new();
+    let mut cmd = s3(&["--until-current"]);
+    fp.arm(&mut cmd, "stream.after_files=exit@1");
+    let r = run(&mut cmd);
+    assert_ne!(r.code, 0, "the run did not die:\n{}", r.stderr);
+    run(&mut s3(&["--until-current"])).ok();
+    let local = tempdir();
+    let names = objstore_common::download(&url, local.path()).await;
+    assert!(
+        names.iter().any(|n| n == "_sluice/stream.json"),
+        "{names:?}"
+    );
+    assert!(
+        !names.iter().any(|n| n.contains(".tmp")),
+        "temporaries left: {names:?}"
+    );
+    let r = assert_replay_equals_table(&db, local.path()).await;
+    assert_eq!(r.changes.len(), 620);
+    run(&mut s3(&["--drop"])).ok();
+    assert_eq!(slots_and_publications(&db).await, (0, 0));
+}
+
+/// The backend pids of `role`'s sessions.
+async fn sessions_of(db: &TestDb, role: &str) -> std::collections::BTreeSet<i32> {
+    db.client
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE usename = $1",
+            &[&role],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// With the server's idle limits at one second for the stream's user, no session of the
+/// stream is ended while it waits: not the one holding the slot's exported snapshot while the
+/// export is held, not the export's, not the stream's own while nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_idle_limits_end_no_session_of_the_stream() {
+    let db = TestDb::new().await;
+    create_acct(&db, 2_000).await;
+    let role = format!("idle_{}", db.name);
+    db.exec(&format!(
+        "CREATE ROLE {role} LOGIN SUPERUSER PASSWORD 'pw';
+         ALTER ROLE {role} SET idle_session_timeout = '1s';
+         ALTER ROLE {role} SET idle_in_transaction_session_timeout = '1s';"
+    ))
+    .await;
+    let url = db.url_as(&role, Some("pw"));
+    let to = tempdir();
+    let fp = Failpoints::new();
+    let mut cmd = stream(
+        &url,
+        to.path(),
+        &["--until-current", "--chunk-size", "64KB"],
+    );
+    fp.arm(&mut cmd, "export.after_receipt=wait@1");
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    fp.reached("export.after_receipt", &mut child).await;
+    let before = sessions_of(&db, &role).await;
+    let walsenders: i64 = db
+        .client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND backend_type = 'walsender'",
+            &[&role],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(walsenders, 1, "the session holding the slot's snapshot");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let after = sessions_of(&db, &role).await;
+    assert!(
+        before.is_subset(&after),
+        "sessions ended while idle: {:?}",
+        before.difference(&after).collect::<Vec<_>>()
+    );
+    db.exec("UPDATE acct SET v = v + 1 WHERE id <= 10").await;
+    fp.release("export.after_receipt");
+    let out = common::finish(child);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A running stream with nothing to do: its sessions wait past both limits.
+    let mut child = stream(&url, to.path(), &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let active: bool = db
+            .client
+            .query_one(
+                "SELECT coalesce(bool_or(active), false) FROM pg_replication_slots \
+                 WHERE database = current_database()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if active {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the stream did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = sessions_of(&db, &role).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    db.exec("ALTER TABLE acct ADD COLUMN note text; UPDATE acct SET note = 'n' WHERE id <= 5;")
+        .await;
+    let state = to.path().join("_sluice/stream.json");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&state).is_ok_and(|s| s.contains("\"since_seq\": 11")) {
+        assert!(
+            Instant::now() < deadline,
+            "the schema change was not written"
+        );
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the stream ended ({status})");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = sessions_of(&db, &role).await;
+    assert!(
+        before.is_subset(&after),
+        "sessions ended while idle: {:?}",
+        before.difference(&after).collect::<Vec<_>>()
+    );
+    #[allow(unsafe_code)]
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let out = common::finish(child);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("restarting"), "{stderr}");
+    assert_replay_equals(&db, to.path(), "SELECT id, v, pad, note FROM acct").await;
+    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
+}
