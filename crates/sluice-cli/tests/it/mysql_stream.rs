@@ -6,8 +6,8 @@
 //! the snapshot by `_seq` (`sluice_testkit::changes::replay`, which panics on a repeated
 //! `_seq`, an overlap or a gap) and compares with the table.
 //!
-//! Over 500 lines would be a reason to split; each test here is one whole scenario against a
-//! real server, sharing this file's writer.
+//! Over 500 lines: each test is one whole scenario against a real server (writer, failpoints,
+//! restarts, replay), and they share this file's writer and replay checks.
 
 use crate::common::{self, Failpoints, run, sluice, tempdir};
 use mysql_async::prelude::Queryable;

@@ -16,7 +16,12 @@
 //! arrives, and again after a DDL statement in the log names the table (a new schema version if
 //! they changed). The catalog is read now, not as of the position: a table map whose column
 //! count differs from the catalog's (a later `ALTER TABLE` not reached yet) stops the stream
-//! with an error rather than decoding values into the wrong columns.
+//! with an error rather than decoding values into the wrong columns (under
+//! `binlog_row_metadata=FULL` the table map's own definition is used instead, `table_map.rs`).
+//!
+//! Over 500 lines: event groups, table maps and row images all read and change one stream's
+//! state (the open group, the table ids, each table's decoders and runner handle); the value
+//! conversions and table-map typing live apart (`values.rs`, `table_map.rs`).
 
 use super::binlog::{
     BinPos, MARIADB_COMPRESSED, MARIADB_GTID, MariaGtid, Statement, classify, file_name,
