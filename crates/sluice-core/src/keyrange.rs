@@ -478,34 +478,11 @@ async fn stepped_bounds<D: KeyDialect>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::table::{DatasetKind, Relation, SizeEstimate};
+    use crate::table::Relation;
 
     fn table(pages: u64, bytes: u64) -> Dataset {
-        let t = TableRef {
-            schema: "public".into(),
-            name: "t".into(),
-        };
-        Dataset {
-            name: "public.t".into(),
-            kind: DatasetKind::Table,
-            object: Some(t.clone()),
-            relations: vec![Relation {
-                table: t,
-                pages,
-                page_bytes: 8192,
-                rows: pages * 10,
-                bytes,
-            }],
-            query: None,
-            columns: Vec::new(),
-            primary_key: Vec::new(),
-            estimate: SizeEstimate {
-                rows: pages * 10,
-                bytes,
-            },
-            outside_snapshot: Vec::new(),
-            row_security_filtered: false,
-        }
+        let t = TableRef::new("public", "t");
+        Dataset::table(Relation::new(t, pages, 8192, pages * 10, bytes), Vec::new())
     }
 
     #[test]

@@ -149,7 +149,64 @@ pub struct Dataset {
     pub row_security_filtered: bool,
 }
 
+impl Relation {
+    /// `table` with `pages` pages of `page_bytes` bytes holding about `rows` rows in `bytes`
+    /// bytes (estimates from the engine's statistics).
+    pub fn new(table: TableRef, pages: u64, page_bytes: u64, rows: u64, bytes: u64) -> Relation {
+        Relation {
+            table,
+            pages,
+            page_bytes,
+            rows,
+            bytes,
+        }
+    }
+}
+
 impl Dataset {
+    /// The dataset of a `--query`: read as a whole, through no relation. Why one constructor:
+    /// every adapter describes a query the same way, only its columns and estimate differ.
+    pub fn query(
+        name: &str,
+        sql: &str,
+        columns: Vec<ColumnDesc>,
+        estimate: SizeEstimate,
+    ) -> Dataset {
+        Dataset {
+            name: name.to_string(),
+            kind: DatasetKind::Query,
+            object: None,
+            relations: Vec::new(),
+            query: Some(sql.to_string()),
+            columns,
+            primary_key: Vec::new(),
+            estimate,
+            outside_snapshot: Vec::new(),
+            row_security_filtered: false,
+        }
+    }
+
+    /// A plain table read from its one `relation`, estimated by it: no key, nothing outside
+    /// the snapshot. Why: the shape a chunk planner starts from (planners' tests build it);
+    /// a catalog adds keys and partitions to what it describes.
+    pub fn table(relation: Relation, columns: Vec<ColumnDesc>) -> Dataset {
+        Dataset {
+            name: relation.table.dataset_name(),
+            kind: DatasetKind::Table,
+            object: Some(relation.table.clone()),
+            estimate: SizeEstimate {
+                rows: relation.rows,
+                bytes: relation.bytes,
+            },
+            relations: vec![relation],
+            query: None,
+            columns,
+            primary_key: Vec::new(),
+            outside_snapshot: Vec::new(),
+            row_security_filtered: false,
+        }
+    }
+
     /// The Arrow schema every part of this dataset is written with.
     pub fn arrow_schema(&self) -> SchemaRef {
         Arc::new(Schema::new(

@@ -259,15 +259,20 @@ pub fn client_config(
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::internal(format!("TLS protocol versions: {e}")))?;
     let verifier: Arc<dyn ServerCertVerifier> = match (verify, roots) {
-        (Verify::None, _) => Arc::new(EncryptOnly {
+        (Verify::None, _) => Arc::new(Relaxed {
             algorithms: provider.signature_verification_algorithms,
+            chain: None,
         }),
         (level, Some(roots)) => {
+            let algorithms = provider.signature_verification_algorithms;
             let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
                 .map_err(|e| Error::config(format!("the trusted CA certificates: {e}")))?;
             if level == Verify::Chain {
-                Arc::new(ChainOnly(webpki))
+                Arc::new(Relaxed {
+                    algorithms,
+                    chain: Some(webpki),
+                })
             } else {
                 webpki
             }
@@ -296,23 +301,38 @@ pub fn client_config(
     Ok(config)
 }
 
-/// Accepts any server certificate but still checks that the server holds its key (the
-/// handshake signature), so the session is encrypted end to end with whoever answered.
+/// The two verifications weaker than the WebPKI default. Either way the server must prove it
+/// holds the certificate's key (the handshake signature is checked with the provider's
+/// algorithms, as the WebPKI verifier does), so the session is encrypted end to end with
+/// whoever answered.
 #[derive(Debug)]
-struct EncryptOnly {
+struct Relaxed {
     algorithms: WebPkiSupportedAlgorithms,
+    /// `None`: any server certificate is accepted. `Some`: the chain is verified (trust,
+    /// validity dates, key usage) but not the host name; the WebPKI verifier checks the chain
+    /// before the name, so a name error means the chain was good.
+    chain: Option<Arc<WebPkiServerVerifier>>,
 }
 
-impl ServerCertVerifier for EncryptOnly {
+impl ServerCertVerifier for Relaxed {
     fn verify_server_cert(
         &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
+        let Some(webpki) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
     }
 
     fn verify_tls12_signature(
@@ -335,54 +355,6 @@ impl ServerCertVerifier for EncryptOnly {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.algorithms.supported_schemes()
-    }
-}
-
-/// Verifies the chain (trust, validity dates, key usage) but not the host name. The WebPKI
-/// verifier checks the chain before the name, so a name error means the chain was good.
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
-            Err(rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
     }
 }
 
@@ -423,7 +395,10 @@ mod tests {
             .build()
             .unwrap();
         let v: Arc<dyn ServerCertVerifier> = match level {
-            Verify::Chain => Arc::new(ChainOnly(webpki)),
+            Verify::Chain => Arc::new(Relaxed {
+                algorithms: provider().signature_verification_algorithms,
+                chain: Some(webpki),
+            }),
             _ => webpki,
         };
         let name = ServerName::try_from(host.to_string()).unwrap();

@@ -60,21 +60,13 @@ pub fn guarantee(consistency: Consistency, chunks: &[&Chunk], parts: &[PartRecor
 pub(crate) async fn finish(
     job: &ExportJob,
     lock: &Arc<dyn OutputLock>,
-    f: Finished,
+    run: Finished,
     phases: &mut PhaseTimer,
 ) -> Result<Report> {
-    let Finished {
-        prepared,
-        ctx,
-        harm,
-        run_id,
-        server_version,
-        started,
-    } = f;
     phases.enter(if job.merge { "merge" } else { "manifest" });
     let dest = job.destination.clone();
     let all = output::receipts(dest.as_ref()).await?;
-    let state = &prepared.state;
+    let state = &run.prepared.state;
     let receipts = output::matching(&all, &state.chunks);
     let mut datasets = Vec::new();
     for rec in &state.datasets {
@@ -116,7 +108,7 @@ pub(crate) async fn finish(
         };
         let mut outside_snapshot = rec.outside_snapshot.clone();
         let mut outside_snapshot_reason = rec.outside_snapshot_reason.clone();
-        if let Some(why) = prepared.outside_snapshot.get(&rec.name) {
+        if let Some(why) = run.prepared.outside_snapshot.get(&rec.name) {
             outside_snapshot = vec![rec.name.clone()];
             outside_snapshot_reason = Some(why.clone());
         } else if !outside_snapshot.is_empty() && outside_snapshot_reason.is_none() {
@@ -143,11 +135,11 @@ pub(crate) async fn finish(
     let manifest = Manifest {
         manifest_version: MANIFEST_VERSION,
         tool: format!("sluice {}", env!("CARGO_PKG_VERSION")),
-        run_id: run_id.clone(),
+        run_id: run.run_id.clone(),
         source: SourceRecord {
             engine: job.source.engine().to_string(),
             url: job.source.display_url(),
-            server_version: server_version.clone(),
+            server_version: run.server_version.clone(),
         },
         consistency: job.consistency.to_string(),
         request: job.request(),
@@ -156,7 +148,7 @@ pub(crate) async fn finish(
         started_at: state.started_at.clone(),
         finished_at: now_rfc3339(),
         datasets: datasets.clone(),
-        harm: harm.clone(),
+        harm: run.harm.clone(),
     };
     let bytes = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::internal(e.to_string()))?;
     if job.merge {
@@ -175,7 +167,12 @@ pub(crate) async fn finish(
             }
         }
     }
-    let committed = ctx.committed.lock().map(|c| c.clone()).unwrap_or_default();
+    let committed = run
+        .ctx
+        .committed
+        .lock()
+        .map(|c| c.clone())
+        .unwrap_or_default();
     let position = state
         .snapshots
         .last()
@@ -184,21 +181,21 @@ pub(crate) async fn finish(
     Ok(Report::build(
         Outcome {
             job,
-            run_id,
-            server_version,
-            started,
+            run_id: run.run_id,
+            server_version: run.server_version,
+            started: run.started,
             position,
             already_complete: false,
-            counters: Some(&ctx.counters),
+            counters: Some(&run.ctx.counters),
             committed,
-            skipped: prepared.skipped,
-            workers: prepared.workers,
-            batch_bytes: prepared.budget.batch_bytes,
-            predicted_peak_rss: prepared.predicted_peak_rss,
-            retries: ctx.retries.load(Ordering::Relaxed),
-            harm,
+            skipped: run.prepared.skipped,
+            workers: run.prepared.workers,
+            batch_bytes: run.prepared.budget.batch_bytes,
+            predicted_peak_rss: run.prepared.predicted_peak_rss,
+            retries: run.ctx.retries.load(Ordering::Relaxed),
+            harm: run.harm,
             datasets: &datasets,
-            notes: prepared.notes,
+            notes: run.prepared.notes,
         },
         phases,
     ))

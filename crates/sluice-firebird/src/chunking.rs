@@ -10,6 +10,14 @@
 //! - **Key ranges** (`--chunk-by key`, or the fallback on Firebird 3): a single integer key is
 //!   split evenly between its MIN and MAX (one indexed lookup each). Other keys are read whole.
 //! - **Whole**: views and `--chunk-by none`.
+//!
+//! With `--consistency chunk` every chunk is read in its own transaction, so the plan must not
+//! depend on where rows are stored. Firebird keeps a record's db_key across updates, but a row
+//! deleted and re-inserted with the same key between two chunk reads (its slot reused after
+//! garbage collection, or a new slot on a page not read yet) would appear twice or not at all.
+//! There `auto` splits on a one-column primary key, a table without one is read as one chunk
+//! (one transaction), and `--chunk-by pages` is refused. Key ranges read in separate
+//! transactions give every row whose key does not change exactly once.
 
 use crate::catalog::{ServerInfo, data_pages_per_pointer_page};
 use crate::connect::{Session, as_text};
@@ -17,7 +25,9 @@ use crate::error::{Phase, classify};
 use crate::sql::FbDialect;
 use async_trait::async_trait;
 use sluice_core::keyrange::{self, KeyQueries, page_runs};
-use sluice_core::{Chunk, ChunkRequest, ChunkStrategy, Dataset, DatasetKind, Error, Result};
+use sluice_core::{
+    Chunk, ChunkRequest, ChunkStrategy, Consistency, Dataset, DatasetKind, Error, Result,
+};
 
 /// Key-range planning's queries, on the coordinator's attachment (its thread).
 struct FbKeys<'a> {
@@ -63,14 +73,26 @@ pub async fn plan(
 ) -> Result<Vec<Chunk>> {
     let table = ds.kind == DatasetKind::Table;
     let dbkey_ok = server.has_shared_snapshots();
+    let per_chunk = req.consistency == Consistency::Chunk;
     let key = match &req.strategy {
         ChunkStrategy::None => None,
-        ChunkStrategy::Auto if table && dbkey_ok => {
+        ChunkStrategy::Auto if table && dbkey_ok && !per_chunk => {
             return Ok(pointer_page_runs(ds, req.target_bytes, server.page_size));
         }
         ChunkStrategy::Auto if table && ds.primary_key.len() == 1 => Some(ds.primary_key.clone()),
         ChunkStrategy::Auto => None,
         ChunkStrategy::Physical => {
+            if per_chunk {
+                return Err(Error::config(format!(
+                    "--chunk-by pages cannot be used with --consistency chunk ({}): each chunk \
+                     would be read in its own transaction, and a row deleted and inserted again \
+                     between two chunk reads can land on a page read before or after, so it \
+                     appears twice or not at all. Use --chunk-by auto or key (ranges of the \
+                     primary key, exact for every row whose key does not change), or \
+                     --consistency snapshot, where page chunks share one snapshot.",
+                    ds.name
+                )));
+            }
             if !table {
                 return Err(Error::config(format!(
                     "--chunk-by pages needs a table, but {} is a view: use --chunk-by none.",
@@ -103,69 +125,38 @@ mod tests {
     use sluice_core::clause::where_clause;
     use sluice_core::columns::field;
     use sluice_core::table::TableRef;
-    use sluice_core::{ChunkBounds, ColumnDesc, Relation, SizeEstimate};
+    use sluice_core::{ChunkBounds, ColumnDesc, Relation};
 
     fn table(pps: u64) -> Dataset {
-        let t = TableRef {
-            schema: String::new(),
-            name: "T".into(),
+        let (t, bytes) = (TableRef::new("", "T"), pps * 1000 * 8192);
+        let id = ColumnDesc {
+            name: "ID".into(),
+            source_type: "INTEGER".into(),
+            field: field("ID", arrow_schema::DataType::Int32),
+            cast: None,
+            as_text_fallback: false,
         };
-        let bytes = pps * 1000 * 8192;
-        Dataset {
-            name: "T".into(),
-            kind: DatasetKind::Table,
-            object: Some(t.clone()),
-            relations: vec![Relation {
-                table: t,
-                pages: pps,
-                page_bytes: 8192 * 1632,
-                rows: pps * 1000,
-                bytes,
-            }],
-            query: None,
-            columns: vec![ColumnDesc {
-                name: "ID".into(),
-                source_type: "INTEGER".into(),
-                field: field("ID", arrow_schema::DataType::Int32),
-                cast: None,
-                as_text_fallback: false,
-            }],
-            primary_key: Vec::new(),
-            estimate: SizeEstimate {
-                rows: pps * 1000,
-                bytes,
-            },
-            outside_snapshot: Vec::new(),
-            row_security_filtered: false,
-        }
+        Dataset::table(
+            Relation::new(t, pps, 8192 * 1632, pps * 1000, bytes),
+            vec![id],
+        )
+    }
+
+    /// The pointer-page runs `[first, end)` of `chunks`, in order.
+    fn spans(chunks: &[Chunk]) -> Vec<(u64, Option<u64>)> {
+        let span = |c: &Chunk| match c.bounds {
+            ChunkBounds::Pages { first, end } => (first, end),
+            ref other => panic!("not a pointer-page run: {other:?}"),
+        };
+        chunks.iter().map(span).collect()
     }
 
     #[test]
     fn runs_cover_every_pointer_page_once_and_end_open() {
         let pp_bytes = 8192 * data_pages_per_pointer_page(8192);
         let chunks = pointer_page_runs(&table(10), 3 * pp_bytes, 8192);
-        let spans: Vec<_> = chunks.iter().map(|c| c.bounds.clone()).collect();
-        assert_eq!(
-            spans,
-            vec![
-                ChunkBounds::Pages {
-                    first: 0,
-                    end: Some(3)
-                },
-                ChunkBounds::Pages {
-                    first: 3,
-                    end: Some(6)
-                },
-                ChunkBounds::Pages {
-                    first: 6,
-                    end: Some(9)
-                },
-                ChunkBounds::Pages {
-                    first: 9,
-                    end: None
-                },
-            ]
-        );
+        let runs = [(0, Some(3)), (3, Some(6)), (6, Some(9)), (9, None)];
+        assert_eq!(spans(&chunks), runs);
         assert_eq!(chunks.iter().map(|c| c.est_rows).sum::<u64>(), 10_000);
     }
 
@@ -173,14 +164,7 @@ mod tests {
     fn one_pointer_page_is_one_unit() {
         for pps in [0, 1] {
             let chunks = pointer_page_runs(&table(pps), 1, 8192);
-            assert_eq!(chunks.len(), 1);
-            assert_eq!(
-                chunks[0].bounds,
-                ChunkBounds::Pages {
-                    first: 0,
-                    end: None
-                }
-            );
+            assert_eq!(spans(&chunks), [(0, None)]);
         }
     }
 

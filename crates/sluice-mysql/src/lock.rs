@@ -198,72 +198,6 @@ fn list(statements: &[Statement]) -> String {
         .join("; ")
 }
 
-/// Statements of other sessions (not `ours`, not the server's own threads) that have run at
-/// least `min_age` and could make `method` wait, longest first.
-pub async fn blocking_statements(
-    conn: &mut Conn,
-    server: &ServerInfo,
-    method: LockMethod,
-    ours: &[u32],
-    min_age: Duration,
-    target: &str,
-) -> Result<Vec<Statement>> {
-    let millis = match server.flavor {
-        Flavor::Mariadb => "TIME_MS",
-        Flavor::Mysql => "TIME * 1000",
-    };
-    let not_ours = std::iter::once("CONNECTION_ID()".to_string())
-        .chain(ours.iter().map(u32::to_string))
-        .collect::<Vec<_>>()
-        .join(",");
-    let rows: Vec<Row> = conn
-        .exec(
-            format!(
-                "SELECT ID, USER, {millis}, COALESCE(STATE, ''), LEFT(INFO, 300), DB \
-                 FROM information_schema.PROCESSLIST \
-                 WHERE COMMAND IN ('Query', 'Execute') AND ID NOT IN ({not_ours}) \
-                 AND USER NOT IN ('system user', 'event_scheduler') AND {millis} >= ? \
-                 ORDER BY {millis} DESC"
-            ),
-            (min_age.as_millis() as u64,),
-        )
-        .await
-        .map_err(|e| classify(e, Phase::Snapshot, target))?;
-    let mut found: Vec<(Statement, Kind, String)> = rows
-        .iter()
-        .map(|r| {
-            let info = catalog::text(r, 4);
-            let info =
-                (!info.is_empty()).then(|| info.split_whitespace().collect::<Vec<_>>().join(" "));
-            let k = kind(info.as_deref());
-            let s = Statement {
-                id: catalog::number(r, 0),
-                user: catalog::text(r, 1),
-                running: Duration::from_millis(catalog::number(r, 2)),
-                state: catalog::text(r, 3),
-                info,
-            };
-            (s, k, catalog::text(r, 5))
-        })
-        .collect();
-    if method == LockMethod::BackupStage {
-        found.retain(|(_, k, _)| *k != Kind::Read);
-        let writes: Vec<&str> = found
-            .iter()
-            .filter(|(_, k, _)| *k == Kind::RowWrite)
-            .filter_map(|(s, _, _)| s.info.as_deref())
-            .collect();
-        let non_trans = non_transactional_named(conn, &writes, target).await?;
-        found.retain(|(s, k, db)| {
-            *k == Kind::Other
-                || non_trans
-                    .iter()
-                    .any(|t| sql::names_table(s.info.as_deref().unwrap_or(""), db, t))
-        });
-    }
-    Ok(found.into_iter().map(|(s, _, _)| s).collect())
-}
-
 /// The tables in non-transactional engines among those `statements` name.
 async fn non_transactional_named(
     conn: &mut Conn,
@@ -320,56 +254,176 @@ pub struct Guarded {
     pub waited_for: Vec<Statement>,
 }
 
-/// The long-query guard: return once no statement that could block `method` has run for the
-/// guard's time, waiting at most `locking.long_query_wait`; refuse with the statements named
-/// otherwise. Holds no lock.
-pub async fn guard(
-    conn: &mut Conn,
-    server: &ServerInfo,
-    method: LockMethod,
-    locking: &Locking,
-    ours: &[u32],
-    target: &str,
-) -> Result<Guarded> {
-    let Some(age) = locking.long_query_guard else {
-        return Ok(Guarded::default());
-    };
-    let started = Instant::now();
-    let mut out = Guarded::default();
-    loop {
-        let long = blocking_statements(conn, server, method, ours, age, target).await?;
-        if long.is_empty() {
-            out.waited = started.elapsed();
-            return Ok(out);
+/// The global lock one snapshot asks for: which lock, how long to wait for it and for long
+/// statements, and the run's own sessions (never counted as blockers).
+pub struct LockRequest<'a> {
+    /// The server (its flavor decides which sessions can block the lock).
+    pub server: &'a ServerInfo,
+    /// The lock.
+    pub method: LockMethod,
+    /// The guard's and the wait's bounds.
+    pub locking: &'a Locking,
+    /// Connection ids of the run's sessions.
+    pub ours: &'a [u32],
+    /// The target, for messages.
+    pub target: &'a str,
+}
+
+impl LockRequest<'_> {
+    /// Statements of other sessions (not `ours`, not the server's own threads) that have run at
+    /// least `min_age` and could make `method` wait, longest first.
+    async fn blocking_statements(
+        &self,
+        conn: &mut Conn,
+        min_age: Duration,
+    ) -> Result<Vec<Statement>> {
+        let millis = match self.server.flavor {
+            Flavor::Mariadb => "TIME_MS",
+            Flavor::Mysql => "TIME * 1000",
+        };
+        let not_ours = std::iter::once("CONNECTION_ID()".to_string())
+            .chain(self.ours.iter().map(u32::to_string))
+            .collect::<Vec<_>>()
+            .join(",");
+        let rows: Vec<Row> = conn
+            .exec(
+                format!(
+                    "SELECT ID, USER, {millis}, COALESCE(STATE, ''), LEFT(INFO, 300), DB \
+                     FROM information_schema.PROCESSLIST \
+                     WHERE COMMAND IN ('Query', 'Execute') AND ID NOT IN ({not_ours}) \
+                     AND USER NOT IN ('system user', 'event_scheduler') AND {millis} >= ? \
+                     ORDER BY {millis} DESC"
+                ),
+                (min_age.as_millis() as u64,),
+            )
+            .await
+            .map_err(|e| classify(e, Phase::Snapshot, self.target))?;
+        let mut found: Vec<(Statement, Kind, String)> = rows
+            .iter()
+            .map(|r| {
+                let info = catalog::text(r, 4);
+                let info = (!info.is_empty())
+                    .then(|| info.split_whitespace().collect::<Vec<_>>().join(" "));
+                let k = kind(info.as_deref());
+                let s = Statement {
+                    id: catalog::number(r, 0),
+                    user: catalog::text(r, 1),
+                    running: Duration::from_millis(catalog::number(r, 2)),
+                    state: catalog::text(r, 3),
+                    info,
+                };
+                (s, k, catalog::text(r, 5))
+            })
+            .collect();
+        if self.method == LockMethod::BackupStage {
+            found.retain(|(_, k, _)| *k != Kind::Read);
+            let writes: Vec<&str> = found
+                .iter()
+                .filter(|(_, k, _)| *k == Kind::RowWrite)
+                .filter_map(|(s, _, _)| s.info.as_deref())
+                .collect();
+            let non_trans = non_transactional_named(conn, &writes, self.target).await?;
+            found.retain(|(s, k, db)| {
+                *k == Kind::Other
+                    || non_trans
+                        .iter()
+                        .any(|t| sql::names_table(s.info.as_deref().unwrap_or(""), db, t))
+            });
         }
-        for s in &long {
-            if !out.waited_for.iter().any(|w| w.id == s.id) {
-                out.waited_for.push(s.clone());
+        Ok(found.into_iter().map(|(s, _, _)| s).collect())
+    }
+
+    /// The long-query guard: return once no statement that could block `method` has run for the
+    /// guard's time, waiting at most `locking.long_query_wait`; refuse with the statements named
+    /// otherwise. Holds no lock.
+    pub async fn guard(&self, conn: &mut Conn) -> Result<Guarded> {
+        let target = self.target;
+        let Some(age) = self.locking.long_query_guard else {
+            return Ok(Guarded::default());
+        };
+        let started = Instant::now();
+        let mut out = Guarded::default();
+        loop {
+            let long = self.blocking_statements(conn, age).await?;
+            if long.is_empty() {
+                out.waited = started.elapsed();
+                return Ok(out);
+            }
+            for s in &long {
+                if !out.waited_for.iter().any(|w| w.id == s.id) {
+                    out.waited_for.push(s.clone());
+                }
+            }
+            if started.elapsed() >= self.locking.long_query_wait {
+                return Err(Error::source_permanent(format!(
+                    "not taking the global lock ({}) on {target}: {} statement(s) of other \
+                     sessions have run for {} s or longer and would make it wait, and every write \
+                     on the server would queue behind the waiting lock: {}. Wait for them to end \
+                     (--long-query-wait SECONDS waits up to that long before giving up), stop them \
+                     if they are yours (KILL QUERY <id>), raise --long-query-guard, or export with \
+                     --consistency chunk, which takes no global lock.",
+                    self.method.name(),
+                    long.len(),
+                    age.as_secs(),
+                    list(&long)
+                )));
+            }
+            tracing::warn!(
+                "waiting for {} long statement(s) to end before taking the global lock ({}): {}",
+                long.len(),
+                self.method.name(),
+                list(&long)
+            );
+            sluice_core::failpoint::hit("mysql.long_query_wait")?;
+            let left = self
+                .locking
+                .long_query_wait
+                .saturating_sub(started.elapsed());
+            tokio::time::sleep(left.min(Duration::from_secs(1))).await;
+        }
+    }
+
+    /// Take `method` on `conn`, waiting at most `locking.wait_timeout`; returns how long it
+    /// waited. On failure nothing stays locked, and a timeout names the statements that were
+    /// running (the likely blockers).
+    pub async fn take(&self, conn: &mut Conn) -> Result<Duration> {
+        let target = self.target;
+        conn.query_drop(self.locking.session_sql())
+            .await
+            .map_err(|e| classify(e, Phase::Snapshot, self.target))?;
+        let started = Instant::now();
+        match conn.query_drop(self.method.take()).await {
+            Ok(()) => Ok(started.elapsed()),
+            Err(e) => {
+                let waited = started.elapsed();
+                // A BACKUP STAGE START that succeeded before BLOCK_COMMIT failed must end.
+                let _ = conn.query_drop(self.method.release()).await;
+                if crate::error::server_code(&e) != Some(code::ER_LOCK_WAIT_TIMEOUT) {
+                    return Err(classify(e, Phase::Snapshot, self.target).context(format!(
+                        "taking the global lock ({}) that lines the workers' snapshots up",
+                        self.method.name()
+                    )));
+                }
+                let running = self.blocking_statements(conn, waited / 2).await?;
+                Err(Error::source_permanent(format!(
+                    "the global lock ({}) on {target} could not be had within --lock-wait-timeout \
+                     {} s, so the export gave up rather than make every write on the server wait \
+                     longer. {}. Try again when they have ended, stop them if they are yours (KILL \
+                     QUERY <id>), raise --lock-wait-timeout, or export with --consistency chunk, \
+                     which takes no global lock.",
+                    self.method.name(),
+                    self.locking.wait_seconds(),
+                    if running.is_empty() {
+                        "No other session's statement is visible now (seeing other users' \
+                         sessions needs the PROCESS privilege)"
+                            .to_string()
+                    } else {
+                        format!("Statements running meanwhile: {}", list(&running))
+                    }
+                ))
+                .with_cause(e))
             }
         }
-        if started.elapsed() >= locking.long_query_wait {
-            return Err(Error::source_permanent(format!(
-                "not taking the global lock ({}) on {target}: {} statement(s) of other \
-                 sessions have run for {} s or longer and would make it wait, and every write \
-                 on the server would queue behind the waiting lock: {}. Wait for them to end \
-                 (--long-query-wait SECONDS waits up to that long before giving up), stop them \
-                 if they are yours (KILL QUERY <id>), raise --long-query-guard, or export with \
-                 --consistency chunk, which takes no global lock.",
-                method.name(),
-                long.len(),
-                age.as_secs(),
-                list(&long)
-            )));
-        }
-        tracing::warn!(
-            "waiting for {} long statement(s) to end before taking the global lock ({}): {}",
-            long.len(),
-            method.name(),
-            list(&long)
-        );
-        sluice_core::failpoint::hit("mysql.long_query_wait")?;
-        let left = locking.long_query_wait.saturating_sub(started.elapsed());
-        tokio::time::sleep(left.min(Duration::from_secs(1))).await;
     }
 }
 
@@ -417,56 +471,6 @@ impl LockStats {
             self.sessions
         ));
         notes
-    }
-}
-
-/// Take `method` on `conn`, waiting at most `locking.wait_timeout`; returns how long it
-/// waited. On failure nothing stays locked, and a timeout names the statements that were
-/// running (the likely blockers).
-pub async fn take(
-    conn: &mut Conn,
-    server: &ServerInfo,
-    method: LockMethod,
-    locking: &Locking,
-    ours: &[u32],
-    target: &str,
-) -> Result<Duration> {
-    conn.query_drop(locking.session_sql())
-        .await
-        .map_err(|e| classify(e, Phase::Snapshot, target))?;
-    let started = Instant::now();
-    match conn.query_drop(method.take()).await {
-        Ok(()) => Ok(started.elapsed()),
-        Err(e) => {
-            let waited = started.elapsed();
-            // A BACKUP STAGE START that succeeded before BLOCK_COMMIT failed must end.
-            let _ = conn.query_drop(method.release()).await;
-            if crate::error::server_code(&e) != Some(code::ER_LOCK_WAIT_TIMEOUT) {
-                return Err(classify(e, Phase::Snapshot, target).context(format!(
-                    "taking the global lock ({}) that lines the workers' snapshots up",
-                    method.name()
-                )));
-            }
-            let running =
-                blocking_statements(conn, server, method, ours, waited / 2, target).await?;
-            Err(Error::source_permanent(format!(
-                "the global lock ({}) on {target} could not be had within --lock-wait-timeout \
-                 {} s, so the export gave up rather than make every write on the server wait \
-                 longer. {}. Try again when they have ended, stop them if they are yours (KILL \
-                 QUERY <id>), raise --lock-wait-timeout, or export with --consistency chunk, \
-                 which takes no global lock.",
-                method.name(),
-                locking.wait_seconds(),
-                if running.is_empty() {
-                    "No other session's statement is visible now (seeing other users' \
-                     sessions needs the PROCESS privilege)"
-                        .to_string()
-                } else {
-                    format!("Statements running meanwhile: {}", list(&running))
-                }
-            ))
-            .with_cause(e))
-        }
     }
 }
 

@@ -226,8 +226,15 @@ impl MyCoordinator {
             self.sees_all = Some(sees_all);
         }
         let conn = self.conn()?;
-        let guarded = lock::guard(conn, &server, method, &locking, &ours, &display).await?;
-        let wait = lock::take(conn, &server, method, &locking, &ours, &display).await?;
+        let request = lock::LockRequest {
+            server: &server,
+            method,
+            locking: &locking,
+            ours: &ours,
+            target: &display,
+        };
+        let guarded = request.guard(conn).await?;
+        let wait = request.take(conn).await?;
         let granted = Instant::now();
         let mut reserved = std::mem::take(&mut self.reserved);
         // Under the lock: every worker begins its snapshot, all at once, and the

@@ -611,16 +611,6 @@ pub async fn describe_query(
         c.display = displays[&(c.type_oid, c.typmod)].clone();
     }
     let estimate = explain_estimate(client, &q.sql, target).await?;
-    Ok(Dataset {
-        name: q.name.clone(),
-        kind: DatasetKind::Query,
-        object: None,
-        relations: Vec::new(),
-        query: Some(q.sql.clone()),
-        columns: build_columns(raw, types, server.money_scale),
-        primary_key: Vec::new(),
-        estimate,
-        outside_snapshot: Vec::new(),
-        row_security_filtered: false,
-    })
+    let columns = build_columns(raw, types, server.money_scale);
+    Ok(Dataset::query(&q.name, &q.sql, columns, estimate))
 }

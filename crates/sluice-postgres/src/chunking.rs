@@ -191,70 +191,53 @@ pub async fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::{Relation, SizeEstimate};
+    use sluice_core::Relation;
 
-    fn table(pages: u64, bytes: u64) -> Dataset {
-        let t = TableRef {
-            schema: "public".into(),
-            name: "t".into(),
-        };
-        Dataset {
-            name: "public.t".into(),
-            kind: DatasetKind::Table,
-            object: Some(t.clone()),
-            relations: vec![Relation {
-                table: t,
-                pages,
-                page_bytes: 8192,
-                rows: pages * 10,
-                bytes,
-            }],
-            query: None,
-            columns: Vec::new(),
-            primary_key: Vec::new(),
-            estimate: SizeEstimate {
-                rows: pages * 10,
-                bytes,
+    /// `public.t`: `pages` full 8 KB pages of 10 rows each.
+    fn table_of(pages: u64) -> Dataset {
+        let relation = Relation::new(TableRef::new("public", "t"), pages, 8192, pages * 10, 0);
+        Dataset::table(
+            Relation {
+                bytes: pages * 8192,
+                ..relation
             },
-            outside_snapshot: Vec::new(),
-            row_security_filtered: false,
-        }
+            Vec::new(),
+        )
     }
 
     #[test]
     fn page_ranges_cover_everything_once_and_end_open() {
-        let ds = table(1000, 1000 * 8192);
+        let ds = table_of(1000);
         let chunks = physical(&ds, 100 * 8192);
-        assert_eq!(chunks.len(), 10);
-        let mut next = 0;
-        for (i, c) in chunks.iter().enumerate() {
-            assert_eq!(c.ordinal as usize, i);
-            match c.bounds {
-                ChunkBounds::Pages { first, end } => {
-                    assert_eq!(first, next);
-                    match end {
-                        Some(e) => next = e,
-                        None => assert_eq!(i, chunks.len() - 1, "only the last range is open"),
-                    }
-                }
-                _ => panic!("not a page range"),
-            }
-        }
+        // Ten runs of 100 pages in order, the last one open.
+        let want = (0..10).map(|i| ChunkBounds::Pages {
+            first: i * 100,
+            end: (i < 9).then_some((i + 1) * 100),
+        });
+        assert!(
+            chunks
+                .iter()
+                .map(|c| &c.bounds)
+                .eq(want.collect::<Vec<_>>().iter())
+        );
+        assert!(
+            chunks
+                .iter()
+                .enumerate()
+                .all(|(i, c)| c.ordinal as usize == i)
+        );
         assert_eq!(chunks.iter().map(|c| c.est_rows).sum::<u64>(), 10_000);
     }
 
     #[test]
     fn empty_and_tiny_tables_get_one_open_chunk() {
         for pages in [0, 1] {
-            let chunks = physical(&table(pages, pages * 8192), 1 << 20);
-            assert_eq!(chunks.len(), 1);
-            assert_eq!(
-                chunks[0].bounds,
-                ChunkBounds::Pages {
-                    first: 0,
-                    end: None
-                }
-            );
+            let chunks = physical(&table_of(pages), 1 << 20);
+            let open = ChunkBounds::Pages {
+                first: 0,
+                end: None,
+            };
+            assert!(matches!(&chunks[..], [c] if c.bounds == open), "{chunks:?}");
         }
     }
 }

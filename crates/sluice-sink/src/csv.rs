@@ -204,12 +204,7 @@ impl PartWriter for CsvPart {
             .out
             .take()
             .ok_or_else(|| Error::internal("finish twice"))?;
-        let (bytes, xxh3_128) = out.commit()?;
-        Ok(PartStats {
-            rows: self.rows,
-            bytes,
-            xxh3_128,
-        })
+        out.commit(self.rows)
     }
 
     fn abort(mut self: Box<Self>) {

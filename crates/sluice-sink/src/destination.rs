@@ -161,14 +161,19 @@ impl CountingWriter {
         self.first_error.clone()
     }
 
-    /// Commit the object; returns (bytes, xxh3-128 as 32 hex digits).
-    pub fn commit(mut self) -> Result<(u64, String)> {
+    /// Commit the object holding `rows` rows; returns what the part holds (its bytes and
+    /// their xxh3-128, counted as they were written).
+    pub fn commit(mut self, rows: u64) -> Result<crate::format::PartStats> {
         self.inner
             .flush()
             .map_err(|e| io_error(&e, "write", &self.path))?;
-        let hash = format!("{:032x}", self.hasher.digest128());
+        let xxh3_128 = format!("{:032x}", self.hasher.digest128());
         self.inner.commit()?;
-        Ok((self.bytes, hash))
+        Ok(crate::format::PartStats {
+            rows,
+            bytes: self.bytes,
+            xxh3_128,
+        })
     }
 
     /// Abort the object.

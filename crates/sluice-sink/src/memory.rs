@@ -111,9 +111,9 @@ impl PartWriter for ArrowPart {
     }
 
     fn finish(mut self: Box<Self>) -> Result<PartStats> {
-        let (_, xxh3_128) = match self.out.take() {
-            Some(out) => out.commit()?,
-            None => (0, String::new()),
+        let xxh3_128 = match self.out.take() {
+            Some(out) => out.commit(self.rows)?.xxh3_128,
+            None => String::new(),
         };
         self.consumer.finished(&self.key, self.rows);
         Ok(PartStats {

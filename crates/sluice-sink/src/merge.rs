@@ -88,12 +88,7 @@ pub fn merge(
                         .unwrap_or_else(|| crate::destination::io_error(&e, "merge into", target))
                 })?;
             }
-            let (bytes, xxh3_128) = out.commit()?;
-            Ok(PartStats {
-                rows,
-                bytes,
-                xxh3_128,
-            })
+            out.commit(rows)
         }
         FormatOptions::Parquet(_) => {
             let inputs = parts
@@ -147,12 +142,7 @@ pub fn merge(
             let out = writer
                 .into_inner()
                 .map_err(|e| errors.take().unwrap_or_else(|| pq_err(target)(e)))?;
-            let (bytes, xxh3_128) = out.commit()?;
-            Ok(PartStats {
-                rows,
-                bytes,
-                xxh3_128,
-            })
+            out.commit(rows)
         }
     }
 }

@@ -21,7 +21,6 @@
 
 use crate::destination::{Destination, ObjectInfo, ObjectWriter};
 use crate::lock::{LockHolder, OutputLock};
-use crate::objstore_gcs::GcsJson;
 use crate::objstore_url::{self, Cloud, Location};
 use async_trait::async_trait;
 use futures_util::StreamExt;
@@ -42,17 +41,8 @@ fn runtime() -> Result<Handle> {
     })
 }
 
-/// What every writer of a destination shares.
-pub(crate) struct Shared {
-    cloud: Cloud,
-    pub(crate) store: Arc<dyn ObjectStore>,
-    bucket: String,
-    prefix: String,
-    shown: String,
-    part_size: usize,
-    upload_concurrency: usize,
-    pub(crate) gcs: Option<GcsJson>,
-}
+/// What every writer of a destination shares: the parsed location itself.
+pub(crate) type Shared = Location;
 
 impl Shared {
     pub(crate) fn key(&self, path: &str) -> Path {
@@ -108,27 +98,8 @@ impl ObjectStoreDestination {
     /// [`Self::open`] with options given outside the URL (same keys as its query, e.g.
     /// `part_size`, `upload_concurrency`, `endpoint`, `region`), which win over the query.
     pub fn open_with(to: &str, options: &[(String, String)]) -> Result<Self> {
-        let Location {
-            cloud,
-            store,
-            bucket,
-            prefix,
-            shown,
-            part_size,
-            upload_concurrency,
-            gcs,
-        } = objstore_url::open(to, options)?;
         Ok(ObjectStoreDestination {
-            shared: Arc::new(Shared {
-                cloud,
-                store,
-                bucket,
-                prefix,
-                shown,
-                part_size,
-                upload_concurrency,
-                gcs,
-            }),
+            shared: Arc::new(objstore_url::open(to, options)?),
         })
     }
 

@@ -188,12 +188,7 @@ impl PartWriter for ParquetPart {
             .into_inner()
             .map_err(|e| write_error(self.errors.take(), e, &self.path))?;
         sluice_core::memory::release();
-        let (bytes, xxh3_128) = out.commit()?;
-        Ok(PartStats {
-            rows: self.rows,
-            bytes,
-            xxh3_128,
-        })
+        out.commit(self.rows)
     }
 
     fn abort(mut self: Box<Self>) {

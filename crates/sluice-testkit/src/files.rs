@@ -105,9 +105,13 @@ pub fn csv_rows(text: &str, delimiter: u8, null: &str) -> (Vec<String>, Vec<Vec<
 
 /// The manifest of an output directory.
 pub fn manifest(dir: &Path) -> serde_json::Value {
-    let path = dir.join("manifest.json");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    json(&dir.join("manifest.json"))
+}
+
+/// A JSON file (a report, the run state); unreadable or not JSON fails the test.
+pub fn json(path: &Path) -> serde_json::Value {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
 }
 
@@ -123,6 +127,31 @@ pub fn displayable(c: &arrow_array::ArrayRef) -> arrow_array::ArrayRef {
         }
         _ => c.clone(),
     }
+}
+
+/// (dataset name, rows) of every dataset in `dir`'s manifest, in its order.
+pub fn manifest_rows(dir: &Path) -> Vec<(String, u64)> {
+    let rows = |d: &serde_json::Value| {
+        let name = d["name"].as_str().expect("a dataset name");
+        (name.to_string(), d["rows"].as_u64().expect("a row count"))
+    };
+    manifest(dir)["datasets"]
+        .as_array()
+        .expect("the manifest lists datasets")
+        .iter()
+        .map(rows)
+        .collect()
+}
+
+/// The entry of dataset `name` in a `manifest` (see [`manifest`]); a missing one fails the test.
+pub fn manifest_dataset(manifest: &serde_json::Value, name: &str) -> serde_json::Value {
+    manifest["datasets"]
+        .as_array()
+        .expect("the manifest lists datasets")
+        .iter()
+        .find(|d| d["name"] == name)
+        .unwrap_or_else(|| panic!("no dataset {name} in the manifest"))
+        .clone()
 }
 
 /// Every row of `batches` as `v1|v2|…` in Arrow's display form (NULL as `∅`), sorted — to

@@ -16,7 +16,8 @@
 //! [`TestFdb`] is what tests use: a new database file with helpers to run SQL, on
 //! attachments of the test process.
 
-use anyhow::{Context, Result, bail};
+use crate::server::run;
+use anyhow::{Context, Result};
 use rsfbclient_core::{
     Column, Dialect, FbError, FirebirdClientDbOps, FirebirdClientSqlOps, FreeStmtOp, SqlType, TrOp,
     charset,
@@ -64,19 +65,6 @@ fn find_runtime(venv: &Path) -> Option<PathBuf> {
         .flatten()
         .map(|e| e.path().join("site-packages/firebird/embedded/runtime"))
         .find(|p| p.join("libfbclient.so.2").exists())
-}
-
-fn run(c: &mut Command, what: &str) -> Result<()> {
-    let out = c.output().with_context(|| format!("starting {what}"))?;
-    if !out.status.success() {
-        bail!(
-            "{what} failed ({}):\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(())
 }
 
 /// The wheel's runtime directory, installing the wheel first if needed.

@@ -17,60 +17,82 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 /// Runs the `sluice` binary under test.
+#[derive(Clone, Copy)]
 pub struct Sluice {
     /// Starts a command of the binary, with the environment tests want.
     pub command: fn() -> Command,
 }
 
-/// A run stopped at a `wait` failpoint: the test acts, then lets it go on.
+/// A run stopped at a `wait` failpoint: the test acts, then lets it go on. Dropped without
+/// [`Paused::release`] (a failing test), the run is killed rather than left waiting.
 pub struct Paused {
-    child: Child,
+    child: Option<Child>,
     failpoints: Failpoints,
     name: String,
 }
 
 impl Paused {
-    /// Let the run go on and wait for its end.
-    pub fn release(self) -> Run {
+    /// Let the run go on and wait for its end (off the async threads, so tasks of the test
+    /// keep running meanwhile).
+    pub async fn release(mut self) -> Run {
         self.failpoints.release(&self.name);
-        process::finish(self.child).into()
+        let child = self.child.take().expect("a paused run has its process");
+        tokio::task::spawn_blocking(move || process::finish(child).into())
+            .await
+            .expect("waiting for sluice")
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
 impl Sluice {
-    fn export_cmd(&self, src: &Source, out: &Path, args: &[&str]) -> Command {
+    fn export_cmd(&self, url: &str, out: &Path, args: &[&str]) -> Command {
         let mut c = (self.command)();
         c.arg("export")
             .arg("--source")
-            .arg(&src.url)
+            .arg(url)
             .arg("--to")
             .arg(out)
             .args(args);
         c
     }
 
-    /// `sluice export --source … --to OUT ARGS…` to its end.
-    pub fn export(&self, src: &Source, out: &Path, args: &[&str]) -> Run {
-        process::run(&mut self.export_cmd(src, out, args))
+    /// `sluice export --source URL --to OUT ARGS…` to its end.
+    pub fn export(&self, url: &str, out: &Path, args: &[&str]) -> Run {
+        process::run(&mut self.export_cmd(url, out, args))
+    }
+
+    /// An export to its end with failpoints `spec` armed (`name=action[@n],…`).
+    pub fn export_at(&self, url: &str, out: &Path, args: &[&str], spec: &str) -> Run {
+        let fp = Failpoints::new();
+        let mut cmd = self.export_cmd(url, out, args);
+        fp.arm(&mut cmd, spec);
+        process::run(&mut cmd)
     }
 
     /// An export that dies at failpoint `spec` (an `exit` action, as `kill -9` would leave
     /// it): checks it died and left nothing complete-looking.
-    pub fn killed_at(&self, src: &Source, out: &Path, args: &[&str], spec: &str) -> Run {
-        let fp = Failpoints::new();
-        let mut cmd = self.export_cmd(src, out, args);
-        fp.arm(&mut cmd, spec);
-        let run = process::run(&mut cmd);
+    pub fn killed_at(&self, url: &str, out: &Path, args: &[&str], spec: &str) -> Run {
+        let run = self.export_at(url, out, args, spec);
         assert_ne!(run.code, 0, "{spec}: the run should have died");
         assert!(!out.join("manifest.json").exists(), "{spec}: no manifest");
         run
     }
 
-    /// An export stopped at failpoint `name` (armed `wait`): returns once it is there.
-    pub async fn paused_at(&self, src: &Source, out: &Path, args: &[&str], name: &str) -> Paused {
+    /// An export stopped at failpoint `name` (armed `wait`; `name@n`: at its `n`th hit):
+    /// returns once it is there.
+    pub async fn paused_at(&self, url: &str, out: &Path, args: &[&str], name: &str) -> Paused {
         let failpoints = Failpoints::new();
-        let mut cmd = self.export_cmd(src, out, args);
-        failpoints.arm(&mut cmd, &format!("{name}=wait"));
+        let mut cmd = self.export_cmd(url, out, args);
+        let (name, nth) = name.split_once('@').unwrap_or((name, "1"));
+        failpoints.arm(&mut cmd, &format!("{name}=wait@{nth}"));
         let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -78,7 +100,7 @@ impl Sluice {
             .expect("running sluice");
         failpoints.reached(name, &mut child).await;
         Paused {
-            child,
+            child: Some(child),
             failpoints,
             name: name.to_string(),
         }
@@ -135,15 +157,15 @@ pub async fn kill_then_resume(sluice: &Sluice, mut src: Source) {
     let writer = src.start_inserts(ROWS).await;
     let out = process::tempdir();
     let a = args("512KB", &["--chunk-by", "key"]);
-    sluice.killed_at(&src, out.path(), &a, "export.after_receipt=exit@2");
+    sluice.killed_at(&src.url, out.path(), &a, "export.after_receipt=exit@2");
     let before = receipts(out.path());
     assert_eq!(before, 2, "both receipts are durable before the kill");
-    let refused = sluice.export(&src, out.path(), &a);
+    let refused = sluice.export(&src.url, out.path(), &a);
     assert_eq!(refused.code, 2, "{}", refused.stderr);
     assert!(refused.stderr.contains("--resume"), "{}", refused.stderr);
     let mut resume = a.clone();
     resume.push("--resume");
-    let resumed = sluice.export(&src, out.path(), &resume);
+    let resumed = sluice.export(&src.url, out.path(), &resume);
     resumed.ok();
     if let Some(w) = writer {
         w.stop().await;
@@ -180,7 +202,7 @@ pub async fn resume_after_the_last_part(sluice: &Sluice, mut src: Source) {
         if merge {
             a.push("--merge");
         }
-        let first = sluice.killed_at(&src, out.path(), &a, &format!("{failpoint}=exit"));
+        let first = sluice.killed_at(&src.url, out.path(), &a, &format!("{failpoint}=exit"));
         assert!(
             first
                 .stderr
@@ -198,7 +220,7 @@ pub async fn resume_after_the_last_part(sluice: &Sluice, mut src: Source) {
         let mut resume = a.clone();
         let report_arg = report.to_string_lossy().into_owned();
         resume.extend(["--resume", "--report-json", &report_arg]);
-        sluice.export(&src, out.path(), &resume).ok();
+        sluice.export(&src.url, out.path(), &resume).ok();
         let r: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("JSON");
         assert_eq!(
@@ -261,14 +283,14 @@ pub async fn killed_worker_is_retried(sluice: &Sluice, mut src: Source, extra: &
     let mut a = args(chunk, extra);
     a.extend(["--report-json", &report_arg]);
     let paused = sluice
-        .paused_at(&src, &data, &a, "export.after_batch")
+        .paused_at(&src.url, &data, &a, "export.after_batch")
         .await;
     let reading = src.reading_sessions().await;
     let victim = *reading
         .first()
         .unwrap_or_else(|| panic!("no session of the run is reading while its workers are paused"));
     src.kill(victim).await;
-    let run = paused.release();
+    let run = paused.release().await;
     run.ok();
     assert!(run.stderr.contains("retrying"), "{}", run.stderr);
     assert_retries_name_their_part_once(&run.stderr, &src.dataset());

@@ -73,7 +73,7 @@ async fn logs_written_to_a_file_carry_no_escape_codes_and_list_the_phases() {
     }
     // The text report lists them too, and so does the JSON report.
     assert!(text.contains("phases       1 connect "), "{text}");
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let r = files::json(&report);
     let names: Vec<&str> = r["phases"]
         .as_array()
         .unwrap()

@@ -7,7 +7,7 @@
 use crate::common::*;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[tokio::test]
 async fn four_workers_see_one_snapshot_under_concurrent_writes() {
@@ -52,38 +52,14 @@ async fn four_workers_see_one_snapshot_under_concurrent_writes() {
     }
 
     let out = tempdir();
-    let child = sluice()
-        .args([
-            "export",
-            "--source",
-            &db.url,
-            "--table",
-            "hot",
-            "--parallel",
-            "4",
-            "--chunk-size",
-            "1MB",
-            "--batch-size",
-            "256KB",
-            "--to",
-        ])
-        .arg(out.path())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-
-    // Join the run's snapshot from its run state while the coordinator holds it.
-    let run_state = out.path().join("_sluice/run.json");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let snapshot_id = loop {
-        if let Ok(text) = std::fs::read_to_string(&run_state)
-            && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
-        {
-            break v["snapshots"][0]["id"].as_str().unwrap().to_string();
-        }
-        assert!(Instant::now() < deadline, "no run state within 60 s");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    };
+    let args = words("--table hot --parallel 4 --chunk-size 1MB --batch-size 256KB");
+    // The snapshot is pinned and the plan written: join the snapshot (its id is in the run
+    // state) while the coordinator holds it.
+    let paused = harness()
+        .paused_at(&db.url, out.path(), &args, "export.after_plan")
+        .await;
+    let run_state = files::json(&out.path().join("_sluice/run.json"));
+    let snapshot_id = run_state["snapshots"][0]["id"].as_str().unwrap();
     let oracle = sluice_testkit::pg::connect(&db.url).await;
     oracle
         .batch_execute(&format!("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '{snapshot_id}'"))
@@ -92,14 +68,7 @@ async fn four_workers_see_one_snapshot_under_concurrent_writes() {
     let changes_at_snapshot = changes.load(Ordering::Relaxed);
     let want = sluice_testkit::pg::rows_as_strings(&oracle, "SELECT id, v, pad FROM hot").await;
 
-    let output = tokio::task::spawn_blocking(move || finish(child))
-        .await
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    paused.release().await.ok();
     stop.store(true, Ordering::Relaxed);
     writer.await.unwrap();
 
@@ -136,7 +105,6 @@ async fn four_workers_see_one_snapshot_under_concurrent_writes() {
 /// every row whose key does not change is read exactly once, whatever the writer does.
 #[tokio::test]
 async fn chunk_consistency_reads_every_unchanged_key_exactly_once_under_writes() {
-    use crate::common::Failpoints;
     use crate::common::writer::{Writer, create_table, exported_ids};
     const ROWS: i64 = 150_000;
     let db = TestDb::new().await;
@@ -152,47 +120,16 @@ async fn chunk_consistency_reads_every_unchanged_key_exactly_once_under_writes()
     let writer = Writer::start(&db.url, "c", ROWS).await;
     let mark = writer.mark();
     let out = tempdir();
-    let fp = Failpoints::new();
-    let mut cmd = sluice();
-    cmd.args([
-        "export",
-        "--source",
-        &db.url,
-        "--table",
-        "c",
-        "--table",
-        "nokey",
-        "--table",
-        "uk",
-        "--consistency",
-        "chunk",
-        "--parallel",
-        "4",
-        "--chunk-size",
-        "256KB",
-        "--batch-size",
-        "256KB",
-        "--to",
-    ])
-    .arg(out.path());
-    fp.arm(&mut cmd, "export.after_receipt=wait@3");
-    let mut child = cmd
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Parts are being read in their own transactions: let the writer move rows between them.
-    fp.reached("export.after_receipt", &mut child).await;
-    writer.wait_for(100).await;
-    fp.release("export.after_receipt");
-    let output = tokio::task::spawn_blocking(move || finish(child))
-        .await
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let args = words(
+        "--table c --table nokey --table uk --consistency chunk --parallel 4 \
+         --chunk-size 256KB --batch-size 256KB",
     );
+    let paused = harness()
+        .paused_at(&db.url, out.path(), &args, "export.after_receipt@3")
+        .await;
+    // Parts are being read in their own transactions: let the writer move rows between them.
+    writer.wait_for(100).await;
+    paused.release().await.ok();
     let changes = writer.since(&mark);
     writer.stop().await;
     let ids = exported_ids(&out.path().join("public.c"));
@@ -200,15 +137,7 @@ async fn chunk_consistency_reads_every_unchanged_key_exactly_once_under_writes()
 
     let m = files::manifest(out.path());
     assert_eq!(m["consistency"], "chunk");
-    let ds = |name: &str| {
-        m["datasets"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|d| d["name"] == name)
-            .unwrap()
-            .clone()
-    };
+    let ds = |name: &str| files::manifest_dataset(&m, name);
     let c = ds("public.c");
     assert!(c["parts"].as_array().unwrap().len() >= 8, "{c}");
     assert_eq!(c["guarantee"]["kind"], "key_ranges");

@@ -216,6 +216,17 @@ impl HeldTransfer {
     }
 }
 
+/// `sluice export` of `ACC` to `out` by two workers, in parts of about 1 MB.
+fn export_cmd(db: &TestFdb, out: &Path) -> Command {
+    let mut cmd = sluice();
+    cmd.args(["export", "--source", &db.url, "--to"])
+        .arg(out)
+        .args(words(
+            "--table ACC --parallel 2 --chunk-size 1MB --batch-size 64KB",
+        ));
+    cmd
+}
+
 /// Export `ACC` and return what sluice printed. With `held`, the second worker session's join
 /// waits (failpoint `firebird.before_join`) while the held transfer commits and the oldest
 /// interesting transaction moves past it: the first session joined before the commit, the
@@ -228,23 +239,11 @@ fn export_acc(
     held: Option<HeldTransfer>,
 ) -> String {
     let points = tempdir();
-    let mut cmd = sluice();
-    cmd.env("SLUICE_LOG", "warn,sluice::snapshot=debug");
-    cmd.args([
-        "export",
-        "--source",
-        &db.url,
-        "--table",
-        "ACC",
-        "--parallel",
-        "2",
-    ])
-    .args(["--chunk-size", "1MB", "--batch-size", "64KB"])
-    .args(chunking)
-    .arg("--to")
-    .arg(out)
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    let mut cmd = export_cmd(db, out);
+    cmd.env("SLUICE_LOG", "warn,sluice::snapshot=debug")
+        .args(chunking)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     if held.is_some() {
         cmd.env("SLUICE_FAILPOINTS", "firebird.before_join=wait@2")
             .env("SLUICE_FAILPOINT_DIR", points.path());
@@ -393,20 +392,9 @@ fn run_attachments(db: &TestFdb) -> Vec<(u64, u64)> {
 /// reading, let the run go on and return what it printed, with its exit code.
 fn export_and_kill(db: &TestFdb, out: &Path, pick: impl Fn(&[(u64, u64)]) -> u64) -> (i32, String) {
     let points = tempdir();
-    let child = sluice()
+    let child = export_cmd(db, out)
         .env("SLUICE_FAILPOINTS", "export.after_batch=wait")
         .env("SLUICE_FAILPOINT_DIR", points.path())
-        .args([
-            "export",
-            "--source",
-            &db.url,
-            "--table",
-            "ACC",
-            "--parallel",
-            "2",
-        ])
-        .args(["--chunk-size", "1MB", "--batch-size", "64KB", "--to"])
-        .arg(out)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -162,7 +162,7 @@ async fn four_workers_see_one_snapshot_under_concurrent_writes() {
         "4 workers + coordinator: {}",
         m["harm"]
     );
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let r = files::json(&report);
     assert!(
         r["notes"]
             .as_array()

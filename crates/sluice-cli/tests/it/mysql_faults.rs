@@ -8,7 +8,7 @@
 //! snapshot later): the run fails cleanly saying so, and `--resume` finishes it under a new
 //! snapshot with every row exactly once.
 
-use crate::common::{export, files, sluice, tempdir};
+use crate::common::{export, files, sluice, tempdir, words};
 use mysql_async::prelude::Queryable;
 use sluice_testkit::mysql::TestDb;
 use std::time::{Duration, Instant};
@@ -34,14 +34,7 @@ async fn export_and_kill(
 ) -> crate::common::Run {
     let mut cmd = sluice();
     cmd.args(["export", "--source", &db.url, "--table", "f"])
-        .args([
-            "--parallel",
-            "2",
-            "--chunk-size",
-            "4MB",
-            "--batch-size",
-            "256KB",
-        ])
+        .args(words("--parallel 2 --chunk-size 4MB --batch-size 256KB"))
         .args(extra)
         .arg("--to")
         .arg(to);

@@ -19,10 +19,9 @@
 //! Length: four scenarios that each need their own long statement, lock waits and probes,
 //! sharing the helpers at the top.
 
-use crate::common::{files, sluice, tempdir};
+use crate::common::{files, harness, sluice, tempdir, with_report, words};
 use mysql_async::prelude::Queryable;
 use sluice_testkit::mysql::{TestDb, connect};
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
@@ -113,23 +112,6 @@ impl Drop for LongStatement {
     }
 }
 
-/// Run sluice with `failpoints` armed (and their signals in `fp_dir`), off the async threads.
-async fn export_with(
-    url: &str,
-    to: &Path,
-    args: &[&str],
-    failpoints: &str,
-    fp_dir: &Path,
-) -> tokio::task::JoinHandle<crate::common::Run> {
-    let mut cmd = sluice();
-    cmd.env("SLUICE_FAILPOINTS", failpoints)
-        .env("SLUICE_FAILPOINT_DIR", fp_dir)
-        .args(["export", "--source", url, "--to"])
-        .arg(to)
-        .args(args);
-    tokio::task::spawn_blocking(move || crate::common::run(&mut cmd))
-}
-
 /// Wait until `n` sessions of `db` are in one of `states`, each for `ms` or longer.
 async fn queued(db: &mut TestDb, states: [&str; 2], n: u64, ms: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -149,32 +131,6 @@ async fn queued(db: &mut TestDb, states: [&str; 2], n: u64, ms: u64) {
         assert!(Instant::now() < deadline, "{n} session(s) did not queue");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// Releases a `wait` failpoint when dropped, so a failing test does not leave sluice waiting.
-struct Release(std::path::PathBuf);
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        let _ = std::fs::write(&self.0, "");
-    }
-}
-
-async fn wait_for_file(path: &Path, run: &tokio::task::JoinHandle<crate::common::Run>) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !path.exists() {
-        assert!(!run.is_finished(), "sluice ended before {}", path.display());
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-fn json(path: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
 fn notes(report: &serde_json::Value) -> String {
@@ -234,13 +190,7 @@ async fn long_write_to_myisam_is_guarded_and_the_lock_wait_bounded() {
     let timed_out = crate::common::run(
         sluice()
             .args(["export", "--source", &db.url, "--table", "t"])
-            .args([
-                "--long-query-guard",
-                "0",
-                "--lock-wait-timeout",
-                "1",
-                "--to",
-            ])
+            .args(words("--long-query-guard 0 --lock-wait-timeout 1 --to"))
             .arg(out.path().join("b")),
     );
     assert_eq!(timed_out.code, 3, "{}", timed_out.stderr);
@@ -257,37 +207,27 @@ async fn long_write_to_myisam_is_guarded_and_the_lock_wait_bounded() {
     db.exec("INSERT INTO t VALUES (1001, 1001)").await;
 
     // With --long-query-wait the export waits (holding nothing) until the statement ends.
-    let fp = tempdir();
     let report = out.path().join("report.json");
-    let run = export_with(
-        &db.url,
-        &out.path().join("c"),
-        &[
-            "--table",
-            "t",
-            "--long-query-guard",
-            "1",
-            "--long-query-wait",
-            "120",
-            "--report-json",
-            report.to_str().unwrap(),
-        ],
-        "mysql.long_query_wait=wait@1",
-        fp.path(),
-    )
-    .await;
-    let release = Release(fp.path().join("mysql.long_query_wait.release"));
-    wait_for_file(&fp.path().join("mysql.long_query_wait.reached"), &run).await;
+    let paused = harness()
+        .paused_at(
+            &db.url,
+            &out.path().join("c"),
+            &with_report(
+                "--table t --long-query-guard 1 --long-query-wait 120",
+                &report,
+            ),
+            "mysql.long_query_wait",
+        )
+        .await;
     long.stop(&mut db).await;
-    drop(release);
-    let run = run.await.unwrap();
+    let run = paused.release().await;
     run.ok();
     assert!(
         run.stderr.contains("waiting for 1 long statement"),
         "{}",
         run.stderr
     );
-    let r = json(&report);
+    let r = files::json(&report);
     let n = notes(&r);
     assert!(
         n.contains("long statement(s) of other sessions to end") && n.contains(&session),
@@ -317,28 +257,16 @@ async fn sessions_queued_behind_our_metadata_lock_are_reported() {
     )
     .await;
     let out = tempdir();
-    let fp = tempdir();
     let report = out.path().join("report.json");
-    let run = export_with(
-        &db.url,
-        &out.path().join("data"),
-        &[
-            "--table",
-            "t",
-            "--parallel",
-            "1",
-            "--chunk-by",
-            "none",
-            "--report-json",
-            report.to_str().unwrap(),
-        ],
-        "export.after_receipt=wait@1",
-        fp.path(),
-    )
-    .await;
+    let paused = harness()
+        .paused_at(
+            &db.url,
+            &out.path().join("data"),
+            &with_report("--table t --parallel 1 --chunk-by none", &report),
+            "export.after_receipt",
+        )
+        .await;
     // The part is written: the worker's snapshot transaction holds t's metadata lock.
-    let release = Release(fp.path().join("export.after_receipt.release"));
-    wait_for_file(&fp.path().join("export.after_receipt.reached"), &run).await;
     let mut alter_conn = connect(&db.url).await;
     let alter_id = alter_conn.id();
     let alter = tokio::spawn(async move {
@@ -355,8 +283,7 @@ async fn sessions_queued_behind_our_metadata_lock_are_reported() {
             .await
     });
     queued(&mut db, [MDL, MDL], 2, 1200).await;
-    drop(release);
-    let run = run.await.unwrap();
+    let run = paused.release().await;
     run.ok();
     assert!(
         run.stderr
@@ -378,7 +305,7 @@ async fn sessions_queued_behind_our_metadata_lock_are_reported() {
         harm["longest_blocked_wait_seconds"].as_f64().unwrap() >= 1.0,
         "{harm}"
     );
-    let n = notes(&json(&report));
+    let n = notes(&files::json(&report));
     assert!(
         n.contains(&format!("session {alter_id} for "))
             && n.contains("ALTER TABLE t ADD COLUMN z int")
@@ -400,32 +327,19 @@ async fn non_transactional_tables_are_marked_outside_the_snapshot() {
     )
     .await;
     let out = tempdir();
-    let fp = tempdir();
     let report = out.path().join("report.json");
-    let run = export_with(
-        &db.url,
-        &out.path().join("data"),
-        &[
-            "--table",
-            "i",
-            "--table",
-            "m",
-            "--table",
-            "a",
-            "--report-json",
-            report.to_str().unwrap(),
-        ],
-        "export.after_plan=wait@1",
-        fp.path(),
-    )
-    .await;
+    let paused = harness()
+        .paused_at(
+            &db.url,
+            &out.path().join("data"),
+            &with_report("--table i --table m --table a", &report),
+            "export.after_plan",
+        )
+        .await;
     // The snapshot is taken and nothing is read yet: a writer commits to all three tables.
-    let release = Release(fp.path().join("export.after_plan.release"));
-    wait_for_file(&fp.path().join("export.after_plan.reached"), &run).await;
     db.exec("INSERT INTO i VALUES (101); INSERT INTO m VALUES (101); INSERT INTO a VALUES (101);")
         .await;
-    drop(release);
-    let run = run.await.unwrap();
+    let run = paused.release().await;
     run.ok();
 
     let dir = out.path().join("data");
@@ -461,42 +375,31 @@ async fn non_transactional_tables_are_marked_outside_the_snapshot() {
             );
         }
     }
-    let n = notes(&json(&report));
+    let n = notes(&files::json(&report));
     assert!(n.contains(&format!("{}.m: MyISAM table", db.name)), "{n}");
     assert!(run.stderr.contains("is a MyISAM table"), "{}", run.stderr);
 
     // --lock-non-transactional: they are held still from the snapshot to the end of the run;
     // a writer to the MyISAM table waits (and is counted), the InnoDB writer does not.
-    let fp = tempdir();
     let report = out.path().join("report-locked.json");
     let dir = out.path().join("locked");
-    let run = export_with(
-        &db.url,
-        &dir,
-        &[
-            "--table",
-            "i",
-            "--table",
-            "m",
-            "--table",
-            "a",
-            "--lock-non-transactional",
-            "--report-json",
-            report.to_str().unwrap(),
-        ],
-        "export.after_plan=wait@1",
-        fp.path(),
-    )
-    .await;
-    let release = Release(fp.path().join("export.after_plan.release"));
-    wait_for_file(&fp.path().join("export.after_plan.reached"), &run).await;
+    let paused = harness()
+        .paused_at(
+            &db.url,
+            &dir,
+            &with_report(
+                "--table i --table m --table a --lock-non-transactional",
+                &report,
+            ),
+            "export.after_plan",
+        )
+        .await;
     db.exec("INSERT INTO i VALUES (102)").await;
     let mut writer = connect(&db.url).await;
     let write = tokio::spawn(async move { writer.query_drop("INSERT INTO m VALUES (102)").await });
     // It waits for the table lock or, before that, for its metadata lock.
     queued(&mut db, [MDL, "Waiting for table level lock"], 1, 500).await;
-    drop(release);
-    let run = run.await.unwrap();
+    let run = paused.release().await;
     run.ok();
     write.await.unwrap().unwrap();
     let rows = |t: &str| {
@@ -518,7 +421,7 @@ async fn non_transactional_tables_are_marked_outside_the_snapshot() {
         "{}",
         m["harm"]
     );
-    let n = notes(&json(&report));
+    let n = notes(&files::json(&report));
     assert!(n.contains("held under READ locks"), "{n}");
     assert_eq!(
         db.scalar("SELECT COUNT(*) FROM m").await.as_deref(),
@@ -564,29 +467,21 @@ async fn destination_failures_keep_the_workers_snapshot_sessions() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let out = tempdir();
-    let fp = tempdir();
     let report = out.path().join("report.json");
     // One failure while a part streams (the worker's result set is still open) and one when a
     // part is complete; a run that threw the sessions away would need two spares.
-    let run = export_with(
-        &db.url,
-        &out.path().join("data"),
-        &[
-            "--table",
-            "f",
-            "--parallel",
-            "2",
-            "--chunk-size",
-            "1MB",
-            "--batch-size",
-            "64KB",
-            "--report-json",
-            report.to_str().unwrap(),
-        ],
-        "export.after_batch=error@3,export.before_commit=error@2",
-        fp.path(),
-    )
-    .await
+    let (url, data, report_arg) = (db.url.clone(), out.path().join("data"), report.clone());
+    let run = tokio::task::spawn_blocking(move || {
+        harness().export_at(
+            &url,
+            &data,
+            &with_report(
+                "--table f --parallel 2 --chunk-size 1MB --batch-size 64KB",
+                &report_arg,
+            ),
+            "export.after_batch=error@3,export.before_commit=error@2",
+        )
+    })
     .await
     .unwrap();
     stop.store(true, Ordering::Relaxed);
@@ -598,7 +493,7 @@ async fn destination_failures_keep_the_workers_snapshot_sessions() {
         "both failures were retried: {}",
         run.stderr
     );
-    let r = json(&report);
+    let r = files::json(&report);
     assert_eq!(r["retries"], 2, "{r}");
     assert!(
         !notes(&r).contains("spare"),

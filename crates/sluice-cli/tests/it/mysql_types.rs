@@ -7,7 +7,7 @@
 //! Length: one case table per MariaDB type family with the expected value of each; the cases
 //! and the comparison they share read best together.
 
-use crate::common::{export, files, tempdir};
+use crate::common::{export, files, tempdir, with_report};
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
 use arrow_array::{Array, ArrayRef, RecordBatch};
@@ -502,12 +502,7 @@ async fn every_type_round_trips_through_parquet_and_csv() {
     let run = export(
         &db.url,
         &out.path().join("pq"),
-        &[
-            "--table",
-            "all_types",
-            "--report-json",
-            report.to_str().unwrap(),
-        ],
+        &with_report("--table all_types", &report),
     );
     run.ok();
     let batch = concat(&files::dataset_batches(
@@ -549,7 +544,7 @@ async fn every_type_round_trips_through_parquet_and_csv() {
     );
 
     // Zero dates and stripped SRIDs are counted in the report.
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let r = files::json(&report);
     let notes: Vec<String> = r["notes"]
         .as_array()
         .unwrap()

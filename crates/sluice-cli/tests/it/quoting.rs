@@ -103,24 +103,74 @@ async fn names_with_dots_do_not_collide() {
         &["--table", r#""a.b".c"#, "--table", r#"a."b.c""#],
     )
     .ok();
-    let m = files::manifest(out.path());
-    let got: Vec<(String, u64)> = m["datasets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| {
-            (
-                d["name"].as_str().unwrap().to_string(),
-                d["rows"].as_u64().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(
-        got,
-        [(r#""a.b".c"#.to_string(), 1), (r#"a."b.c""#.to_string(), 2)]
+    assert_datasets(
+        out.path(),
+        &[(r#""a.b".c"#.to_string(), 1), (r#"a."b.c""#.to_string(), 2)],
     );
-    for (dir, rows) in [(r#""a.b".c"#, 1), (r#"a."b.c""#, 2)] {
-        let batches = files::dataset_batches(&out.path().join(dir));
-        assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), rows);
+}
+
+/// The manifest lists exactly `want` (dataset name, rows), in order, and each dataset's
+/// directory, named after it, holds its rows.
+fn assert_datasets(out: &std::path::Path, want: &[(String, u64)]) {
+    let got = files::manifest_rows(out);
+    assert_eq!(got, want);
+    for (dir, rows) in want {
+        let batches = files::dataset_batches(&out.join(dir));
+        assert_eq!(
+            batches.iter().map(|b| b.num_rows() as u64).sum::<u64>(),
+            *rows,
+            "{dir}"
+        );
     }
+}
+
+/// The same on MariaDB, whose databases play the part of schemas: database `D` with table
+/// `b.c` and database `D.b` with table `c` are different tables, and so are `T` and `t` on a
+/// server with case-sensitive table names; no two of them may share a dataset name.
+#[tokio::test]
+async fn mysql_names_with_dots_and_case_do_not_collide() {
+    let mut db = sluice_testkit::mysql::TestDb::new().await;
+    let (d, other) = (db.name.clone(), format!("{}.b", db.name));
+    db.exec(&format!(
+        "CREATE TABLE `b.c` (id int); INSERT INTO `b.c` VALUES (1);
+         CREATE DATABASE `{other}`;
+         CREATE TABLE `{other}`.c (id int); INSERT INTO `{other}`.c VALUES (2), (3);
+         CREATE TABLE `T` (id int); INSERT INTO `T` VALUES (4), (5), (6);
+         CREATE TABLE t (id int); INSERT INTO t VALUES (7), (8), (9), (10);"
+    ))
+    .await;
+    let case_sensitive = db.scalar("SELECT @@lower_case_table_names").await;
+    assert_eq!(
+        case_sensitive.as_deref(),
+        Some("0"),
+        "the test server folds table names"
+    );
+    let out = tempdir();
+    let (dotted, schema_dotted) = (format!("{d}.\"b.c\""), format!("\"{other}\".c"));
+    let (upper, lower) = (format!("{d}.\"T\""), format!("{d}.\"t\""));
+    let run = export(
+        &db.url,
+        out.path(),
+        &[
+            "--table",
+            &dotted,
+            "--table",
+            &schema_dotted,
+            "--table",
+            &upper,
+            "--table",
+            &lower,
+        ],
+    );
+    db.exec(&format!("DROP DATABASE `{other}`")).await;
+    run.ok();
+    assert_datasets(
+        out.path(),
+        &[
+            (format!("{d}.\"b.c\""), 1),
+            (format!("\"{other}\".c"), 2),
+            (format!("{d}.T"), 3),
+            (format!("{d}.t"), 4),
+        ],
+    );
 }

@@ -66,15 +66,7 @@ async fn materialized_views_foreign_tables_and_foreign_partitions_export() {
             files::assert_same_rows(&got, want, &format!("{consistency}: {dir}"));
         }
         let m = files::manifest(out.path());
-        let ds = |name: &str| {
-            m["datasets"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|d| d["name"] == name)
-                .unwrap()
-                .clone()
-        };
+        let ds = |name: &str| files::manifest_dataset(&m, name);
         assert_eq!(
             ds("public.parts")["outside_snapshot"],
             serde_json::json!(["public.parts_remote"]),

@@ -6,61 +6,25 @@
 
 use crate::common::writer::{Writer, create_table, exported_ids};
 use crate::common::*;
+use sluice_testkit::process::receipts;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 const ROWS: i64 = 150_000;
 
-fn receipts(dir: &Path) -> usize {
-    files_under(dir)
-        .iter()
-        .filter(|f| f.starts_with("_sluice/parts/") && f.ends_with(".json"))
-        .count()
-}
-
-fn export_cmd(url: &str, out: &Path, args: &[&str]) -> Command {
-    let mut c = sluice();
-    c.arg("export")
-        .arg("--source")
-        .arg(url)
-        .arg("--to")
-        .arg(out)
-        .args(args);
-    c
-}
-
 /// Run an export that dies at `spec` (an `exit` failpoint): nothing complete-looking remains.
 fn killed(url: &str, out: &Path, args: &[&str], spec: &str) {
-    let fp = Failpoints::new();
-    let mut cmd = export_cmd(url, out, args);
-    fp.arm(&mut cmd, spec);
-    let status = finish(
-        cmd.stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
-    .status;
-    assert!(!status.success(), "{spec}: the run should have died");
-    assert!(!out.join("manifest.json").exists(), "{spec}: no manifest");
+    harness().killed_at(url, out, args, spec);
 }
 
 /// `--resume`, stopping right after the new snapshot is planned to read, as the oracle, the ids
 /// the table has in that snapshot (the coordinator holds it until the run ends).
 async fn resume_with_oracle(db: &TestDb, out: &Path, args: &[&str]) -> (Run, Vec<i64>) {
-    let fp = Failpoints::new();
     let mut all = args.to_vec();
     all.push("--resume");
-    let mut cmd = export_cmd(&db.url, out, &all);
-    fp.arm(&mut cmd, "export.after_plan=wait");
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    fp.reached("export.after_plan", &mut child).await;
-    let state: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("_sluice/run.json")).unwrap()).unwrap();
+    let paused = harness()
+        .paused_at(&db.url, out, &all, "export.after_plan")
+        .await;
+    let state = files::json(&out.join("_sluice/run.json"));
     let snapshots = state["snapshots"].as_array().unwrap();
     let id = snapshots.last().unwrap()["id"]
         .as_str()
@@ -81,15 +45,7 @@ async fn resume_with_oracle(db: &TestDb, out: &Path, args: &[&str]) -> (Run, Vec
         .map(|r| r.get(0))
         .collect();
     ids.sort_unstable();
-    fp.release("export.after_plan");
-    let output = tokio::task::spawn_blocking(move || finish(child))
-        .await
-        .unwrap();
-    let run = Run {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    };
+    let run = paused.release().await;
     (run, ids)
 }
 
@@ -225,17 +181,7 @@ async fn resume_and_reruns_check_the_request_option_by_option() {
     let run = export(
         &db.url,
         out.path(),
-        &[
-            "--table",
-            "t",
-            "--format",
-            "csv",
-            "--csv-null",
-            "\\N",
-            "--consistency",
-            "chunk",
-            "--resume",
-        ],
+        &words("--table t --format csv --csv-null \\N --consistency chunk --resume"),
     );
     assert_eq!(run.code, 2, "{}", run.stderr);
     for needle in [
@@ -284,20 +230,6 @@ async fn resume_and_reruns_check_the_request_option_by_option() {
     );
 }
 
-fn rows_by_dataset(out: &Path) -> Vec<(String, u64)> {
-    files::manifest(out)["datasets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| {
-            (
-                d["name"].as_str().unwrap().to_string(),
-                d["rows"].as_u64().unwrap(),
-            )
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn resume_after_the_catalog_changed() {
     let db = TestDb::new().await;
@@ -328,7 +260,7 @@ async fn resume_after_the_catalog_changed() {
     let run = export(&db.url, out.path(), &resume);
     run.ok();
     assert_eq!(
-        rows_by_dataset(out.path()),
+        files::manifest_rows(out.path()),
         [
             ("public.pat_big".to_string(), 500),
             ("public.pat_small".to_string(), 3),
@@ -357,7 +289,7 @@ async fn resume_after_the_catalog_changed() {
     let run = export(&db.url, out.path(), &resume);
     run.ok();
     assert_eq!(
-        rows_by_dataset(out.path()),
+        files::manifest_rows(out.path()),
         [
             ("public.pat_big".to_string(), 500),
             ("public.pat_new".to_string(), 2),

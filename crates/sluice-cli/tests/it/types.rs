@@ -723,12 +723,7 @@ async fn every_type_round_trips_through_parquet_and_csv() {
     let run = export(
         &db.url,
         &out.path().join("pq"),
-        &[
-            "--table",
-            "public.all_types",
-            "--report-json",
-            report_path.to_str().unwrap(),
-        ],
+        &with_report("--table public.all_types", &report_path),
     );
     run.ok();
     assert!(
@@ -850,16 +845,7 @@ async fn csv_options_change_delimiter_and_null() {
     export(
         &db.url,
         out.path(),
-        &[
-            "--table",
-            "t",
-            "--format",
-            "csv",
-            "--csv-delimiter",
-            ";",
-            "--csv-null",
-            "NULL",
-        ],
+        &words("--table t --format csv --csv-delimiter ; --csv-null NULL"),
     )
     .ok();
     let text = std::fs::read_to_string(out.path().join("public.t/part-00000.csv")).unwrap();

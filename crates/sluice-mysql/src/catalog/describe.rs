@@ -25,7 +25,7 @@ pub async fn describe(
 ) -> Result<Described> {
     let e = err(target);
     let t = &obj.table;
-    let name = t.to_string();
+    let name = t.dataset_name();
     let rows: Vec<Row> = conn
         .exec(
             "SELECT COLUMN_NAME, LOWER(DATA_TYPE), COLUMN_TYPE, IS_NULLABLE, \
@@ -238,18 +238,8 @@ pub async fn describe_query(conn: &mut Conn, q: &NamedQuery, target: &str) -> Re
             q.name
         )));
     }
-    Ok(Dataset {
-        name: q.name.clone(),
-        kind: DatasetKind::Query,
-        object: None,
-        relations: Vec::new(),
-        query: Some(q.sql.clone()),
-        columns: columns_of(raw),
-        primary_key: Vec::new(),
-        estimate: SizeEstimate::default(),
-        outside_snapshot: Vec::new(),
-        row_security_filtered: false,
-    })
+    let estimate = SizeEstimate::default();
+    Ok(Dataset::query(&q.name, &q.sql, columns_of(raw), estimate))
 }
 
 /// Check the user may read every column of `t` now, so a missing privilege fails before the

@@ -17,6 +17,19 @@ pub use sluice_testkit::process::{Failpoints, Run, files_under, finish, run, tem
 #[allow(unused_imports)]
 pub use sluice_testkit::scenario::assert_retries_name_their_part_once;
 
+/// Arguments written as on a command line, split at spaces (no argument here holds one), so
+/// a test's options read as the command a user would type.
+pub fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+/// [`words`] followed by `--report-json REPORT`.
+pub fn with_report<'a>(line: &'a str, report: &'a Path) -> Vec<&'a str> {
+    let mut args = words(line);
+    args.extend(["--report-json", report.to_str().expect("a UTF-8 path")]);
+    args
+}
+
 /// The sluice binary built for these tests.
 pub fn sluice() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));

@@ -105,17 +105,7 @@ pub async fn round_trip(store: Store) {
     export_to(
         &db.url,
         &url,
-        &[
-            "--table",
-            "o",
-            "--format",
-            "csv",
-            "--merge",
-            "--parallel",
-            "2",
-            "--chunk-size",
-            "1MB",
-        ],
+        &words("--table o --format csv --merge --parallel 2 --chunk-size 1MB"),
     )
     .ok();
     let local = tempdir();
@@ -153,23 +143,14 @@ pub async fn kill_then_resume(store: Store) {
     let want = db.row_strings("SELECT id, v FROM o").await;
     let url = test_url(store);
     let d = open(&url);
-    let args = [
-        "--table",
-        "o",
-        "--parallel",
-        "2",
-        "--chunk-size",
-        "1MB",
-        "--batch-size",
-        "256KB",
-    ];
+    let args = words("--table o --parallel 2 --chunk-size 1MB --batch-size 256KB");
     let mut child = sluice()
         .arg("export")
         .arg("--source")
         .arg(&db.url)
         .arg("--to")
         .arg(&url)
-        .args(args)
+        .args(&args)
         .args(memory_for(&url))
         .stderr(std::process::Stdio::null())
         .spawn()
