@@ -405,6 +405,9 @@ pub struct StreamOptions {
     /// Publication name (default: the slot's name); an existing one must publish every selected table.
     #[arg(long, value_name = "NAME")]
     pub publication: Option<String>,
+    /// MySQL/MariaDB: the replica server id of the binary log session (default: a random one per session in 4026531840-4294967294, which IP-derived replica ids never use).
+    #[arg(long, value_name = "N")]
+    pub server_id: Option<u32>,
     /// Cut a batch when its changes reach this many bytes (default 64MB).
     #[arg(long, value_name = "BYTES")]
     #[serde(default, deserialize_with = "yaml::size")]
@@ -429,6 +432,7 @@ pub const KEYS: &[&str] = &[
     "initial",
     "slot",
     "publication",
+    "server_id",
     "batch_bytes",
     "batch_seconds",
     "until_current",
@@ -443,6 +447,7 @@ impl StreamOptions {
             initial: self.initial.or(file.initial),
             slot: self.slot.or(file.slot),
             publication: self.publication.or(file.publication),
+            server_id: self.server_id.or(file.server_id),
             batch_bytes: self.batch_bytes.or(file.batch_bytes),
             batch_seconds: self.batch_seconds.or(file.batch_seconds),
             until_current: self.until_current || file.until_current,

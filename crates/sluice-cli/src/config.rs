@@ -433,7 +433,7 @@ fn build(o: &Options, output: Output) -> Result<ExportJob> {
 /// The MySQL/MariaDB lock settings from `lock_wait_timeout`, `long_query_guard`,
 /// `long_query_wait` and `lock_non_transactional` (flag over file), or `None` when none is
 /// given.
-fn locking(o: &Options, consistency: Consistency) -> Result<Option<sluice_mysql::Locking>> {
+pub fn locking(o: &Options, consistency: Consistency) -> Result<Option<sluice_mysql::Locking>> {
     let wait = o.lock_wait_timeout;
     let guard = o.long_query_guard;
     let guard_wait = o.long_query_wait;

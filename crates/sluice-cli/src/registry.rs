@@ -87,13 +87,42 @@ pub fn open_source(url: &str, locking: Option<sluice_mysql::Locking>) -> Result<
     )))
 }
 
-/// Open the change source for `url` (`sluice stream`): PostgreSQL today.
-pub fn open_change_source(url: &str) -> Result<Arc<dyn sluice_core::change::ChangeSource>> {
+/// Open the change source for `url` (`sluice stream`): PostgreSQL logical replication, the
+/// MySQL/MariaDB binary log. `server_id` (`--server-id`) and `locking` apply to MySQL/MariaDB
+/// only and are refused for other sources rather than ignored.
+pub fn open_change_source(
+    url: &str,
+    server_id: Option<u32>,
+    locking: Option<sluice_mysql::Locking>,
+) -> Result<Arc<dyn sluice_core::change::ChangeSource>> {
+    if sluice_mysql::MySource::handles(url) {
+        let capture = sluice_mysql::replication::MyCapture::new(url, server_id)?;
+        return Ok(Arc::new(match locking {
+            Some(l) => capture.with_locking(l),
+            None => capture,
+        }));
+    }
+    if locking.is_some() {
+        return Err(Error::config(format!(
+            "--lock-wait-timeout, --long-query-guard, --long-query-wait and \
+             --lock-non-transactional apply to MySQL and MariaDB sources only, and the source is \
+             {}: remove them.",
+            sluice_core::redact::redact_url(url)
+        )));
+    }
+    if server_id.is_some() {
+        return Err(Error::config(format!(
+            "--server-id names the replica id of a MySQL/MariaDB binary log stream, and the \
+             source is {}: remove it.",
+            sluice_core::redact::redact_url(url)
+        )));
+    }
     if sluice_postgres::PgSource::handles(url) {
         return Ok(Arc::new(sluice_postgres::replication::PgCapture::new(url)?));
     }
     Err(Error::config(format!(
-        "sluice stream captures changes from PostgreSQL (postgres://…); {} is not one.",
+        "sluice stream captures changes from PostgreSQL (postgres://…) and MySQL/MariaDB \
+         (mysql://…, mariadb://…); {} is neither.",
         sluice_core::redact::redact_url(url)
     )))
 }

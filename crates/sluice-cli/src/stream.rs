@@ -108,7 +108,11 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
             )));
         }
     };
-    let source = registry::open_change_source(o.source.as_deref().unwrap_or_default())?;
+    let source = registry::open_change_source(
+        o.source.as_deref().unwrap_or_default(),
+        s.server_id,
+        config::locking(o, sluice_core::Consistency::Snapshot)?,
+    )?;
     let (selection, format, memory) = (
         template.selection.clone(),
         template.format.clone(),

@@ -326,6 +326,24 @@ pub trait ChangeSource: Send + Sync {
     /// [`ChangeSource::create`] or [`ChangeSource::snapshot`]).
     fn export_source(&self, snapshot: Option<&SnapshotInfo>) -> Arc<dyn Source>;
 
+    /// False when the capture keeps nothing on the server (the MySQL/MariaDB binary log needs
+    /// no slot: the position lives in the stream state only). The runner then skips its checks
+    /// that the capture's objects exist (absent on a first start, present on a restart).
+    fn keeps_server_objects(&self) -> bool {
+        true
+    }
+
+    /// The stream position of a snapshot the export took itself, from the position its
+    /// manifest records, when the source's snapshots cannot be handed to the export (MySQL
+    /// and MariaDB: every worker starts its own consistent snapshot under a brief lock, and the
+    /// binary log position read under that lock is exact). `Ok(None)`: the source hands its
+    /// snapshots over ([`HeldSnapshot`]) and the runner maps them itself. Fails when the
+    /// position is not exact enough to hand off from.
+    fn stream_position(&self, snapshot: &crate::position::Position) -> Result<Option<String>> {
+        let _ = snapshot;
+        Ok(None)
+    }
+
     /// Refuse, with the fix, datasets or a server that cannot stream.
     async fn check(&self, datasets: &[Dataset]) -> Result<()>;
 

@@ -20,7 +20,7 @@ use arrow_schema::extension::EXTENSION_TYPE_NAME_KEY;
 use arrow_schema::{DataType, SchemaRef, TimeUnit};
 use mysql_async::Value;
 use sluice_core::ColumnDesc;
-use sluice_core::columns::BatchBuilder;
+use sluice_core::columns::{BatchBuilder, ColumnBuilder};
 use sluice_core::values::micros_of_day;
 use std::collections::BTreeMap;
 
@@ -132,22 +132,31 @@ impl Adjustments {
 /// batch to batch (see `sluice_core::columns`).
 pub struct RowDecoder {
     batch: BatchBuilder,
-    cols: Vec<(Conv, Source)>,
+    values: ValueDecoder,
     /// Arrow bytes of one row besides variable-length data.
     fixed_row_bytes: usize,
     bytes: usize,
+    failed_column: Option<usize>,
+}
+
+/// One value at a time into a column builder, by the column's Arrow type and source facts:
+/// what [`RowDecoder`] does per value, for callers that own their builders (change capture
+/// appends binary log values into the change rows' builders with it, so change files carry
+/// exactly the export's values).
+#[derive(Debug, Clone)]
+pub struct ValueDecoder {
+    cols: Vec<(Conv, Source)>,
     zero_dates: ZeroDates,
     adjustments: Adjustments,
-    failed_column: Option<usize>,
 }
 
 fn own(e: sluice_core::Error) -> DecodeError {
     DecodeError(e.message().to_string())
 }
 
-impl RowDecoder {
-    /// A decoder for `columns` (whose fields make `schema`).
-    pub fn new(schema: SchemaRef, columns: &[ColumnDesc], zero_dates: ZeroDates) -> DResult<Self> {
+impl ValueDecoder {
+    /// Decoders for `columns`, in order.
+    pub fn new(columns: &[ColumnDesc], zero_dates: ZeroDates) -> DResult<Self> {
         let cols: Vec<(Conv, Source)> = columns
             .iter()
             .map(|c| {
@@ -167,6 +176,111 @@ impl RowDecoder {
                 Conv::for_type(c.field.data_type()).map(|conv| (conv, src))
             })
             .collect::<DResult<_>>()?;
+        Ok(ValueDecoder {
+            cols,
+            zero_dates,
+            adjustments: Adjustments::default(),
+        })
+    }
+
+    /// What was changed so far (zero dates, stripped SRIDs).
+    pub fn adjustments(&self) -> &Adjustments {
+        &self.adjustments
+    }
+
+    fn zero_date(&mut self, i: usize, col: &mut ColumnBuilder, c: &Civil) -> DResult<()> {
+        if self.zero_dates == ZeroDates::Error {
+            return err(format!(
+                "the date {:04}-{:02}-{:02} is a zero, partial-zero or invalid date, which no \
+                 Arrow or Parquet date can hold (strict mode: ?zero_dates=error). Remove \
+                 zero_dates=error from the URL to export such dates as NULL (they are counted in \
+                 the report), or fix the data",
+                c.y, c.mo, c.d
+            ));
+        }
+        *self.adjustments.zero_dates.entry(i).or_default() += 1;
+        col.push_null();
+        Ok(())
+    }
+
+    /// Append value `v` of column `i` to `col` (the column's builder). A zero date is NULL
+    /// (counted) or an error in strict mode.
+    pub fn push(&mut self, i: usize, col: &mut ColumnBuilder, v: Value) -> DResult<()> {
+        if v == Value::NULL {
+            col.push_null();
+            return Ok(());
+        }
+        let (conv, src) = self.cols[i];
+        let pushed = match conv {
+            Conv::Bool => {
+                let n = int_of(&v, src)?;
+                col.push_bool(n != 0)
+            }
+            Conv::I8 => col.push_i8(fits(int_of(&v, src)?, "Int8")?),
+            Conv::I16 => col.push_i16(fits(int_of(&v, src)?, "Int16")?),
+            Conv::I32 => col.push_i32(fits(int_of(&v, src)?, "Int32")?),
+            Conv::I64 => col.push_i64(fits(int_of(&v, src)?, "Int64")?),
+            Conv::U8 => col.push_u8(fits(int_of(&v, src)?, "UInt8")?),
+            Conv::U16 => col.push_u16(fits(int_of(&v, src)?, "UInt16")?),
+            Conv::U32 => col.push_u32(fits(int_of(&v, src)?, "UInt32")?),
+            Conv::U64 => col.push_u64(fits(int_of(&v, src)?, "UInt64")?),
+            Conv::F32 => {
+                let f = match v {
+                    Value::Float(f) => f,
+                    other => float_of(&other)? as f32,
+                };
+                col.push_f32(f)
+            }
+            Conv::F64 => col.push_f64(float_of(&v)?),
+            Conv::Dec128(s) => col.push_i128(decimal::<i128>(bytes_of(&v)?, s)?),
+            Conv::Dec256(s) => col.push_i256(decimal::<i256>(bytes_of(&v)?, s)?),
+            Conv::Bytes if src == Source::Geometry => {
+                let bytes = bytes_of(&v)?;
+                if bytes.len() < 5 {
+                    return err("geometry value shorter than its SRID prefix");
+                }
+                let srid = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+                if srid != 0 {
+                    *self
+                        .adjustments
+                        .srids
+                        .entry(i)
+                        .or_default()
+                        .entry(srid)
+                        .or_default() += 1;
+                }
+                col.push_bytes(&bytes[4..])
+            }
+            Conv::Bytes => col.push_bytes(bytes_of(&v)?),
+            Conv::Date => {
+                let c = civil_of(&v)?;
+                match valid_days(&c) {
+                    Some(d) => col.push_i32(
+                        i32::try_from(d).map_err(|_| DecodeError("date out of range".into()))?,
+                    ),
+                    None => return self.zero_date(i, col, &c),
+                }
+            }
+            Conv::Ts => {
+                let c = civil_of(&v)?;
+                match valid_days(&c) {
+                    Some(d) => {
+                        col.push_i64(d * 86_400_000_000 + micros_of_day(c.h, c.mi, c.s, c.us))
+                    }
+                    None => return self.zero_date(i, col, &c),
+                }
+            }
+            Conv::Dur => col.push_i64(duration_of(&v)?),
+        };
+        pushed.map_err(own)
+    }
+}
+
+impl RowDecoder {
+    /// A decoder for `columns` (whose fields make `schema`).
+    pub fn new(schema: SchemaRef, columns: &[ColumnDesc], zero_dates: ZeroDates) -> DResult<Self> {
+        let values = ValueDecoder::new(columns, zero_dates)?;
+        let cols = &values.cols;
         if cols.len() != schema.fields().len() {
             return err(format!(
                 "{} columns for a schema of {} fields",
@@ -178,10 +292,8 @@ impl RowDecoder {
         Ok(RowDecoder {
             batch,
             fixed_row_bytes: cols.iter().map(|c| c.0.width()).sum(),
-            cols,
+            values,
             bytes: 0,
-            zero_dates,
-            adjustments: Adjustments::default(),
             failed_column: None,
         })
     }
@@ -204,7 +316,7 @@ impl RowDecoder {
 
     /// What was changed so far (zero dates, stripped SRIDs).
     pub fn adjustments(&self) -> &Adjustments {
-        &self.adjustments
+        self.values.adjustments()
     }
 
     /// Append one row's values (in column order). Returns the row's value bytes as received, a
@@ -213,11 +325,11 @@ impl RowDecoder {
     /// A row that fails part-way leaves the builders misaligned: the reader must abandon the
     /// chunk (it does: a data error ends the read).
     pub fn append(&mut self, values: Vec<Option<Value>>) -> DResult<usize> {
-        if values.len() != self.cols.len() {
+        if values.len() != self.values.cols.len() {
             return err(format!(
                 "a row has {} values, expected {}",
                 values.len(),
-                self.cols.len()
+                self.values.cols.len()
             ));
         }
         let mut wire = 0;
@@ -232,7 +344,7 @@ impl RowDecoder {
                 Value::NULL => wire += 1,
                 _ => wire += 8,
             }
-            if let Err(e) = self.append_value(i, v) {
+            if let Err(e) = self.values.push(i, &mut self.batch.columns()[i], v) {
                 self.failed_column = Some(i);
                 return Err(e);
             }
@@ -240,94 +352,6 @@ impl RowDecoder {
         self.batch.row_done();
         self.bytes += self.fixed_row_bytes + var;
         Ok(wire)
-    }
-
-    fn zero_date(&mut self, i: usize, c: &Civil) -> DResult<()> {
-        if self.zero_dates == ZeroDates::Error {
-            return err(format!(
-                "the date {:04}-{:02}-{:02} is a zero, partial-zero or invalid date, which no \
-                 Arrow or Parquet date can hold (strict mode: ?zero_dates=error). Remove \
-                 zero_dates=error from the URL to export such dates as NULL (they are counted in \
-                 the report), or fix the data",
-                c.y, c.mo, c.d
-            ));
-        }
-        *self.adjustments.zero_dates.entry(i).or_default() += 1;
-        self.batch.columns()[i].push_null();
-        Ok(())
-    }
-
-    fn append_value(&mut self, i: usize, v: Value) -> DResult<()> {
-        if v == Value::NULL {
-            self.batch.columns()[i].push_null();
-            return Ok(());
-        }
-        let (conv, src) = self.cols[i];
-        let pushed = match conv {
-            Conv::Bool => {
-                let n = int_of(&v, src)?;
-                self.batch.columns()[i].push_bool(n != 0)
-            }
-            Conv::I8 => self.batch.columns()[i].push_i8(fits(int_of(&v, src)?, "Int8")?),
-            Conv::I16 => self.batch.columns()[i].push_i16(fits(int_of(&v, src)?, "Int16")?),
-            Conv::I32 => self.batch.columns()[i].push_i32(fits(int_of(&v, src)?, "Int32")?),
-            Conv::I64 => self.batch.columns()[i].push_i64(fits(int_of(&v, src)?, "Int64")?),
-            Conv::U8 => self.batch.columns()[i].push_u8(fits(int_of(&v, src)?, "UInt8")?),
-            Conv::U16 => self.batch.columns()[i].push_u16(fits(int_of(&v, src)?, "UInt16")?),
-            Conv::U32 => self.batch.columns()[i].push_u32(fits(int_of(&v, src)?, "UInt32")?),
-            Conv::U64 => self.batch.columns()[i].push_u64(fits(int_of(&v, src)?, "UInt64")?),
-            Conv::F32 => {
-                let f = match v {
-                    Value::Float(f) => f,
-                    other => float_of(&other)? as f32,
-                };
-                self.batch.columns()[i].push_f32(f)
-            }
-            Conv::F64 => self.batch.columns()[i].push_f64(float_of(&v)?),
-            Conv::Dec128(s) => {
-                self.batch.columns()[i].push_i128(decimal::<i128>(bytes_of(&v)?, s)?)
-            }
-            Conv::Dec256(s) => {
-                self.batch.columns()[i].push_i256(decimal::<i256>(bytes_of(&v)?, s)?)
-            }
-            Conv::Bytes if src == Source::Geometry => {
-                let bytes = bytes_of(&v)?;
-                if bytes.len() < 5 {
-                    return err("geometry value shorter than its SRID prefix");
-                }
-                let srid = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-                if srid != 0 {
-                    *self
-                        .adjustments
-                        .srids
-                        .entry(i)
-                        .or_default()
-                        .entry(srid)
-                        .or_default() += 1;
-                }
-                self.batch.columns()[i].push_bytes(&bytes[4..])
-            }
-            Conv::Bytes => self.batch.columns()[i].push_bytes(bytes_of(&v)?),
-            Conv::Date => {
-                let c = civil_of(&v)?;
-                match valid_days(&c) {
-                    Some(d) => self.batch.columns()[i].push_i32(
-                        i32::try_from(d).map_err(|_| DecodeError("date out of range".into()))?,
-                    ),
-                    None => return self.zero_date(i, &c),
-                }
-            }
-            Conv::Ts => {
-                let c = civil_of(&v)?;
-                match valid_days(&c) {
-                    Some(d) => self.batch.columns()[i]
-                        .push_i64(d * 86_400_000_000 + micros_of_day(c.h, c.mi, c.s, c.us)),
-                    None => return self.zero_date(i, &c),
-                }
-            }
-            Conv::Dur => self.batch.columns()[i].push_i64(duration_of(&v)?),
-        };
-        pushed.map_err(own)
     }
 
     /// Build a batch from the buffered rows; the builders keep their memory for the next one.

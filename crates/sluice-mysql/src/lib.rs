@@ -18,6 +18,7 @@
 //! | `harm.rs`     | what the run costs the server                                         |
 //! | `error.rs`    | error number → transient / permanent, with the fix                    |
 //! | `sql.rs`      | identifier (backtick) and literal quoting                             |
+//! | `replication/`| change capture from the binary log (`sluice stream`)                  |
 
 pub mod catalog;
 pub mod chunking;
@@ -28,6 +29,7 @@ pub mod harm;
 pub mod lock;
 pub mod non_transactional;
 pub mod read;
+pub mod replication;
 pub mod snapshot;
 pub mod sql;
 pub mod types;

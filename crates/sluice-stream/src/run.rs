@@ -224,7 +224,7 @@ async fn claimed(
         }
         Some(mut s) => {
             same_tables(job, &s, &datasets)?;
-            if !job.source.exists(&names).await? {
+            if job.source.keeps_server_objects() && !job.source.exists(&names).await? {
                 return Err(Error::source_permanent(format!(
                     "the stream state in {} names replication slot {}, which no longer exists \
                      on {}: the changes since the saved position are lost. Start over with a \
@@ -287,7 +287,7 @@ async fn first_start(
     cancel: &watch::Receiver<bool>,
 ) -> Result<(StreamState, Option<Report>)> {
     job.source.check(datasets).await?;
-    if job.source.exists(names).await? {
+    if job.source.keeps_server_objects() && job.source.exists(names).await? {
         return Err(Error::config(format!(
             "replication slot {} already exists on {} but {} holds no stream state for it. \
              Pass another --slot, or remove the slot (sluice stream --drop with the arguments \
@@ -352,18 +352,27 @@ async fn first_start(
         let _ = job.source.remove(names, created.publication_created).await;
         return Err(e);
     }
-    tracing::info!(
-        "created replication slot {} and {} publication {} on {}; the slot keeps WAL until the \
+    if !job.source.keeps_server_objects() {
+        tracing::info!(
+            "stream {} starts at position {} on {}",
+            names.slot,
+            created.position,
+            job.source.display_url()
+        );
+    } else {
+        tracing::info!(
+            "created replication slot {} and {} publication {} on {}; the slot keeps WAL until the \
          stream confirms it (sluice stream --drop removes both)",
-        names.slot,
-        if created.publication_created {
-            "the"
-        } else {
-            "uses the existing"
-        },
-        names.publication,
-        job.source.display_url()
-    );
+            names.slot,
+            if created.publication_created {
+                "the"
+            } else {
+                "uses the existing"
+            },
+            names.publication,
+            job.source.display_url()
+        );
+    }
     let report = match created.snapshot {
         Some(held) => Some(snapshot_phase(job, &mut state, held, false, cancel).await?),
         None => None,

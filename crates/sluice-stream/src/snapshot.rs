@@ -9,6 +9,16 @@
 //! Writing a table's changes of transactions at or after its L therefore writes each
 //! transaction exactly once for it: the ones before L are in its snapshot, the ones after in
 //! its change files.
+//!
+//! MySQL and MariaDB cannot hand a snapshot to the export: the export takes its own (every
+//! worker starts a consistent snapshot under a brief global lock) and records the binary log
+//! position read under that lock in its manifest, which is exact. The stream starts at the
+//! position read before the export (never later than any snapshot's), and each table's changes
+//! are kept from its snapshot's position on ([`ChangeSource::stream_position`]); the argument
+//! above holds unchanged, with "commit record" read as "the transaction's first binary log
+//! event" (a transaction's events are written to the binary log together, at commit).
+//!
+//! [`ChangeSource::stream_position`]: sluice_core::change::ChangeSource::stream_position
 
 use crate::run::{StreamJob, blocking};
 use crate::state::StreamState;
@@ -129,12 +139,16 @@ pub(crate) async fn snapshot_phase(
         let Some(snap) = manifest.snapshots.iter().find(|s| s.index == idx) else {
             continue;
         };
-        let pos = state
-            .snapshot
-            .positions
-            .iter()
-            .find(|(p, _)| same_position(p, &snap.position))
-            .map(|(_, pos)| pos.clone())
+        let exact = job.source.stream_position(&snap.position)?;
+        let pos = exact
+            .or_else(|| {
+                state
+                    .snapshot
+                    .positions
+                    .iter()
+                    .find(|(p, _)| same_position(p, &snap.position))
+                    .map(|(_, pos)| pos.clone())
+            })
             .ok_or_else(|| {
                 Error::internal(format!(
                     "{}: its parts come from snapshot {} ({}), which no stream position was \

@@ -53,7 +53,7 @@ pub struct Replayed {
 fn cells(b: &RecordBatch, r: usize, n: usize) -> Vec<String> {
     (0..n)
         .map(|i| {
-            let c = b.column(i);
+            let c = crate::files::displayable(b.column(i));
             if c.is_null(r) {
                 "∅".to_string()
             } else {

@@ -115,6 +115,20 @@ pub fn json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
 }
 
+/// `c` in a form Arrow's display can format: a microsecond timestamp in the named zone `UTC`
+/// (how the MySQL adapter types `timestamp`) is shown with the offset `+00:00` (the same
+/// instants; named zones need a feature the tests do not build).
+pub fn displayable(c: &arrow_array::ArrayRef) -> arrow_array::ArrayRef {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::TimestampMicrosecondType;
+    match c.as_primitive_opt::<TimestampMicrosecondType>() {
+        Some(t) if t.timezone() == Some("UTC") => {
+            std::sync::Arc::new(t.clone().with_timezone("+00:00"))
+        }
+        _ => c.clone(),
+    }
+}
+
 /// (dataset name, rows) of every dataset in `dir`'s manifest, in its order.
 pub fn manifest_rows(dir: &Path) -> Vec<(String, u64)> {
     let rows = |d: &serde_json::Value| {
@@ -145,8 +159,8 @@ pub fn manifest_dataset(manifest: &serde_json::Value, name: &str) -> serde_json:
 pub fn row_strings(batches: &[RecordBatch]) -> Vec<String> {
     let mut out = Vec::new();
     for b in batches {
-        let fmts: Vec<_> = b
-            .columns()
+        let shown: Vec<_> = b.columns().iter().map(displayable).collect();
+        let fmts: Vec<_> = shown
             .iter()
             .map(|c| {
                 arrow_cast::display::ArrayFormatter::try_new(c.as_ref(), &Default::default())

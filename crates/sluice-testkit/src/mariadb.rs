@@ -28,7 +28,13 @@ impl MariadbServer {
     /// positions and, later, CDC), and durability off (a test server needs speed, not crash
     /// safety). Then create [`Self::USER`] with [`MARIADB_PASSWORD`].
     pub fn start() -> Result<Self> {
-        Self::start_with(None)
+        Self::start_with(None, "")
+    }
+
+    /// [`Self::start`] with `settings` appended to the `[mysqld]` section (later lines win),
+    /// for tests of a server configured otherwise (e.g. `binlog_format=STATEMENT`).
+    pub fn start_with_settings(settings: &str) -> Result<Self> {
+        Self::start_with(None, settings)
     }
 
     /// Like [`Self::start`], with TLS from `pki`'s certificate for
@@ -36,10 +42,10 @@ impl MariadbServer {
     /// TLS (the Unix socket, used for setup, counts as secure). The user
     /// [`crate::tls::CLIENT_USER`] (no password, `REQUIRE X509`) logs in by client certificate.
     pub fn start_tls(pki: &crate::tls::TestPki) -> Result<Self> {
-        Self::start_with(Some(pki))
+        Self::start_with(Some(pki), "")
     }
 
-    fn start_with(pki: Option<&crate::tls::TestPki>) -> Result<Self> {
+    fn start_with(pki: Option<&crate::tls::TestPki>, settings: &str) -> Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("sluice-mariadb-")
             .tempdir()?;
@@ -52,10 +58,10 @@ impl MariadbServer {
             format!(
                 "[mysqld]\ndatadir={}\nsocket={}\nport={port}\nbind-address=127.0.0.1\n\
                  pid-file={}\nlog-error={}\nlog-bin=mariadb-bin\nserver-id=1\n\
-                 binlog_format=ROW\nbinlog_row_image=FULL\ninnodb_buffer_pool_size=256M\n\
+                 binlog_format=ROW\nbinlog_row_image=FULL\nbinlog_row_metadata=FULL\ninnodb_buffer_pool_size=256M\n\
                  innodb_log_file_size=128M\ninnodb_flush_log_at_trx_commit=0\nsync_binlog=0\n\
                  skip-name-resolve\nmax_connections=200\ncharacter-set-server=utf8mb4\n\
-                 collation-server=utf8mb4_bin\nsecure-file-priv=\n",
+                 collation-server=utf8mb4_bin\nsecure-file-priv=\n{settings}",
                 data.display(),
                 socket.display(),
                 dir.path().join("mariadbd.pid").display(),

@@ -1,0 +1,339 @@
+//! Change capture from the MySQL/MariaDB binary log (row-based).
+//!
+//! | file         | what it does                                                          |
+//! |--------------|-----------------------------------------------------------------------|
+//! | `conn.rs`    | the replica session: register, `COM_BINLOG_DUMP`, heartbeats, errors  |
+//! | `binlog.rs`  | positions (`_pos`), MariaDB GTID events, statement kinds              |
+//! | `values.rs`  | binary log values → the export's Arrow values                         |
+//! | `server.rs`  | checks, binary log status, what a stream costs the server            |
+//! | `stream.rs`  | events → changes in the runner's column builders                      |
+//!
+//! The hand-off: MySQL and MariaDB cannot hand a snapshot to other sessions, so the export
+//! takes its own consistent snapshot as it always does (workers start `START TRANSACTION WITH
+//! CONSISTENT SNAPSHOT` under a brief global lock) and records the binary log position read
+//! under that lock — MariaDB's `binlog_snapshot_file/position` of the workers' snapshot, MySQL's
+//! `SHOW MASTER STATUS` while commits are blocked — which is exact: the snapshot holds every
+//! transaction written to the binary log before it and none after. The stream starts at the
+//! position read when it was created, before the export, and keeps a table's changes from its
+//! snapshot's position on ([`ChangeSource::stream_position`]); see `sluice-stream`'s
+//! `snapshot.rs` for why that is exact, also for a resumed snapshot.
+//!
+//! Nothing is created on the server: the position lives in the stream state only, and the
+//! server keeps binary log files by age, not for this reader — a stream stopped for longer than
+//! `binlog_expire_logs_seconds` loses its place (the error says how to start over).
+//!
+//! The replica server id: `--server-id`, or by default a random one per session in
+//! 4026531840–4294967294 (the integers of the reserved IPv4 block 240.0.0.0/4, which no
+//! IP-derived replica id uses; hand-picked ids are small). A new id per session: a session that
+//! registers with the id of a live one makes the server end the older one, and a restarted
+//! stream's previous session (of a killed process) ends by itself when the server sees its
+//! socket closed.
+
+pub mod binlog;
+pub mod conn;
+pub mod server;
+pub mod stream;
+pub mod table_map;
+pub mod values;
+
+use crate::catalog::{Flavor, ServerInfo, server_info};
+use crate::connect::{MyTarget, Sessions};
+use crate::lock::Locking;
+use async_trait::async_trait;
+use binlog::BinPos;
+use futures_util::StreamExt;
+use mysql_async::Conn;
+use sluice_core::change::{
+    CaptureHarm, CaptureNames, ChangeSource, ChangeStream, Created, HeldSnapshot, SnapshotHold,
+};
+use sluice_core::{Dataset, Error, Position, Result, SnapshotInfo, Source};
+use std::ops::RangeInclusive;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Where default replica server ids are taken from.
+pub const SERVER_ID_RANGE: RangeInclusive<u32> = 4_026_531_840..=4_294_967_294;
+
+/// A random replica server id in [`SERVER_ID_RANGE`].
+pub fn random_server_id() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    let span = (*SERVER_ID_RANGE.end() - *SERVER_ID_RANGE.start()) as u64 + 1;
+    *SERVER_ID_RANGE.start() + (h.finish() % span) as u32
+}
+
+/// A MySQL or MariaDB server as a change source.
+#[derive(Clone)]
+pub struct MyCapture {
+    target: MyTarget,
+    sessions: Sessions,
+    locking: Locking,
+    server_id: Option<u32>,
+    confirmed: Arc<Mutex<Option<BinPos>>>,
+    probe: Arc<tokio::sync::Mutex<Option<(Conn, ServerInfo)>>>,
+}
+
+impl std::fmt::Debug for MyCapture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MyCapture")
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Nothing to hold: the export takes its own snapshot.
+struct NoHold;
+
+#[async_trait]
+impl SnapshotHold for NoHold {
+    async fn release(self: Box<Self>) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl MyCapture {
+    /// Parse the URL; no connection is made yet. `server_id`: `--server-id`, else a random one
+    /// per session.
+    pub fn new(url: &str, server_id: Option<u32>) -> Result<Self> {
+        if server_id == Some(0) {
+            return Err(Error::config(
+                "--server-id 0 is not a replica id (MySQL and MariaDB refuse it): pass 1 to \
+                 4294967295, different from the server's own and every replica's",
+            ));
+        }
+        Ok(MyCapture {
+            target: MyTarget::parse(url)?,
+            sessions: Sessions::default(),
+            locking: Locking::default(),
+            server_id,
+            confirmed: Arc::default(),
+            probe: Arc::default(),
+        })
+    }
+
+    /// Bound the initial snapshot's lock waits and guard its global lock (as for export).
+    pub fn with_locking(mut self, locking: Locking) -> Self {
+        self.locking = locking;
+        self
+    }
+
+    fn display(&self) -> &str {
+        self.target.display()
+    }
+
+    fn server_id(&self) -> u32 {
+        self.server_id.unwrap_or_else(random_server_id)
+    }
+
+    async fn session(&self) -> Result<(Conn, ServerInfo)> {
+        let mut conn = self.target.connect(&self.sessions).await?;
+        let server = server_info(&mut conn, self.display()).await?;
+        Ok((conn, server))
+    }
+
+    async fn position_now(&self) -> Result<BinPos> {
+        let mut g = self.probe.lock().await;
+        if g.is_none() {
+            *g = Some(self.session().await?);
+        }
+        let (conn, server) = g
+            .as_mut()
+            .ok_or_else(|| Error::internal("no probe session"))?;
+        match server::master_status(conn, server, self.target.display()).await {
+            Ok((file, pos)) => BinPos::of_file(&file, pos),
+            Err(e) => {
+                *g = None;
+                Err(e)
+            }
+        }
+    }
+
+    fn placeholder(&self, position: String) -> HeldSnapshot {
+        HeldSnapshot {
+            snapshot: SnapshotInfo {
+                id: None,
+                position: Position::Unknown,
+                taken_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            },
+            position,
+            hold: Box::new(NoHold),
+        }
+    }
+}
+
+#[async_trait]
+impl ChangeSource for MyCapture {
+    fn engine(&self) -> &'static str {
+        "mysql"
+    }
+
+    fn display_url(&self) -> String {
+        self.display().to_string()
+    }
+
+    fn export_source(&self, snapshot: Option<&SnapshotInfo>) -> Arc<dyn Source> {
+        // The export takes its own snapshot (see the module documentation).
+        let _ = snapshot;
+        Arc::new(crate::MySource {
+            target: self.target.clone(),
+            sessions: self.sessions.clone(),
+            locking: self.locking,
+        })
+    }
+
+    fn keeps_server_objects(&self) -> bool {
+        false
+    }
+
+    fn stream_position(&self, snapshot: &Position) -> Result<Option<String>> {
+        match snapshot {
+            Position::Mysql { file, pos, .. } => {
+                BinPos::of_file(file, *pos).map(|p| Some(p.text()))
+            }
+            _ => Err(Error::config(format!(
+                "the initial snapshot of {} recorded no binary log position ({snapshot}), so \
+                 the stream cannot start exactly after it. The account needs REPLICATION CLIENT \
+                 (MariaDB 10.5+: BINLOG MONITOR) and the export snapshot consistency.",
+                self.display()
+            ))),
+        }
+    }
+
+    async fn check(&self, datasets: &[Dataset]) -> Result<()> {
+        let (mut conn, server) = self.session().await?;
+        server::preflight(&mut conn, &server, datasets, self.display()).await?;
+        let (file, pos) = server::master_status(&mut conn, &server, self.display()).await?;
+        let _ = conn.disconnect().await;
+        // Prove the right to read the binary log (REPLICATION SLAVE) with a short dump from
+        // the end, which the server ends at once.
+        let (base, _) = binlog::split_file(&file)?;
+        let at = BinPos::of_file(&file, pos)?;
+        let probe_id = self.server_id();
+        let mut dump = conn::open_dump(
+            &self.target,
+            &self.sessions,
+            server.flavor == Flavor::Mariadb,
+            probe_id,
+            base,
+            at,
+            true,
+        )
+        .await?;
+        let read = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(e) = dump.next().await {
+                e.map_err(|e| conn::dump_error(e, probe_id, &file, self.display()))?;
+            }
+            Ok::<_, Error>(())
+        })
+        .await;
+        let _ = dump.close().await;
+        match read {
+            Ok(r) => r,
+            Err(_) => Ok(()),
+        }
+    }
+
+    async fn exists(&self, names: &CaptureNames) -> Result<bool> {
+        let _ = names;
+        Ok(false)
+    }
+
+    async fn create(
+        &self,
+        names: &CaptureNames,
+        datasets: &[Dataset],
+        snapshot: bool,
+    ) -> Result<Created> {
+        let _ = (names, datasets);
+        let position = self.position_now().await?.text();
+        Ok(Created {
+            snapshot: snapshot.then(|| self.placeholder(position.clone())),
+            position,
+            publication_created: false,
+        })
+    }
+
+    async fn snapshot(&self) -> Result<HeldSnapshot> {
+        Ok(self.placeholder(self.position_now().await?.text()))
+    }
+
+    async fn open(
+        &self,
+        names: &CaptureNames,
+        datasets: &[Dataset],
+        from: &str,
+    ) -> Result<Box<dyn ChangeStream>> {
+        let _ = names;
+        let from = BinPos::parse(from)?;
+        let (mut catalog, server) = self.session().await?;
+        let vars = server::variables(&mut catalog, self.display()).await?;
+        server::log_retention(&vars, self.display());
+        let (file, _) = server::master_status(&mut catalog, &server, self.display()).await?;
+        let (base, _) = binlog::split_file(&file)?;
+        if let Ok(mut g) = self.confirmed.lock() {
+            *g = Some(from);
+        }
+        let events = conn::open_dump(
+            &self.target,
+            &self.sessions,
+            server.flavor == Flavor::Mariadb,
+            self.server_id(),
+            base,
+            from,
+            false,
+        )
+        .await?;
+        let setup = stream::Setup {
+            target: self.target.clone(),
+            server,
+            catalog,
+            datasets: datasets.to_vec(),
+            from,
+            base: base.to_string(),
+            confirmed: self.confirmed.clone(),
+        };
+        Ok(Box::new(stream::MyStream::new(events, setup).await?))
+    }
+
+    async fn current_position(&self) -> Result<String> {
+        Ok(self.position_now().await?.text())
+    }
+
+    async fn harm(&self, names: &CaptureNames) -> Result<Option<CaptureHarm>> {
+        let _ = names;
+        let Some(at) = self.confirmed.lock().ok().and_then(|g| *g) else {
+            return Ok(None);
+        };
+        let mut g = self.probe.lock().await;
+        if g.is_none() {
+            *g = Some(self.session().await?);
+        }
+        let (conn, _) = g
+            .as_mut()
+            .ok_or_else(|| Error::internal("no probe session"))?;
+        let files = match server::binary_logs(conn, self.target.display()).await {
+            Ok(f) => f,
+            Err(e) => {
+                *g = None;
+                return Err(e);
+            }
+        };
+        let (retained_bytes, lag_bytes) = server::retained(&files, at);
+        Ok(Some(CaptureHarm {
+            retained_bytes,
+            lag_bytes,
+        }))
+    }
+
+    async fn remove(&self, names: &CaptureNames, publication: bool) -> Result<Vec<String>> {
+        // Nothing lives on the server for a binary log stream.
+        let _ = (names, publication);
+        Ok(Vec::new())
+    }
+}

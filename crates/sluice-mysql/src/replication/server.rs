@@ -1,0 +1,213 @@
+//! What the server must be for a stream, where its binary log is, and what a stream costs it.
+//! (PostgreSQL's `slot.rs` holds the same checks; the binary log needs no slot or
+//! publication, so there is nothing to create or drop here.)
+//!
+//! Checks, each refused with the fix: binary logging on, `binlog_format=ROW` (statement-based
+//! events carry SQL, not rows), no compressed binary log (MariaDB `log_bin_compress`), no
+//! partial JSON updates (MySQL `binlog_row_value_options`), a primary key on every table, the
+//! account's right to read the binary log status (REPLICATION CLIENT, MariaDB 10.5+: BINLOG
+//! MONITOR) and to read the log itself (REPLICATION SLAVE, proved by a short dump), and column
+//! types whose binary log values can be decoded (`values.rs`). `binlog_row_image=MINIMAL` or
+//! `NOBLOB` is accepted: columns a row event does not carry are named in `_absent`.
+
+use super::binlog::BinPos;
+use super::values::{check_columns, column_facts};
+use crate::catalog::{Flavor, ServerInfo, number, text};
+use crate::error::{Phase, classify, server_code};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Row};
+use sluice_core::{Dataset, Error, Result};
+use std::collections::HashMap;
+
+/// The server's binary log settings.
+pub async fn variables(conn: &mut Conn, target: &str) -> Result<HashMap<String, String>> {
+    let rows: Vec<Row> = conn
+        .query(
+            "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', \
+             'binlog_row_image', 'log_bin_compress', 'binlog_row_value_options', \
+             'binlog_expire_logs_seconds', 'expire_logs_days', 'server_id', 'gtid_mode', \
+             'binlog_row_metadata', 'log_bin_basename')",
+        )
+        .await
+        .map_err(|e| classify(e, Phase::Catalog, target))?;
+    Ok(rows
+        .iter()
+        .map(|r| (text(r, 0).to_ascii_lowercase(), text(r, 1)))
+        .collect())
+}
+
+/// The binary log's end now: file, offset and GTID position (MariaDB `gtid_binlog_pos`, MySQL
+/// `gtid_executed`). Needs REPLICATION CLIENT (MariaDB 10.5+: BINLOG MONITOR).
+pub async fn master_status(
+    conn: &mut Conn,
+    server: &ServerInfo,
+    target: &str,
+) -> Result<(String, u64)> {
+    let sql = if server.flavor == Flavor::Mysql && server.at_least((8, 2, 0)) {
+        "SHOW BINARY LOG STATUS"
+    } else {
+        "SHOW MASTER STATUS"
+    };
+    let row: Option<Row> = conn.query_first(sql).await.map_err(|e| {
+        if matches!(server_code(&e), Some(1227) | Some(1044) | Some(1045)) {
+            Error::source_permanent(format!(
+                "the account in the URL may not read the binary log position of {target} \
+                 ({e}). Grant it: GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO … \
+                 (MariaDB 10.5 and later: REPLICATION SLAVE, BINLOG MONITOR)."
+            ))
+        } else {
+            classify(e, Phase::Catalog, target)
+        }
+    })?;
+    let row = row.ok_or_else(|| not_logging(target))?;
+    let file = text(&row, 0);
+    if file.is_empty() {
+        return Err(not_logging(target));
+    }
+    Ok((file, number(&row, 1)))
+}
+
+fn not_logging(target: &str) -> Error {
+    Error::source_permanent(format!(
+        "{target} does not write a binary log, so there are no changes to stream. Start the \
+         server with log_bin (and binlog_format=ROW, server_id set)."
+    ))
+}
+
+/// Refuse a server or tables that cannot stream, with the fix.
+pub async fn preflight(
+    conn: &mut Conn,
+    server: &ServerInfo,
+    datasets: &[Dataset],
+    target: &str,
+) -> Result<HashMap<String, String>> {
+    let vars = variables(conn, target).await?;
+    let get = |k: &str| {
+        vars.get(k)
+            .map(|s| s.to_ascii_uppercase())
+            .unwrap_or_default()
+    };
+    if get("log_bin") != "ON" {
+        return Err(not_logging(target));
+    }
+    let format = get("binlog_format");
+    if format != "ROW" {
+        return Err(Error::source_permanent(format!(
+            "{target} logs changes with binlog_format={format}: statement-based events carry SQL \
+             text, not the changed rows, so they cannot be captured. Set binlog_format=ROW \
+             (SET GLOBAL binlog_format='ROW' and in the server's configuration; sessions \
+             started before keep their format until they reconnect)."
+        )));
+    }
+    if get("log_bin_compress") == "ON" {
+        return Err(Error::source_permanent(format!(
+            "{target} compresses its binary log (log_bin_compress=ON), whose events sluice \
+             stream does not read. Set log_bin_compress=OFF."
+        )));
+    }
+    if get("binlog_row_value_options").contains("PARTIAL_JSON") {
+        return Err(Error::source_permanent(format!(
+            "{target} logs JSON updates as diffs (binlog_row_value_options=PARTIAL_JSON), which \
+             do not carry the new value. Set binlog_row_value_options=''."
+        )));
+    }
+    let image = get("binlog_row_image");
+    if image == "MINIMAL" || image == "NOBLOB" {
+        tracing::warn!(
+            "{target} logs binlog_row_image={image}: updates and deletes carry only some \
+             columns; the others are named in _absent (they kept their value), never written \
+             as NULL"
+        );
+    }
+    for d in datasets {
+        let Some(t) = &d.object else {
+            return Err(Error::config(format!(
+                "{} is a query; sluice stream captures tables (--table, --tables, --schema).",
+                d.name
+            )));
+        };
+        if d.primary_key.is_empty() {
+            return Err(Error::config(format!(
+                "{t} has no primary key, so its updates and deletes cannot be keyed in change \
+                 files. Add a primary key, or leave the table out of the stream."
+            )));
+        }
+        check_columns(t, &d.columns)?;
+        column_facts(conn, t, target).await?;
+    }
+    master_status(conn, server, target).await?;
+    Ok(vars)
+}
+
+/// The binary log files now: name and size.
+pub async fn binary_logs(conn: &mut Conn, target: &str) -> Result<Vec<(String, u64)>> {
+    let rows: Vec<Row> = conn
+        .query("SHOW BINARY LOGS")
+        .await
+        .map_err(|e| classify(e, Phase::Catalog, target))?;
+    Ok(rows.iter().map(|r| (text(r, 0), number(r, 1))).collect())
+}
+
+/// Bytes of binary log the server must keep for a stream at `at` (every file from its file
+/// on), and bytes between `at` and the end of the log.
+pub fn retained(files: &[(String, u64)], at: BinPos) -> (u64, u64) {
+    let mut retained = 0;
+    let mut lag = 0;
+    for (name, size) in files {
+        let Ok(p) = BinPos::of_file(name, 0) else {
+            continue;
+        };
+        if p.seq > at.seq {
+            retained += size;
+            lag += size;
+        } else if p.seq == at.seq {
+            retained += size;
+            lag += size.saturating_sub(at.offset);
+        }
+    }
+    (retained, lag)
+}
+
+/// Log how long the server keeps its binary log: a stream stopped for longer loses its place.
+pub fn log_retention(vars: &HashMap<String, String>, target: &str) {
+    let secs = vars
+        .get("binlog_expire_logs_seconds")
+        .and_then(|s| s.parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .or_else(|| {
+            vars.get("expire_logs_days")
+                .and_then(|s| s.parse::<f64>().ok())
+                .filter(|d| *d > 0.0)
+                .map(|d| (d * 86_400.0) as u64)
+        });
+    match secs {
+        Some(s) => tracing::info!(
+            "{target} purges binary log files after {:.1} h (binlog_expire_logs_seconds / \
+             expire_logs_days): a stream stopped for longer loses its position",
+            s as f64 / 3600.0
+        ),
+        None => tracing::info!(
+            "{target} does not purge binary log files by age: a stopped stream's position stays \
+             readable, and the files stay on disk until purged"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retained_counts_from_the_streams_file() {
+        let files = vec![
+            ("b.000001".to_string(), 100),
+            ("b.000002".to_string(), 200),
+            ("b.000003".to_string(), 50),
+        ];
+        let at = BinPos {
+            seq: 2,
+            offset: 150,
+        };
+        assert_eq!(retained(&files, at), (250, 100));
+    }
+}

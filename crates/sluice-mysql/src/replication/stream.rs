@@ -1,0 +1,711 @@
+//! The change stream: binary log events → changes in the runner's column builders.
+//!
+//! A transaction is an event group: a GTID event (MariaDB 162, MySQL 33/34) or `BEGIN`, then
+//! table maps and row events, then `XID` (or `COMMIT`); a DDL statement is a group of one
+//! `QUERY` event (MariaDB flags its GTID standalone; MySQL writes no `BEGIN` after the GTID).
+//! `_pos` is the offset of the group's first event, the restart position the offset after its
+//! last (see `binlog.rs`).
+//!
+//! Row images: a column a row event does not carry (`binlog_row_image=MINIMAL` or `NOBLOB`) is
+//! NULL in its cell and named in `_absent`. An update's new row is its after image completed by
+//! its before image (a column missing from the after image did not change); an update that
+//! changes the primary key becomes a `delete` of the before image and an `insert` of the new
+//! row, back to back. `TRUNCATE` of a captured table is a `truncate` change.
+//!
+//! Table maps and schema: a table's columns are read from the catalog when its first table map
+//! arrives, and again after a DDL statement in the log names the table (a new schema version if
+//! they changed). The catalog is read now, not as of the position: a table map whose column
+//! count differs from the catalog's (a later `ALTER TABLE` not reached yet) stops the stream
+//! with an error rather than decoding values into the wrong columns (under
+//! `binlog_row_metadata=FULL` the table map's own definition is used instead, `table_map.rs`).
+//!
+//! Over 500 lines: event groups, table maps and row images all read and change one stream's
+//! state (the open group, the table ids, each table's decoders and runner handle); the value
+//! conversions and table-map typing live apart (`values.rs`, `table_map.rs`).
+
+use super::binlog::{
+    BinPos, MARIADB_COMPRESSED, MARIADB_GTID, MariaGtid, Statement, classify, file_name,
+    mysql_gtid, split_file,
+};
+use super::values::{Codec, column_facts};
+use crate::catalog::{self, Resolved, ServerInfo};
+use crate::connect::{MyTarget, ZeroDates};
+use crate::decode::ValueDecoder;
+use async_trait::async_trait;
+use futures_util::{FutureExt, StreamExt};
+use mysql_async::binlog::events::{
+    Event, EventData, GtidEvent, QueryEvent, RotateEvent, RowsEventData, TableMapEvent,
+};
+use mysql_async::binlog::value::BinlogValue;
+use mysql_async::{BinlogStream, Conn};
+use sluice_core::change::{ChangeOp, ChangeSink, ChangeStream, Step, TxMeta};
+use sluice_core::table::TableRef;
+use sluice_core::{ColumnDesc, Dataset, Error, ErrorKind, Result, Retry};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Events handled per call of `next` before the runner gets control back.
+const EVENTS_PER_STEP: usize = 4096;
+
+const QUERY_EVENT: u8 = 2;
+const ROTATE_EVENT: u8 = 4;
+const XID_EVENT: u8 = 16;
+const TABLE_MAP_EVENT: u8 = 19;
+const HEARTBEAT_EVENT: u8 = 27;
+const MYSQL_GTID: u8 = 33;
+const MYSQL_ANONYMOUS_GTID: u8 = 34;
+const PARTIAL_UPDATE_ROWS: u8 = 39;
+const LOG_EVENT_ARTIFICIAL_F: u16 = 0x20;
+
+/// A captured table's decoding state.
+struct Table {
+    columns: Vec<ColumnDesc>,
+    key: Vec<usize>,
+    codec: Codec,
+    /// The runner's handle for this stream session (after the first table map).
+    handle: Option<usize>,
+    /// A DDL named the table: read its columns again at its next table map.
+    stale: bool,
+}
+
+/// The open event group.
+struct Group {
+    /// MySQL wrote a GTID event; a `BEGIN` follows for a transaction, else the next statement
+    /// is the whole group.
+    await_begin: bool,
+    /// MariaDB's standalone flag: the next statement is the whole group.
+    standalone: bool,
+}
+
+/// What the stream needs to decode a table.
+pub struct Setup {
+    /// The source.
+    pub target: MyTarget,
+    /// Server facts.
+    pub server: ServerInfo,
+    /// A catalog session (for tables whose DDL the stream passes).
+    pub catalog: Conn,
+    /// The captured tables.
+    pub datasets: Vec<Dataset>,
+    /// Where the stream starts.
+    pub from: BinPos,
+    /// The binary log's base file name.
+    pub base: String,
+    /// Shared with the capture: the last position confirmed durable (for the harm figures).
+    pub confirmed: Arc<Mutex<Option<BinPos>>>,
+}
+
+/// A binary log stream from one position.
+pub struct MyStream {
+    events: Option<BinlogStream>,
+    /// The binary log's base file name.
+    base: String,
+    catalog: Conn,
+    server: ServerInfo,
+    display: String,
+    zero_dates: ZeroDates,
+    tables: HashMap<TableRef, Table>,
+    ids: HashMap<u64, Option<TableRef>>,
+    file_seq: u64,
+    group: Option<Group>,
+    received: BinPos,
+    confirmed: Arc<Mutex<Option<BinPos>>>,
+}
+
+fn malformed(display: &str, e: impl std::fmt::Display) -> Error {
+    Error::source_permanent(format!(
+        "a binary log event from {display} cannot be read: {e}"
+    ))
+}
+
+fn key_of(columns: &[ColumnDesc], key: &[String]) -> Vec<usize> {
+    key.iter()
+        .filter_map(|k| columns.iter().position(|c| &c.name == k))
+        .collect()
+}
+
+async fn codec_for(
+    conn: &mut Conn,
+    table: &TableRef,
+    columns: &[ColumnDesc],
+    zero_dates: ZeroDates,
+    display: &str,
+) -> Result<Codec> {
+    super::values::check_columns(table, columns)?;
+    let facts = column_facts(conn, table, display).await?;
+    if facts.len() != columns.len() {
+        return Err(Error::internal(format!(
+            "{table}: the catalog lists {} columns, the export {}",
+            facts.len(),
+            columns.len()
+        )));
+    }
+    let decoder = ValueDecoder::new(columns, zero_dates)
+        .map_err(|e| Error::config(format!("{table}: {}", e.0)))?;
+    Ok(Codec { facts, decoder })
+}
+
+impl MyStream {
+    /// A stream over `events`, a dump opened at `setup.from`.
+    pub async fn new(events: BinlogStream, mut setup: Setup) -> Result<Self> {
+        let display = setup.target.display().to_string();
+        let zero_dates = setup.target.zero_dates;
+        let mut tables = HashMap::new();
+        for d in &setup.datasets {
+            let Some(t) = &d.object else { continue };
+            let codec = codec_for(&mut setup.catalog, t, &d.columns, zero_dates, &display).await?;
+            tables.insert(
+                t.clone(),
+                Table {
+                    key: key_of(&d.columns, &d.primary_key),
+                    columns: d.columns.clone(),
+                    codec,
+                    handle: None,
+                    stale: false,
+                },
+            );
+        }
+        Ok(MyStream {
+            events: Some(events),
+            base: setup.base,
+            catalog: setup.catalog,
+            server: setup.server,
+            display,
+            zero_dates,
+            tables,
+            ids: HashMap::new(),
+            file_seq: setup.from.seq,
+            group: None,
+            received: setup.from,
+            confirmed: setup.confirmed,
+        })
+    }
+
+    fn lost(&self, e: mysql_async::Error) -> Error {
+        let at = self.received.text();
+        super::conn::dump_error(e, 0, &at, &self.display)
+    }
+
+    fn open_group(
+        &mut self,
+        sink: &mut dyn ChangeSink,
+        at: BinPos,
+        xid: String,
+        commit_ts: i64,
+        group: Group,
+    ) -> Result<()> {
+        if self.group.take().is_some() {
+            // Groups are written to the binary log whole, one after another: a group that
+            // starts means the previous one ended here, even when its last event was not one
+            // that says so (a statement logged without the standalone flag and without a
+            // COMMIT).
+            tracing::debug!(
+                "a group starts at {} while one was open: closing that one",
+                at.text()
+            );
+            sink.commit(&at.text())?;
+        }
+        self.group = Some(group);
+        sink.begin(TxMeta {
+            pos: at.text(),
+            xid,
+            commit_ts: Some(commit_ts),
+        })
+    }
+
+    fn close_group(&mut self, sink: &mut dyn ChangeSink, after: BinPos) -> Result<()> {
+        if self.group.take().is_some() {
+            sink.commit(&after.text())?;
+        }
+        Ok(())
+    }
+
+    /// The file sequence number a rotate event names. The server's first (artificial) rotate
+    /// precedes the format description, so its checksum is not cut off by the parser and
+    /// trails the name: the name is matched against the files it can be (this one, the next)
+    /// before it is parsed.
+    fn rotated_to(&self, name: &[u8]) -> Result<u64> {
+        for seq in [self.file_seq, self.file_seq + 1] {
+            let want = file_name(&self.base, seq);
+            if name == want.as_bytes()
+                || (name.len() == want.len() + 4 && name.starts_with(want.as_bytes()))
+            {
+                return Ok(seq);
+            }
+        }
+        let text = String::from_utf8_lossy(name);
+        let digits: String = text
+            .rsplit_once('.')
+            .map(|(_, d)| d.chars().take_while(char::is_ascii_digit).collect())
+            .unwrap_or_default();
+        split_file(&format!("x.{digits}")).map(|(_, seq)| seq)
+    }
+
+    /// Handle one event; false for a heartbeat.
+    async fn handle(&mut self, e: Event, sink: &mut dyn ChangeSink) -> Result<bool> {
+        let h = e.header();
+        let kind = h.event_type_raw();
+        let end = h.log_pos() as u64;
+        let ts = h.timestamp() as i64 * 1_000_000;
+        if kind == ROTATE_EVENT {
+            let r: RotateEvent<'_> = e.read_event().map_err(|x| malformed(&self.display, x))?;
+            let seq = self.rotated_to(r.name_raw())?;
+            self.file_seq = seq;
+            if self.group.is_none() {
+                self.received = BinPos {
+                    seq,
+                    offset: r.position(),
+                };
+            }
+            return Ok(true);
+        }
+        if kind == HEARTBEAT_EVENT {
+            // Only liveness: the position it carries is not used (every event up to the end
+            // of the log is read anyway, and the received position must never pass an event
+            // not handled yet).
+            return Ok(false);
+        }
+        if end == 0 || h.flags_raw() & LOG_EVENT_ARTIFICIAL_F != 0 {
+            return Ok(true);
+        }
+        let at = BinPos {
+            seq: self.file_seq,
+            offset: end.saturating_sub(h.event_size() as u64),
+        };
+        let after = BinPos {
+            seq: self.file_seq,
+            offset: end,
+        };
+        match kind {
+            MARIADB_GTID => {
+                let g = MariaGtid::parse(e.data())?;
+                let group = Group {
+                    await_begin: false,
+                    standalone: g.standalone(),
+                };
+                self.open_group(sink, at, g.text(h.server_id()), ts, group)?;
+            }
+            MYSQL_GTID | MYSQL_ANONYMOUS_GTID => {
+                let g: GtidEvent = e.read_event().map_err(|x| malformed(&self.display, x))?;
+                let xid = if kind == MYSQL_GTID {
+                    mysql_gtid(g.sid(), g.gno())
+                } else {
+                    String::new()
+                };
+                let commit = match g.original_commit_timestamp() {
+                    0 => ts,
+                    us => us as i64,
+                };
+                let group = Group {
+                    await_begin: true,
+                    standalone: false,
+                };
+                self.open_group(sink, at, xid, commit, group)?;
+            }
+            QUERY_EVENT => {
+                let q: QueryEvent<'_> = e.read_event().map_err(|x| malformed(&self.display, x))?;
+                let sql = q.query().into_owned();
+                let schema = q.schema().into_owned();
+                self.statement(sink, &sql, &schema, at, after, ts).await?;
+            }
+            XID_EVENT => self.close_group(sink, after)?,
+            TABLE_MAP_EVENT => self.table_map(&e, sink).await?,
+            PARTIAL_UPDATE_ROWS => {
+                return Err(Error::config(format!(
+                    "{} logs JSON updates as diffs (binlog_row_value_options=PARTIAL_JSON), \
+                     which do not carry the new value. Set binlog_row_value_options=''.",
+                    self.display
+                )));
+            }
+            k if MARIADB_COMPRESSED.contains(&k) => {
+                return Err(Error::config(format!(
+                    "{} compresses its binary log (log_bin_compress=ON), whose events sluice \
+                     stream does not read. Set log_bin_compress=OFF.",
+                    self.display
+                )));
+            }
+            23..=25 | 30..=32 => self.rows(&e, sink)?,
+            _ => {}
+        }
+        if self.group.is_none() {
+            self.received = after;
+        }
+        Ok(true)
+    }
+
+    async fn statement(
+        &mut self,
+        sink: &mut dyn ChangeSink,
+        sql: &str,
+        schema: &str,
+        at: BinPos,
+        after: BinPos,
+        ts: i64,
+    ) -> Result<()> {
+        let kind = classify(sql);
+        match kind {
+            Statement::Begin => {
+                match self.group.as_mut() {
+                    Some(g) => g.await_begin = false,
+                    None => {
+                        let group = Group {
+                            await_begin: false,
+                            standalone: false,
+                        };
+                        self.open_group(sink, at, String::new(), ts, group)?;
+                    }
+                }
+                return Ok(());
+            }
+            Statement::Commit | Statement::Rollback => return self.close_group(sink, after),
+            _ => {}
+        }
+        if self.group.is_none() {
+            let group = Group {
+                await_begin: false,
+                standalone: true,
+            };
+            self.open_group(sink, at, String::new(), ts, group)?;
+        }
+        let named: Vec<TableRef> = self
+            .tables
+            .keys()
+            .filter(|t| crate::sql::names_table(sql, schema, t))
+            .cloned()
+            .collect();
+        for t in named {
+            match kind {
+                Statement::Dml => {
+                    return Err(Error::config(format!(
+                        "the binary log of {} holds a statement-based change of {t} at {} \
+                         (binlog_format STATEMENT or MIXED in the session that wrote it): its \
+                         rows are not in the log. Set binlog_format=ROW globally and reconnect \
+                         the writers; the stream cannot continue past this change (start over \
+                         with a new snapshot: sluice stream --drop, then a new output).",
+                        self.display,
+                        at.text()
+                    )));
+                }
+                Statement::Truncate => {
+                    self.truncate(&t, sink).await?;
+                }
+                _ => {}
+            }
+            if let Some(tab) = self.tables.get_mut(&t) {
+                tab.stale = true;
+            }
+        }
+        let ends = self
+            .group
+            .as_ref()
+            .is_some_and(|g| g.standalone || g.await_begin);
+        if ends {
+            self.close_group(sink, after)?;
+        }
+        Ok(())
+    }
+
+    async fn truncate(&mut self, t: &TableRef, sink: &mut dyn ChangeSink) -> Result<()> {
+        let handle = self.relation(t, sink).await?;
+        let n = self.tables.get(t).map_or(0, |x| x.columns.len());
+        if let Some(rows) = sink.row(handle, ChangeOp::Truncate)? {
+            for i in 0..n {
+                rows.columns()[i].push_null();
+                rows.absent(i)?;
+            }
+        }
+        sink.row_done()
+    }
+
+    /// The runner's handle for `t`, its columns read again first if a DDL named it.
+    async fn relation(&mut self, t: &TableRef, sink: &mut dyn ChangeSink) -> Result<usize> {
+        let display = self.display.clone();
+        let Some(tab) = self.tables.get_mut(t) else {
+            return Err(Error::internal(format!("{t} is not captured")));
+        };
+        if tab.stale {
+            let described = catalog::describe(
+                &mut self.catalog,
+                &Resolved {
+                    table: t.clone(),
+                    view: false,
+                },
+                &self.server,
+                &display,
+            )
+            .await?;
+            let d = described.dataset;
+            tab.codec =
+                codec_for(&mut self.catalog, t, &d.columns, self.zero_dates, &display).await?;
+            tab.key = key_of(&d.columns, &d.primary_key);
+            if tab.key.is_empty() {
+                return Err(Error::config(format!(
+                    "{t} no longer has a primary key (a DDL in the binary log), so its updates \
+                     and deletes cannot be keyed. Add the key back, or stream without the table."
+                )));
+            }
+            tab.columns = d.columns;
+            tab.stale = false;
+            tab.handle = None;
+        }
+        match tab.handle {
+            Some(h) => Ok(h),
+            None => {
+                let h = sink.relation(t, &tab.columns)?;
+                tab.handle = Some(h);
+                Ok(h)
+            }
+        }
+    }
+
+    async fn table_map(&mut self, e: &Event, sink: &mut dyn ChangeSink) -> Result<()> {
+        let tme: TableMapEvent<'_> = e.read_event().map_err(|x| malformed(&self.display, x))?;
+        let t = TableRef {
+            schema: tme.database_name().into_owned(),
+            name: tme.table_name().into_owned(),
+        };
+        let id = tme.table_id();
+        let count = tme.columns_count() as usize;
+        if !self.tables.contains_key(&t) {
+            self.ids.insert(id, None);
+            return Ok(());
+        }
+        self.relation(&t, sink).await?;
+        let from_map = super::table_map::columns(&t, &tme)?;
+        let fits = |tab: &Table| {
+            tab.columns.len() == count
+                && from_map.as_ref().is_none_or(|m| {
+                    m.columns
+                        .iter()
+                        .map(|c| &c.name)
+                        .eq(tab.columns.iter().map(|c| &c.name))
+                })
+        };
+        if !self.tables.get(&t).is_some_and(fits) {
+            // The definition differs from the one decoded with: the catalog now, else the
+            // table map's own description (full row metadata), else stop.
+            if let Some(tab) = self.tables.get_mut(&t) {
+                tab.stale = true;
+            }
+            self.relation(&t, sink).await?;
+            if !self.tables.get(&t).is_some_and(fits) {
+                let Some(m) = from_map else {
+                    let have = self.tables.get(&t).map_or(0, |x| x.columns.len());
+                    return Err(Error::new(
+                        ErrorKind::Source,
+                        Retry::Permanent,
+                        format!(
+                            "{t} has {count} columns in the binary log at {} but {have} in the \
+                             catalog now: its definition changed after this point, and without \
+                             full row metadata the binary log does not say what it was. Set \
+                             binlog_row_metadata=FULL on the server (MySQL 8, MariaDB 10.5+) so \
+                             the stream can decode older rows, or start over (sluice stream \
+                             --drop, new output).",
+                            self.received.text()
+                        ),
+                    ));
+                };
+                let decoder = ValueDecoder::new(&m.columns, self.zero_dates)
+                    .map_err(|e| Error::config(format!("{t}: {}", e.0)))?;
+                let tab = self
+                    .tables
+                    .get_mut(&t)
+                    .ok_or_else(|| Error::internal(format!("{t} is not captured")))?;
+                if !m.key.is_empty() {
+                    tab.key = key_of(&m.columns, &m.key);
+                } else {
+                    let names: Vec<String> = tab
+                        .key
+                        .iter()
+                        .map(|k| tab.columns[*k].name.clone())
+                        .collect();
+                    tab.key = key_of(&m.columns, &names);
+                }
+                tab.codec = Codec {
+                    facts: m.facts,
+                    decoder,
+                };
+                tab.columns = m.columns;
+                // Read the catalog again at the next DDL or mismatch.
+                tab.stale = false;
+                tab.handle = Some(sink.relation(&t, &tab.columns)?);
+            }
+        }
+        self.ids.insert(id, Some(t));
+        Ok(())
+    }
+
+    fn rows(&mut self, e: &Event, sink: &mut dyn ChangeSink) -> Result<()> {
+        let display = self.display.clone();
+        let data = e.read_data().map_err(|x| malformed(&display, x))?;
+        let Some(EventData::RowsEvent(r)) = data else {
+            return Ok(());
+        };
+        let Some(Some(t)) = self.ids.get(&r.table_id()).cloned() else {
+            return Ok(());
+        };
+        let op = match &r {
+            RowsEventData::WriteRowsEventV1(_) | RowsEventData::WriteRowsEvent(_) => {
+                ChangeOp::Insert
+            }
+            RowsEventData::DeleteRowsEventV1(_) | RowsEventData::DeleteRowsEvent(_) => {
+                ChangeOp::Delete
+            }
+            _ => ChangeOp::Update,
+        };
+        let events = self
+            .events
+            .as_ref()
+            .ok_or_else(|| Error::internal("the binary log stream is closed"))?;
+        let tme = events
+            .get_tme(r.table_id())
+            .ok_or_else(|| malformed(&display, "a row event without its table map"))?;
+        let tab = self
+            .tables
+            .get_mut(&t)
+            .ok_or_else(|| Error::internal(format!("{t} is not captured")))?;
+        let handle = tab
+            .handle
+            .ok_or_else(|| Error::internal(format!("{t} has no handle")))?;
+        let n = tab.columns.len();
+        let before_cols: Vec<usize> = r
+            .columns_before_image()
+            .map(|b| b.iter_ones().filter(|i| *i < n).collect())
+            .unwrap_or_default();
+        let after_cols: Vec<usize> = r
+            .columns_after_image()
+            .map(|b| b.iter_ones().filter(|i| *i < n).collect())
+            .unwrap_or_default();
+        for row in r.rows(tme) {
+            let (before, after) = row.map_err(|x| malformed(&display, x))?;
+            let image = |row: Option<mysql_async::binlog::row::BinlogRow>, cols: &[usize]| {
+                let mut out: Vec<Option<BinlogValue<'static>>> = vec![None; n];
+                if let Some(row) = row {
+                    for (v, c) in row.unwrap().into_iter().zip(cols) {
+                        out[*c] = Some(v);
+                    }
+                }
+                out
+            };
+            let b = image(before, &before_cols);
+            let a = image(after, &after_cols);
+            match op {
+                ChangeOp::Insert => emit(tab, handle, &t, ChangeOp::Insert, a, sink)?,
+                ChangeOp::Delete => emit(tab, handle, &t, ChangeOp::Delete, b, sink)?,
+                _ => {
+                    let moved = tab
+                        .key
+                        .iter()
+                        .any(|k| matches!((&a[*k], &b[*k]), (Some(x), Some(y)) if x != y));
+                    let merged: Vec<Option<BinlogValue<'static>>> = a
+                        .into_iter()
+                        .zip(b.iter())
+                        .map(|(x, y)| x.or_else(|| y.clone()))
+                        .collect();
+                    if moved {
+                        emit(tab, handle, &t, ChangeOp::Delete, b, sink)?;
+                        emit(tab, handle, &t, ChangeOp::Insert, merged, sink)?;
+                    } else {
+                        emit(tab, handle, &t, ChangeOp::Update, merged, sink)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One change into the runner's builders: values present are decoded, the others absent.
+fn emit(
+    tab: &mut Table,
+    handle: usize,
+    t: &TableRef,
+    op: ChangeOp,
+    values: Vec<Option<BinlogValue<'static>>>,
+    sink: &mut dyn ChangeSink,
+) -> Result<()> {
+    if let Some(rows) = sink.row(handle, op)? {
+        for (i, v) in values.into_iter().enumerate() {
+            match v {
+                Some(v) => tab.codec.push(i, &mut rows.columns()[i], v).map_err(|e| {
+                    Error::new(
+                        ErrorKind::Data,
+                        Retry::Permanent,
+                        format!("{t}.{}: {}", tab.columns[i].name, e.0),
+                    )
+                })?,
+                None => {
+                    rows.columns()[i].push_null();
+                    rows.absent(i)?;
+                }
+            }
+        }
+    }
+    sink.row_done()
+}
+
+#[async_trait]
+impl ChangeStream for MyStream {
+    async fn next(&mut self, sink: &mut dyn ChangeSink, wait: Duration) -> Result<Step> {
+        let first = {
+            let events = self
+                .events
+                .as_mut()
+                .ok_or_else(|| Error::internal("the binary log stream is closed"))?;
+            match tokio::time::timeout(wait, events.next()).await {
+                Err(_) => return Ok(Step::Idle),
+                Ok(x) => x,
+            }
+        };
+        let mut data = false;
+        let mut next = first;
+        for n in 1..=EVENTS_PER_STEP {
+            match next {
+                None => {
+                    return Err(Error::new(
+                        ErrorKind::Source,
+                        Retry::Transient,
+                        format!("{} ended the binary log stream", self.display),
+                    ));
+                }
+                Some(Err(e)) => return Err(self.lost(e)),
+                Some(Ok(e)) => data |= self.handle(e, sink).await?,
+            }
+            if n == EVENTS_PER_STEP {
+                // Read no event that this call would not handle.
+                break;
+            }
+            let events = self
+                .events
+                .as_mut()
+                .ok_or_else(|| Error::internal("the binary log stream is closed"))?;
+            match events.next().now_or_never() {
+                Some(x) => next = x,
+                None => break,
+            }
+        }
+        Ok(if data { Step::Data } else { Step::Idle })
+    }
+
+    async fn confirm(&mut self, restart: &str) -> Result<()> {
+        // The binary log has no feedback to a replica: the position is only remembered for
+        // the harm figures (what the server must keep for this stream).
+        let p = BinPos::parse(restart)?;
+        if let Ok(mut g) = self.confirmed.lock() {
+            *g = Some(p);
+        }
+        Ok(())
+    }
+
+    fn received_through(&self) -> Option<String> {
+        self.group.is_none().then(|| self.received.text())
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        if let Some(s) = self.events.take() {
+            let _ = s.close().await;
+        }
+        Ok(())
+    }
+}
