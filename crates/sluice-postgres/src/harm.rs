@@ -26,10 +26,18 @@ pub struct PgHarmProbe {
 
 impl PgHarmProbe {
     /// Open the probe's own session (tagged like the run, so it counts as one of its
-    /// connections).
+    /// connections). The server's idle limits are turned off for it, as for the stream's
+    /// sessions: the probe is idle between samples, and a sample delayed past a short
+    /// `idle_session_timeout` (a loaded client, a worker held at a lock) would end it and lose
+    /// the harm record for the rest of the run.
     pub async fn open(pg: &PgTarget, tag: &str) -> Result<Self> {
+        let client = pg.connect(tag).await?;
+        client
+            .batch_execute(crate::replication::TIMEOUTS_OFF)
+            .await
+            .map_err(|e| classify(e, Phase::Connect, pg.display()))?;
         Ok(PgHarmProbe {
-            client: pg.connect(tag).await?,
+            client,
             pg: pg.clone(),
             tag: tag.to_string(),
             target: pg.display().to_string(),
