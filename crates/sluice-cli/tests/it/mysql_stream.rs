@@ -9,6 +9,7 @@
 //! Over 500 lines: each test is one whole scenario against a real server (writer, failpoints,
 //! restarts, replay), and they share this file's writer and replay checks.
 
+use crate::common::writer::Background;
 use crate::common::{self, Failpoints, run, sluice, tempdir};
 use mysql_async::prelude::Queryable;
 use sluice_testkit::changes::replay;
@@ -16,8 +17,7 @@ use sluice_testkit::files::{assert_same_rows, dataset_batches, row_strings};
 use sluice_testkit::mysql::{TestDb, connect};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 async fn create_tables(db: &mut TestDb, rows: i64) {
@@ -35,26 +35,18 @@ async fn create_tables(db: &mut TestDb, rows: i64) {
 
 /// A writer of multi-table transactions: updates, a delete, an insert and a key update of
 /// `acct`, and an insert (sometimes a delete) in `hist`, one transaction after another.
-struct ChangeWriter {
-    stop: Arc<AtomicBool>,
-    commits: Arc<AtomicU64>,
-    task: tokio::task::JoinHandle<()>,
-}
+struct ChangeWriter;
 
 impl ChangeWriter {
-    async fn start(url: &str, rows: i64) -> ChangeWriter {
-        let stop = Arc::new(AtomicBool::new(false));
-        let commits = Arc::new(AtomicU64::new(0));
+    async fn start(url: &str, rows: i64) -> Background {
         let mut c = connect(url).await;
-        let task = {
-            let (stop, commits) = (stop.clone(), commits.clone());
-            tokio::spawn(async move {
-                let mut next = 10_000_000i64;
-                while !stop.load(Ordering::Relaxed) {
-                    let n = commits.load(Ordering::Relaxed);
-                    let pick = format!("id >= FLOOR(RAND() * {rows}) ORDER BY id LIMIT 1");
-                    let sql = format!(
-                        "START TRANSACTION;
+        let w = Background::spawn(|stop, commits| async move {
+            let mut next = 10_000_000i64;
+            while !stop.load(Ordering::Relaxed) {
+                let n = commits.load(Ordering::Relaxed);
+                let pick = format!("id >= FLOOR(RAND() * {rows}) ORDER BY id LIMIT 1");
+                let sql = format!(
+                    "START TRANSACTION;
                          UPDATE acct SET v = v + 1, pad = CONCAT(LEFT(pad, 150), 'u')
                            WHERE id >= FLOOR(RAND() * {rows}) ORDER BY id LIMIT 3;
                          DELETE FROM acct WHERE {pick};
@@ -63,42 +55,21 @@ impl ChangeWriter {
                          INSERT INTO hist (acct, amount) VALUES ({n}, {n} / 4);
                          {}
                          COMMIT;",
-                        next,
-                        next + 1,
-                        if n % 5 == 4 {
-                            "DELETE FROM hist ORDER BY id LIMIT 1;"
-                        } else {
-                            ""
-                        }
-                    );
-                    next += 2;
-                    c.query_drop(sql).await.unwrap();
-                    commits.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        };
-        let w = ChangeWriter {
-            stop,
-            commits,
-            task,
-        };
+                    next,
+                    next + 1,
+                    if n % 5 == 4 {
+                        "DELETE FROM hist ORDER BY id LIMIT 1;"
+                    } else {
+                        ""
+                    }
+                );
+                next += 2;
+                c.query_drop(sql).await.unwrap();
+                commits.fetch_add(1, Ordering::Relaxed);
+            }
+        });
         w.wait_for(5).await;
         w
-    }
-
-    async fn wait_for(&self, n: u64) {
-        let target = self.commits.load(Ordering::Relaxed) + n;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.commits.load(Ordering::Relaxed) < target {
-            assert!(Instant::now() < deadline, "the writer is stuck");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-
-    async fn stop(self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        self.task.await.unwrap();
-        self.commits.load(Ordering::Relaxed)
     }
 }
 

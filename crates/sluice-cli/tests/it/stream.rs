@@ -9,14 +9,14 @@
 //! Over 500 lines: each test is one whole scenario against a real server (writer, failpoints,
 //! restarts, replay), and they share this file's writer and replay checks.
 
+use crate::common::writer::Background;
 use crate::common::{self, Failpoints, TestDb, run, sluice, tempdir};
 use crate::objstore_common;
 use sluice_testkit::changes::replay;
 use sluice_testkit::files::assert_same_rows;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const TABLE: &str = "public.acct";
@@ -32,26 +32,18 @@ async fn create_acct(db: &TestDb, rows: i64) {
 }
 
 /// A writer that inserts, updates, deletes and changes keys, one transaction after another.
-struct ChangeWriter {
-    stop: Arc<AtomicBool>,
-    commits: Arc<AtomicU64>,
-    task: tokio::task::JoinHandle<()>,
-}
+struct ChangeWriter;
 
 impl ChangeWriter {
-    async fn start(url: &str, rows: i64) -> ChangeWriter {
-        let stop = Arc::new(AtomicBool::new(false));
-        let commits = Arc::new(AtomicU64::new(0));
+    async fn start(url: &str, rows: i64) -> Background {
         let c = sluice_testkit::pg::connect(url).await;
-        let task = {
-            let (stop, commits) = (stop.clone(), commits.clone());
-            tokio::spawn(async move {
-                let pick = format!(
-                    "(SELECT id FROM acct WHERE id >= (random() * {rows})::bigint ORDER BY id LIMIT 1)"
-                );
-                while !stop.load(Ordering::Relaxed) {
-                    c.batch_execute(&format!(
-                        "BEGIN;
+        let w = Background::spawn(|stop, commits| async move {
+            let pick = format!(
+                "(SELECT id FROM acct WHERE id >= (random() * {rows})::bigint ORDER BY id LIMIT 1)"
+            );
+            while !stop.load(Ordering::Relaxed) {
+                c.batch_execute(&format!(
+                    "BEGIN;
                          UPDATE acct SET v = v + 1, pad = pad || 'u' WHERE id IN
                            (SELECT id FROM acct WHERE id >= (random() * {rows})::bigint
                             ORDER BY id LIMIT 3);
@@ -59,35 +51,14 @@ impl ChangeWriter {
                          INSERT INTO acct VALUES (nextval('acct_new'), -1, 'new');
                          UPDATE acct SET id = nextval('acct_new') WHERE id = {pick};
                          COMMIT;"
-                    ))
-                    .await
-                    .unwrap();
-                    commits.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        };
-        let w = ChangeWriter {
-            stop,
-            commits,
-            task,
-        };
+                ))
+                .await
+                .unwrap();
+                commits.fetch_add(1, Ordering::Relaxed);
+            }
+        });
         w.wait_for(5).await;
         w
-    }
-
-    async fn wait_for(&self, n: u64) {
-        let target = self.commits.load(Ordering::Relaxed) + n;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.commits.load(Ordering::Relaxed) < target {
-            assert!(Instant::now() < deadline, "the writer is stuck");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-
-    async fn stop(self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        self.task.await.unwrap();
-        self.commits.load(Ordering::Relaxed)
     }
 }
 

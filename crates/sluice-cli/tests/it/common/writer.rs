@@ -24,14 +24,54 @@ pub async fn create_table(db: &super::TestDb, table: &str, rows: i64) {
     .await;
 }
 
+/// A task that commits transactions in a loop until stopped, counting its commits: the part
+/// every test writer shares (PostgreSQL or MariaDB, whatever each transaction does).
+pub struct Background {
+    stop: Arc<AtomicBool>,
+    commits: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Background {
+    /// Spawn `body`, given the stop flag to poll and the counter to bump after each commit.
+    pub fn spawn<F, Fut>(body: F) -> Background
+    where
+        F: FnOnce(Arc<AtomicBool>, Arc<AtomicU64>) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let stop = Arc::new(AtomicBool::new(false));
+        let commits = Arc::new(AtomicU64::new(0));
+        let task = tokio::spawn(body(stop.clone(), commits.clone()));
+        Background {
+            stop,
+            commits,
+            task,
+        }
+    }
+
+    /// Wait until the loop has committed `n` more transactions.
+    pub async fn wait_for(&self, n: u64) {
+        let target = self.commits.load(Ordering::Relaxed) + n;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.commits.load(Ordering::Relaxed) < target {
+            assert!(Instant::now() < deadline, "the writer is stuck");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Stop the loop; returns the transactions committed.
+    pub async fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+        self.commits.load(Ordering::Relaxed)
+    }
+}
+
 /// A running writer.
 pub struct Writer {
-    stop: Arc<AtomicBool>,
-    /// Committed transactions so far.
-    pub commits: Arc<AtomicU64>,
+    background: Background,
     deleted: Arc<Mutex<HashSet<i64>>>,
     inserted: Arc<Mutex<HashSet<i64>>>,
-    task: tokio::task::JoinHandle<()>,
     rows: i64,
 }
 
@@ -39,20 +79,13 @@ impl Writer {
     /// Start changing `table` (created by [`create_table`] with `rows` rows) on `url`: each
     /// transaction moves 20 rows, deletes one and inserts one.
     pub async fn start(url: &str, table: &str, rows: i64) -> Writer {
-        let stop = Arc::new(AtomicBool::new(false));
-        let commits = Arc::new(AtomicU64::new(0));
         let deleted = Arc::new(Mutex::new(HashSet::new()));
         let inserted = Arc::new(Mutex::new(HashSet::new()));
         let c = sluice_testkit::pg::connect(url).await;
-        let task = {
-            let (stop, commits, deleted, inserted) = (
-                stop.clone(),
-                commits.clone(),
-                deleted.clone(),
-                inserted.clone(),
-            );
+        let background = {
+            let (deleted, inserted) = (deleted.clone(), inserted.clone());
             let table = table.to_string();
-            tokio::spawn(async move {
+            Background::spawn(|stop, commits| async move {
                 let mut i: i64 = 0;
                 while !stop.load(Ordering::Relaxed) {
                     i += 1;
@@ -79,11 +112,9 @@ impl Writer {
             })
         };
         let w = Writer {
-            stop,
-            commits,
+            background,
             deleted,
             inserted,
-            task,
             rows,
         };
         w.wait_for(20).await;
@@ -92,12 +123,7 @@ impl Writer {
 
     /// Wait until the writer has committed `n` more transactions.
     pub async fn wait_for(&self, n: u64) {
-        let target = self.commits.load(Ordering::Relaxed) + n;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.commits.load(Ordering::Relaxed) < target {
-            assert!(Instant::now() < deadline, "the writer is stuck");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        self.background.wait_for(n).await;
     }
 
     /// What the writer has done so far: call before an export starts.
@@ -121,9 +147,7 @@ impl Writer {
 
     /// Stop writing; returns the transactions committed.
     pub async fn stop(self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        self.task.await.unwrap();
-        self.commits.load(Ordering::Relaxed)
+        self.background.stop().await
     }
 }
 
