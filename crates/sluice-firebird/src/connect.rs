@@ -244,7 +244,7 @@ impl FbTarget {
         let me = self.clone();
         let tag = tag.to_string();
         let live = LiveSession::enter();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("sluice-firebird".into())
             .spawn(move || {
                 let _live = live;
@@ -268,6 +268,12 @@ impl FbTarget {
                 conn.close();
             })
             .map_err(|e| Error::internal(format!("cannot start a session thread: {e}")))?;
+        {
+            let mut threads = SESSION_THREADS.lock().unwrap_or_else(|e| e.into_inner());
+            // Threads that ended long ago need no join: dropping their handles detaches them.
+            threads.retain(|t| !t.is_finished());
+            threads.push(thread);
+        }
         let id = ready_rx
             .await
             .map_err(|_| Error::internal("the Firebird session thread ended while attaching"))??;
@@ -282,6 +288,13 @@ impl FbTarget {
 /// Session threads that are attached or still detaching: [`shutdown`] waits for them.
 static LIVE_SESSIONS: (std::sync::Mutex<usize>, std::sync::Condvar) =
     (std::sync::Mutex::new(0), std::sync::Condvar::new());
+
+/// Session threads [`shutdown`] joins before `fb_shutdown`: a thread counted out of
+/// [`LIVE_SESSIONS`] has returned from its work but may still be running its thread-local
+/// destructors (the client library registers some), and shutting the library down under them
+/// is a suspected cause of rare aborts at exit after a completed run.
+static SESSION_THREADS: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> =
+    std::sync::Mutex::new(Vec::new());
 
 /// Counts one session thread from before it starts until it has detached and ends.
 struct LiveSession;
@@ -334,10 +347,30 @@ pub fn shutdown(wait: std::time::Duration) -> bool {
         );
     }
     drop(live);
+    join_finished_threads(wait);
     for lib in loaded {
         shutdown_library(&lib, wait);
     }
     true
+}
+
+/// Join the session threads that have finished their work (waiting up to `wait` for them to
+/// get there), so none is still in its thread-local destructors when the library shuts down.
+/// A thread still busy after `wait` is left alone, as [`shutdown`] leaves a live session.
+fn join_finished_threads(wait: std::time::Duration) {
+    let deadline = std::time::Instant::now() + wait;
+    let mut threads =
+        std::mem::take(&mut *SESSION_THREADS.lock().unwrap_or_else(|e| e.into_inner()));
+    while !threads.is_empty() && std::time::Instant::now() < deadline {
+        let (done, busy): (Vec<_>, Vec<_>) = threads.into_iter().partition(|t| t.is_finished());
+        for t in done {
+            let _ = t.join();
+        }
+        threads = busy;
+        if !threads.is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
 }
 
 /// The client library at `lib` if this process already loaded it (it is never loaded here:
