@@ -344,6 +344,19 @@ pub trait ChangeSource: Send + Sync {
         Ok(None)
     }
 
+    /// The primary, unique and foreign keys of the datasets' tables, for the writesets of
+    /// `sluice replicate` (see [`crate::apply`]). The default knows the primary key only.
+    async fn table_keys(&self, datasets: &[Dataset]) -> Result<Vec<crate::apply::TableKeys>> {
+        Ok(datasets
+            .iter()
+            .filter_map(|d| {
+                d.object
+                    .clone()
+                    .map(|t| crate::apply::TableKeys::primary_only(t, d.primary_key.clone()))
+            })
+            .collect())
+    }
+
     /// Refuse, with the fix, datasets or a server that cannot stream.
     async fn check(&self, datasets: &[Dataset]) -> Result<()>;
 

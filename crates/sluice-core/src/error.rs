@@ -78,6 +78,7 @@ pub struct Error {
     kind: ErrorKind,
     retry: Retry,
     message: String,
+    conflict: bool,
     cause: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
@@ -89,8 +90,24 @@ impl Error {
             kind,
             retry,
             message: message.into(),
+            conflict: false,
             cause: None,
         }
+    }
+
+    /// A change applied to a target database failed in a way that running it after every
+    /// earlier transaction has committed may cure: a unique or foreign-key violation, a
+    /// deadlock or a lock wait that timed out. The parallel applier rolls the transaction back
+    /// and retries it once it is the oldest unfinished one; only a failure there is an error.
+    pub fn apply_conflict(message: impl Into<String>) -> Self {
+        let mut e = Self::new(ErrorKind::Destination, Retry::Transient, message);
+        e.conflict = true;
+        e
+    }
+
+    /// True for [`Error::apply_conflict`].
+    pub fn is_apply_conflict(&self) -> bool {
+        self.conflict
     }
 
     /// A permanent configuration error.

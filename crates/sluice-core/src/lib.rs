@@ -13,6 +13,7 @@
 //!                                  └─open_readers(N)──▶ ChunkReader × N ──RecordBatch──▶ sinks
 //! ```
 
+pub mod apply;
 pub mod batch;
 pub mod change;
 pub mod chunk;
