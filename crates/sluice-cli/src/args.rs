@@ -81,6 +81,9 @@ pub enum Command {
     /// Capture changes (PostgreSQL logical replication) into batched change files after an initial snapshot, without gap or overlap.
     #[command(after_help = STREAM_HELP)]
     Stream(Box<StreamArgs>),
+    /// Copy tables into a target database and keep applying their changes in parallel, committed in source order.
+    #[command(after_help = REPLICATE_HELP)]
+    Replicate(Box<ReplicateArgs>),
     /// Show this build (version, commit, sources, destinations, formats) and check what a run needs.
     Doctor(DoctorArgs),
     /// Print a shell completion script: sluice completions bash > /etc/bash_completion.d/sluice.
@@ -453,6 +456,90 @@ impl StreamOptions {
             until_current: self.until_current || file.until_current,
             state: self.state.or(file.state),
             metrics_addr: self.metrics_addr.or(file.metrics_addr),
+        }
+    }
+}
+
+const REPLICATE_HELP: &str = "\
+Examples:
+  sluice replicate --source postgres://app@db1/shop --target postgres://copy@db2/shop \\
+      --schema public --parallel 8
+  sluice replicate --source mysql://repl@db1/shop --target mysql://copy@db2 --tables 'shop\\..*' \\
+      --until-current
+
+The target's tables are created when missing (columns, not-null, primary and unique keys;
+foreign keys, defaults and triggers are not carried: the report lists them), loaded from a
+consistent snapshot with the target's bulk path, then the source's changes are applied on
+--parallel sessions: transactions whose keys do not overlap run at once, every commit is in
+source order, and the applied position is written in the same target transaction (schema or
+database `sluice` on the target), so a restart never applies a transaction twice. Run the same
+command again to continue; --drop removes the replication slot and the state.";
+
+/// `sluice replicate`.
+#[derive(Debug, Clone, Args)]
+pub struct ReplicateArgs {
+    /// The export's settings: what to replicate, how to connect, the initial load's workers,
+    /// chunks and memory (`--parallel` also sets the apply sessions).
+    #[command(flatten)]
+    pub options: Options,
+    /// The replication's own settings.
+    #[command(flatten)]
+    pub replicate: ReplicateOptions,
+    /// Remove the replication slot, the publication it created and the replication's state on the target, then exit (the target's tables stay).
+    #[arg(long)]
+    pub drop: bool,
+}
+
+/// The settings only `sluice replicate` has, each a flag and a YAML key ([`REPLICATE_KEYS`]).
+#[derive(Debug, Clone, Default, Args, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicateOptions {
+    /// The target database: postgres://… or mysql://… / mariadb://… (TLS and credentials as for sources).
+    #[arg(long, value_name = "URL")]
+    pub target: Option<String>,
+    /// The schema (PostgreSQL) or database (MySQL/MariaDB) every table goes into on the target (default: the table's schema on the source).
+    #[arg(long, value_name = "NAME")]
+    pub target_schema: Option<String>,
+    /// snapshot (default): create and load the target's tables first; none: apply changes from now on to tables that already hold the source's rows.
+    #[arg(long, value_enum)]
+    pub initial: Option<InitialArg>,
+    /// The replication's name: the replication slot on PostgreSQL and the key of its state on the target (default: derived from the source and the selection, so the same command continues the same replication).
+    #[arg(long, value_name = "NAME")]
+    pub slot: Option<String>,
+    /// Publication name (PostgreSQL; default: the slot's name).
+    #[arg(long, value_name = "NAME")]
+    pub publication: Option<String>,
+    /// MySQL/MariaDB: the replica server id of the binary log session (default: random in 4026531840-4294967294).
+    #[arg(long, value_name = "N")]
+    pub server_id: Option<u32>,
+    /// Stop once everything committed on the source before the command started is applied.
+    #[arg(long)]
+    #[serde(default)]
+    pub until_current: bool,
+}
+
+/// The YAML keys of [`ReplicateOptions`], read apart from the export's.
+pub const REPLICATE_KEYS: &[&str] = &[
+    "target",
+    "target_schema",
+    "initial",
+    "slot",
+    "publication",
+    "server_id",
+    "until_current",
+];
+
+impl ReplicateOptions {
+    /// `self` (the flags) laid over `file`.
+    pub fn over(self, file: ReplicateOptions) -> ReplicateOptions {
+        ReplicateOptions {
+            target: self.target.or(file.target),
+            target_schema: self.target_schema.or(file.target_schema),
+            initial: self.initial.or(file.initial),
+            slot: self.slot.or(file.slot),
+            publication: self.publication.or(file.publication),
+            server_id: self.server_id.or(file.server_id),
+            until_current: self.until_current || file.until_current,
         }
     }
 }

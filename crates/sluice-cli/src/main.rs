@@ -6,6 +6,7 @@ mod alloc;
 mod display;
 mod doctor;
 mod log;
+mod replicate;
 mod stream;
 mod version;
 
@@ -58,7 +59,7 @@ fn main() -> ExitCode {
         Cli::command()
             .error(
                 clap::error::ErrorKind::MissingSubcommand,
-                "no command given: use sluice export, plan, stream, doctor, completions or man \
+                "no command given: use sluice export, plan, stream, replicate, doctor, completions or man \
                  (sluice --help lists them)",
             )
             .exit();
@@ -70,6 +71,7 @@ fn main() -> ExitCode {
         Command::Export(o) => Some(config::merged(o)),
         Command::Plan(a) => Some(config::merged(&a.options)),
         Command::Stream(a) => Some(stream::merged(a).map(|(o, _)| o)),
+        Command::Replicate(a) => Some(replicate::merged(a).map(|(o, _)| o)),
         _ => None,
     };
     let format = cli
@@ -144,7 +146,14 @@ async fn run(
             o?;
             stream::run(*args, quiet, format).await
         }
-        (Command::Export(_) | Command::Plan(_) | Command::Stream(_), None) => Err(
+        (Command::Replicate(args), Some(o)) => {
+            o?;
+            replicate::run(*args, quiet, format).await
+        }
+        (
+            Command::Export(_) | Command::Plan(_) | Command::Stream(_) | Command::Replicate(_),
+            None,
+        ) => Err(
             sluice_core::Error::internal("the configuration was not resolved before the run")
                 .into(),
         ),

@@ -127,6 +127,21 @@ pub fn open_change_source(
     )))
 }
 
+/// The apply target of `sluice replicate` for `url`.
+pub fn open_apply_target(url: &str) -> Result<Arc<dyn sluice_core::apply::ApplyTarget>> {
+    if sluice_mysql::MySource::handles(url) {
+        return Ok(Arc::new(sluice_mysql::apply::MyApplyTarget::new(url)?));
+    }
+    if sluice_postgres::PgSource::handles(url) {
+        return Ok(Arc::new(sluice_postgres::apply::PgApplyTarget::new(url)?));
+    }
+    Err(Error::config(format!(
+        "--target {}: sluice replicate applies changes to PostgreSQL (postgres://…) and \
+         MySQL/MariaDB (mysql://…, mariadb://…) databases.",
+        sluice_core::redact::redact_url(url)
+    )))
+}
+
 /// Release what source adapters hold for the whole process (today: the Firebird client
 /// library, whose own exit-time shutdown can deadlock with an embedded engine). Returns true
 /// when the process must then leave with `_exit` rather than run its exit handlers.

@@ -14,7 +14,9 @@
 //! | `batch`   | the change sink: builders, change files, batches, intents          |
 //! | `state`   | the saved state and where it is kept (`redis`: in Redis)           |
 //! | `metrics` | Prometheus metrics                                                 |
+//! | `apply`   | `sluice replicate`: changes applied to a target database in parallel |
 
+pub mod apply;
 pub mod batch;
 pub mod metrics;
 mod pump;

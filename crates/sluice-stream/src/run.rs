@@ -139,7 +139,10 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|e| Error::internal(format!("a blocking task failed: {e}")))?
 }
 
-async fn discover(source: &dyn ChangeSource, selection: &Selection) -> Result<Vec<Dataset>> {
+pub(crate) async fn discover(
+    source: &dyn ChangeSource,
+    selection: &Selection,
+) -> Result<Vec<Dataset>> {
     let options = SourceOptions {
         session_tag: "stream".into(),
         consistency: Consistency::Chunk,

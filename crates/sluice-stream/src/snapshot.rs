@@ -22,7 +22,7 @@
 
 use crate::run::{StreamJob, blocking};
 use crate::state::StreamState;
-use sluice_core::change::HeldSnapshot;
+use sluice_core::change::{ChangeSource, HeldSnapshot};
 use sluice_core::{Error, Position, Result};
 use sluice_engine::Report;
 use sluice_engine::manifest::Manifest;
@@ -132,6 +132,22 @@ pub(crate) async fn snapshot_phase(
         .ok_or_else(|| Error::internal("the initial snapshot finished without a manifest"))?;
     let manifest: Manifest = serde_json::from_slice(&bytes)
         .map_err(|e| Error::internal(format!("the snapshot's manifest cannot be read: {e}")))?;
+    table_positions(job.source.as_ref(), state, &manifest)?;
+    state.snapshot.done = true;
+    let store = job.state.clone();
+    let s = state.clone();
+    blocking(move || store.save(&s)).await?;
+    Ok(report)
+}
+
+/// Each table's stream position from the snapshot its parts were read under (the export's
+/// manifest): the exact position the source reports for it, or the one recorded when the
+/// snapshot was taken.
+pub(crate) fn table_positions(
+    source: &dyn ChangeSource,
+    state: &mut StreamState,
+    manifest: &Manifest,
+) -> Result<()> {
     for ds in &manifest.datasets {
         let Some(idx) = ds.parts.iter().map(|p| p.snapshot).max() else {
             continue;
@@ -139,7 +155,7 @@ pub(crate) async fn snapshot_phase(
         let Some(snap) = manifest.snapshots.iter().find(|s| s.index == idx) else {
             continue;
         };
-        let exact = job.source.stream_position(&snap.position)?;
+        let exact = source.stream_position(&snap.position)?;
         let pos = exact
             .or_else(|| {
                 state
@@ -160,11 +176,7 @@ pub(crate) async fn snapshot_phase(
             t.snapshot_position = Some(pos);
         }
     }
-    state.snapshot.done = true;
-    let store = job.state.clone();
-    let s = state.clone();
-    blocking(move || store.save(&s)).await?;
-    Ok(report)
+    Ok(())
 }
 
 fn same_position(a: &Position, b: &Position) -> bool {

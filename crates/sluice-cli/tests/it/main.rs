@@ -30,6 +30,7 @@ mod objstore_gcs;
 mod objstore_s3;
 mod quoting;
 mod relkinds;
+mod replicate;
 mod resume;
 mod scenarios;
 mod security;

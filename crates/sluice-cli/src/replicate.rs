@@ -1,0 +1,161 @@
+//! `sluice replicate`: the initial load and the change stream applied to a target database.
+//!
+//! Its settings (defined in `args.rs`) are the export's [`Options`] (what to replicate, the
+//! source connection, the initial load's workers, chunks and memory; `--parallel` also sets
+//! the apply sessions) and its own [`ReplicateOptions`] (`target`, `target_schema`, `initial`, `slot`,
+//! `publication`, `server_id`, `until_current`), each a flag and a YAML key of the same `-c`
+//! file. Settings about files (`--to`, `--format`, …) are refused by name.
+
+use crate::log;
+use anyhow::Context;
+use sluice_cli::args::{ConsistencyArg, ReplicateOptions};
+use sluice_cli::args::{InitialArg, LogFormat, Options, REPLICATE_KEYS, ReplicateArgs};
+use sluice_cli::{config, registry};
+use sluice_core::{Error, Result};
+use sluice_stream::apply::{ReplicateJob, ReplicateReport};
+use sluice_stream::{Initial, Stopped};
+use std::sync::Arc;
+
+/// The settings of a `sluice replicate` run: the `-c` file's, with the flags laid over them.
+pub fn merged(args: &ReplicateArgs) -> Result<(Options, ReplicateOptions)> {
+    let (options, own) = config::merged_with_own(&args.options, REPLICATE_KEYS)?;
+    let file: ReplicateOptions = config::read_own(own, args.options.config.as_deref())?;
+    Ok((options, args.replicate.clone().over(file)))
+}
+
+fn job(o: &Options, r: &ReplicateOptions) -> Result<ReplicateJob> {
+    if !o.query.is_empty() {
+        return Err(Error::config(
+            "sluice replicate copies tables: --query has no change log. Name tables with \
+             --table, --tables or --schema.",
+        ));
+    }
+    if o.consistency == Some(ConsistencyArg::Chunk) {
+        return Err(Error::config(
+            "sluice replicate loads the target under one snapshot whose position starts the \
+             change stream: --consistency chunk would break the hand-off. Remove it.",
+        ));
+    }
+    let target_url = r.target.as_deref().ok_or_else(|| {
+        Error::config(
+            "sluice replicate needs --target URL: the database to copy into (postgres://… or \
+             mysql://…).",
+        )
+    })?;
+    let target = registry::open_apply_target(target_url)?;
+    let mut load = o.clone();
+    load.report_json = None;
+    let template = config::memory_job(&load, sluice_stream::apply::template_output())?;
+    let parallel = o.parallel.unwrap_or(4).clamp(1, 64);
+    let source = registry::open_change_source(
+        o.source.as_deref().unwrap_or_default(),
+        r.server_id,
+        config::locking(o, sluice_core::Consistency::Snapshot)?,
+    )?;
+    let (selection, memory) = (template.selection.clone(), template.memory);
+    let export: sluice_stream::ExportBuilder = Arc::new(move |src| {
+        let mut j = template.clone();
+        j.source = src;
+        j
+    });
+    Ok(ReplicateJob {
+        source,
+        target,
+        selection,
+        initial: match r.initial {
+            Some(InitialArg::None) => Initial::None,
+            Some(InitialArg::Snapshot) | None => Initial::Snapshot,
+        },
+        name: r.slot.clone(),
+        target_schema: r.target_schema.clone(),
+        publication: r.publication.clone(),
+        parallel,
+        until_current: r.until_current,
+        memory,
+        export,
+        progress: Arc::new(sluice_engine::Silent),
+        counters: Arc::default(),
+    })
+}
+
+/// Run `sluice replicate` (or `--drop`).
+pub async fn run(args: ReplicateArgs, quiet: bool, format: LogFormat) -> anyhow::Result<()> {
+    let (options, own) = merged(&args)?;
+    let mut job = job(&options, &own)?;
+    if args.drop {
+        let removed = sluice_stream::apply::drop_replication(&job).await?;
+        if !quiet {
+            if removed.is_empty() {
+                eprintln!("sluice: nothing to drop (no slot, publication or state was found)");
+            }
+            for r in removed {
+                eprintln!("sluice: dropped {r}");
+            }
+        }
+        return Ok(());
+    }
+    job.progress = Arc::new(crate::display::Display::new(
+        quiet,
+        format == LogFormat::Text,
+    ));
+    let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        crate::wait_for_signal().await;
+        let _ = cancel_tx.send(true);
+    });
+    let report = sluice_stream::apply::run_replicate(job, cancel_rx).await?;
+    if let Some(path) = &options.report_json {
+        let json = serde_json::to_vec_pretty(&report)?;
+        std::fs::write(path, json)
+            .with_context(|| format!("writing the report to {}", path.display()))?;
+    }
+    match format {
+        _ if quiet => {}
+        LogFormat::Text => eprint!("{}", report_text(&report)),
+        LogFormat::Json => {
+            let mut fields = serde_json::Map::new();
+            fields.insert("report".into(), serde_json::to_value(&report)?);
+            eprintln!(
+                "{}",
+                log::json_line("INFO", "sluice replicate finished", fields)
+            );
+        }
+    }
+    Ok(())
+}
+
+fn report_text(r: &ReplicateReport) -> String {
+    let mut s = format!("replicate {} → {} ({})\n", r.source, r.target, r.name);
+    if let Some(snap) = &r.snapshot {
+        s.push_str(&format!(
+            "  initial load: {} rows at {}\n",
+            snap.rows, snap.position
+        ));
+    }
+    for n in &r.not_carried {
+        s.push_str(&format!("  not carried: {n}\n"));
+    }
+    s.push_str(&format!(
+        "  applied: {} transactions ({} changes) in {} target transactions on {} sessions, \
+         {:.0} transactions/s; {} conflicts retried in order, {} rolled back for an earlier one\n",
+        r.transactions,
+        r.changes,
+        r.units,
+        r.parallel,
+        r.transactions_per_second,
+        r.conflicts,
+        r.aborts
+    ));
+    s.push_str(&format!(
+        "  position: {}; peak lag {:.1} s; {:.1} s, peak RSS {} MB; stopped: {}\n",
+        r.position,
+        r.peak_lag_seconds,
+        r.wall_seconds,
+        r.peak_rss_bytes >> 20,
+        match r.stopped {
+            Stopped::UntilCurrent => "caught up (--until-current)",
+            Stopped::Signal => "signal",
+        }
+    ));
+    s
+}

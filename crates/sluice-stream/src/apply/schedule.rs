@@ -1,0 +1,322 @@
+//! Which unit may run now: writeset dependencies, commits in source order, no head-of-line
+//! blocking, and the retry ladder for conflicts the writesets did not predict.
+//!
+//! Units get increasing ids in source order and commit in that order. A unit *waits for* the
+//! latest earlier unit that wrote one of its keys (`wait_for`); since commits are in order,
+//! "that unit committed" means "every unit it conflicts with committed", so one number per
+//! unit is the whole dependency (MySQL's writeset `last_committed` has the same shape). Any
+//! ready unit may start, however many blocked units come before it — unlike a scheduler that
+//! stops at the first blocked transaction.
+//!
+//! Running ahead needs one rule to stay deadlock-free: a unit that has run waits for its turn
+//! to commit while holding its worker, so if every worker held a unit later than the oldest
+//! undispatched one (the *head*), the head could never run. A unit other than the head is
+//! therefore started only while fewer than `workers - 1` running units are later than the
+//! head; by induction every unit earlier than the head commits, the head then gets a worker,
+//! and so on.
+//!
+//! Conflicts (a unique key whose old value the source did not send, a trigger, a gap lock, an
+//! existing target foreign key): the first time, the unit is rolled back and waits until every
+//! earlier unit has committed; the second time it becomes *exclusive*: later running units are
+//! told to roll back, and it runs alone. Barriers (DDL, truncate, tables without a key) are
+//! exclusive from the start.
+
+use std::collections::{BTreeMap, HashMap};
+
+/// A unit waiting to run.
+#[derive(Debug)]
+struct Waiting<W> {
+    wait_for: u64,
+    exclusive: bool,
+    attempts: u32,
+    work: W,
+}
+
+/// A unit running (or rolled back and waiting for its turn to run again).
+#[derive(Debug)]
+struct Running<W> {
+    /// Roll back and wait for this unit to commit before running again.
+    abort_for: Option<u64>,
+    exclusive: bool,
+    attempts: u32,
+    work: W,
+}
+
+/// What a worker runs.
+#[derive(Debug)]
+pub(crate) struct Take<W> {
+    /// The unit's id (its commit order).
+    pub id: u64,
+    /// Earlier failed attempts.
+    pub attempts: u32,
+    /// The unit.
+    pub work: W,
+}
+
+/// The dependency and ordering state of one apply run (see the module documentation).
+#[derive(Debug)]
+pub(crate) struct Schedule<W> {
+    workers: usize,
+    committed: u64,
+    next_id: u64,
+    floor: u64,
+    last_writer: HashMap<u64, u64>,
+    pending: BTreeMap<u64, Waiting<W>>,
+    running: BTreeMap<u64, Running<W>>,
+}
+
+impl<W: Clone> Schedule<W> {
+    /// A schedule for `workers` sessions whose units continue after unit `committed`.
+    pub fn new(workers: usize, committed: u64) -> Self {
+        Schedule {
+            workers: workers.max(1),
+            committed,
+            next_id: committed + 1,
+            floor: committed,
+            last_writer: HashMap::new(),
+            pending: BTreeMap::new(),
+            running: BTreeMap::new(),
+        }
+    }
+
+    /// Units added and not yet committed.
+    pub fn unfinished(&self) -> usize {
+        self.pending.len() + self.running.len()
+    }
+
+    /// Add the next unit in source order, touching `keys` (hashes of table keys); exclusive
+    /// units run alone. Returns its id.
+    pub fn add(&mut self, work: W, keys: &[u64], exclusive: bool) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut wait_for = self.floor;
+        for k in keys {
+            if let Some(w) = self.last_writer.insert(*k, id) {
+                wait_for = wait_for.max(w);
+            }
+        }
+        if exclusive {
+            wait_for = id - 1;
+            self.floor = id;
+        }
+        self.pending.insert(
+            id,
+            Waiting {
+                wait_for,
+                exclusive,
+                attempts: 0,
+                work,
+            },
+        );
+        if self.last_writer.len() > 65_536 {
+            let c = self.committed;
+            self.last_writer.retain(|_, w| *w > c);
+        }
+        id
+    }
+
+    fn ready(&self, id: u64, w: &Waiting<W>, head: u64) -> bool {
+        if w.wait_for > self.committed {
+            return false;
+        }
+        if w.exclusive {
+            return self.committed == id - 1 && self.running.is_empty();
+        }
+        if self.running.values().any(|r| r.exclusive) {
+            return false;
+        }
+        id == head || self.running.range(head..).count() + 1 < self.workers
+    }
+
+    /// The earliest unit that may start now, if any (see the module documentation).
+    pub fn take(&mut self) -> Option<Take<W>> {
+        if self.running.len() >= self.workers {
+            return None;
+        }
+        let head = *self.pending.keys().next()?;
+        let id = self
+            .pending
+            .iter()
+            .find(|(id, w)| self.ready(**id, w, head))
+            .map(|(id, _)| *id)?;
+        let w = self.pending.remove(&id)?;
+        self.running.insert(
+            id,
+            Running {
+                abort_for: None,
+                exclusive: w.exclusive,
+                attempts: w.attempts,
+                work: w.work.clone(),
+            },
+        );
+        Some(Take {
+            id,
+            attempts: w.attempts,
+            work: w.work,
+        })
+    }
+
+    /// True when unit `id` may commit now (every earlier unit committed).
+    pub fn turn(&self, id: u64) -> bool {
+        self.committed + 1 == id
+    }
+
+    /// True when running unit `id` must roll back (an earlier unit needs to run alone).
+    pub fn must_abort(&self, id: u64) -> bool {
+        self.running.get(&id).is_some_and(|r| r.abort_for.is_some())
+    }
+
+    /// Unit `id` committed (it was its turn).
+    pub fn done(&mut self, id: u64) {
+        self.running.remove(&id);
+        self.committed = self.committed.max(id);
+    }
+
+    /// Unit `id` failed with a conflict and was rolled back (see the module documentation).
+    pub fn conflict(&mut self, id: u64) {
+        let Some(r) = self.running.remove(&id) else {
+            return;
+        };
+        let attempts = r.attempts + 1;
+        let exclusive = r.exclusive || attempts >= 2;
+        if exclusive {
+            self.floor = self.floor.max(id);
+            for (_, later) in self.running.range_mut(id + 1..) {
+                later.abort_for = Some(id);
+            }
+            for (_, later) in self.pending.range_mut(id + 1..) {
+                later.wait_for = later.wait_for.max(id);
+            }
+        }
+        self.pending.insert(
+            id,
+            Waiting {
+                wait_for: id - 1,
+                exclusive,
+                attempts,
+                work: r.work,
+            },
+        );
+    }
+
+    /// Running unit `id` rolled back because an earlier one must run alone.
+    pub fn aborted(&mut self, id: u64) {
+        let Some(r) = self.running.remove(&id) else {
+            return;
+        };
+        let after = r.abort_for.unwrap_or(id - 1);
+        self.pending.insert(
+            id,
+            Waiting {
+                wait_for: after,
+                exclusive: r.exclusive,
+                attempts: r.attempts,
+                work: r.work,
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(s: &mut Schedule<u32>) -> Vec<u64> {
+        let mut out = Vec::new();
+        while let Some(t) = s.take() {
+            out.push(t.id);
+        }
+        out
+    }
+
+    #[test]
+    fn a_ready_unit_behind_a_blocked_one_runs() {
+        let mut s = Schedule::new(4, 0);
+        s.add(0, &[1], false); // 1
+        s.add(0, &[1], false); // 2 waits for 1
+        s.add(0, &[2], false); // 3 independent
+        assert_eq!(ids(&mut s), vec![1, 3]);
+        assert!(!s.turn(3));
+        s.done(1);
+        assert_eq!(ids(&mut s), vec![2]);
+        assert!(s.turn(2));
+    }
+
+    #[test]
+    fn one_worker_stays_free_for_the_head() {
+        let mut s = Schedule::new(3, 0);
+        s.add(0, &[1], false); // 1
+        s.add(0, &[1], false); // 2 waits for 1
+        for k in 10..20 {
+            s.add(0, &[k], false); // 3.. independent
+        }
+        // 1 and then one unit past the head (2): the third worker is kept for 2.
+        assert_eq!(ids(&mut s), vec![1, 3]);
+        s.done(1);
+        // 2 runs, and the head moves on to 4, which takes the last worker.
+        assert_eq!(ids(&mut s), vec![2, 4]);
+    }
+
+    #[test]
+    fn commits_waits_for_the_latest_writer_only() {
+        let mut s = Schedule::new(8, 10);
+        assert_eq!(s.add(0, &[1, 2], false), 11);
+        s.add(0, &[3], false); // 12
+        s.add(0, &[2, 3], false); // 13 waits for 12 (which waits behind 11 to commit)
+        assert_eq!(ids(&mut s), vec![11, 12]);
+        s.done(11);
+        assert!(ids(&mut s).is_empty());
+        s.done(12);
+        assert_eq!(ids(&mut s), vec![13]);
+    }
+
+    #[test]
+    fn exclusive_units_run_alone_and_hold_back_later_ones() {
+        let mut s = Schedule::new(4, 0);
+        s.add(0, &[1], false); // 1
+        s.add(0, &[], true); // 2 barrier
+        s.add(0, &[3], false); // 3
+        assert_eq!(ids(&mut s), vec![1]);
+        s.done(1);
+        assert_eq!(ids(&mut s), vec![2]);
+        s.done(2);
+        assert_eq!(ids(&mut s), vec![3]);
+    }
+
+    #[test]
+    fn a_second_conflict_runs_alone_after_later_units_roll_back() {
+        let mut s = Schedule::new(4, 0);
+        s.add(0, &[1], false); // 1
+        s.add(0, &[2], false); // 2
+        s.add(0, &[3], false); // 3
+        assert_eq!(ids(&mut s), vec![1, 2, 3]);
+        s.conflict(2); // first: waits for 1, may run beside 3
+        assert!(ids(&mut s).is_empty());
+        s.done(1);
+        assert_eq!(ids(&mut s), vec![2]);
+        s.conflict(2); // second: alone; 3 must roll back
+        assert!(s.must_abort(3));
+        assert!(ids(&mut s).is_empty());
+        s.aborted(3);
+        assert_eq!(ids(&mut s), vec![2]);
+        assert!(ids(&mut s).is_empty());
+        s.done(2);
+        assert_eq!(ids(&mut s), vec![3]);
+        assert!(s.turn(3));
+    }
+
+    #[test]
+    fn a_single_worker_applies_in_source_order() {
+        let mut s = Schedule::new(1, 0);
+        for k in 0..5 {
+            s.add(0, &[k], false);
+        }
+        let mut order = Vec::new();
+        while let Some(t) = s.take() {
+            order.push(t.id);
+            assert_eq!(s.take().map(|t| t.id), None);
+            s.done(t.id);
+        }
+        assert_eq!(order, vec![1, 2, 3, 4, 5]);
+    }
+}
