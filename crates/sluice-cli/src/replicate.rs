@@ -14,6 +14,7 @@ use sluice_cli::{config, registry};
 use sluice_core::{Error, Result};
 use sluice_stream::apply::{ReplicateJob, ReplicateReport};
 use sluice_stream::{Initial, Stopped};
+use std::io::IsTerminal;
 use std::sync::Arc;
 
 /// The settings of a `sluice replicate` run: the `-c` file's, with the flags laid over them.
@@ -103,7 +104,13 @@ pub async fn run(args: ReplicateArgs, quiet: bool, format: LogFormat) -> anyhow:
         crate::wait_for_signal().await;
         let _ = cancel_tx.send(true);
     });
-    let report = sluice_stream::apply::run_replicate(job, cancel_rx).await?;
+    let spinner = (!quiet && format == LogFormat::Text && std::io::stderr().is_terminal())
+        .then(|| tokio::spawn(progress(job.counters.clone())));
+    let report = sluice_stream::apply::run_replicate(job, cancel_rx).await;
+    if let Some(s) = spinner {
+        s.abort();
+    }
+    let report = report?;
     if let Some(path) = &options.report_json {
         let json = serde_json::to_vec_pretty(&report)?;
         std::fs::write(path, json)
@@ -122,6 +129,32 @@ pub async fn run(args: ReplicateArgs, quiet: bool, format: LogFormat) -> anyhow:
         }
     }
     Ok(())
+}
+
+/// A spinner line on a terminal while changes are applied.
+async fn progress(c: Arc<sluice_stream::apply::ApplyCounters>) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let bar = indicatif::ProgressBar::new_spinner();
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        let applied = c.transactions.load(Relaxed);
+        if applied == 0 {
+            continue;
+        }
+        let ts = c.last_commit_ts.load(Relaxed);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        let lag = now.saturating_sub(ts) as f64 / 1e6;
+        bar.set_message(format!(
+            "applied {applied} transactions ({} changes), lag {lag:.1} s / {} transactions, \
+             {} conflicts retried",
+            c.changes.load(Relaxed),
+            c.received.load(Relaxed).saturating_sub(applied),
+            c.conflicts.load(Relaxed),
+        ));
+        bar.tick();
+    }
 }
 
 fn report_text(r: &ReplicateReport) -> String {
@@ -147,9 +180,11 @@ fn report_text(r: &ReplicateReport) -> String {
         r.aborts
     ));
     s.push_str(&format!(
-        "  position: {}; peak lag {:.1} s; {:.1} s, peak RSS {} MB; stopped: {}\n",
+        "  position: {}; peak lag {:.1} s, {} transactions behind at the end; {:.1} s, peak RSS \
+         {} MB; stopped: {}\n",
         r.position,
         r.peak_lag_seconds,
+        r.lag_transactions,
         r.wall_seconds,
         r.peak_rss_bytes >> 20,
         match r.stopped {

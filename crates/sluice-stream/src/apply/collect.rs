@@ -122,6 +122,8 @@ pub(crate) struct Collector {
     pub ready: Vec<Ready>,
     /// The restart position of the last transaction seen.
     pub restart: Option<String>,
+    /// Source transactions received (whole).
+    pub received: u64,
 }
 
 /// One captured table as the collector starts with it.
@@ -172,6 +174,7 @@ impl Collector {
             limits,
             ready: Vec::new(),
             restart: None,
+            received: 0,
         };
         for t in captured {
             let k = c.keys.get(&t.table);
@@ -189,6 +192,14 @@ impl Collector {
             c.tables.push(table);
         }
         c
+    }
+
+    /// Stop handing pieces to a streamed transaction's worker (the run is stopping): it rolls
+    /// the transaction back.
+    pub fn abandon(&mut self) {
+        self.streaming = None;
+        self.open = Open::default();
+        self.in_tx = false;
     }
 
     /// True inside a source transaction.
@@ -454,6 +465,7 @@ impl ChangeSink for Collector {
 
     fn commit(&mut self, restart: &str) -> Result<()> {
         self.in_tx = false;
+        self.received += 1;
         self.restart = Some(restart.to_string());
         let end = AppliedPosition {
             unit: 0,

@@ -113,6 +113,8 @@ pub struct ReplicateReport {
     pub position: String,
     /// The largest delay between a source commit and its application seen, seconds.
     pub peak_lag_seconds: f64,
+    /// Source transactions received but not applied at the end (0 after `--until-current`).
+    pub lag_transactions: u64,
     /// Why it stopped.
     pub stopped: Stopped,
     /// Wall-clock seconds.
@@ -259,6 +261,10 @@ pub async fn run_replicate(
         parallel: job.parallel,
         position,
         peak_lag_seconds: c.peak_lag_millis.load(Ordering::Relaxed) as f64 / 1000.0,
+        lag_transactions: c
+            .received
+            .load(Ordering::Relaxed)
+            .saturating_sub(transactions),
         stopped,
         wall_seconds: started.elapsed().as_secs_f64(),
         transactions_per_second: transactions as f64 / elapsed,
@@ -494,12 +500,16 @@ async fn pump(
     target: Option<&str>,
 ) -> Result<Stopped> {
     let budget = (job.memory / 4).max(4 << 20) as usize;
+    let received_before = job.counters.transactions.load(Ordering::Relaxed);
     let wait = Duration::from_millis(200);
     let mut confirmed: Option<String> = None;
     let mut last_confirm = Instant::now();
     let mut last_advance = Instant::now();
     loop {
         if *cancel.borrow() {
+            if collector.in_tx() {
+                collector.abandon();
+            }
             collector.cut()?;
             let ready = std::mem::take(&mut collector.ready);
             pool.add(ready);
@@ -519,6 +529,9 @@ async fn pump(
         }
         let ready = std::mem::take(&mut collector.ready);
         pool.add(ready);
+        job.counters
+            .received
+            .store(received_before + collector.received, Ordering::Relaxed);
         if pool.bytes() > budget {
             pool.wait_until(|p| p.bytes() <= budget).await?;
         }

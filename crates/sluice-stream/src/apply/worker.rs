@@ -24,6 +24,9 @@ pub struct ApplyCounters {
     pub units: AtomicU64,
     /// Source transactions committed on the target.
     pub transactions: AtomicU64,
+    /// Source transactions received (applied or waiting): the lag in transactions is this
+    /// minus `transactions`.
+    pub received: AtomicU64,
     /// Row changes committed on the target.
     pub changes: AtomicU64,
     /// Units rolled back and run again (conflicts the writesets did not predict).
