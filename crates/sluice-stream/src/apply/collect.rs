@@ -17,7 +17,8 @@
 //! one transaction open for it.
 
 use super::writeset::TableKeySpecs;
-use arrow_array::ArrayRef;
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, RecordBatch};
 use sluice_core::apply::{AppliedPosition, ApplyUnit, Barrier, TableKeys, UnitTable};
 use sluice_core::change::{ChangeOp, ChangeRows, ChangeSink, TxMeta, change_schema};
 use sluice_core::table::{ColumnDesc, TableRef};
@@ -232,6 +233,7 @@ impl Collector {
             };
             self.open.bytes += rows.bytes();
             let batch = rows.finish()?;
+            insert_with_absent(&t.table, &batch, t.columns.len())?;
             let arrays: Vec<ArrayRef> = batch.columns()[..t.columns.len()].to_vec();
             for r in 0..batch.num_rows() {
                 t.specs.hashes(&arrays, r, &mut self.open.keys);
@@ -365,6 +367,25 @@ impl Collector {
         }
         Ok(())
     }
+}
+
+/// An insert that does not carry every column cannot be applied: there is no earlier value to
+/// keep (a key update of a row whose large value was unchanged, under PostgreSQL's default
+/// replica identity).
+fn insert_with_absent(table: &TableRef, batch: &RecordBatch, columns: usize) -> Result<()> {
+    let (op, absent) = (batch.column(columns), batch.column(columns + 5));
+    let (op, absent) = (op.as_string::<i32>(), absent.as_list::<i32>());
+    for r in 0..batch.num_rows() {
+        if op.value(r) == ChangeOp::Insert.as_str() && !absent.value(r).is_empty() {
+            return Err(Error::data(format!(
+                "{table}: the source sent a new row without the unchanged value of a column \
+                 (its key changed and the value is stored out of line), so it cannot be \
+                 inserted on the target. Set REPLICA IDENTITY FULL on the source table and \
+                 start the replication over."
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Hand a piece to the worker applying a streamed transaction, waiting while it is busy (the
