@@ -53,6 +53,10 @@ impl MariadbServer {
         let data = dir.path().join("data");
         let socket = dir.path().join("mysqld.sock");
         let cnf = dir.path().join("my.cnf");
+        // The server's own temporary files (implicit temporary tables) in this server's
+        // directory: in the shared /tmp they can collide with another test server's.
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir_all(&tmp)?;
         std::fs::write(
             &cnf,
             format!(
@@ -61,11 +65,12 @@ impl MariadbServer {
                  binlog_format=ROW\nbinlog_row_image=FULL\nbinlog_row_metadata=FULL\ninnodb_buffer_pool_size=256M\n\
                  innodb_log_file_size=128M\ninnodb_flush_log_at_trx_commit=0\nsync_binlog=0\n\
                  skip-name-resolve\nmax_connections=200\ncharacter-set-server=utf8mb4\n\
-                 collation-server=utf8mb4_bin\nsecure-file-priv=\n{settings}",
+                 collation-server=utf8mb4_bin\nsecure-file-priv=\ntmpdir={}\n{settings}",
                 data.display(),
                 socket.display(),
                 dir.path().join("mariadbd.pid").display(),
                 dir.path().join("error.log").display(),
+                tmp.display(),
             ),
         )?;
         if let Some(pki) = pki {

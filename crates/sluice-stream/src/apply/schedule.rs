@@ -23,6 +23,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+/// How many waiting units a free worker looks at, oldest first: the bound on the work of one
+/// dispatch when many units wait behind hot rows.
+const LOOKAHEAD: usize = 1024;
+
 /// A unit waiting to run.
 #[derive(Debug)]
 struct Waiting<W> {
@@ -137,6 +141,7 @@ impl<W: Clone> Schedule<W> {
         let id = self
             .pending
             .iter()
+            .take(LOOKAHEAD)
             .find(|(id, w)| self.ready(**id, w, head))
             .map(|(id, _)| *id)?;
         let w = self.pending.remove(&id)?;
