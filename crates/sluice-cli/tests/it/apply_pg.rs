@@ -6,7 +6,9 @@
 
 use crate::common::*;
 use arrow_array::builder::{ListBuilder, StringBuilder};
-use arrow_array::{ArrayRef, Int32Array, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array};
+use arrow_array::{
+    ArrayRef, Int32Array, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array,
+};
 use arrow_schema::{Field, Schema};
 use sluice_core::apply::{
     AppliedPosition, ApplySession, ApplyTarget, ApplyUnit, Barrier, TableKeys, TargetTable,
@@ -29,7 +31,10 @@ async fn discover(url: &str, tables: &[&str]) -> Vec<Dataset> {
     };
     let mut c = source.open_coordinator(&options).await.unwrap();
     let selection = Selection {
-        tables: tables.iter().map(|t| QualifiedName::parse(t).unwrap()).collect(),
+        tables: tables
+            .iter()
+            .map(|t| QualifiedName::parse(t).unwrap())
+            .collect(),
         ..Default::default()
     };
     let found = c.discover(&selection).await.unwrap();
@@ -68,7 +73,10 @@ fn unit_table(
         Arc::new(StringArray::from(ops.to_vec())) as ArrayRef,
         Arc::new(StringArray::from(vec!["0000000001000000"; n])),
         Arc::new(UInt64Array::from_iter_values(0..n as u64)),
-        Arc::new(TimestampMicrosecondArray::from(vec![Some(1_700_000_000_000_000); n]).with_timezone("UTC")),
+        Arc::new(
+            TimestampMicrosecondArray::from(vec![Some(1_700_000_000_000_000); n])
+                .with_timezone("UTC"),
+        ),
         Arc::new(StringArray::from(vec!["42"; n])),
         Arc::new(list.finish()),
     ]);
@@ -112,7 +120,8 @@ async fn apply_commit(s: &mut Box<dyn ApplySession>, u: &ApplyUnit, unit_no: u64
 /// Each column of `all_types` as text, by id, on `client`: what the source and target must agree on.
 async fn all_types_text(db: &TestDb, cols: &[crate::types::Col]) -> Vec<String> {
     let exprs: Vec<String> = cols.iter().map(|c| format!("{}::text", c.name)).collect();
-    db.row_strings(&format!("SELECT id, {} FROM all_types", exprs.join(", "))).await
+    db.row_strings(&format!("SELECT id, {} FROM all_types", exprs.join(", ")))
+        .await
 }
 
 /// The source side of the export's one lossy value: `time` 24:00:00 is exported as
@@ -157,16 +166,30 @@ async fn every_type_loads_by_copy_and_applies_by_statements() {
         .await
         .unwrap();
     assert!(
-        notes.iter().any(|n| n.contains("c_domain") && n.contains("posint") && n.contains("integer")),
+        notes
+            .iter()
+            .any(|n| n.contains("c_domain") && n.contains("posint") && n.contains("integer")),
         "{notes:?}"
     );
-    assert!(target.non_empty(&[table.clone()]).await.unwrap().is_empty());
+    assert!(
+        target
+            .non_empty(std::slice::from_ref(&table))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let mut loader = target.loader().await.unwrap();
     for b in &batches {
         loader.load(&table, b).await.unwrap();
     }
     assert_eq!(all_types_text(&dst, &cols).await, expected);
-    assert_eq!(target.non_empty(&[table.clone()]).await.unwrap(), vec![table.clone()]);
+    assert_eq!(
+        target
+            .non_empty(std::slice::from_ref(&table))
+            .await
+            .unwrap(),
+        vec![table.clone()]
+    );
     let types = dst
         .row_strings(
             "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute \
@@ -175,7 +198,11 @@ async fn every_type_loads_by_copy_and_applies_by_statements() {
         .await;
     assert_eq!(
         types,
-        ["c_enum|mood", "c_int_arr|integer[]", "c_numeric_neg_scale|numeric(5,-2)"]
+        [
+            "c_enum|mood",
+            "c_int_arr|integer[]",
+            "c_numeric_neg_scale|numeric(5,-2)"
+        ]
     );
 
     // The same rows as apply units into a keyless copy: inserted as SQL literals, then rows
@@ -185,11 +212,19 @@ async fn every_type_loads_by_copy_and_applies_by_statements() {
     let target2 = PgApplyTarget::new(&dst2.url).unwrap();
     target2.prepare().await.unwrap();
     target2
-        .create_tables(&[target_table(d, TableKeys::primary_only(table.clone(), vec![]))])
+        .create_tables(&[target_table(
+            d,
+            TableKeys::primary_only(table.clone(), vec![]),
+        )])
         .await
         .unwrap();
     let batch = arrow_select::concat::concat_batches(&batches[0].schema(), &batches).unwrap();
-    let fields: Vec<Field> = batch.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+    let fields: Vec<Field> = batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
     let n = batch.num_rows();
     let ops = vec!["insert"; n];
     let inserts = unit_table(d, &[], fields.clone(), batch.columns().to_vec(), &ops, &[]);
@@ -197,7 +232,14 @@ async fn every_type_loads_by_copy_and_applies_by_statements() {
     apply_commit(&mut s, &unit(vec![inserts]), 1).await;
     assert_eq!(all_types_text(&dst2, &cols).await, expected);
     let first3 = batch.slice(0, 3);
-    let deletes = unit_table(d, &[], fields.clone(), first3.columns().to_vec(), &["delete"; 3], &[]);
+    let deletes = unit_table(
+        d,
+        &[],
+        fields.clone(),
+        first3.columns().to_vec(),
+        &["delete"; 3],
+        &[],
+    );
     apply_commit(&mut s, &unit(vec![deletes]), 2).await;
     let left = all_types_text(&dst2, &cols).await;
     assert_eq!(left, expected[3..].to_vec());
@@ -209,7 +251,10 @@ async fn every_type_loads_by_copy_and_applies_by_statements() {
     let mut s1 = target.session("all", 0).await.unwrap();
     apply_commit(&mut s1, &unit(vec![upd]), 1).await;
     let now = all_types_text(&dst, &cols).await;
-    assert_eq!(now[3].split_once('|').unwrap().1, expected[4].split_once('|').unwrap().1);
+    assert_eq!(
+        now[3].split_once('|').unwrap().1,
+        expected[4].split_once('|').unwrap().1
+    );
     assert_eq!(now[4], expected[4]);
 }
 
@@ -230,7 +275,11 @@ async fn accounts() -> (TestDb, Vec<Dataset>, TestDb, PgApplyTarget) {
         .table_keys(&ds)
         .await
         .unwrap();
-    let tables: Vec<TargetTable> = ds.iter().zip(keys).map(|(d, k)| target_table(d, k)).collect();
+    let tables: Vec<TargetTable> = ds
+        .iter()
+        .zip(keys)
+        .map(|(d, k)| target_table(d, k))
+        .collect();
     target.create_tables(&tables).await.unwrap();
     (src, ds, dst, target)
 }
@@ -248,10 +297,18 @@ fn acct_fields() -> Vec<Field> {
 /// Rows of `acct`: (id, name, note, n).
 fn acct_rows(rows: &[(i32, &str, Option<&str>, Option<i32>)]) -> Vec<ArrayRef> {
     vec![
-        Arc::new(Int32Array::from(rows.iter().map(|r| r.0).collect::<Vec<_>>())),
-        Arc::new(StringArray::from(rows.iter().map(|r| r.1).collect::<Vec<_>>())),
-        Arc::new(StringArray::from(rows.iter().map(|r| r.2).collect::<Vec<_>>())),
-        Arc::new(Int32Array::from(rows.iter().map(|r| r.3).collect::<Vec<_>>())),
+        Arc::new(Int32Array::from(
+            rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            rows.iter().map(|r| r.2).collect::<Vec<_>>(),
+        )),
+        Arc::new(Int32Array::from(
+            rows.iter().map(|r| r.3).collect::<Vec<_>>(),
+        )),
     ]
 }
 
@@ -262,8 +319,12 @@ fn bag_table(d: &Dataset, rows: &[(Option<i32>, Option<&str>)], ops: &[&str]) ->
         &[],
         vec![Field::new("a", Int32, true), Field::new("b", Utf8, true)],
         vec![
-            Arc::new(Int32Array::from(rows.iter().map(|r| r.0).collect::<Vec<_>>())),
-            Arc::new(StringArray::from(rows.iter().map(|r| r.1).collect::<Vec<_>>())),
+            Arc::new(Int32Array::from(
+                rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+            )),
+            Arc::new(StringArray::from(
+                rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+            )),
         ],
         ops,
         &[],
@@ -308,12 +369,26 @@ async fn units_apply_in_order_and_record_their_position() {
     );
     let keyless = bag_table(
         bag,
-        &[(Some(1), Some("x")), (Some(1), Some("x")), (None, Some("n")), (Some(1), Some("x"))],
+        &[
+            (Some(1), Some("x")),
+            (Some(1), Some("x")),
+            (None, Some("n")),
+            (Some(1), Some("x")),
+        ],
         &["insert", "insert", "insert", "delete"],
     );
     let mut both = unit(vec![changes, keyless]);
     // Interleave the two tables' rows: acct 0, bag 0..2, acct 1..3, bag 3.
-    both.order = vec![(0, 0), (1, 0), (1, 1), (1, 2), (0, 1), (0, 2), (0, 3), (1, 3)];
+    both.order = vec![
+        (0, 0),
+        (1, 0),
+        (1, 1),
+        (1, 2),
+        (0, 1),
+        (0, 2),
+        (0, 3),
+        (1, 3),
+    ];
     apply_commit(&mut s1, &both, 2).await;
     assert_eq!(
         dst.row_strings("SELECT * FROM acct").await,
@@ -321,32 +396,55 @@ async fn units_apply_in_order_and_record_their_position() {
     );
     assert_eq!(dst.row_strings("SELECT * FROM bag").await, ["1|x", "∅|n"]);
     // A keyless update or delete touches one row even when several match.
-    let dup = bag_table(bag, &[(Some(1), Some("x")), (Some(1), Some("x"))], &["insert", "insert"]);
+    let dup = bag_table(
+        bag,
+        &[(Some(1), Some("x")), (Some(1), Some("x"))],
+        &["insert", "insert"],
+    );
     apply_commit(&mut s0, &unit(vec![dup]), 3).await;
-    let del = bag_table(bag, &[(None, Some("n")), (Some(1), Some("x"))], &["delete", "delete"]);
+    let del = bag_table(
+        bag,
+        &[(None, Some("n")), (Some(1), Some("x"))],
+        &["delete", "delete"],
+    );
     apply_commit(&mut s1, &unit(vec![del]), 4).await;
     assert_eq!(dst.row_strings("SELECT * FROM bag").await, ["1|x", "1|x"]);
 
     // The applied position is the highest unit of any worker; each worker has its row.
     assert_eq!(target.applied("r").await.unwrap(), Some(position(4)));
     assert_eq!(
-        dst.row_strings("SELECT name, worker, unit FROM sluice.applied").await,
+        dst.row_strings("SELECT name, worker, unit FROM sluice.applied")
+            .await,
         ["r|0|3", "r|1|4"]
     );
     // A rolled-back unit leaves nothing, its position included.
-    let gone = unit_table(acct, &["id"], acct_fields(), acct_rows(&[(5, "five", None, None)]), &["insert"], &[]);
+    let gone = unit_table(
+        acct,
+        &["id"],
+        acct_fields(),
+        acct_rows(&[(5, "five", None, None)]),
+        &["insert"],
+        &[],
+    );
     s0.begin().await.unwrap();
     s0.apply(&unit(vec![gone])).await.unwrap();
     s0.record(&position(5)).await.unwrap();
     s0.rollback().await.unwrap();
     assert_eq!(target.applied("r").await.unwrap(), Some(position(4)));
-    assert_eq!(dst.row_strings("SELECT count(*) FROM acct WHERE id = 5").await, ["0"]);
+    assert_eq!(
+        dst.row_strings("SELECT count(*) FROM acct WHERE id = 5")
+            .await,
+        ["0"]
+    );
 
     // State: saved, replaced, cleared with the positions.
     assert_eq!(target.load_state("r").await.unwrap(), None);
     target.save_state("r", b"{\"a\":1}").await.unwrap();
     target.save_state("r", b"{\"a\":2}").await.unwrap();
-    assert_eq!(target.load_state("r").await.unwrap().as_deref(), Some(&b"{\"a\":2}"[..]));
+    assert_eq!(
+        target.load_state("r").await.unwrap().as_deref(),
+        Some(&b"{\"a\":2}"[..])
+    );
     target.clear_state("r").await.unwrap();
     assert_eq!(target.load_state("r").await.unwrap(), None);
     assert_eq!(target.applied("r").await.unwrap(), None);
@@ -357,7 +455,14 @@ async fn conflicts_are_reported_as_conflicts() {
     let (_src, ds, dst, target) = accounts().await;
     let acct = &ds[0];
     let row = |id, name| {
-        unit(vec![unit_table(acct, &["id"], acct_fields(), acct_rows(&[(id, name, None, None)]), &["insert"], &[])])
+        unit(vec![unit_table(
+            acct,
+            &["id"],
+            acct_fields(),
+            acct_rows(&[(id, name, None, None)]),
+            &["insert"],
+            &[],
+        )])
     };
     let mut a = target.session("c", 0).await.unwrap();
     let mut b = target.session("c", 1).await.unwrap();
@@ -383,11 +488,15 @@ async fn conflicts_are_reported_as_conflicts() {
     assert!(e.to_string().contains("acct"), "{e}");
     b.rollback().await.unwrap();
     a.commit().await.unwrap();
-    assert_eq!(dst.row_strings("SELECT id, name FROM acct").await, ["1|one", "3|three"]);
+    assert_eq!(
+        dst.row_strings("SELECT id, name FROM acct").await,
+        ["1|one", "3|three"]
+    );
     assert_eq!(target.applied("c").await.unwrap(), Some(position(3)));
 
     // Anything else is permanent and names the table.
-    dst.exec("ALTER TABLE acct ADD CONSTRAINT small CHECK (id < 100)").await;
+    dst.exec("ALTER TABLE acct ADD CONSTRAINT small CHECK (id < 100)")
+        .await;
     b.begin().await.unwrap();
     b.apply(&row(100, "big")).await.unwrap();
     let e = b.record(&position(5)).await.unwrap_err();
@@ -402,7 +511,14 @@ async fn barriers_applied_twice_give_the_same_result() {
     let acct = &ds[0];
     let table = acct.object.clone().unwrap();
     let mut s = target.session("b", 0).await.unwrap();
-    let ins = unit_table(acct, &["id"], acct_fields(), acct_rows(&[(1, "one", Some("n"), Some(1))]), &["insert"], &[]);
+    let ins = unit_table(
+        acct,
+        &["id"],
+        acct_fields(),
+        acct_rows(&[(1, "one", Some("n"), Some(1))]),
+        &["insert"],
+        &[],
+    );
     apply_commit(&mut s, &unit(vec![ins]), 1).await;
 
     // The source gains a column, loses one, retypes one; the barrier brings the target along.
@@ -423,7 +539,10 @@ async fn barriers_applied_twice_give_the_same_result() {
         s.commit().await.unwrap();
         after.push(dst.row_strings(columns).await);
     }
-    assert_eq!(after[0], ["extra|numeric(8,2)", "id|integer", "n|bigint", "name|text"]);
+    assert_eq!(
+        after[0],
+        ["extra|numeric(8,2)", "id|integer", "name|text", "n|bigint"]
+    );
     assert_eq!(after[0], after[1]);
     assert_eq!(dst.row_strings("SELECT * FROM acct").await, ["1|one|1|∅"]);
 
@@ -438,7 +557,10 @@ async fn barriers_applied_twice_give_the_same_result() {
     assert_eq!(target.applied("b").await.unwrap(), Some(position(5)));
     // The initial load's truncate, for an interrupted load.
     dst.exec("INSERT INTO bag VALUES (1, 'x')").await;
-    target.truncate(&[ds[1].object.clone().unwrap()]).await.unwrap();
+    target
+        .truncate(&[ds[1].object.clone().unwrap()])
+        .await
+        .unwrap();
     assert_eq!(dst.row_strings("SELECT count(*) FROM bag").await, ["0"]);
 }
 
@@ -448,7 +570,8 @@ const SECRET: &str = "apply-pw-Zk4";
 async fn a_role_without_create_is_told_the_grant() {
     let (_src, ds, dst, _) = accounts().await;
     let role = format!("r_{}", dst.name);
-    dst.exec(&format!("CREATE ROLE {role} LOGIN PASSWORD '{SECRET}'")).await;
+    dst.exec(&format!("CREATE ROLE {role} LOGIN PASSWORD '{SECRET}'"))
+        .await;
     let url = dst.url_as(&role, Some(SECRET));
     let target = PgApplyTarget::new(&url).unwrap();
 
@@ -459,12 +582,21 @@ async fn a_role_without_create_is_told_the_grant() {
     let want = format!("GRANT CREATE ON DATABASE \"{}\" TO \"{role}\"", fresh.name);
     assert!(e.to_string().contains(&want), "{e}");
     assert!(!e.to_string().contains(SECRET), "{e}");
-    fresh.exec(&format!("GRANT CREATE ON DATABASE {} TO {role}", fresh.name)).await;
+    fresh
+        .exec(&format!(
+            "GRANT CREATE ON DATABASE {} TO {role}",
+            fresh.name
+        ))
+        .await;
     fresh_target.prepare().await.unwrap();
 
     // Schema sluice exists (made by another user): its tables need grants.
     let e = target.prepare().await.unwrap_err();
-    assert!(e.to_string().contains(&format!("GRANT USAGE ON SCHEMA sluice TO \"{role}\"")), "{e}");
+    assert!(
+        e.to_string()
+            .contains(&format!("GRANT USAGE ON SCHEMA sluice TO \"{role}\"")),
+        "{e}"
+    );
     dst.exec(&format!(
         "GRANT USAGE ON SCHEMA sluice TO {role};
          GRANT SELECT, INSERT, UPDATE, DELETE ON sluice.applied, sluice.state TO {role}"
@@ -474,10 +606,18 @@ async fn a_role_without_create_is_told_the_grant() {
 
     // Creating a table in a schema it may not create in.
     dst.exec("CREATE SCHEMA other").await;
-    let mut t = target_table(&ds[0], TableKeys::primary_only(TableRef::new("other", "acct"), vec![]));
+    let mut t = target_table(
+        &ds[0],
+        TableKeys::primary_only(TableRef::new("other", "acct"), vec![]),
+    );
     t.table = TableRef::new("other", "acct");
     let e = target.create_tables(&[t]).await.unwrap_err();
-    assert!(e.to_string().contains(&format!("GRANT USAGE, CREATE ON SCHEMA \"other\" TO \"{role}\"")), "{e}");
+    assert!(
+        e.to_string().contains(&format!(
+            "GRANT USAGE, CREATE ON SCHEMA \"other\" TO \"{role}\""
+        )),
+        "{e}"
+    );
 }
 
 #[tokio::test]
@@ -503,7 +643,10 @@ async fn the_source_lists_primary_unique_and_foreign_keys() {
     let by = |name: &str| keys.iter().find(|k| k.table.name == name).unwrap().clone();
     let child = by("child");
     assert_eq!(child.primary, ["id"]);
-    assert_eq!(child.unique, [vec!["code".to_string(), "other".into()], vec!["pa".into()]]);
+    assert_eq!(
+        child.unique,
+        [vec!["code".to_string(), "other".into()], vec!["pa".into()]]
+    );
     assert_eq!(child.foreign.len(), 2);
     assert_eq!(child.foreign[0].columns, ["pb", "pa"]);
     assert_eq!(child.foreign[0].parent, TableRef::new("public", "parent"));

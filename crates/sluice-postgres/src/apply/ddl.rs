@@ -48,7 +48,11 @@ pub fn mapped_type(field: &Field) -> String {
 }
 
 /// Which of `types` (type texts) name a type on the target (`to_regtype`).
-pub async fn known_types(client: &Client, types: &[String], display: &str) -> Result<HashSet<String>> {
+pub async fn known_types(
+    client: &Client,
+    types: &[String],
+    display: &str,
+) -> Result<HashSet<String>> {
     let rows = client
         .query(
             "SELECT t FROM unnest($1::text[]) AS t WHERE to_regtype(t) IS NOT NULL",
@@ -122,18 +126,31 @@ pub fn create_sql(t: &TargetTable, types: &[String]) -> String {
         .iter()
         .zip(types)
         .map(|(c, ty)| {
-            let not_null = if c.field.is_nullable() { "" } else { " NOT NULL" };
+            let not_null = if c.field.is_nullable() {
+                ""
+            } else {
+                " NOT NULL"
+            };
             format!("{} {ty}{not_null}", quote_ident(&c.name))
         })
         .collect();
-    let list = |cols: &[String]| cols.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
+    let list = |cols: &[String]| {
+        cols.iter()
+            .map(|c| quote_ident(c))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     if !t.keys.primary.is_empty() {
         parts.push(format!("PRIMARY KEY ({})", list(&t.keys.primary)));
     }
     for u in &t.keys.unique {
         parts.push(format!("UNIQUE ({})", list(u)));
     }
-    format!("CREATE TABLE {} ({})", quote_table(&t.table), parts.join(", "))
+    format!(
+        "CREATE TABLE {} ({})",
+        quote_table(&t.table),
+        parts.join(", ")
+    )
 }
 
 /// Create the missing tables of `tables` (and their schemas), check the existing ones; the
@@ -179,9 +196,16 @@ pub async fn create_tables(
         let (exists, may) = may_create(client, &t.table.schema, display).await?;
         if !may {
             let grant = if exists {
-                format!("GRANT USAGE, CREATE ON SCHEMA {schema} TO {}", quote_ident(user))
+                format!(
+                    "GRANT USAGE, CREATE ON SCHEMA {schema} TO {}",
+                    quote_ident(user)
+                )
             } else {
-                format!("GRANT CREATE ON DATABASE {} TO {}", quote_ident(db), quote_ident(user))
+                format!(
+                    "GRANT CREATE ON DATABASE {} TO {}",
+                    quote_ident(db),
+                    quote_ident(user)
+                )
             };
             return Err(Error::destination(
                 sluice_core::Retry::Permanent,
@@ -196,7 +220,11 @@ pub async fn create_tables(
         }
         sql.push_str(&create_sql(t, &types));
         client.batch_execute(&sql).await.map_err(|e| {
-            super::failed(e, display, &format!("creating table {} on the target", t.table))
+            super::failed(
+                e,
+                display,
+                &format!("creating table {} on the target", t.table),
+            )
         })?;
         created_any = true;
         for fk in &t.keys.foreign {
@@ -248,12 +276,14 @@ pub async fn alter_sql(
     same_engine: bool,
     display: &str,
 ) -> Result<(String, Vec<String>)> {
-    let existing = target_columns(client, table, display).await?.ok_or_else(|| {
-        Error::config(format!(
-            "table {table} does not exist on the target {display}: it was dropped there \
+    let existing = target_columns(client, table, display)
+        .await?
+        .ok_or_else(|| {
+            Error::config(format!(
+                "table {table} does not exist on the target {display}: it was dropped there \
              while replicating; recreate it or start the replication over"
-        ))
-    })?;
+            ))
+        })?;
     let types: Vec<String> = columns.iter().map(|c| c.source_type.clone()).collect();
     let known = known_types(client, &types, display).await?;
     let have: HashMap<&str, &str> = existing
@@ -329,9 +359,15 @@ mod tests {
     fn arrow_types_map_to_postgres() {
         let f = |dt| Field::new("c", dt, true);
         assert_eq!(mapped_type(&f(DataType::UInt64)), "numeric(20,0)");
-        assert_eq!(mapped_type(&f(DataType::Decimal128(12, 2))), "numeric(12,2)");
         assert_eq!(
-            mapped_type(&f(DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())))),
+            mapped_type(&f(DataType::Decimal128(12, 2))),
+            "numeric(12,2)"
+        );
+        assert_eq!(
+            mapped_type(&f(DataType::Timestamp(
+                TimeUnit::Microsecond,
+                Some("UTC".into())
+            ))),
             "timestamptz"
         );
         assert_eq!(

@@ -46,11 +46,13 @@ impl BulkLoad for PgLoader {
         let kinds = schema
             .fields()
             .iter()
-            .map(|f| {
-                Kind::of(f).map_err(|e| Error::data(format!("{table}: {}", e.message())))
-            })
+            .map(|f| Kind::of(f).map_err(|e| Error::data(format!("{table}: {}", e.message()))))
             .collect::<Result<Vec<_>>>()?;
-        let cols: Vec<String> = schema.fields().iter().map(|f| quote_ident(f.name())).collect();
+        let cols: Vec<String> = schema
+            .fields()
+            .iter()
+            .map(|f| quote_ident(f.name()))
+            .collect();
         let sql = format!(
             "COPY {} ({}) FROM STDIN",
             quote_table(table),
@@ -75,7 +77,10 @@ impl BulkLoad for PgLoader {
             }
             buf.push(b'\n');
             if buf.len() >= CHUNK {
-                let chunk = Bytes::from(std::mem::replace(&mut buf, Vec::with_capacity(CHUNK + 4096)));
+                let chunk = Bytes::from(std::mem::replace(
+                    &mut buf,
+                    Vec::with_capacity(CHUNK + 4096),
+                ));
                 sink.send(chunk)
                     .await
                     .map_err(|e| failed(e, &self.display, &what))?;

@@ -76,11 +76,10 @@ impl PgApplyTarget {
 
     /// A session with the apply settings.
     async fn connect(&self) -> Result<Client> {
-        let client = self
-            .target
-            .connect(TAG)
-            .await
-            .map_err(|e| Error::new(ErrorKind::Destination, e.retry(), e.message().to_string()))?;
+        let client =
+            self.target.connect(TAG).await.map_err(|e| {
+                Error::new(ErrorKind::Destination, e.retry(), e.message().to_string())
+            })?;
         client
             .batch_execute(&format!("{SETUP}; {}", crate::replication::TIMEOUTS_OFF))
             .await
@@ -126,7 +125,9 @@ pub(crate) fn failed(e: tokio_postgres::Error, display: &str, what: &str) -> Err
         // unique and foreign-key violations, serialization failure, deadlock, lock wait.
         "23505" | "23503" | "40001" | "40P01" | "55P03" => Error::apply_conflict(msg),
         "57P01" | "57P02" | "57P03" => Error::destination(Retry::Transient, msg),
-        c if c.starts_with("08") || c.starts_with("53") => Error::destination(Retry::Transient, msg),
+        c if c.starts_with("08") || c.starts_with("53") => {
+            Error::destination(Retry::Transient, msg)
+        }
         "42501" => Error::destination(
             Retry::Permanent,
             format!(
@@ -176,16 +177,16 @@ impl ApplyTarget for PgApplyTarget {
                    n.oid IS NOT NULL AND has_schema_privilege(n.oid, 'USAGE') \
                      AND has_schema_privilege(n.oid, 'CREATE'), \
                    n.oid IS NOT NULL AND has_schema_privilege(n.oid, 'USAGE'), \
-                   to_regclass('sluice.applied') IS NOT NULL \
-                     AND to_regclass('sluice.state') IS NOT NULL, \
-                   CASE WHEN to_regclass('sluice.applied') IS NOT NULL \
-                     AND to_regclass('sluice.state') IS NOT NULL AND has_schema_privilege(n.oid, 'USAGE') \
-                     THEN (SELECT bool_and(has_table_privilege(t, p)) \
-                       FROM unnest(ARRAY['sluice.applied', 'sluice.state']) AS t, \
-                            unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) AS p) \
-                     ELSE false END \
+                   coalesce(b.n = 2, false), \
+                   coalesce(b.n = 2 AND b.writable, false) \
                  FROM (SELECT 1) AS one \
-                 LEFT JOIN pg_namespace n ON n.nspname = 'sluice'",
+                 LEFT JOIN pg_namespace n ON n.nspname = 'sluice' \
+                 LEFT JOIN LATERAL (SELECT count(*) AS n, bool_and( \
+                     has_table_privilege(c.oid, 'SELECT') AND has_table_privilege(c.oid, 'INSERT') \
+                     AND has_table_privilege(c.oid, 'UPDATE') \
+                     AND has_table_privilege(c.oid, 'DELETE')) AS writable \
+                   FROM pg_class c WHERE c.relnamespace = n.oid \
+                     AND c.relname IN ('applied', 'state')) AS b ON true",
                 &[],
             )
             .await

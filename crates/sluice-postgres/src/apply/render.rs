@@ -412,7 +412,13 @@ pub fn push_literal(s: &str, out: &mut String) {
 }
 
 /// Append row `i` of `a` as a SQL literal (`NULL` or a quoted constant); `scratch` is reused.
-pub fn push_sql(kind: &Kind, a: &dyn Array, i: usize, scratch: &mut String, out: &mut String) -> Result<()> {
+pub fn push_sql(
+    kind: &Kind,
+    a: &dyn Array,
+    i: usize,
+    scratch: &mut String,
+    out: &mut String,
+) -> Result<()> {
     scratch.clear();
     if text(kind, a, i, scratch)? {
         push_literal(scratch, out);
@@ -424,7 +430,13 @@ pub fn push_sql(kind: &Kind, a: &dyn Array, i: usize, scratch: &mut String, out:
 
 /// Append row `i` of `a` as a field of `COPY … (FORMAT text)`: `\N` for NULL, backslash,
 /// newline, carriage return and tab escaped.
-pub fn push_copy(kind: &Kind, a: &dyn Array, i: usize, scratch: &mut String, out: &mut Vec<u8>) -> Result<()> {
+pub fn push_copy(
+    kind: &Kind,
+    a: &dyn Array,
+    i: usize,
+    scratch: &mut String,
+    out: &mut Vec<u8>,
+) -> Result<()> {
     scratch.clear();
     if !text(kind, a, i, scratch)? {
         out.extend_from_slice(b"\\N");

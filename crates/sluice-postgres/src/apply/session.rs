@@ -90,9 +90,10 @@ impl<'a> Prepared<'a> {
             .ok_or_else(|| Error::internal("_absent is not a list"))?;
         let mut kinds = Vec::with_capacity(n);
         for (c, f) in t.columns.iter().zip(t.batch.schema().fields().iter()) {
-            kinds.push(Kind::of(f).map_err(|e| {
-                Error::data(format!("{}.{}: {}", t.table, c.name, e.message()))
-            })?);
+            kinds
+                .push(Kind::of(f).map_err(|e| {
+                    Error::data(format!("{}.{}: {}", t.table, c.name, e.message()))
+                })?);
         }
         let key = t
             .key

@@ -35,7 +35,11 @@ const FOREIGN: &str = "SELECT c.conrelid, pn.nspname::text, pc.relname::text, \
      ORDER BY c.conrelid, c.conname";
 
 /// The keys of every dataset that is a table.
-pub async fn table_keys(client: &Client, datasets: &[Dataset], target: &str) -> Result<Vec<TableKeys>> {
+pub async fn table_keys(
+    client: &Client,
+    datasets: &[Dataset],
+    target: &str,
+) -> Result<Vec<TableKeys>> {
     let err = |e| classify(e, Phase::Catalog, target);
     let mut oids: HashMap<u32, usize> = HashMap::new();
     let mut out: Vec<TableKeys> = Vec::new();
@@ -61,7 +65,9 @@ pub async fn table_keys(client: &Client, datasets: &[Dataset], target: &str) -> 
     }
     let list: Vec<u32> = oids.keys().copied().collect();
     for r in client.query(UNIQUE, &[&list]).await.map_err(err)? {
-        let Some(&i) = oids.get(&r.get::<_, u32>(0)) else { continue };
+        let Some(&i) = oids.get(&r.get::<_, u32>(0)) else {
+            continue;
+        };
         let cols: Vec<String> = r.get(2);
         let k = &mut out[i];
         if r.get::<_, bool>(1) {
@@ -71,7 +77,9 @@ pub async fn table_keys(client: &Client, datasets: &[Dataset], target: &str) -> 
         }
     }
     for r in client.query(FOREIGN, &[&list]).await.map_err(err)? {
-        let Some(&i) = oids.get(&r.get::<_, u32>(0)) else { continue };
+        let Some(&i) = oids.get(&r.get::<_, u32>(0)) else {
+            continue;
+        };
         out[i].foreign.push(ForeignKey {
             columns: r.get::<_, Option<Vec<String>>>(3).unwrap_or_default(),
             parent: TableRef::new(r.get::<_, String>(1), r.get::<_, String>(2)),
@@ -79,7 +87,10 @@ pub async fn table_keys(client: &Client, datasets: &[Dataset], target: &str) -> 
         });
     }
     // A table whose catalog lists no primary key keeps the one the dataset was described with.
-    for (k, d) in out.iter_mut().zip(datasets.iter().filter(|d| d.object.is_some())) {
+    for (k, d) in out
+        .iter_mut()
+        .zip(datasets.iter().filter(|d| d.object.is_some()))
+    {
         if k.primary.is_empty() {
             k.primary = d.primary_key.clone();
         }
