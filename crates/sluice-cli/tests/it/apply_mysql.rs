@@ -14,7 +14,7 @@ use sluice_core::apply::{
     AppliedPosition, ApplyTarget, ApplyUnit, Barrier, TableKeys, TargetTable, UnitTable,
 };
 use sluice_core::change::{ChangeSource, change_schema};
-use sluice_core::table::{Dataset, TableRef};
+use sluice_core::table::{ColumnDesc, Dataset, TableRef};
 use sluice_mysql::catalog::{self, Resolved};
 use sluice_mysql::replication::MyCapture;
 use sluice_mysql::{MyApplyTarget, MyTarget, Sessions};
@@ -557,4 +557,217 @@ async fn missing_privileges_fail_with_the_grant_that_fixes_them() {
     assert!(!e.is_transient(), "{msg}");
     db.exec(&format!("DROP USER '{user}'@'%'")).await;
     let _ = db.conn.query_drop("SELECT 1").await;
+}
+
+fn pg_column(name: &str, source_type: &str, field: arrow_schema::Field) -> ColumnDesc {
+    ColumnDesc {
+        name: name.into(),
+        source_type: source_type.into(),
+        field,
+        cast: None,
+        as_text_fallback: false,
+    }
+}
+
+fn ext(field: arrow_schema::Field, name: &str) -> arrow_schema::Field {
+    field.with_metadata(
+        [("ARROW:extension:name".to_string(), name.to_string())]
+            .into_iter()
+            .collect::<std::collections::HashMap<String, String>>(),
+    )
+}
+
+#[tokio::test]
+async fn postgres_types_land_in_their_mapped_types() {
+    use arrow_array::builder::{Int32Builder, ListBuilder as LB};
+    use arrow_array::{
+        BinaryArray, BooleanArray, Decimal128Array, FixedSizeBinaryArray, Float64Array, Int32Array,
+        Int64Array, StructArray, Time64MicrosecondArray,
+    };
+    use arrow_schema::{DataType as D, Field, Fields, TimeUnit};
+    let mut db = TestDb::new().await;
+    let into = format!("{}_target", db.name);
+    let interval = Fields::from(vec![
+        Field::new("months", D::Int32, false),
+        Field::new("days", D::Int32, false),
+        Field::new("microseconds", D::Int64, false),
+    ]);
+    let columns = vec![
+        pg_column("id", "integer", Field::new("id", D::Int32, false)),
+        pg_column(
+            "code",
+            "character varying(40)",
+            Field::new("code", D::Utf8, false),
+        ),
+        pg_column(
+            "u",
+            "uuid",
+            ext(Field::new("u", D::FixedSizeBinary(16), true), "arrow.uuid"),
+        ),
+        pg_column(
+            "iv",
+            "interval",
+            ext(
+                Field::new("iv", D::Struct(interval.clone()), true),
+                "sluice.interval",
+            ),
+        ),
+        pg_column(
+            "arr",
+            "integer[]",
+            Field::new(
+                "arr",
+                D::List(Arc::new(Field::new("item", D::Int32, true))),
+                true,
+            ),
+        ),
+        pg_column(
+            "t",
+            "time without time zone",
+            Field::new("t", D::Time64(TimeUnit::Microsecond), true),
+        ),
+        pg_column(
+            "ts",
+            "timestamp with time zone",
+            Field::new(
+                "ts",
+                D::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                true,
+            ),
+        ),
+        pg_column(
+            "j",
+            "jsonb",
+            ext(Field::new("j", D::Utf8, true), "arrow.json"),
+        ),
+        pg_column("b", "boolean", Field::new("b", D::Boolean, true)),
+        pg_column(
+            "n",
+            "numeric(10,2)",
+            Field::new("n", D::Decimal128(10, 2), true),
+        ),
+        pg_column("f", "double precision", Field::new("f", D::Float64, true)),
+        pg_column("by", "bytea", Field::new("by", D::Binary, true)),
+        pg_column("body", "text", Field::new("body", D::Utf8, true)),
+    ];
+    let t = TargetTable {
+        table: table(&into, "pg"),
+        columns: columns.clone(),
+        keys: TableKeys {
+            table: table(&into, "pg"),
+            primary: vec!["id".into()],
+            unique: vec![vec!["code".into()]],
+            foreign: vec![],
+        },
+        source_engine: "postgres",
+    };
+    let target = MyApplyTarget::new(&db.url).unwrap();
+    target.prepare().await.unwrap();
+    let notes = target
+        .create_tables(std::slice::from_ref(&t))
+        .await
+        .unwrap();
+    for n in ["char(36)", "varchar(64)", "json"] {
+        assert!(notes.iter().any(|x| x.contains(n)), "{n}: {notes:?}");
+    }
+    let types = db
+        .row_strings(&format!(
+            "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = '{into}' AND TABLE_NAME = 'pg'"
+        ))
+        .await;
+    for want in [
+        "code|varchar(40)",
+        "u|char(36)",
+        "iv|varchar(64)",
+        "t|time(6)",
+        "ts|datetime(6)",
+        "n|decimal(10,2)",
+        "by|longblob",
+        "body|longtext",
+    ] {
+        assert!(types.iter().any(|t| t == want), "{want}: {types:?}");
+    }
+
+    let mut arr = LB::new(Int32Builder::new());
+    arr.values().append_value(1);
+    arr.values().append_null();
+    arr.append(true);
+    arr.append(false);
+    let iv = StructArray::new(
+        interval,
+        vec![
+            Arc::new(Int32Array::from(vec![14, 0])),
+            Arc::new(Int32Array::from(vec![3, 0])),
+            Arc::new(Int64Array::from(vec![4_500_000, 0])),
+        ],
+        Some(vec![true, false].into()),
+    );
+    let schema = Arc::new(arrow_schema::Schema::new(
+        columns.iter().map(|c| c.field.clone()).collect::<Vec<_>>(),
+    ));
+    let uuid: [u8; 16] = *b"\x12\x34\x56\x78\x9a\xbc\xde\xf0\x01\x23\x45\x67\x89\xab\xcd\xef";
+    let batch = |f: f64| {
+        RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int32Array::from(vec![1, 2])),
+                Arc::new(StringArray::from(vec!["a'b", "ü"])),
+                Arc::new(
+                    FixedSizeBinaryArray::try_from_sparse_iter_with_size(
+                        vec![Some(uuid), None].into_iter(),
+                        16,
+                    )
+                    .unwrap(),
+                ),
+                Arc::new(iv.clone()),
+                Arc::new(arr.finish_cloned()),
+                Arc::new(Time64MicrosecondArray::from(vec![
+                    Some(45_296_000_001),
+                    None,
+                ])),
+                Arc::new(
+                    TimestampMicrosecondArray::from(vec![Some(-1_000_000), None])
+                        .with_timezone("UTC"),
+                ),
+                Arc::new(StringArray::from(vec![Some("{\"k\": [1, \"😀\"]}"), None])),
+                Arc::new(BooleanArray::from(vec![Some(true), None])),
+                Arc::new(
+                    Decimal128Array::from(vec![Some(-12345), None])
+                        .with_precision_and_scale(10, 2)
+                        .unwrap(),
+                ),
+                Arc::new(Float64Array::from(vec![Some(f), None])),
+                Arc::new(BinaryArray::from(vec![Some(&b"\x00\xff"[..]), None])),
+                Arc::new(StringArray::from(vec![Some("t"), None])),
+            ],
+        )
+        .unwrap()
+    };
+    let mut loader = target.loader().await.unwrap();
+    // NaN has no MySQL value: the batch fails naming the column, and nothing of it stays.
+    let e = loader.load(&t.table, &batch(f64::NAN)).await.unwrap_err();
+    assert!(e.to_string().contains("\"f\""), "{e}");
+    assert!(
+        target
+            .non_empty(&[t.table.clone()])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    loader.load(&t.table, &batch(0.25)).await.unwrap();
+    let got = db
+        .row_strings(&format!(
+            "SELECT id, code, u, iv, arr, t, ts, j, b, n, f, HEX(`by`), body \
+             FROM `{into}`.pg"
+        ))
+        .await;
+    assert_eq!(
+        got,
+        [
+            "1|a'b|12345678-9abc-def0-0123-456789abcdef|P14M3DT4.500000S|[1,null]|12:34:56.000001|\
+             1969-12-31 23:59:59.000000|{\"k\": [1, \"😀\"]}|1|-123.45|0.25|00FF|t",
+            "2|ü|∅|∅|∅|∅|∅|∅|∅|∅|∅|∅|∅"
+        ]
+    );
 }
