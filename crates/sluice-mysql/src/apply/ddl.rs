@@ -34,6 +34,12 @@ fn is_text_type(t: &str) -> bool {
         || t.starts_with("set")
 }
 
+/// A character or byte string type written without the length MySQL requires.
+fn lacks_length(t: &str) -> bool {
+    let t = t.trim().to_ascii_lowercase();
+    ["varchar", "varbinary", "char", "binary"].contains(&t.as_str())
+}
+
 fn is_lob(t: &str) -> bool {
     let t = t.to_ascii_lowercase();
     t.ends_with("text") || t.ends_with("blob") || t == "json"
@@ -225,30 +231,14 @@ pub fn create_table(t: &TargetTable, same_engine: bool) -> (String, Vec<String>)
 pub struct Existing {
     /// Column name.
     pub name: String,
-    /// `COLUMN_TYPE`.
-    pub column_type: String,
-    /// True when nullable.
-    pub nullable: bool,
 }
 
-fn normalise(t: &str) -> String {
-    let t = t.to_ascii_lowercase().replace(' ', "");
-    // MySQL 8 drops integer display widths that MariaDB prints.
-    let re = ["tinyint", "smallint", "mediumint", "int", "bigint"];
-    for r in re {
-        if let Some(rest) = t.strip_prefix(r)
-            && let Some(after) = rest.strip_prefix('(')
-            && let Some(close) = after.find(')')
-            && r != "tinyint"
-        {
-            return format!("{r}{}", &after[close + 1..]);
-        }
-    }
-    t
-}
-
-/// The `ALTER TABLE` that gives `table` the columns `wanted`, from `existing`; `None` when
-/// nothing differs (so applying the barrier twice changes nothing the second time).
+/// The `ALTER TABLE` that makes `existing` hold the `wanted` columns of a column barrier, or
+/// `None` when nothing differs. Only names are compared: columns are added (after their
+/// neighbour) and dropped, never modified, because the columns a change stream describes
+/// (a binary log table map) carry no nullability and not every length, so a difference in
+/// type text does not mean the source retyped the column. A type without the length it needs
+/// (`varchar` from a table map without full metadata) is created as the mapped type.
 pub fn alter_columns(
     table: &TableRef,
     existing: &[Existing],
@@ -258,40 +248,28 @@ pub fn alter_columns(
     let mut parts = Vec::new();
     let mut prev: Option<&str> = None;
     for c in wanted {
-        let typed = column_type(c, same_engine, None);
-        let null = if c.field.is_nullable() {
-            "NULL"
-        } else {
-            "NOT NULL"
-        };
-        let place = match prev {
-            Some(p) => format!("AFTER {}", quote_ident(p)),
-            None => "FIRST".to_string(),
-        };
-        match existing
+        let exists = existing
             .iter()
-            .find(|e| e.name.eq_ignore_ascii_case(&c.name))
-        {
-            None => parts.push(format!(
+            .any(|e| e.name.eq_ignore_ascii_case(&c.name));
+        if !exists {
+            let mut typed = column_type(c, same_engine, None);
+            if same_engine && lacks_length(&typed.sql) {
+                typed = column_type(c, false, None);
+            }
+            let null = if c.field.is_nullable() {
+                "NULL"
+            } else {
+                "NOT NULL"
+            };
+            let place = match prev {
+                Some(p) => format!("AFTER {}", quote_ident(p)),
+                None => "FIRST".to_string(),
+            };
+            parts.push(format!(
                 "ADD COLUMN {} {} {null} {place}",
                 quote_ident(&c.name),
                 typed.sql
-            )),
-            Some(e)
-                if normalise(&e.column_type) != normalise(&typed.sql)
-                    || e.nullable != c.field.is_nullable() =>
-            {
-                // MariaDB's json is longtext: the same column, not a retype.
-                let json_alias = typed.sql == "json" && e.column_type == "longtext";
-                if !json_alias || e.nullable != c.field.is_nullable() {
-                    parts.push(format!(
-                        "MODIFY COLUMN {} {} {null}",
-                        quote_ident(&c.name),
-                        typed.sql
-                    ));
-                }
-            }
-            Some(_) => {}
+            ));
         }
         prev = Some(&c.name);
     }
@@ -371,16 +349,8 @@ mod tests {
     #[test]
     fn alter_changes_only_the_difference() {
         let existing = vec![
-            Existing {
-                name: "id".into(),
-                column_type: "int(11)".into(),
-                nullable: false,
-            },
-            Existing {
-                name: "old".into(),
-                column_type: "text".into(),
-                nullable: true,
-            },
+            Existing { name: "id".into() },
+            Existing { name: "old".into() },
         ];
         let wanted = vec![
             col("id", "int(11)", DataType::Int32, false),
@@ -393,16 +363,8 @@ mod tests {
              DROP COLUMN `old`"
         );
         let now = vec![
-            Existing {
-                name: "id".into(),
-                column_type: "int".into(),
-                nullable: false,
-            },
-            Existing {
-                name: "new".into(),
-                column_type: "varchar(5)".into(),
-                nullable: true,
-            },
+            Existing { name: "id".into() },
+            Existing { name: "new".into() },
         ];
         assert_eq!(alter_columns(&t(), &now, &wanted, true), None);
     }

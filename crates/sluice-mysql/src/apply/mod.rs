@@ -251,7 +251,7 @@ pub(crate) async fn columns_of(
 ) -> Result<Vec<ddl::Existing>> {
     let rows: Vec<Row> = conn
         .exec(
-            "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE FROM information_schema.COLUMNS \
+            "SELECT COLUMN_NAME FROM information_schema.COLUMNS \
              WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
             (t.schema.as_str(), t.name.as_str()),
         )
@@ -259,11 +259,7 @@ pub(crate) async fn columns_of(
         .map_err(|e| fail(e, target, "reading the catalog of"))?;
     Ok(rows
         .iter()
-        .map(|r| ddl::Existing {
-            name: text(r, 0),
-            column_type: text(r, 1),
-            nullable: text(r, 2) == "YES",
-        })
+        .map(|r| ddl::Existing { name: text(r, 0) })
         .collect())
 }
 
