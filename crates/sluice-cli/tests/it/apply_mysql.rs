@@ -85,7 +85,7 @@ async fn every_type_loads_and_equals_the_source() {
     );
     assert!(
         target
-            .non_empty(&[t.table.clone()])
+            .non_empty(std::slice::from_ref(&t.table))
             .await
             .unwrap()
             .is_empty()
@@ -100,8 +100,11 @@ async fn every_type_loads_and_equals_the_source() {
         loader.load(&t.table, b).await.unwrap();
     }
     assert_eq!(
-        target.non_empty(&[t.table.clone()]).await.unwrap(),
-        [t.table.clone()]
+        target
+            .non_empty(std::slice::from_ref(&t.table))
+            .await
+            .unwrap(),
+        std::slice::from_ref(&t.table)
     );
 
     // Value by value, through MariaDB's own rendering of both tables (zero dates arrive as
@@ -391,7 +394,7 @@ async fn units_apply_in_order_with_their_position() {
 }
 
 #[tokio::test]
-async fn a_large_unit_is_sent_in_pieces_and_merged_into_multi_row_inserts() {
+async fn a_unit_past_the_buffer_bound_is_sent_in_pieces() {
     let (mut db, into, target, acct, _) = accounts().await;
     let name = format!("r_{}", db.name);
     // Many rows with long notes: past the buffer bound, so some statements are sent before
@@ -480,7 +483,7 @@ async fn barriers_applied_twice_give_the_same_table() {
         s.commit().await.unwrap();
         assert!(
             target
-                .non_empty(&[acct.table.clone()])
+                .non_empty(std::slice::from_ref(&acct.table))
                 .await
                 .unwrap()
                 .is_empty()
@@ -750,7 +753,7 @@ async fn postgres_types_land_in_their_mapped_types() {
     assert!(e.to_string().contains("\"f\""), "{e}");
     assert!(
         target
-            .non_empty(&[t.table.clone()])
+            .non_empty(std::slice::from_ref(&t.table))
             .await
             .unwrap()
             .is_empty()
