@@ -99,7 +99,7 @@ pub fn column_type(c: &ColumnDesc, same_engine: bool, key_chars: Option<usize>) 
             "varchar(64)",
             "MySQL has no interval type; ISO 8601 text (P1M2DT3.5S) is kept",
         ),
-        (_, DataType::Boolean) => plain("boolean".into()),
+        (_, DataType::Boolean) => plain("tinyint(1)".into()),
         (_, DataType::Int8) => plain("tinyint".into()),
         (_, DataType::Int16) => plain("smallint".into()),
         (_, DataType::Int32) => plain("int".into()),
@@ -233,18 +233,41 @@ pub struct Existing {
 
 fn normalise(t: &str) -> String {
     let t = t.to_ascii_lowercase().replace(' ', "");
-    // MySQL 8 drops integer display widths that MariaDB prints.
-    let re = ["tinyint", "smallint", "mediumint", "int", "bigint"];
-    for r in re {
+    // MySQL 8 drops the integer display widths that MariaDB prints (but keeps `tinyint(1)`,
+    // the boolean).
+    for r in ["tinyint", "smallint", "mediumint", "int", "bigint"] {
         if let Some(rest) = t.strip_prefix(r)
             && let Some(after) = rest.strip_prefix('(')
             && let Some(close) = after.find(')')
-            && r != "tinyint"
+            && !(r == "tinyint" && &after[..close] == "1")
         {
             return format!("{r}{}", &after[close + 1..]);
         }
     }
     t
+}
+
+/// The type family of a type text: text and byte strings of any length are one family each.
+fn family(t: &str) -> String {
+    let t = normalise(t);
+    let base = t.split(['(', ' ']).next().unwrap_or_default();
+    match base {
+        "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" => "text".into(),
+        "binary" | "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob" => "bytes".into(),
+        _ => t,
+    }
+}
+
+/// Whether an existing column's type is the wanted one. Same engine: the same type text.
+/// Another engine: the same family, since a text column's length was chosen from its keys
+/// when the table was created (`varchar(768)` for a key, `longtext` otherwise), which a
+/// column barrier does not know.
+fn same_type(existing: &str, wanted: &str, same_engine: bool) -> bool {
+    if same_engine {
+        normalise(existing) == normalise(wanted)
+    } else {
+        family(existing) == family(wanted)
+    }
 }
 
 /// The `ALTER TABLE` that gives `table` the columns `wanted`, from `existing`; `None` when
@@ -278,7 +301,7 @@ pub fn alter_columns(
                 typed.sql
             )),
             Some(e)
-                if normalise(&e.column_type) != normalise(&typed.sql)
+                if !same_type(&e.column_type, &typed.sql, same_engine)
                     || e.nullable != c.field.is_nullable() =>
             {
                 // MariaDB's json is longtext: the same column, not a retype.
@@ -405,5 +428,23 @@ mod tests {
             },
         ];
         assert_eq!(alter_columns(&t(), &now, &wanted, true), None);
+        // Another engine: a key's varchar is the same text column as the longtext it maps to.
+        let pg = vec![
+            col("id", "integer", DataType::Int32, false),
+            col("new", "text", DataType::Utf8, true),
+        ];
+        let keyed = vec![
+            Existing {
+                name: "id".into(),
+                column_type: "int(11)".into(),
+                nullable: false,
+            },
+            Existing {
+                name: "new".into(),
+                column_type: "varchar(768)".into(),
+                nullable: true,
+            },
+        ];
+        assert_eq!(alter_columns(&t(), &keyed, &pg, false), None);
     }
 }
