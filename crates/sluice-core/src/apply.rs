@@ -130,6 +130,9 @@ pub enum Barrier {
         table: TableRef,
         /// Its columns from now on.
         columns: Vec<ColumnDesc>,
+        /// The source engine (`postgres`, `mysql`): a same-engine target keeps the source's
+        /// type text, another maps the Arrow type (as for [`TargetTable::source_engine`]).
+        source_engine: &'static str,
     },
 }
 

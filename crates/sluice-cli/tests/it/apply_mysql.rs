@@ -394,7 +394,7 @@ async fn units_apply_in_order_with_their_position() {
 }
 
 #[tokio::test]
-async fn a_large_unit_is_sent_in_pieces_and_merged_into_multi_row_inserts() {
+async fn a_unit_past_the_buffer_bound_is_sent_in_pieces() {
     let (mut db, into, target, acct, _) = accounts().await;
     let name = format!("r_{}", db.name);
     // Many rows with long notes: past the buffer bound, so some statements are sent before
@@ -449,6 +449,7 @@ async fn barriers_applied_twice_give_the_same_table() {
     let columns = Barrier::Columns {
         table: acct.table.clone(),
         columns: now,
+        source_engine: "mysql",
     };
     let shape = format!(
         "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE FROM information_schema.COLUMNS \
@@ -773,4 +774,37 @@ async fn postgres_types_land_in_their_mapped_types() {
             "2|ü|∅|∅|∅|∅|∅|∅|∅|∅|∅|∅|∅"
         ]
     );
+
+    // A column added on the source: the barrier adds it and leaves the mapped types alone,
+    // the second time too.
+    let shape = format!(
+        "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = '{into}' AND TABLE_NAME = 'pg' ORDER BY ORDINAL_POSITION"
+    );
+    let before = db.row_strings(&shape).await;
+    let mut wider = columns.clone();
+    wider.push(pg_column(
+        "extra",
+        "bigint",
+        Field::new("extra", D::Int64, true),
+    ));
+    let name = format!("r_{}", db.name);
+    let mut s = target.session(&name, 0).await.unwrap();
+    for _ in 0..2 {
+        s.begin().await.unwrap();
+        s.barrier(&Barrier::Columns {
+            table: t.table.clone(),
+            columns: wider.clone(),
+            source_engine: "postgres",
+        })
+        .await
+        .unwrap();
+        s.record(&position(1)).await.unwrap();
+        s.commit().await.unwrap();
+        let mut want = before.clone();
+        want.push("extra|bigint(20)|YES".into());
+        want.sort();
+        assert_eq!(db.row_strings(&shape).await, want);
+    }
+    target.clear_state(&name).await.unwrap();
 }

@@ -528,6 +528,7 @@ async fn barriers_applied_twice_give_the_same_result() {
     let barrier = Barrier::Columns {
         table: table.clone(),
         columns: now[0].columns.clone(),
+        source_engine: "postgres",
     };
     let columns = "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute \
                    WHERE attrelid = 'acct'::regclass AND attnum > 0 AND NOT attisdropped";

@@ -35,7 +35,6 @@ use mysql_async::{Conn, Row};
 use sluice_core::apply::{AppliedPosition, ApplySession, ApplyTarget, BulkLoad, TargetTable};
 use sluice_core::table::TableRef;
 use sluice_core::{Error, ErrorKind, Result, Retry};
-use std::sync::{Arc, Mutex};
 
 /// The database sluice keeps its bookkeeping in.
 pub const BOOKKEEPING_DB: &str = "sluice";
@@ -64,9 +63,6 @@ const SESSION_COMMON: &str = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMI
 pub struct MyApplyTarget {
     target: MyTarget,
     sessions: Sessions,
-    /// The source engine, learnt from [`ApplyTarget::create_tables`]: a column barrier creates
-    /// columns with the source's type text only when it is this engine.
-    source_engine: Arc<Mutex<Option<&'static str>>>,
 }
 
 impl MyApplyTarget {
@@ -76,20 +72,11 @@ impl MyApplyTarget {
         Ok(MyApplyTarget {
             target: MyTarget::parse(url)?,
             sessions: Sessions::default(),
-            source_engine: Arc::default(),
         })
     }
 
     fn display(&self) -> &str {
         self.target.display()
-    }
-
-    fn same_engine(&self) -> bool {
-        self.source_engine
-            .lock()
-            .ok()
-            .and_then(|g| *g)
-            .is_none_or(|e| e == "mysql")
     }
 
     /// A session with the apply settings; `lock_wait`: `innodb_lock_wait_timeout` in seconds.
@@ -251,7 +238,7 @@ pub(crate) async fn columns_of(
 ) -> Result<Vec<ddl::Existing>> {
     let rows: Vec<Row> = conn
         .exec(
-            "SELECT COLUMN_NAME FROM information_schema.COLUMNS \
+            "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE FROM information_schema.COLUMNS \
              WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
             (t.schema.as_str(), t.name.as_str()),
         )
@@ -259,7 +246,11 @@ pub(crate) async fn columns_of(
         .map_err(|e| fail(e, target, "reading the catalog of"))?;
     Ok(rows
         .iter()
-        .map(|r| ddl::Existing { name: text(r, 0) })
+        .map(|r| ddl::Existing {
+            name: text(r, 0),
+            column_type: text(r, 1),
+            nullable: text(r, 2) == "YES",
+        })
         .collect())
 }
 
@@ -320,9 +311,6 @@ impl ApplyTarget for MyApplyTarget {
     }
 
     async fn create_tables(&self, tables: &[TargetTable]) -> Result<Vec<String>> {
-        if let (Some(t), Ok(mut g)) = (tables.first(), self.source_engine.lock()) {
-            *g = Some(t.source_engine);
-        }
         let (mut conn, server) = self.plain().await?;
         let d = self.display();
         let mut notes = Vec::new();
@@ -470,7 +458,6 @@ impl ApplyTarget for MyApplyTarget {
             name,
             worker,
             server.flavor == Flavor::Mysql,
-            self.same_engine(),
         )))
     }
 }

@@ -26,8 +26,6 @@ use async_trait::async_trait;
 use sluice_core::apply::{AppliedPosition, ApplySession, ApplyTarget, BulkLoad, TargetTable};
 use sluice_core::table::TableRef;
 use sluice_core::{Error, ErrorKind, Result, Retry};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use tokio_postgres::Client;
 
 pub use ddl::mapped_type;
@@ -49,9 +47,6 @@ const SETUP: &str = "SET standard_conforming_strings = on; SET lock_timeout = '2
 #[derive(Debug, Clone)]
 pub struct PgApplyTarget {
     target: PgTarget,
-    /// Tables known to come from a PostgreSQL source (from [`ApplyTarget::create_tables`]):
-    /// a column barrier keeps their source types.
-    same_engine: Arc<Mutex<HashMap<TableRef, bool>>>,
 }
 
 impl PgApplyTarget {
@@ -64,10 +59,7 @@ impl PgApplyTarget {
                 e.message().replacen("source URL", "target URL", 1),
             )
         })?;
-        Ok(PgApplyTarget {
-            target,
-            same_engine: Arc::default(),
-        })
+        Ok(PgApplyTarget { target })
     }
 
     fn display(&self) -> &str {
@@ -244,11 +236,6 @@ impl ApplyTarget for PgApplyTarget {
     async fn create_tables(&self, tables: &[TargetTable]) -> Result<Vec<String>> {
         let client = self.connect().await?;
         let (user, db) = self.whoami(&client).await?;
-        if let Ok(mut m) = self.same_engine.lock() {
-            for t in tables {
-                m.insert(t.table.clone(), t.source_engine == "postgres");
-            }
-        }
         ddl::create_tables(&client, tables, self.display(), &user, &db).await
     }
 
@@ -355,7 +342,6 @@ impl ApplyTarget for PgApplyTarget {
             self.display().to_string(),
             name,
             worker,
-            self.same_engine.clone(),
         )))
     }
 }

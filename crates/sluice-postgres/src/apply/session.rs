@@ -21,9 +21,7 @@ use sluice_core::apply::{AppliedPosition, ApplySession, ApplyUnit, Barrier, Unit
 use sluice_core::change::{ABSENT, OP};
 use sluice_core::table::TableRef;
 use sluice_core::{Error, Result};
-use std::collections::HashMap;
 use std::fmt::Write;
-use std::sync::{Arc, Mutex};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// Buffered statement text sent before the unit's end once it passes this size.
@@ -49,7 +47,6 @@ pub struct PgSession {
     display: String,
     name: String,
     worker: u32,
-    same_engine: Arc<Mutex<HashMap<TableRef, bool>>>,
     buf: String,
     kinds: Vec<Stmt>,
     scratch: String,
@@ -141,19 +138,12 @@ impl<'a> Prepared<'a> {
 
 impl PgSession {
     /// A session over `client` (already set up) for worker `worker` of replication `name`.
-    pub fn new(
-        client: Client,
-        display: String,
-        name: &str,
-        worker: u32,
-        same_engine: Arc<Mutex<HashMap<TableRef, bool>>>,
-    ) -> Self {
+    pub fn new(client: Client, display: String, name: &str, worker: u32) -> Self {
         PgSession {
             client,
             display,
             name: name.to_string(),
             worker,
-            same_engine,
             buf: String::new(),
             kinds: Vec::new(),
             scratch: String::new(),
@@ -368,13 +358,12 @@ impl ApplySession for PgSession {
                 self.touched.extend(tables.iter().cloned());
                 self.flush().await
             }
-            Barrier::Columns { table, columns } => {
-                let same = self
-                    .same_engine
-                    .lock()
-                    .ok()
-                    .and_then(|m| m.get(table).copied())
-                    .unwrap_or(true);
+            Barrier::Columns {
+                table,
+                columns,
+                source_engine,
+            } => {
+                let same = *source_engine == "postgres";
                 let (sql, notes) =
                     ddl::alter_sql(&self.client, table, columns, same, &self.display).await?;
                 for n in notes {
