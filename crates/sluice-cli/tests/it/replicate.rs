@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used)]
-//! `sluice replicate` between real databases (PostgreSQL → PostgreSQL, MariaDB → MariaDB): an
+//! `sluice replicate` between real databases (PostgreSQL and MariaDB, each pair): an
 //! OLTP writer (transfers between accounts with a constant total, an append-only ledger with
 //! a unique key, parent/child rows with foreign keys, key updates, deletes) runs during the
 //! initial load and the streaming; the target must equal the source table by table, and every
@@ -292,9 +292,7 @@ async fn replicate(source: &Db, target: &Db, extra: &[&str]) -> Command {
         .arg(target.url().await)
         .arg("--schema")
         .arg(source.schema().await);
-    if let Db::My(_) = target {
-        c.arg("--target-schema").arg(target.schema().await);
-    }
+    c.arg("--target-schema").arg(target.schema().await);
     c.args(extra);
     c
 }
@@ -315,9 +313,9 @@ async fn drop_replication(source: &Db, target: &Db) {
     r.ok();
 }
 
-async fn writer_during_load_and_stream(pg: bool) {
-    let source = Db::new(pg).await;
-    let target = Db::new(pg).await;
+async fn writer_during_load_and_stream(source_pg: bool, target_pg: bool) {
+    let source = Db::new(source_pg).await;
+    let target = Db::new(target_pg).await;
     create_schema(&source).await;
     let writer = start_writer(&source, false).await;
     let sampler = Sampler::start(&target).await;
@@ -360,12 +358,22 @@ async fn writer_during_load_and_stream(pg: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pg_writer_during_load_and_stream_target_equals_source() {
-    writer_during_load_and_stream(true).await;
+    writer_during_load_and_stream(true, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pg_to_mariadb_with_a_writer_target_equals_source() {
+    writer_during_load_and_stream(true, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mariadb_to_pg_with_a_writer_target_equals_source() {
+    writer_during_load_and_stream(false, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mariadb_writer_during_load_and_stream_target_equals_source() {
-    writer_during_load_and_stream(false).await;
+    writer_during_load_and_stream(false, false).await;
 }
 
 async fn killed_and_restarted(pg: bool) {

@@ -164,6 +164,7 @@ pub async fn create_tables(
 ) -> Result<Vec<String>> {
     let mut wanted: Vec<String> = tables
         .iter()
+        .filter(|t| t.source_engine == "postgres")
         .flat_map(|t| t.columns.iter().map(|c| c.source_type.clone()))
         .collect();
     wanted.sort();
@@ -284,7 +285,11 @@ pub async fn alter_sql(
              while replicating; recreate it or start the replication over"
             ))
         })?;
-    let types: Vec<String> = columns.iter().map(|c| c.source_type.clone()).collect();
+    // Another engine's type text is not PostgreSQL syntax (`int(11)`): only ours is looked up.
+    let types: Vec<String> = match same_engine {
+        true => columns.iter().map(|c| c.source_type.clone()).collect(),
+        false => Vec::new(),
+    };
     let known = known_types(client, &types, display).await?;
     let have: HashMap<&str, &str> = existing
         .iter()
