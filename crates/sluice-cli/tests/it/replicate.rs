@@ -502,3 +502,70 @@ async fn errors_name_the_problem_and_the_fix() {
         .await;
     assert_eq!(slots, vec!["0".to_string()]);
 }
+
+/// A lock the writesets cannot see (held on the target by another session) makes the unit wait
+/// past the target's lock limit: it is rolled back and applied again, the stream does not
+/// fail, nothing commits out of order, and a transaction whose unique key's old value the
+/// source did not send (PostgreSQL's default replica identity) still lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unpredicted_lock_wait_is_retried_in_order() {
+    let source = Db::new(true).await;
+    let target = Db::new(true).await;
+    source
+        .exec(
+            "CREATE TABLE u (id int PRIMARY KEY, code text NOT NULL UNIQUE);
+             INSERT INTO u SELECT g, 'c' || g FROM generate_series(1, 20) g;",
+        )
+        .await;
+    let base = ["--table", "public.u", "--parallel", "3", "--until-current"];
+    run(&mut replicate(&source, &target, &base).await).ok();
+    // The code of row 1 moves to row 21's insert: disjoint writesets, one order on the target.
+    source
+        .exec(
+            "UPDATE u SET code = 'moved' WHERE id = 1;
+             INSERT INTO u VALUES (21, 'c1');
+             UPDATE u SET code = code || 'x' WHERE id BETWEEN 2 AND 20;",
+        )
+        .await;
+    let blocker = sluice_testkit::pg::connect(&target.url().await).await;
+    blocker
+        .batch_execute("BEGIN; SELECT * FROM u WHERE id = 1 FOR UPDATE;")
+        .await
+        .unwrap();
+    let report = crate::common::tempdir();
+    let path = report.path().join("r.json");
+    let mut cmd = replicate(&source, &target, &base).await;
+    cmd.arg("--report-json").arg(&path);
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for an apply session blocked by our lock, then for a second attempt of it (a new
+    // transaction of the same session): the first gave up at the lock limit.
+    let waiting = "SELECT pid::text || ' ' || xact_start::text FROM pg_stat_activity \
+                   WHERE application_name = 'sluice' AND wait_event_type = 'Lock'";
+    let monitor = sluice_testkit::pg::connect(&target.url().await).await;
+    let first = loop {
+        let rows = sluice_testkit::pg::rows_as_strings(&monitor, waiting).await;
+        if let Some(r) = rows.first() {
+            break r.clone();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    loop {
+        let rows = sluice_testkit::pg::rows_as_strings(&monitor, waiting).await;
+        if rows.first().is_some_and(|r| *r != first) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    blocker.batch_execute("COMMIT").await.unwrap();
+    let r: crate::common::Run = crate::common::finish(child).into();
+    r.ok();
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert!(report["conflicts"].as_u64().unwrap() >= 1, "{report}");
+    let sql = "SELECT id, code FROM u";
+    assert_eq!(source.rows(sql).await, target.rows(sql).await);
+    drop_replication(&source, &target).await;
+}
