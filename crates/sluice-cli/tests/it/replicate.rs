@@ -432,7 +432,9 @@ async fn hot_rows_and_ddl(pg: bool) {
     source
         .exec("INSERT INTO parent VALUES (-5, 'after ddl', 'noted')")
         .await;
-    writer.wait_for(100).await;
+    writer.wait_for(50).await;
+    source.exec("TRUNCATE TABLE ledger").await;
+    writer.wait_for(50).await;
     writer.stop().await;
     let r = run(&mut replicate(&source, &target, &["--parallel", "4", "--until-current"]).await);
     r.ok();
@@ -443,12 +445,12 @@ async fn hot_rows_and_ddl(pg: bool) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn pg_hot_rows_and_a_column_added_mid_stream() {
+async fn pg_hot_rows_a_column_added_and_a_truncate_mid_stream() {
     hot_rows_and_ddl(true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn mariadb_hot_rows_and_a_column_added_mid_stream() {
+async fn mariadb_hot_rows_a_column_added_and_a_truncate_mid_stream() {
     hot_rows_and_ddl(false).await;
 }
 
