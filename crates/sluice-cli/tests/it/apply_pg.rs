@@ -3,6 +3,9 @@
 //! tables created from a discovered source table, the initial load's `COPY`, apply units
 //! (inserts, updates with absent columns, deletes, key updates, keyless tables), the applied
 //! position, conflicts, idempotent barriers, privileges; and the source's table keys.
+//!
+//! Length: the hand-built change batches (table columns plus change columns) are shared by
+//! every scenario, and the scenarios read best next to them.
 
 use crate::common::*;
 use arrow_array::builder::{ListBuilder, StringBuilder};
