@@ -74,7 +74,9 @@ struct Prepared<'a> {
 }
 
 impl<'a> Prepared<'a> {
-    fn new(t: &'a UnitTable) -> Result<Self> {
+    /// `same_engine`: the columns have their source types on the target (a PostgreSQL source),
+    /// so the types without equality are known by name.
+    fn new(t: &'a UnitTable, same_engine: bool) -> Result<Self> {
         let n = t.columns.len();
         let column = |name: &str| -> Result<&'a ArrayRef> {
             let i = t.batch.schema().index_of(name).map_err(|_| {
@@ -112,7 +114,7 @@ impl<'a> Prepared<'a> {
             text_compare: t
                 .columns
                 .iter()
-                .map(|c| NO_EQUALITY.contains(&c.source_type.trim_end_matches("[]")))
+                .map(|c| same_engine && NO_EQUALITY.contains(&c.source_type.trim_end_matches("[]")))
                 .collect(),
             key,
             op,
@@ -337,11 +339,19 @@ impl ApplySession for PgSession {
     }
 
     async fn apply(&mut self, unit: &ApplyUnit) -> Result<()> {
-        let prepared = unit
-            .tables
-            .iter()
-            .map(Prepared::new)
-            .collect::<Result<Vec<_>>>()?;
+        let prepared = {
+            let same = self.same_engine.lock().ok();
+            unit.tables
+                .iter()
+                .map(|t| {
+                    let same_engine = same
+                        .as_ref()
+                        .and_then(|m| m.get(&t.table).copied())
+                        .unwrap_or(true);
+                    Prepared::new(t, same_engine)
+                })
+                .collect::<Result<Vec<_>>>()?
+        };
         let mut absent = Vec::new();
         for &(t, r) in &unit.order {
             let p = prepared
