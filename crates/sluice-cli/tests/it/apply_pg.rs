@@ -479,22 +479,37 @@ async fn units_apply_in_order_and_record_their_position() {
             .await,
         ["r|0|3", "r|1|4"]
     );
-    // A rolled-back unit leaves nothing, its position included.
+    // A rolled-back unit leaves nothing, its position included — also one larger than the
+    // buffer, whose first statements were sent before `record`.
+    let names: Vec<String> = (0..3000)
+        .map(|i| format!("{i:04}{}", "x".repeat(400)))
+        .collect();
+    let big: Vec<(i32, &str, Option<&str>, Option<i32>)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (1000 + i as i32, n.as_str(), None, None))
+        .collect();
     let gone = unit_table(
         acct,
         &["id"],
         acct_fields(),
-        acct_rows(&[(5, "five", None, None)]),
-        &["insert"],
+        acct_rows(&big),
+        &vec!["insert"; big.len()],
         &[],
     );
     s0.begin().await.unwrap();
     s0.apply(&unit(vec![gone])).await.unwrap();
+    assert_eq!(
+        dst.row_strings("SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = current_database()")
+            .await,
+        ["1"],
+        "the first megabyte is sent, in the open transaction"
+    );
     s0.record(&position(5)).await.unwrap();
     s0.rollback().await.unwrap();
     assert_eq!(target.applied("r").await.unwrap(), Some(position(4)));
     assert_eq!(
-        dst.row_strings("SELECT count(*) FROM acct WHERE id = 5")
+        dst.row_strings("SELECT count(*) FROM acct WHERE id >= 1000")
             .await,
         ["0"]
     );
@@ -565,6 +580,19 @@ async fn conflicts_are_reported_as_conflicts() {
     assert!(!e.is_apply_conflict() && !e.is_transient(), "{e}");
     assert!(e.to_string().contains("public.acct"), "{e}");
     b.rollback().await.unwrap();
+
+    // A lost connection is transient, not a conflict, and its message has no password.
+    b.begin().await.unwrap();
+    dst.exec(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid() \
+           AND application_name = 'sluice'",
+    )
+    .await;
+    b.apply(&row(7, "seven")).await.unwrap();
+    let e = b.record(&position(6)).await.unwrap_err();
+    assert!(e.is_transient() && !e.is_apply_conflict(), "{e}");
+    assert_eq!(e.kind(), sluice_core::ErrorKind::Destination, "{e}");
 }
 
 #[tokio::test]
