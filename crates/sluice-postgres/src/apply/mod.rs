@@ -138,7 +138,7 @@ pub(crate) fn failed(e: tokio_postgres::Error, display: &str, what: &str) -> Err
                  on its schema)."
             ),
         ),
-        _ => Error::destination(
+        _ if what.starts_with("applying") || what.starts_with("loading") => Error::destination(
             Retry::Permanent,
             format!(
                 "{msg} The target table's definition may differ from the source's (a column \
@@ -146,6 +146,7 @@ pub(crate) fn failed(e: tokio_postgres::Error, display: &str, what: &str) -> Err
                  drop the table so sluice creates it."
             ),
         ),
+        _ => Error::destination(Retry::Permanent, msg),
     }
 }
 

@@ -87,7 +87,10 @@ impl Kind {
                 if f.len() == 3
                     && f[0].name() == "months"
                     && f[1].name() == "days"
-                    && f[2].name() == "microseconds" =>
+                    && f[2].name() == "microseconds"
+                    && f[0].data_type() == &DataType::Int32
+                    && f[1].data_type() == &DataType::Int32
+                    && f[2].data_type() == &DataType::Int64 =>
             {
                 Kind::Interval
             }

@@ -215,6 +215,9 @@ impl PgSession {
 
     /// `col = 'v'` (or `IS NULL`) for each of `cols` of row `r`, joined by `AND`.
     fn conditions(&mut self, p: &Prepared<'_>, cols: &[usize], r: usize) -> Result<()> {
+        if cols.is_empty() {
+            self.buf.push_str("true");
+        }
         for (n, &c) in cols.iter().enumerate() {
             if n > 0 {
                 self.buf.push_str(" AND ");
@@ -258,6 +261,12 @@ impl PgSession {
         match op {
             "insert" => {
                 let same = matches!(&self.insert, Some((t, m)) if *t == p.t.table && m == absent);
+                if absent.iter().all(|a| *a) {
+                    self.end_insert();
+                    let _ = writeln!(self.buf, "INSERT INTO {} DEFAULT VALUES;", p.table);
+                    self.kinds.push(Stmt::Insert);
+                    return Ok(());
+                }
                 if same {
                     self.buf.push_str(",\n(");
                 } else {
