@@ -3,6 +3,9 @@
 //! tables created from a discovered source table, the initial load's `COPY`, apply units
 //! (inserts, updates with absent columns, deletes, key updates, keyless tables), the applied
 //! position, conflicts, idempotent barriers, privileges; and the source's table keys.
+//!
+//! Length: the hand-built change batches (table columns plus change columns) are shared by
+//! every scenario, and the scenarios read best next to them.
 
 use crate::common::*;
 use arrow_array::builder::{ListBuilder, StringBuilder};
@@ -119,8 +122,17 @@ async fn apply_commit(s: &mut Box<dyn ApplySession>, u: &ApplyUnit, unit_no: u64
 
 /// Each column of `all_types` as text, by id, on `client`: what the source and target must agree on.
 async fn all_types_text(db: &TestDb, cols: &[crate::types::Col]) -> Vec<String> {
-    let exprs: Vec<String> = cols.iter().map(|c| format!("{}::text", c.name)).collect();
-    db.row_strings(&format!("SELECT id, {} FROM all_types", exprs.join(", ")))
+    columns_text(db, cols.iter().map(|c| c.name), "all_types").await
+}
+
+/// `id` and `columns` of `table` as text, by id.
+async fn columns_text<'a>(
+    db: &TestDb,
+    columns: impl Iterator<Item = &'a str>,
+    table: &str,
+) -> Vec<String> {
+    let exprs: Vec<String> = columns.map(|c| format!("{c}::text")).collect();
+    db.row_strings(&format!("SELECT id, {} FROM {table}", exprs.join(", ")))
         .await
 }
 
@@ -131,6 +143,20 @@ fn as_exported(rows: Vec<String>) -> Vec<String> {
         .map(|r| r.replace("|24:00:00|", "|23:59:59.999999|"))
         .collect()
 }
+
+/// Columns of `all_types` whose target type has no binary `COPY` encoder (or whose export type
+/// is text: unconstrained numeric).
+const TEXT_ONLY: [&str; 9] = [
+    "c_numeric_free",
+    "c_money",
+    "c_timetz",
+    "c_inet_arr",
+    "c_inet",
+    "c_cidr",
+    "c_macaddr",
+    "c_point",
+    "c_range",
+];
 
 /// A target database on the same server with the source's enum, extension and one domain (the
 /// other domain is left out, so its column takes the mapped type).
@@ -183,6 +209,42 @@ async fn every_type_loads_by_copy_and_applies_by_statements() {
         loader.load(&table, b).await.unwrap();
     }
     assert_eq!(all_types_text(&dst, &cols).await, expected);
+
+    // The same values through binary COPY: a table of the columns whose target types have a
+    // binary encoder (all_types also holds money, inet, points, ranges… and loads as text).
+    let binary: Vec<&str> = cols
+        .iter()
+        .map(|c| c.name)
+        .filter(|c| !TEXT_ONLY.contains(c))
+        .collect();
+    src.exec(&format!(
+        "CREATE TABLE all_binary AS SELECT id, {} FROM all_types;
+         ALTER TABLE all_binary ADD PRIMARY KEY (id)",
+        binary.join(", ")
+    ))
+    .await;
+    let bds = discover(&src.url, &["public.all_binary"]).await;
+    let bin_table = bds[0].object.clone().unwrap();
+    export(
+        &src.url,
+        &out.path().join("b"),
+        &["--table", "public.all_binary"],
+    )
+    .ok();
+    target
+        .create_tables(&[target_table(
+            &bds[0],
+            TableKeys::primary_only(bin_table.clone(), vec!["id".into()]),
+        )])
+        .await
+        .unwrap();
+    for b in files::dataset_batches(&out.path().join("b/public.all_binary")) {
+        loader.load(&bin_table, &b).await.unwrap();
+    }
+    assert_eq!(
+        columns_text(&dst, binary.iter().copied(), "all_binary").await,
+        as_exported(columns_text(&src, binary.iter().copied(), "all_binary").await)
+    );
     assert_eq!(
         target
             .non_empty(std::slice::from_ref(&table))
@@ -417,22 +479,37 @@ async fn units_apply_in_order_and_record_their_position() {
             .await,
         ["r|0|3", "r|1|4"]
     );
-    // A rolled-back unit leaves nothing, its position included.
+    // A rolled-back unit leaves nothing, its position included — also one larger than the
+    // buffer, whose first statements were sent before `record`.
+    let names: Vec<String> = (0..3000)
+        .map(|i| format!("{i:04}{}", "x".repeat(400)))
+        .collect();
+    let big: Vec<(i32, &str, Option<&str>, Option<i32>)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (1000 + i as i32, n.as_str(), None, None))
+        .collect();
     let gone = unit_table(
         acct,
         &["id"],
         acct_fields(),
-        acct_rows(&[(5, "five", None, None)]),
-        &["insert"],
+        acct_rows(&big),
+        &vec!["insert"; big.len()],
         &[],
     );
     s0.begin().await.unwrap();
     s0.apply(&unit(vec![gone])).await.unwrap();
+    assert_eq!(
+        dst.row_strings("SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = current_database()")
+            .await,
+        ["1"],
+        "the first megabyte is sent, in the open transaction"
+    );
     s0.record(&position(5)).await.unwrap();
     s0.rollback().await.unwrap();
     assert_eq!(target.applied("r").await.unwrap(), Some(position(4)));
     assert_eq!(
-        dst.row_strings("SELECT count(*) FROM acct WHERE id = 5")
+        dst.row_strings("SELECT count(*) FROM acct WHERE id >= 1000")
             .await,
         ["0"]
     );
@@ -503,6 +580,19 @@ async fn conflicts_are_reported_as_conflicts() {
     assert!(!e.is_apply_conflict() && !e.is_transient(), "{e}");
     assert!(e.to_string().contains("public.acct"), "{e}");
     b.rollback().await.unwrap();
+
+    // A lost connection is transient, not a conflict, and its message has no password.
+    b.begin().await.unwrap();
+    dst.exec(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid() \
+           AND application_name = 'sluice'",
+    )
+    .await;
+    b.apply(&row(7, "seven")).await.unwrap();
+    let e = b.record(&position(6)).await.unwrap_err();
+    assert!(e.is_transient() && !e.is_apply_conflict(), "{e}");
+    assert_eq!(e.kind(), sluice_core::ErrorKind::Destination, "{e}");
 }
 
 #[tokio::test]

@@ -7,7 +7,8 @@
 //! | `ddl.rs`     | column types, `CREATE TABLE`, the column barrier's `ALTER TABLE`       |
 //! | `render.rs`  | Arrow values → PostgreSQL input text (SQL literals, `COPY` fields)     |
 //! | `session.rs` | apply sessions: a unit's statements batched into two round trips     |
-//! | `load.rs`    | the initial load: one `COPY … FROM STDIN` per batch                    |
+//! | `encode.rs`  | Arrow values → binary `COPY` fields, for the target types it knows     |
+//! | `load.rs`    | the initial load: one `COPY … FROM STDIN` per batch (binary or text)   |
 //!
 //! Bookkeeping lives in schema `sluice`: `sluice.applied` holds one row per (replication,
 //! worker) with the last unit that worker committed, written in the same transaction as the
@@ -17,6 +18,7 @@
 //! `~/.pgpass`, `PG*` variables), as for sources.
 
 mod ddl;
+mod encode;
 mod load;
 pub mod render;
 mod session;
@@ -128,7 +130,7 @@ pub(crate) fn failed(e: tokio_postgres::Error, display: &str, what: &str) -> Err
                  on its schema)."
             ),
         ),
-        _ => Error::destination(
+        _ if what.starts_with("applying") || what.starts_with("loading") => Error::destination(
             Retry::Permanent,
             format!(
                 "{msg} The target table's definition may differ from the source's (a column \
@@ -136,6 +138,7 @@ pub(crate) fn failed(e: tokio_postgres::Error, display: &str, what: &str) -> Err
                  drop the table so sluice creates it."
             ),
         ),
+        _ => Error::destination(Retry::Permanent, msg),
     }
 }
 

@@ -71,7 +71,9 @@ struct Prepared<'a> {
 }
 
 impl<'a> Prepared<'a> {
-    fn new(t: &'a UnitTable) -> Result<Self> {
+    /// `same_engine`: the columns have their source types on the target (a PostgreSQL source),
+    /// so the types without equality are known by name.
+    fn new(t: &'a UnitTable, same_engine: bool) -> Result<Self> {
         let n = t.columns.len();
         let column = |name: &str| -> Result<&'a ArrayRef> {
             let i = t.batch.schema().index_of(name).map_err(|_| {
@@ -109,7 +111,7 @@ impl<'a> Prepared<'a> {
             text_compare: t
                 .columns
                 .iter()
-                .map(|c| NO_EQUALITY.contains(&c.source_type.trim_end_matches("[]")))
+                .map(|c| same_engine && NO_EQUALITY.contains(&c.source_type.trim_end_matches("[]")))
                 .collect(),
             key,
             op,
@@ -203,6 +205,9 @@ impl PgSession {
 
     /// `col = 'v'` (or `IS NULL`) for each of `cols` of row `r`, joined by `AND`.
     fn conditions(&mut self, p: &Prepared<'_>, cols: &[usize], r: usize) -> Result<()> {
+        if cols.is_empty() {
+            self.buf.push_str("true");
+        }
         for (n, &c) in cols.iter().enumerate() {
             if n > 0 {
                 self.buf.push_str(" AND ");
@@ -246,6 +251,12 @@ impl PgSession {
         match op {
             "insert" => {
                 let same = matches!(&self.insert, Some((t, m)) if *t == p.t.table && m == absent);
+                if absent.iter().all(|a| *a) {
+                    self.end_insert();
+                    let _ = writeln!(self.buf, "INSERT INTO {} DEFAULT VALUES;", p.table);
+                    self.kinds.push(Stmt::Insert);
+                    return Ok(());
+                }
                 if same {
                     self.buf.push_str(",\n(");
                 } else {
@@ -327,11 +338,19 @@ impl ApplySession for PgSession {
     }
 
     async fn apply(&mut self, unit: &ApplyUnit) -> Result<()> {
-        let prepared = unit
-            .tables
-            .iter()
-            .map(Prepared::new)
-            .collect::<Result<Vec<_>>>()?;
+        let prepared = {
+            let same = self.same_engine.lock().ok();
+            unit.tables
+                .iter()
+                .map(|t| {
+                    let same_engine = same
+                        .as_ref()
+                        .and_then(|m| m.get(&t.table).copied())
+                        .unwrap_or(true);
+                    Prepared::new(t, same_engine)
+                })
+                .collect::<Result<Vec<_>>>()?
+        };
         let mut absent = Vec::new();
         for &(t, r) in &unit.order {
             let p = prepared
