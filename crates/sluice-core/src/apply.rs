@@ -89,6 +89,8 @@ pub struct UnitTable {
     /// The rows: the table's columns followed by the change columns
     /// ([`crate::change::change_schema`]).
     pub batch: RecordBatch,
+    /// The source engine (`postgres`, `mysql`), as in [`TargetTable::source_engine`].
+    pub source_engine: &'static str,
 }
 
 /// Consecutive source changes applied in one target transaction: one source transaction, or

@@ -213,6 +213,7 @@ fn rows(t: &TargetTable, key: &[&str], changes: &[Change]) -> UnitTable {
         columns: Arc::new(t.columns.clone()),
         key: Arc::new(key.iter().map(|k| k.to_string()).collect()),
         batch: RecordBatch::try_new(schema, arrays).unwrap(),
+        source_engine: "mysql",
     }
 }
 

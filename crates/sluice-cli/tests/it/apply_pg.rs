@@ -90,6 +90,7 @@ fn unit_table(
         columns: Arc::new(d.columns.clone()),
         key: Arc::new(key.iter().map(|k| k.to_string()).collect()),
         batch: RecordBatch::try_new(Arc::new(Schema::new(all)), columns).unwrap(),
+        source_engine: "postgres",
     }
 }
 

@@ -491,6 +491,7 @@ mod tests {
             columns: Arc::new(cols),
             key: Arc::new(key.iter().map(|k| k.to_string()).collect()),
             batch,
+            source_engine: "mysql",
         }
     }
 

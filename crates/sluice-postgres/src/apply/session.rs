@@ -338,19 +338,11 @@ impl ApplySession for PgSession {
     }
 
     async fn apply(&mut self, unit: &ApplyUnit) -> Result<()> {
-        let prepared = {
-            let same = self.same_engine.lock().ok();
-            unit.tables
-                .iter()
-                .map(|t| {
-                    let same_engine = same
-                        .as_ref()
-                        .and_then(|m| m.get(&t.table).copied())
-                        .unwrap_or(true);
-                    Prepared::new(t, same_engine)
-                })
-                .collect::<Result<Vec<_>>>()?
-        };
+        let prepared = unit
+            .tables
+            .iter()
+            .map(|t| Prepared::new(t, t.source_engine == "postgres"))
+            .collect::<Result<Vec<_>>>()?;
         let mut absent = Vec::new();
         for &(t, r) in &unit.order {
             let p = prepared

@@ -251,6 +251,7 @@ impl Collector {
                 columns: t.columns.clone(),
                 key: t.key.clone(),
                 batch,
+                source_engine: self.source_engine,
             });
         }
         let order = self
