@@ -485,6 +485,41 @@ async fn refusals_name_the_fix() {
     ));
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("no primary key"), "{}", r.stderr);
+    // A table without transactions: refused with the reason, unless the snapshot locks it.
+    db.exec(
+        "CREATE TABLE plain (id int PRIMARY KEY, v int) ENGINE=MyISAM;
+         INSERT INTO plain VALUES (1, 1), (2, 2);",
+    )
+    .await;
+    let r = run(&mut stream(
+        &db.url,
+        &["acct", "plain"],
+        tempdir().path(),
+        &["--until-current"],
+    ));
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("MyISAM table, an engine without transactions")
+            && r.stderr.contains("--lock-non-transactional"),
+        "{}",
+        r.stderr
+    );
+    let locked = tempdir();
+    let flags = ["--until-current", "--lock-non-transactional"];
+    run(&mut stream(&db.url, &["plain"], locked.path(), &flags)).ok();
+    db.exec("UPDATE plain SET v = 20 WHERE id = 2; INSERT INTO plain VALUES (3, 3);")
+        .await;
+    run(&mut stream(&db.url, &["plain"], locked.path(), &flags)).ok();
+    let r = assert_replay_equals(
+        &mut db,
+        locked.path(),
+        "plain",
+        &["id"],
+        "SELECT id, v FROM plain",
+    )
+    .await;
+    assert_eq!(r.changes.len(), 2);
     for u in [user.clone(), format!("{user}c")] {
         let url = db.url_as(&u, "pw");
         let r = run(&mut stream(
@@ -718,4 +753,130 @@ async fn a_purged_file_resumes_by_gtid_without_gap_or_repeat() {
         );
         assert!(r.changes.iter().any(|c| !c.pos.starts_with('g')));
     }
+}
+
+/// On an idle server with short idle and network limits: `--until-current` ends at once, with
+/// the end of the log (and its GTID position) saved; a running stream with nothing to read
+/// keeps its sessions past those limits (heartbeats on the dump, its own idle limit on the
+/// others) and writes the next changes, a DDL's new schema version included, without a
+/// restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_stream_finishes_and_outlives_the_servers_timeouts() {
+    let server = tokio::task::spawn_blocking(|| {
+        sluice_testkit::mariadb::MariadbServer::start_with_settings(
+            "wait_timeout=2\ninteractive_timeout=2\nnet_read_timeout=2\nnet_write_timeout=2\n",
+        )
+    })
+    .await
+    .unwrap()
+    .expect("a second MariaDB");
+    let url = sluice_testkit::mysql::with_database(&server.url(), "cdc");
+    let mut admin = connect(&server.url()).await;
+    admin
+        .query_drop(
+            "CREATE DATABASE cdc; CREATE TABLE cdc.t (id int PRIMARY KEY, v int);
+             INSERT INTO cdc.t VALUES (1, 1), (2, 2);",
+        )
+        .await
+        .unwrap();
+    let end = |row: mysql_async::Row| {
+        let file: String = row.get(0).unwrap();
+        let pos: u64 = row.get(1).unwrap();
+        let seq: u64 = file.rsplit_once('.').unwrap().1.parse().unwrap();
+        format!("{seq:010}_{pos:014}~")
+    };
+    let at_end = end(admin
+        .query_first("SHOW MASTER STATUS")
+        .await
+        .unwrap()
+        .unwrap());
+    admin.disconnect().await.unwrap();
+    let to = tempdir();
+    for _ in 0..2 {
+        run(&mut stream(&url, &["t"], to.path(), &["--until-current"])).ok();
+        let restart = state(to.path())["committed"]["restart"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(restart.starts_with(&at_end), "{restart} vs {at_end}");
+    }
+    let sessions = || async {
+        let mut c = connect(&server.url()).await;
+        let ids: Vec<u64> = c
+            .query(
+                "SELECT ID FROM information_schema.PROCESSLIST \
+                 WHERE USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1) AND ID <> CONNECTION_ID()",
+            )
+            .await
+            .unwrap();
+        c.disconnect().await.unwrap();
+        ids.into_iter().collect::<std::collections::BTreeSet<u64>>()
+    };
+    let mut child = stream(&url, &["t"], to.path(), &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut c = connect(&server.url()).await;
+        let dumps: Vec<u64> = c
+            .query(
+                "SELECT TIME FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'",
+            )
+            .await
+            .unwrap();
+        c.disconnect().await.unwrap();
+        if dumps.len() == 1 && dumps[0] >= 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the stream did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The stream's dump has waited for a second (not the short one of its checks), and the
+    // dumps of the runs before have ended (at their next heartbeat): its other sessions are
+    // open.
+    let before = sessions().await;
+    // Past every limit of the server (2 s), twice.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut admin = connect(&url).await;
+    admin
+        .query_drop(
+            "INSERT INTO t VALUES (3, 3); ALTER TABLE t ADD COLUMN note text;
+             UPDATE t SET note = 'n', v = v + 1 WHERE id <= 2;",
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while state(to.path())["committed"]["changes"].as_u64() < Some(3) {
+        assert!(Instant::now() < deadline, "the changes were not written");
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the stream ended ({status})");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = sessions().await;
+    #[allow(unsafe_code)]
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let out = common::finish(child);
+    assert!(
+        before.is_subset(&after),
+        "sessions ended while idle: {before:?} → {after:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("restarting"), "{stderr}");
+    let r = replay(&to.path().join("cdc.t"), &["id"]);
+    let want =
+        sluice_testkit::mysql::rows_as_strings(&mut admin, "SELECT id, v, note FROM t").await;
+    assert_same_rows(&r.rows, &want, "t: snapshot + changes by _seq");
+    assert!(
+        std::fs::read_to_string(to.path().join("_sluice/stream.json"))
+            .unwrap()
+            .contains("\"version\": 2")
+    );
 }

@@ -58,6 +58,7 @@ use conn::Start;
 use futures_util::StreamExt;
 use gtid::GtidState;
 use mysql_async::Conn;
+use mysql_async::prelude::Queryable;
 use sluice_core::change::{
     CaptureHarm, CaptureNames, ChangeSource, ChangeStream, Created, HeldSnapshot, SnapshotHold,
 };
@@ -66,6 +67,9 @@ use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// `wait_timeout` of the stream's sessions: a year, the server's maximum.
+const IDLE_LIMIT_SECS: u64 = 31_536_000;
 
 /// Where default replica server ids are taken from.
 pub const SERVER_ID_RANGE: RangeInclusive<u32> = 4_026_531_840..=4_294_967_294;
@@ -158,8 +162,15 @@ impl MyCapture {
         self.server_id.unwrap_or_else(random_server_id)
     }
 
+    /// A session of the stream: the catalog's (idle until a DDL in the log names a captured
+    /// table) and the probe's. The server's `wait_timeout` would end them while the stream has
+    /// nothing to do, so they set their own (the dump session is busy in its command, which
+    /// that limit does not apply to, and heartbeats keep its socket in use).
     async fn session(&self) -> Result<(Conn, ServerInfo)> {
         let mut conn = self.target.connect(&self.sessions).await?;
+        conn.query_drop(format!("SET SESSION wait_timeout = {IDLE_LIMIT_SECS}"))
+            .await
+            .map_err(|e| crate::error::classify(e, crate::error::Phase::Connect, self.display()))?;
         let server = server_info(&mut conn, self.display()).await?;
         Ok((conn, server))
     }
