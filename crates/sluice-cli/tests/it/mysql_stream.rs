@@ -880,3 +880,103 @@ async fn an_idle_stream_finishes_and_outlives_the_servers_timeouts() {
             .contains("\"version\": 2")
     );
 }
+
+/// The GTID position of `url`'s server: `gtid_binlog_pos` (what its binary log holds) or, for
+/// a replica, `gtid_slave_pos` (what it applied).
+async fn gtid_var(url: &str, var: &str) -> String {
+    let mut c = connect(url).await;
+    let v: Option<String> = c.query_first(format!("SELECT @@{var}")).await.unwrap();
+    c.disconnect().await.unwrap();
+    v.unwrap_or_default()
+}
+
+/// Failover: a stream of a primary goes on from its replica once that is promoted — another
+/// server, whose binary log holds the same transactions under the same GTIDs but in files
+/// and offsets of its own (and transactions of its own in another replication domain). The
+/// stream resumes there after its saved GTID position, with a writer on the primary before
+/// and on the promoted replica after, and a kill right after the switch: no change lost or
+/// repeated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_failover_the_stream_resumes_on_the_promoted_replica_by_gtid() {
+    let (primary, replica) = tokio::task::spawn_blocking(|| {
+        let p = sluice_testkit::mariadb::MariadbServer::start_with_settings("");
+        let r = sluice_testkit::mariadb::MariadbServer::start_with_settings(
+            "server-id=2\ngtid_domain_id=2\nlog_slave_updates=ON\n",
+        );
+        (p, r)
+    })
+    .await
+    .unwrap();
+    let (primary, replica) = (primary.expect("a MariaDB"), replica.expect("a MariaDB"));
+    let on_primary = sluice_testkit::mysql::with_database(&primary.url(), "cdc");
+    let on_replica = sluice_testkit::mysql::with_database(&replica.url(), "cdc");
+    // The replica applies what the primary logs from now on.
+    let start = gtid_var(&primary.url(), "gtid_binlog_pos").await;
+    let mut admin = connect(&replica.url()).await;
+    admin
+        .query_drop(format!(
+            "SET GLOBAL gtid_slave_pos = '{start}';
+             CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, MASTER_USER = '{}',
+               MASTER_PASSWORD = '{}', MASTER_USE_GTID = slave_pos;
+             START SLAVE;",
+            primary.port,
+            sluice_testkit::mariadb::MariadbServer::USER,
+            sluice_testkit::mariadb::MARIADB_PASSWORD,
+        ))
+        .await
+        .unwrap();
+    let mut c = connect(&primary.url()).await;
+    c.query_drop("CREATE DATABASE cdc").await.unwrap();
+    let mut c = connect(&on_primary).await;
+    c.query_drop(tables_sql(2_000)).await.unwrap();
+    let to = tempdir();
+    let tables = ["acct", "hist"];
+    let small = ["--until-current", "--batch-bytes", "64KB"];
+    let writer = ChangeWriter::start(&on_primary, 2_000).await;
+    run(&mut stream(&on_primary, &tables, to.path(), &small)).ok();
+    writer.wait_for(20).await;
+    run(&mut stream(&on_primary, &tables, to.path(), &small)).ok();
+    writer.wait_for(20).await;
+    writer.stop().await;
+    // The replica catches up; the primary goes away; the replica is promoted.
+    let done = gtid_var(&primary.url(), "gtid_binlog_pos").await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while gtid_var(&replica.url(), "gtid_slave_pos").await != done {
+        assert!(Instant::now() < deadline, "the replica did not catch up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(primary);
+    admin
+        .query_drop("STOP SLAVE; RESET SLAVE ALL;")
+        .await
+        .unwrap();
+    let writer = ChangeWriter::start_from(&on_replica, 2_000, 30_000_000).await;
+    let fp = Failpoints::new();
+    let mut cmd = stream(&on_replica, &tables, to.path(), &small);
+    fp.arm(&mut cmd, "stream.after_files=exit@1");
+    let r = run(&mut cmd);
+    assert_ne!(r.code, 0, "the run did not die:\n{}", r.stderr);
+    assert!(
+        r.stderr.contains("Resuming after GTID") && r.stderr.contains("failpoint"),
+        "{}",
+        r.stderr
+    );
+    writer.wait_for(20).await;
+    writer.stop().await;
+    run(&mut stream(&on_replica, &tables, to.path(), &small)).ok();
+    let mut c = connect(&on_replica).await;
+    for (table, select) in [
+        ("acct", "SELECT id, v, pad FROM acct"),
+        ("hist", "SELECT id, acct, amount FROM hist"),
+    ] {
+        let r = replay(&to.path().join(format!("cdc.{table}")), &["id"]);
+        let want = sluice_testkit::mysql::rows_as_strings(&mut c, select).await;
+        assert_same_rows(
+            &r.rows,
+            &want,
+            &format!("{table}: snapshot + changes by _seq"),
+        );
+        assert!(r.changes.iter().any(|c| c.pos.starts_with('g')));
+        assert!(r.changes.iter().any(|c| !c.pos.starts_with('g')));
+    }
+}
