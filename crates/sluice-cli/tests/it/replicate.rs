@@ -92,19 +92,30 @@ impl Session {
         }
     }
 
-    async fn exec(&mut self, sql: &str) {
+    async fn try_exec(&mut self, sql: &str) -> Result<(), String> {
         match self {
-            Session::Pg(c) => c
-                .batch_execute(sql)
-                .await
-                .unwrap_or_else(|e| panic!("{sql}: {e}")),
+            Session::Pg(c) => c.batch_execute(sql).await.map_err(|e| e.to_string()),
             Session::My(c) => {
                 use mysql_async::prelude::Queryable;
-                c.query_drop(sql)
-                    .await
-                    .unwrap_or_else(|e| panic!("{sql}: {e}"))
+                c.query_drop(sql).await.map_err(|e| e.to_string())
             }
         }
+    }
+
+    /// Run a transaction as an application would: rolled back and tried again when the
+    /// server gives up on it (a deadlock or a lock wait against another test's session).
+    async fn exec(&mut self, sql: &str) {
+        let mut last = String::new();
+        for _ in 0..5 {
+            match self.try_exec(sql).await {
+                Ok(()) => return,
+                Err(e) => {
+                    last = e;
+                    let _ = self.try_exec("ROLLBACK").await;
+                }
+            }
+        }
+        panic!("{sql}: {last}");
     }
 
     async fn rows(&mut self, sql: &str) -> Option<Vec<String>> {
