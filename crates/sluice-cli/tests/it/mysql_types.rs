@@ -30,7 +30,7 @@ enum Pq {
     Micros,
 }
 
-struct Col {
+pub(crate) struct Col {
     name: &'static str,
     ty: &'static str,
     /// SQL literals for rows 1..=5; row 6 is all NULL.
@@ -43,7 +43,7 @@ struct Col {
 
 const CHAR: &str = "CAST({c} AS CHAR)";
 
-fn columns() -> Vec<Col> {
+pub(crate) fn columns() -> Vec<Col> {
     let c = |name, ty, values, arrow, pq, oracle| Col {
         name,
         ty,
@@ -393,7 +393,8 @@ fn columns() -> Vec<Col> {
     ]
 }
 
-async fn setup() -> (TestDb, Vec<Col>) {
+/// The table `all_types` with every MySQL type the export supports (the apply tests reuse it).
+pub(crate) async fn setup() -> (TestDb, Vec<Col>) {
     let mut db = TestDb::new().await;
     let cols = columns();
     let defs: Vec<String> = cols
