@@ -410,12 +410,23 @@ async fn units_apply_in_order_and_record_their_position() {
         acct_rows(&[
             (1, "o'neil", Some("keep me"), Some(1)),
             (2, "back\\slash", None, Some(2)),
-            (3, "three", Some("x"), None),
+            (
+                3,
+                "'); DROP TABLE bag; --",
+                Some("\\'); DROP TABLE bag; --"),
+                None,
+            ),
         ]),
         &["insert"; 3],
         &[],
     );
     apply_commit(&mut s0, &unit(vec![ins]), 1).await;
+    // Quotes and backslashes are data, never SQL.
+    assert_eq!(
+        dst.row_strings("SELECT name, note FROM acct WHERE id = 3")
+            .await,
+        ["'); DROP TABLE bag; --|\\'); DROP TABLE bag; --"]
+    );
     let changes = unit_table(
         acct,
         &["id"],
