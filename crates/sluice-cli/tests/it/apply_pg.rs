@@ -411,12 +411,23 @@ async fn units_apply_in_order_and_record_their_position() {
         acct_rows(&[
             (1, "o'neil", Some("keep me"), Some(1)),
             (2, "back\\slash", None, Some(2)),
-            (3, "three", Some("x"), None),
+            (
+                3,
+                "'); DROP TABLE bag; --",
+                Some("\\'); DROP TABLE bag; --"),
+                None,
+            ),
         ]),
         &["insert"; 3],
         &[],
     );
     apply_commit(&mut s0, &unit(vec![ins]), 1).await;
+    // Quotes and backslashes are data, never SQL.
+    assert_eq!(
+        dst.row_strings("SELECT name, note FROM acct WHERE id = 3")
+            .await,
+        ["'); DROP TABLE bag; --|\\'); DROP TABLE bag; --"]
+    );
     let changes = unit_table(
         acct,
         &["id"],
@@ -751,4 +762,159 @@ async fn the_source_lists_primary_unique_and_foreign_keys() {
     assert!(parent.foreign.is_empty());
     let loose = by("loose");
     assert!(loose.primary.is_empty() && loose.unique.is_empty() && loose.foreign.is_empty());
+}
+
+/// Columns of the MySQL `all_types` whose MySQL text (`CAST(… AS CHAR)`, or the expression
+/// given) is PostgreSQL's text of the mapped column.
+const MYSQL_SAME_TEXT: [(&str, &str); 20] = [
+    ("c_tinyint", ""),
+    ("c_utinyint", ""),
+    ("c_smallint", ""),
+    ("c_usmallint", ""),
+    ("c_mediumint", ""),
+    ("c_umediumint", ""),
+    ("c_int", ""),
+    ("c_uint", ""),
+    ("c_bigint", ""),
+    ("c_ubigint", ""),
+    ("c_bool", ""),
+    ("c_decimal", ""),
+    ("c_decimal_wide", ""),
+    ("c_year", "c_year + 0"),
+    ("c_char", ""),
+    ("c_varchar", ""),
+    ("c_text", ""),
+    ("c_enum", ""),
+    ("c_set", ""),
+    ("c_bit64", "CAST(c_bit64 AS UNSIGNED)"),
+];
+
+/// MySQL → PostgreSQL: the mapped types, the load and the apply of every MySQL type.
+#[tokio::test]
+async fn a_mysql_table_lands_with_mapped_types() {
+    let (mut my, _) = crate::mysql_types::setup().await;
+    let qualified = format!("{}.all_types", my.name);
+    let source = sluice_mysql::MySource::new(&my.url).unwrap();
+    let options = SourceOptions {
+        session_tag: "test".into(),
+        consistency: Consistency::Chunk,
+        enable_row_security: false,
+    };
+    let mut c = source.open_coordinator(&options).await.unwrap();
+    let selection = Selection {
+        tables: vec![QualifiedName::parse(&qualified).unwrap()],
+        ..Default::default()
+    };
+    let ds = c.discover(&selection).await.unwrap();
+    c.release().await.unwrap();
+    let d = &ds[0];
+    let table = d.object.clone().unwrap();
+    let out = tempdir();
+    export(&my.url, out.path(), &["--table", "all_types"]).ok();
+    let batches = files::dataset_batches(&out.path().join(&qualified));
+
+    let mut t = target_table(d, TableKeys::primary_only(table.clone(), vec!["id".into()]));
+    t.source_engine = "mysql";
+    let dst = TestDb::new().await;
+    let target = PgApplyTarget::new(&dst.url).unwrap();
+    target.prepare().await.unwrap();
+    let notes = target
+        .create_tables(std::slice::from_ref(&t))
+        .await
+        .unwrap();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("c_inet6") && n.contains("text")),
+        "{notes:?}"
+    );
+    let rel = format!("\"{}\".all_types", my.name);
+    let types = dst
+        .row_strings(&format!(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute \
+             WHERE attrelid = '{rel}'::regclass AND attname IN ('c_ubigint', 'c_uint', \
+             'c_tinyint', 'c_year', 'c_bit64', 'c_decimal_wide', 'c_time', 'c_datetime', \
+             'c_timestamp', 'c_json', 'c_geom', 'c_inet6')"
+        ))
+        .await;
+    assert_eq!(
+        types,
+        [
+            "c_bit64|numeric(20,0)",
+            "c_datetime|timestamp without time zone",
+            "c_decimal_wide|numeric(65,30)",
+            "c_geom|bytea",
+            "c_inet6|text",
+            "c_json|jsonb",
+            "c_timestamp|timestamp with time zone",
+            "c_time|interval",
+            "c_tinyint|smallint",
+            "c_ubigint|numeric(20,0)",
+            "c_uint|bigint",
+            "c_year|integer",
+        ]
+    );
+    let mut loader = target.loader().await.unwrap();
+    for b in &batches {
+        loader.load(&table, b).await.unwrap();
+    }
+
+    // The same rows applied as statements into a second target.
+    let dst2 = TestDb::new().await;
+    let target2 = PgApplyTarget::new(&dst2.url).unwrap();
+    target2.prepare().await.unwrap();
+    target2
+        .create_tables(std::slice::from_ref(&t))
+        .await
+        .unwrap();
+    let batch = arrow_select::concat::concat_batches(&batches[0].schema(), &batches).unwrap();
+    let fields: Vec<Field> = batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    let ops = vec!["insert"; batch.num_rows()];
+    let rows = unit_table(d, &["id"], fields, batch.columns().to_vec(), &ops, &[]);
+    let mut s = target2.session("my", 0).await.unwrap();
+    apply_commit(&mut s, &unit(vec![rows]), 1).await;
+
+    let my_exprs: Vec<String> = MYSQL_SAME_TEXT
+        .iter()
+        .map(|(c, e)| {
+            if e.is_empty() {
+                format!("CAST({c} AS CHAR)")
+            } else {
+                e.to_string()
+            }
+        })
+        .collect();
+    let want = my
+        .row_strings(&format!(
+            "SELECT id, {} FROM all_types",
+            my_exprs.join(", ")
+        ))
+        .await;
+    let pg_cols = MYSQL_SAME_TEXT.iter().map(|(c, _)| *c);
+    let geo = format!(
+        "SELECT id, encode(c_geom, 'hex') AS g, \
+         to_char(c_datetime, 'YYYY-MM-DD HH24:MI:SS.US') AS dt, \
+         to_char(c_timestamp AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') AS ts, \
+         extract(epoch FROM c_time)::text AS t FROM {rel}"
+    );
+    for db in [&dst, &dst2] {
+        assert_eq!(columns_text(db, pg_cols.clone(), &rel).await, want);
+        let other = db.row_strings(&geo).await;
+        assert_eq!(
+            other[0],
+            format!(
+                "1|{}|2024-01-02 03:04:05.123456|2024-01-02 03:04:05.500000|-3020399.000000",
+                my.scalar("SELECT LOWER(HEX(ST_AsBinary(c_geom))) FROM all_types WHERE id = 1")
+                    .await
+                    .unwrap()
+            )
+        );
+        assert!(other[3].ends_with("|-1.500000"), "{other:?}");
+        assert!(other[4].ends_with("|360000.000001"), "{other:?}");
+    }
 }

@@ -162,6 +162,8 @@ pub async fn create_tables(
     user: &str,
     db: &str,
 ) -> Result<Vec<String>> {
+    // Only a PostgreSQL source's type texts are looked up: another engine's (`int(10)
+    // unsigned`) are not PostgreSQL syntax, and `to_regtype` fails on those.
     let mut wanted: Vec<String> = tables
         .iter()
         .filter(|t| t.source_engine == "postgres")
@@ -285,12 +287,12 @@ pub async fn alter_sql(
              while replicating; recreate it or start the replication over"
             ))
         })?;
-    // Another engine's type text is not PostgreSQL syntax (`int(11)`): only ours is looked up.
-    let types: Vec<String> = match same_engine {
-        true => columns.iter().map(|c| c.source_type.clone()).collect(),
-        false => Vec::new(),
+    let known = if same_engine {
+        let types: Vec<String> = columns.iter().map(|c| c.source_type.clone()).collect();
+        known_types(client, &types, display).await?
+    } else {
+        HashSet::new()
     };
-    let known = known_types(client, &types, display).await?;
     let have: HashMap<&str, &str> = existing
         .iter()
         .map(|(n, t)| (n.as_str(), t.as_str()))

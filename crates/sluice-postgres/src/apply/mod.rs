@@ -20,7 +20,7 @@
 mod ddl;
 mod encode;
 mod load;
-pub mod render;
+mod render;
 mod session;
 
 use crate::connect::PgTarget;
