@@ -115,6 +115,9 @@ pub struct ReplicateReport {
     pub peak_lag_seconds: f64,
     /// Source transactions received but not applied at the end (0 after `--until-current`).
     pub lag_transactions: u64,
+    /// The most log the source kept for the replication while it ran (PostgreSQL: WAL
+    /// retained by the slot; MySQL/MariaDB: binary log files still needed), bytes.
+    pub peak_retained_bytes: u64,
     /// Why it stopped.
     pub stopped: Stopped,
     /// Wall-clock seconds.
@@ -271,6 +274,7 @@ pub async fn run_replicate(
             .received
             .load(Ordering::Relaxed)
             .saturating_sub(transactions),
+        peak_retained_bytes: c.peak_retained_bytes.load(Ordering::Relaxed),
         stopped,
         wall_seconds: started.elapsed().as_secs_f64(),
         transactions_per_second: transactions as f64 / elapsed,
@@ -453,6 +457,7 @@ async fn stream(
         let before = job.counters.units.load(Ordering::Relaxed);
         let r = pump(
             job,
+            names,
             s.as_mut(),
             &mut collector,
             &pool,
@@ -497,8 +502,10 @@ async fn backoff(e: &Error, failures: u32) {
     tokio::time::sleep(wait).await;
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn pump(
     job: &ReplicateJob,
+    names: &CaptureNames,
     stream: &mut dyn ChangeStream,
     collector: &mut Collector,
     pool: &Pool,
@@ -511,7 +518,16 @@ async fn pump(
     let mut confirmed: Option<String> = None;
     let mut last_confirm = Instant::now();
     let mut last_advance = Instant::now();
+    let mut last_harm: Option<Instant> = None;
     loop {
+        if last_harm.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
+            last_harm = Some(Instant::now());
+            if let Ok(Some(h)) = job.source.harm(names).await {
+                job.counters
+                    .peak_retained_bytes
+                    .fetch_max(h.retained_bytes, Ordering::Relaxed);
+            }
+        }
         if *cancel.borrow() {
             if collector.in_tx() {
                 collector.abandon();
