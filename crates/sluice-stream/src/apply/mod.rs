@@ -50,6 +50,14 @@ use worker::Pool;
 /// Consecutive failed attempts without progress before a transient error ends the run.
 const MAX_RETRIES: u32 = 8;
 
+/// How long a unit's first transaction may wait for more to group with while the source keeps
+/// sending.
+const GROUP_WAIT: Duration = Duration::from_millis(20);
+
+/// Units waiting or running per worker before the source is read further (with the memory
+/// budget, what bounds the schedule's work per dispatch).
+const MAX_UNFINISHED_PER_WORKER: usize = 64;
+
 /// A validated `sluice replicate` request.
 pub struct ReplicateJob {
     /// The source.
@@ -541,7 +549,7 @@ async fn pump(
         }
         pool.check()?;
         let step = stream.next(collector, wait).await?;
-        collector.cut()?;
+        collector.cut_due(step == Step::Idle, GROUP_WAIT)?;
         if (step == Step::Idle || last_advance.elapsed() >= Duration::from_secs(1))
             && !collector.in_tx()
             && let Some(r) = stream.received_through()
@@ -554,8 +562,10 @@ async fn pump(
         job.counters
             .received
             .store(received_before + collector.received, Ordering::Relaxed);
-        if pool.bytes() > budget {
-            pool.wait_until(|p| p.bytes() <= budget).await?;
+        let most = MAX_UNFINISHED_PER_WORKER * job.parallel.max(1);
+        if pool.bytes() > budget || pool.unfinished() > most {
+            pool.wait_until(|p| p.bytes() <= budget && p.unfinished() <= most)
+                .await?;
         }
         if last_confirm.elapsed() >= Duration::from_secs(1) {
             last_confirm = Instant::now();
@@ -572,6 +582,8 @@ async fn pump(
             && !collector.in_tx()
             && r.as_str() >= t
         {
+            collector.cut()?;
+            pool.add(std::mem::take(&mut collector.ready));
             pool.wait_until(|p| p.unfinished() == 0).await?;
             confirm(stream, pool, &mut confirmed).await?;
             return Ok(Stopped::UntilCurrent);
