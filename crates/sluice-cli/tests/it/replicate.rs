@@ -582,3 +582,32 @@ async fn an_unpredicted_lock_wait_is_retried_in_order() {
     assert_eq!(source.rows(sql).await, target.rows(sql).await);
     drop_replication(&source, &target).await;
 }
+
+/// `--initial none`: tables that already hold the source's rows get only the changes made
+/// from the start on (the refusal above names this option).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initial_none_applies_only_changes_from_now_on() {
+    let source = Db::new(true).await;
+    let target = Db::new(true).await;
+    let table = "CREATE TABLE t (id int PRIMARY KEY, v text NOT NULL);
+                 INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 50) g;";
+    source.exec(table).await;
+    target.exec(table).await;
+    let args = [
+        "--table",
+        "public.t",
+        "--initial",
+        "none",
+        "--until-current",
+    ];
+    run(&mut replicate(&source, &target, &args).await).ok();
+    source
+        .exec("UPDATE t SET v = 'changed' WHERE id <= 10; DELETE FROM t WHERE id > 45; INSERT INTO t VALUES (100, 'new');")
+        .await;
+    let r = run(&mut replicate(&source, &target, &args).await);
+    r.ok();
+    assert!(!r.stderr.contains("initial load"), "{}", r.stderr);
+    let sql = "SELECT id, v FROM t";
+    assert_eq!(source.rows(sql).await, target.rows(sql).await);
+    drop_replication(&source, &target).await;
+}
