@@ -395,10 +395,10 @@ async fn killed_and_restarted(pg: bool) {
     // Each run dies at one point; the next continues from what the target holds.
     for spec in [
         "export.after_receipt=exit@2",
-        "replicate.before_commit=exit@5",
-        "replicate.after_commit=exit@3",
-        "replicate.before_commit=exit@40",
-        "replicate.after_commit=exit@60",
+        "replicate.before_commit=exit@1",
+        "replicate.after_commit=exit@1",
+        "replicate.before_commit=exit@2",
+        "replicate.after_commit=exit@2",
     ] {
         writer.wait_for(40).await;
         let fp = Failpoints::new();
