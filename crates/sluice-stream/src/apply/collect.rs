@@ -298,12 +298,6 @@ impl Collector {
         Ok(())
     }
 
-    /// Set how many transactions and bytes a unit may group (see `GROUP_*` in the runner).
-    pub fn group(&mut self, transactions: u64, bytes: usize) {
-        self.limits.transactions = transactions;
-        self.limits.bytes = bytes;
-    }
-
     /// Close the open unit when the source has nothing more right now (`idle`) or its first
     /// transaction waited `max_age`: grouping amortises the target's commits while a backlog
     /// drains, and never delays a quiet stream by more than `max_age`.

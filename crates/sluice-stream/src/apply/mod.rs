@@ -50,13 +50,6 @@ use worker::Pool;
 /// Consecutive failed attempts without progress before a transient error ends the run.
 const MAX_RETRIES: u32 = 8;
 
-/// Transactions and bytes grouped into one target transaction while the workers keep up …
-const GROUP: (u64, usize) = (8, 256 << 10);
-
-/// … and while a backlog waits for them: commits are in source order, so each costs the
-/// target's commit latency one after another; fewer, larger units drain a backlog faster.
-const GROUP_BACKLOG: (u64, usize) = (64, 1 << 20);
-
 /// How long a unit's first transaction may wait for more to group with while the source keeps
 /// sending.
 const GROUP_WAIT: Duration = Duration::from_millis(20);
@@ -462,8 +455,8 @@ async fn stream(
             })
             .collect();
         let limits = Limits {
-            transactions: GROUP.0,
-            bytes: GROUP.1,
+            transactions: 8,
+            bytes: 256 << 10,
             stream_bytes: ((job.memory / 8) as usize).clamp(1 << 20, 64 << 20),
         };
         let mut collector = Collector::new(captured, keys.clone(), limits, job.source.engine());
@@ -555,11 +548,6 @@ async fn pump(
             return Ok(Stopped::Signal);
         }
         pool.check()?;
-        let (n, bytes) = match pool.unfinished() >= job.parallel.max(1) {
-            true => GROUP_BACKLOG,
-            false => GROUP,
-        };
-        collector.group(n, bytes);
         let step = stream.next(collector, wait).await?;
         collector.cut_due(step == Step::Idle, GROUP_WAIT)?;
         if (step == Step::Idle || last_advance.elapsed() >= Duration::from_secs(1))
