@@ -10,7 +10,6 @@ use sluice_cli::args::{InitialArg, KEYS, LogFormat, Options, StreamArgs, StreamO
 use sluice_cli::{config, registry};
 use sluice_core::{Error, Result};
 use sluice_stream::{Initial, OutputState, StreamJob, StreamReport};
-use std::io::IsTerminal;
 use std::sync::Arc;
 
 /// The settings of a `sluice stream` run: the `-c` file's, with the flags laid over them.
@@ -147,14 +146,7 @@ pub async fn run(args: StreamArgs, quiet: bool, format: LogFormat) -> anyhow::Re
     let job = job(&options, &own)?;
     if args.drop {
         let removed = sluice_stream::drop_stream(&job).await?;
-        if !quiet {
-            if removed.is_empty() {
-                eprintln!("sluice: nothing to drop (no slot, publication or state was found)");
-            }
-            for r in removed {
-                eprintln!("sluice: dropped {r}");
-            }
-        }
+        crate::print_dropped(&removed, quiet);
         return Ok(());
     }
     let mut job = job;
@@ -163,13 +155,13 @@ pub async fn run(args: StreamArgs, quiet: bool, format: LogFormat) -> anyhow::Re
         format == LogFormat::Text,
     ));
     let cancel_rx = crate::cancel_on_signal();
-    let spinner = (!quiet && format == LogFormat::Text && std::io::stderr().is_terminal())
-        .then(|| tokio::spawn(progress(job.metrics.clone())));
-    let report = sluice_stream::run_stream(job, cancel_rx).await;
-    if let Some(s) = spinner {
-        s.abort();
-    }
-    let report = report?;
+    let report = crate::with_spinner(
+        quiet,
+        format,
+        progress(job.metrics.clone()),
+        sluice_stream::run_stream(job, cancel_rx),
+    )
+    .await?;
     crate::emit_report(
         &report,
         report_text,
