@@ -94,6 +94,18 @@ fn unit_table(
     }
 }
 
+/// The exported `batches` of one table as one batch, with its fields (for [`unit_table`]).
+fn one_batch(batches: &[RecordBatch]) -> (RecordBatch, Vec<Field>) {
+    let batch = arrow_select::concat::concat_batches(&batches[0].schema(), batches).unwrap();
+    let fields = batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    (batch, fields)
+}
+
 /// A unit of the tables' rows in order: every row of table 0, then of table 1, …
 fn unit(tables: Vec<UnitTable>) -> ApplyUnit {
     let order = tables
@@ -281,13 +293,7 @@ async fn every_type_loads_by_copy_and_applies_by_statements() {
         )])
         .await
         .unwrap();
-    let batch = arrow_select::concat::concat_batches(&batches[0].schema(), &batches).unwrap();
-    let fields: Vec<Field> = batch
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone())
-        .collect();
+    let (batch, fields) = one_batch(&batches);
     let n = batch.num_rows();
     let ops = vec!["insert"; n];
     let inserts = unit_table(d, &[], fields.clone(), batch.columns().to_vec(), &ops, &[]);
@@ -867,13 +873,7 @@ async fn a_mysql_table_lands_with_mapped_types() {
         .create_tables(std::slice::from_ref(&t))
         .await
         .unwrap();
-    let batch = arrow_select::concat::concat_batches(&batches[0].schema(), &batches).unwrap();
-    let fields: Vec<Field> = batch
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone())
-        .collect();
+    let (batch, fields) = one_batch(&batches);
     let ops = vec!["insert"; batch.num_rows()];
     let rows = unit_table(d, &["id"], fields, batch.columns().to_vec(), &ops, &[]);
     let mut s = target2.session("my", 0).await.unwrap();

@@ -17,7 +17,7 @@ use sluice_testkit::changes::replay;
 use sluice_testkit::files::{assert_same_rows, dataset_batches, row_strings};
 use sluice_testkit::mysql::{TestDb, connect};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -80,6 +80,27 @@ impl ChangeWriter {
         w.wait_for(5).await;
         w
     }
+}
+
+/// A MariaDB server of the test's own, started with the configuration lines `settings`, for a
+/// test that changes server-wide settings or purges the binary log: the server, the URL of its
+/// database `cdc` (created by the test) and an admin session.
+pub(crate) async fn own_mariadb(
+    settings: &'static str,
+) -> (
+    sluice_testkit::mariadb::MariadbServer,
+    String,
+    mysql_async::Conn,
+) {
+    let server = tokio::task::spawn_blocking(move || {
+        sluice_testkit::mariadb::MariadbServer::start_with_settings(settings)
+    })
+    .await
+    .unwrap()
+    .expect("a second MariaDB");
+    let url = sluice_testkit::mysql::with_database(&server.url(), "cdc");
+    let admin = connect(&server.url()).await;
+    (server, url, admin)
 }
 
 pub(crate) fn stream(url: &str, tables: &[&str], to: &Path, extra: &[&str]) -> Command {
@@ -164,21 +185,8 @@ async fn handoff_with_multi_table_transactions_during_the_snapshot_is_exact() {
             "2",
         ],
     );
-    fp.arm(&mut cmd, "export.after_receipt=wait@1");
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    fp.reached("export.after_receipt", &mut child).await;
-    writer.wait_for(40).await;
-    fp.release("export.after_receipt");
-    let out = common::finish(child);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    fp.run_paused_at(&mut cmd, "export.after_receipt", writer.wait_for(40))
+        .await;
     writer.wait_for(20).await;
     let commits = writer.stop().await;
     run(&mut stream(
@@ -565,14 +573,7 @@ async fn refusals_name_the_fix() {
 /// whose binary log was purged while it was stopped fails saying so and how to start over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statement_format_and_a_purged_binary_log_are_refused() {
-    let server = tokio::task::spawn_blocking(|| {
-        sluice_testkit::mariadb::MariadbServer::start_with_settings("binlog_format=STATEMENT\n")
-    })
-    .await
-    .unwrap()
-    .expect("a second MariaDB");
-    let url = sluice_testkit::mysql::with_database(&server.url(), "cdc");
-    let mut admin = connect(&server.url()).await;
+    let (server, url, mut admin) = own_mariadb("binlog_format=STATEMENT\n").await;
     admin
         .query_drop("CREATE DATABASE cdc; CREATE TABLE cdc.t (id int PRIMARY KEY, v int)")
         .await
