@@ -7,11 +7,11 @@
 //! file. Settings about files (`--to`, `--format`, …) are refused by name.
 
 use sluice_cli::args::{ConsistencyArg, ReplicateOptions};
-use sluice_cli::args::{InitialArg, LogFormat, Options, REPLICATE_KEYS, ReplicateArgs};
+use sluice_cli::args::{LogFormat, Options, REPLICATE_KEYS, ReplicateArgs};
 use sluice_cli::{config, registry};
 use sluice_core::{Error, Result};
+use sluice_stream::Stopped;
 use sluice_stream::apply::{ReplicateJob, ReplicateReport};
-use sluice_stream::{Initial, Stopped};
 use std::sync::Arc;
 
 /// The settings of a `sluice replicate` run: the `-c` file's, with the flags laid over them.
@@ -51,19 +51,12 @@ fn job(o: &Options, r: &ReplicateOptions) -> Result<ReplicateJob> {
         config::locking(o, sluice_core::Consistency::Snapshot)?,
     )?;
     let (selection, memory) = (template.selection.clone(), template.memory);
-    let export: sluice_stream::ExportBuilder = Arc::new(move |src| {
-        let mut j = template.clone();
-        j.source = src;
-        j
-    });
+    let export = sluice_stream::export_builder(template);
     Ok(ReplicateJob {
         source,
         target,
         selection,
-        initial: match r.initial {
-            Some(InitialArg::None) => Initial::None,
-            Some(InitialArg::Snapshot) | None => Initial::Snapshot,
-        },
+        initial: crate::stream::initial(r.initial),
         name: r.slot.clone(),
         target_schema: r.target_schema.clone(),
         publication: r.publication.clone(),

@@ -63,10 +63,7 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
     // The export's job, every setting checked as for export: the template of the initial
     // snapshot's export, whose source the stream replaces with its slot's snapshot.
     let template = config::job(o, true)?;
-    let initial = match s.initial {
-        Some(InitialArg::None) => Initial::None,
-        Some(InitialArg::Snapshot) | None => Initial::Snapshot,
-    };
+    let initial = initial(s.initial);
     let batch_bytes = match &s.batch_bytes {
         Some(b) => config::parse_size(b, "--batch-bytes")?,
         None => DEFAULT_BATCH_BYTES,
@@ -115,11 +112,7 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
         template.format.clone(),
         template.memory,
     );
-    let export: sluice_stream::ExportBuilder = Arc::new(move |src| {
-        let mut j = template.clone();
-        j.source = src;
-        j
-    });
+    let export = sluice_stream::export_builder(template);
     Ok(StreamJob {
         source,
         destination,
@@ -138,6 +131,14 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
         progress: Arc::new(sluice_engine::Silent),
         metrics: Arc::default(),
     })
+}
+
+/// `--initial` (of `sluice stream` and `sluice replicate`): a snapshot unless `none`.
+pub(crate) fn initial(arg: Option<InitialArg>) -> Initial {
+    match arg {
+        Some(InitialArg::None) => Initial::None,
+        Some(InitialArg::Snapshot) | None => Initial::Snapshot,
+    }
 }
 
 /// Run `sluice stream` (or `--drop`).
