@@ -26,7 +26,11 @@ use std::sync::Arc;
 
 /// The datasets of `tables` on the PostgreSQL at `url`, as a replication discovers them.
 async fn discover(url: &str, tables: &[&str]) -> Vec<Dataset> {
-    let source = sluice_postgres::PgSource::new(url).unwrap();
+    discover_in(&sluice_postgres::PgSource::new(url).unwrap(), tables).await
+}
+
+/// The datasets of `tables` in `source`, as a replication discovers them.
+async fn discover_in(source: &dyn Source, tables: &[&str]) -> Vec<Dataset> {
     let options = SourceOptions {
         session_tag: "test".into(),
         consistency: Consistency::Chunk,
@@ -800,19 +804,11 @@ const MYSQL_SAME_TEXT: [(&str, &str); 20] = [
 async fn a_mysql_table_lands_with_mapped_types() {
     let (mut my, _) = crate::mysql_types::setup().await;
     let qualified = format!("{}.all_types", my.name);
-    let source = sluice_mysql::MySource::new(&my.url).unwrap();
-    let options = SourceOptions {
-        session_tag: "test".into(),
-        consistency: Consistency::Chunk,
-        enable_row_security: false,
-    };
-    let mut c = source.open_coordinator(&options).await.unwrap();
-    let selection = Selection {
-        tables: vec![QualifiedName::parse(&qualified).unwrap()],
-        ..Default::default()
-    };
-    let ds = c.discover(&selection).await.unwrap();
-    c.release().await.unwrap();
+    let ds = discover_in(
+        &sluice_mysql::MySource::new(&my.url).unwrap(),
+        &[&qualified],
+    )
+    .await;
     let d = &ds[0];
     let table = d.object.clone().unwrap();
     let out = tempdir();

@@ -6,7 +6,7 @@
 //! an overlap or a gap; the result must equal the table).
 
 use crate::common::{self, Failpoints, run, tempdir};
-use crate::mysql_stream::{ChangeWriter, own_mariadb, state, stream, tables_sql};
+use crate::mysql_stream::{ChangeWriter, binlog_file, own_mariadb, state, stream, tables_sql};
 use mysql_async::prelude::Queryable;
 use sluice_testkit::changes::replay;
 use sluice_testkit::files::assert_same_rows;
@@ -18,13 +18,7 @@ use std::time::{Duration, Instant};
 /// retrying while MariaDB keeps them (until its binlog checkpoint passes them).
 async fn purge_through(admin: &mut mysql_async::Conn, seq: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    let file: String = admin
-        .query_first::<mysql_async::Row, _>("SHOW MASTER STATUS")
-        .await
-        .unwrap()
-        .unwrap()
-        .get(0)
-        .unwrap();
+    let file = binlog_file(admin).await;
     let base = file.rsplit_once('.').unwrap().0;
     loop {
         admin
@@ -41,6 +35,31 @@ async fn purge_through(admin: &mut mysql_async::Conn, seq: u64) {
             "binary log files up to {seq} are not purged: {files:?}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Both tables' change files, replayed over their snapshot, equal the server's rows, and
+/// hold changes read both before and after the switch to GTID positions (`g…`).
+async fn assert_replays_across_the_switch(c: &mut mysql_async::Conn, to: &std::path::Path) {
+    for (table, select) in [
+        ("acct", "SELECT id, v, pad FROM acct"),
+        ("hist", "SELECT id, acct, amount FROM hist"),
+    ] {
+        let r = replay(&to.join(format!("cdc.{table}")), &["id"]);
+        let want = sluice_testkit::mysql::rows_as_strings(c, select).await;
+        assert_same_rows(
+            &r.rows,
+            &want,
+            &format!("{table}: snapshot + changes by _seq"),
+        );
+        assert!(
+            r.changes.iter().any(|c| c.pos.starts_with('g')),
+            "{table}: no change read after the switch"
+        );
+        assert!(
+            r.changes.iter().any(|c| !c.pos.starts_with('g')),
+            "{table}: no change read before the switch"
+        );
     }
 }
 
@@ -104,23 +123,7 @@ async fn a_purged_file_resumes_by_gtid_without_gap_or_repeat() {
         after.starts_with("g000001_") && after > before,
         "{before} → {after}"
     );
-    for (table, select) in [
-        ("acct", "SELECT id, v, pad FROM acct"),
-        ("hist", "SELECT id, acct, amount FROM hist"),
-    ] {
-        let r = replay(&to.path().join(format!("cdc.{table}")), &["id"]);
-        let want = sluice_testkit::mysql::rows_as_strings(&mut c, select).await;
-        assert_same_rows(
-            &r.rows,
-            &want,
-            &format!("{table}: snapshot + changes by _seq"),
-        );
-        assert!(
-            r.changes.iter().any(|c| c.pos.starts_with('g')),
-            "{table}: no change read after the switch"
-        );
-        assert!(r.changes.iter().any(|c| !c.pos.starts_with('g')));
-    }
+    assert_replays_across_the_switch(&mut c, to.path()).await;
 }
 
 /// On an idle server with short idle and network limits: `--until-current` ends at once, with
@@ -319,18 +322,5 @@ async fn after_a_failover_the_stream_resumes_on_the_promoted_replica_by_gtid() {
     writer.stop().await;
     run(&mut stream(&on_replica, &tables, to.path(), &small)).ok();
     let mut c = connect(&on_replica).await;
-    for (table, select) in [
-        ("acct", "SELECT id, v, pad FROM acct"),
-        ("hist", "SELECT id, acct, amount FROM hist"),
-    ] {
-        let r = replay(&to.path().join(format!("cdc.{table}")), &["id"]);
-        let want = sluice_testkit::mysql::rows_as_strings(&mut c, select).await;
-        assert_same_rows(
-            &r.rows,
-            &want,
-            &format!("{table}: snapshot + changes by _seq"),
-        );
-        assert!(r.changes.iter().any(|c| c.pos.starts_with('g')));
-        assert!(r.changes.iter().any(|c| !c.pos.starts_with('g')));
-    }
+    assert_replays_across_the_switch(&mut c, to.path()).await;
 }

@@ -82,6 +82,17 @@ impl ChangeWriter {
     }
 }
 
+/// The binary log file the server writes now (`SHOW MASTER STATUS`).
+pub(crate) async fn binlog_file(admin: &mut mysql_async::Conn) -> String {
+    admin
+        .query_first::<mysql_async::Row, _>("SHOW MASTER STATUS")
+        .await
+        .unwrap()
+        .unwrap()
+        .get(0)
+        .unwrap()
+}
+
 /// A MariaDB server of the test's own, started with the configuration lines `settings`, for a
 /// test that changes server-wide settings or purges the binary log: the server, the URL of its
 /// database `cdc` (created by the test) and an admin session.
@@ -118,6 +129,20 @@ pub(crate) fn stream(url: &str, tables: &[&str], to: &Path, extra: &[&str]) -> C
 
 pub(crate) fn state(to: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(to.join("_sluice/stream.json")).unwrap()).unwrap()
+}
+
+/// [`assert_replay_equals`] for the writer's two tables, `acct` and `hist`.
+async fn assert_acct_and_hist_replay(
+    db: &mut TestDb,
+    to: &Path,
+) -> (
+    sluice_testkit::changes::Replayed,
+    sluice_testkit::changes::Replayed,
+) {
+    let r = assert_replay_equals(db, to, "acct", &["id"], "SELECT id, v, pad FROM acct").await;
+    let h =
+        assert_replay_equals(db, to, "hist", &["id"], "SELECT id, acct, amount FROM hist").await;
+    (r, h)
 }
 
 async fn assert_replay_equals(
@@ -196,41 +221,8 @@ async fn handoff_with_multi_table_transactions_during_the_snapshot_is_exact() {
         &["--until-current"],
     ))
     .ok();
-    let r = assert_replay_equals(
-        &mut db,
-        to.path(),
-        "acct",
-        &["id"],
-        "SELECT id, v, pad FROM acct",
-    )
-    .await;
-    let h = assert_replay_equals(
-        &mut db,
-        to.path(),
-        "hist",
-        &["id"],
-        "SELECT id, acct, amount FROM hist",
-    )
-    .await;
-    assert!(
-        r.changes.len() as u64 >= commits,
-        "{} changes",
-        r.changes.len()
-    );
-    let ops = |op: &str| r.changes.iter().filter(|c| c.op == op).count();
-    assert!(ops("insert") > 0 && ops("update") > 0 && ops("delete") > 0);
-    let key_updates = r
-        .changes
-        .windows(2)
-        .filter(|w| {
-            w[0].op == "delete"
-                && w[1].op == "insert"
-                && w[0].seq + 1 == w[1].seq
-                && w[0].pos == w[1].pos
-                && w[1].cells[1] != "-1"
-        })
-        .count();
-    assert!(key_updates > 0, "no key update written as delete + insert");
+    let (r, h) = assert_acct_and_hist_replay(&mut db, to.path()).await;
+    common::assert_writer_changes(&r, commits);
     // One _seq sequence over both tables: no value twice, none missing.
     let mut seqs: Vec<u64> = r.changes.iter().chain(&h.changes).map(|c| c.seq).collect();
     seqs.sort();
@@ -300,23 +292,8 @@ async fn killed_at_every_point_of_a_batch_the_restarted_stream_is_exact() {
     writer.wait_for(30).await;
     writer.stop().await;
     run(&mut stream(&db.url, &tables, to.path(), &small)).ok();
-    let r = assert_replay_equals(
-        &mut db,
-        to.path(),
-        "acct",
-        &["id"],
-        "SELECT id, v, pad FROM acct",
-    )
-    .await;
+    let (r, _) = assert_acct_and_hist_replay(&mut db, to.path()).await;
     assert!(r.changes.len() > 100, "only {} changes", r.changes.len());
-    assert_replay_equals(
-        &mut db,
-        to.path(),
-        "hist",
-        &["id"],
-        "SELECT id, acct, amount FROM hist",
-    )
-    .await;
 }
 
 /// Every type the export maps arrives in change files with the export's Arrow type and value:
@@ -598,13 +575,7 @@ async fn statement_format_and_a_purged_binary_log_are_refused() {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         admin.query_drop("FLUSH BINARY LOGS").await.unwrap();
-        let file: String = admin
-            .query_first::<mysql_async::Row, _>("SHOW MASTER STATUS")
-            .await
-            .unwrap()
-            .unwrap()
-            .get(0)
-            .unwrap();
+        let file = binlog_file(&mut admin).await;
         admin
             .query_drop(format!("PURGE BINARY LOGS TO '{file}'"))
             .await

@@ -147,26 +147,7 @@ async fn handoff_with_a_writer_during_the_snapshot_is_exact() {
     // Drain what was committed after the first run stopped.
     run(&mut stream(&db.url, to.path(), &["--until-current"])).ok();
     let r = assert_replay_equals_table(&db, to.path()).await;
-    assert!(
-        r.changes.len() as u64 >= commits,
-        "{} changes for {commits} writer transactions",
-        r.changes.len()
-    );
-    let ops = |op: &str| r.changes.iter().filter(|c| c.op == op).count();
-    assert!(ops("insert") > 0 && ops("update") > 0 && ops("delete") > 0);
-    // A key update is a delete of the old key and the insert of the new one, back to back.
-    let key_updates = r
-        .changes
-        .windows(2)
-        .filter(|w| {
-            w[0].op == "delete"
-                && w[1].op == "insert"
-                && w[0].seq + 1 == w[1].seq
-                && w[0].pos == w[1].pos
-                && w[1].cells[1] != "-1"
-        })
-        .count();
-    assert!(key_updates > 0, "no key update written as delete + insert");
+    common::assert_writer_changes(&r, commits);
     let seqs: Vec<u64> = r.changes.iter().map(|c| c.seq).collect();
     assert_eq!(seqs.first(), Some(&1), "_seq starts at 1");
     assert!(
