@@ -230,6 +230,37 @@ pub(crate) fn cancel_on_signal() -> tokio::sync::watch::Receiver<bool> {
     cancel_rx
 }
 
+/// Say what `--drop` removed (`sluice stream`, `sluice replicate`), unless `quiet`.
+pub(crate) fn print_dropped(removed: &[String], quiet: bool) {
+    if quiet {
+        return;
+    }
+    if removed.is_empty() {
+        eprintln!("sluice: nothing to drop (no slot, publication or state was found)");
+    }
+    for r in removed {
+        eprintln!("sluice: dropped {r}");
+    }
+}
+
+/// Run `work` with the spinner line `spinner` on stderr while it runs, when stderr is a terminal
+/// showing text logs and not `quiet` (a spinner would garble JSON logs and files).
+pub(crate) async fn with_spinner<T>(
+    quiet: bool,
+    format: LogFormat,
+    spinner: impl std::future::Future<Output = ()> + Send + 'static,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    use std::io::IsTerminal;
+    let spinner = (!quiet && format == LogFormat::Text && std::io::stderr().is_terminal())
+        .then(|| tokio::spawn(spinner));
+    let result = work.await;
+    if let Some(s) = spinner {
+        s.abort();
+    }
+    result
+}
+
 /// Write a finished run's report: to `--report-json` when given, and on stderr as text or as
 /// one JSON log line (`what`: `sluice export`, …) unless `quiet`.
 pub(crate) fn emit_report<T: serde::Serialize>(

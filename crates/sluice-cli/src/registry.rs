@@ -45,6 +45,21 @@ pub const DESTINATIONS: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// The MySQL/MariaDB lock bounds (`locking`) were given for `url`, which no MySQL/MariaDB
+/// adapter handles: refused rather than ignored, so a user never believes a bound protects a
+/// server it does not apply to.
+fn refuse_locking(url: &str, locking: bool) -> Result<()> {
+    if !locking {
+        return Ok(());
+    }
+    Err(Error::config(format!(
+        "--lock-wait-timeout, --long-query-guard, --long-query-wait and \
+         --lock-non-transactional apply to MySQL and MariaDB sources only, and the source is \
+         {}: remove them.",
+        sluice_core::redact::redact_url(url)
+    )))
+}
+
 /// Open the source adapter for `url`. `locking` (MySQL/MariaDB lock bounds) is refused for
 /// other sources rather than ignored.
 pub fn open_source(url: &str, locking: Option<sluice_mysql::Locking>) -> Result<Arc<dyn Source>> {
@@ -55,14 +70,7 @@ pub fn open_source(url: &str, locking: Option<sluice_mysql::Locking>) -> Result<
             None => source,
         }));
     }
-    if locking.is_some() {
-        return Err(Error::config(format!(
-            "--lock-wait-timeout, --long-query-guard, --long-query-wait and \
-             --lock-non-transactional apply to MySQL and MariaDB sources only, and the source is \
-             {}: remove them.",
-            sluice_core::redact::redact_url(url)
-        )));
-    }
+    refuse_locking(url, locking.is_some())?;
     if sluice_postgres::PgSource::handles(url) {
         return Ok(Arc::new(sluice_postgres::PgSource::new(url)?));
     }
@@ -102,14 +110,7 @@ pub fn open_change_source(
             None => capture,
         }));
     }
-    if locking.is_some() {
-        return Err(Error::config(format!(
-            "--lock-wait-timeout, --long-query-guard, --long-query-wait and \
-             --lock-non-transactional apply to MySQL and MariaDB sources only, and the source is \
-             {}: remove them.",
-            sluice_core::redact::redact_url(url)
-        )));
-    }
+    refuse_locking(url, locking.is_some())?;
     if server_id.is_some() {
         return Err(Error::config(format!(
             "--server-id names the replica id of a MySQL/MariaDB binary log stream, and the \

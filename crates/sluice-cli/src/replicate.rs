@@ -7,12 +7,11 @@
 //! file. Settings about files (`--to`, `--format`, …) are refused by name.
 
 use sluice_cli::args::{ConsistencyArg, ReplicateOptions};
-use sluice_cli::args::{InitialArg, LogFormat, Options, REPLICATE_KEYS, ReplicateArgs};
+use sluice_cli::args::{LogFormat, Options, REPLICATE_KEYS, ReplicateArgs};
 use sluice_cli::{config, registry};
 use sluice_core::{Error, Result};
+use sluice_stream::Stopped;
 use sluice_stream::apply::{ReplicateJob, ReplicateReport};
-use sluice_stream::{Initial, Stopped};
-use std::io::IsTerminal;
 use std::sync::Arc;
 
 /// The settings of a `sluice replicate` run: the `-c` file's, with the flags laid over them.
@@ -52,19 +51,12 @@ fn job(o: &Options, r: &ReplicateOptions) -> Result<ReplicateJob> {
         config::locking(o, sluice_core::Consistency::Snapshot)?,
     )?;
     let (selection, memory) = (template.selection.clone(), template.memory);
-    let export: sluice_stream::ExportBuilder = Arc::new(move |src| {
-        let mut j = template.clone();
-        j.source = src;
-        j
-    });
+    let export = sluice_stream::export_builder(template);
     Ok(ReplicateJob {
         source,
         target,
         selection,
-        initial: match r.initial {
-            Some(InitialArg::None) => Initial::None,
-            Some(InitialArg::Snapshot) | None => Initial::Snapshot,
-        },
+        initial: crate::stream::initial(r.initial),
         name: r.slot.clone(),
         target_schema: r.target_schema.clone(),
         publication: r.publication.clone(),
@@ -83,14 +75,7 @@ pub async fn run(args: ReplicateArgs, quiet: bool, format: LogFormat) -> anyhow:
     let mut job = job(&options, &own)?;
     if args.drop {
         let removed = sluice_stream::apply::drop_replication(&job).await?;
-        if !quiet {
-            if removed.is_empty() {
-                eprintln!("sluice: nothing to drop (no slot, publication or state was found)");
-            }
-            for r in removed {
-                eprintln!("sluice: dropped {r}");
-            }
-        }
+        crate::print_dropped(&removed, quiet);
         return Ok(());
     }
     job.progress = Arc::new(crate::display::Display::new(
@@ -98,13 +83,13 @@ pub async fn run(args: ReplicateArgs, quiet: bool, format: LogFormat) -> anyhow:
         format == LogFormat::Text,
     ));
     let cancel_rx = crate::cancel_on_signal();
-    let spinner = (!quiet && format == LogFormat::Text && std::io::stderr().is_terminal())
-        .then(|| tokio::spawn(progress(job.counters.clone())));
-    let report = sluice_stream::apply::run_replicate(job, cancel_rx).await;
-    if let Some(s) = spinner {
-        s.abort();
-    }
-    let report = report?;
+    let report = crate::with_spinner(
+        quiet,
+        format,
+        progress(job.counters.clone()),
+        sluice_stream::apply::run_replicate(job, cancel_rx),
+    )
+    .await?;
     crate::emit_report(
         &report,
         report_text,

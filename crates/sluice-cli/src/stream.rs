@@ -10,7 +10,6 @@ use sluice_cli::args::{InitialArg, KEYS, LogFormat, Options, StreamArgs, StreamO
 use sluice_cli::{config, registry};
 use sluice_core::{Error, Result};
 use sluice_stream::{Initial, OutputState, StreamJob, StreamReport};
-use std::io::IsTerminal;
 use std::sync::Arc;
 
 /// The settings of a `sluice stream` run: the `-c` file's, with the flags laid over them.
@@ -64,10 +63,7 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
     // The export's job, every setting checked as for export: the template of the initial
     // snapshot's export, whose source the stream replaces with its slot's snapshot.
     let template = config::job(o, true)?;
-    let initial = match s.initial {
-        Some(InitialArg::None) => Initial::None,
-        Some(InitialArg::Snapshot) | None => Initial::Snapshot,
-    };
+    let initial = initial(s.initial);
     let batch_bytes = match &s.batch_bytes {
         Some(b) => config::parse_size(b, "--batch-bytes")?,
         None => DEFAULT_BATCH_BYTES,
@@ -116,11 +112,7 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
         template.format.clone(),
         template.memory,
     );
-    let export: sluice_stream::ExportBuilder = Arc::new(move |src| {
-        let mut j = template.clone();
-        j.source = src;
-        j
-    });
+    let export = sluice_stream::export_builder(template);
     Ok(StreamJob {
         source,
         destination,
@@ -141,20 +133,21 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
     })
 }
 
+/// `--initial` (of `sluice stream` and `sluice replicate`): a snapshot unless `none`.
+pub(crate) fn initial(arg: Option<InitialArg>) -> Initial {
+    match arg {
+        Some(InitialArg::None) => Initial::None,
+        Some(InitialArg::Snapshot) | None => Initial::Snapshot,
+    }
+}
+
 /// Run `sluice stream` (or `--drop`).
 pub async fn run(args: StreamArgs, quiet: bool, format: LogFormat) -> anyhow::Result<()> {
     let (options, own) = merged(&args)?;
     let job = job(&options, &own)?;
     if args.drop {
         let removed = sluice_stream::drop_stream(&job).await?;
-        if !quiet {
-            if removed.is_empty() {
-                eprintln!("sluice: nothing to drop (no slot, publication or state was found)");
-            }
-            for r in removed {
-                eprintln!("sluice: dropped {r}");
-            }
-        }
+        crate::print_dropped(&removed, quiet);
         return Ok(());
     }
     let mut job = job;
@@ -163,13 +156,13 @@ pub async fn run(args: StreamArgs, quiet: bool, format: LogFormat) -> anyhow::Re
         format == LogFormat::Text,
     ));
     let cancel_rx = crate::cancel_on_signal();
-    let spinner = (!quiet && format == LogFormat::Text && std::io::stderr().is_terminal())
-        .then(|| tokio::spawn(progress(job.metrics.clone())));
-    let report = sluice_stream::run_stream(job, cancel_rx).await;
-    if let Some(s) = spinner {
-        s.abort();
-    }
-    let report = report?;
+    let report = crate::with_spinner(
+        quiet,
+        format,
+        progress(job.metrics.clone()),
+        sluice_stream::run_stream(job, cancel_rx),
+    )
+    .await?;
     crate::emit_report(
         &report,
         report_text,

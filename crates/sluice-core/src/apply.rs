@@ -15,7 +15,7 @@
 //! export's Arrow types; a column named in `_absent` was not sent by the source (an unchanged
 //! TOAST value) and must keep its value: an update leaves it out of its `SET` list.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::table::{ColumnDesc, TableRef};
 use arrow_array::RecordBatch;
 use async_trait::async_trait;
@@ -91,6 +91,25 @@ pub struct UnitTable {
     pub batch: RecordBatch,
     /// The source engine (`postgres`, `mysql`), as in [`TargetTable::source_engine`].
     pub source_engine: &'static str,
+}
+
+impl UnitTable {
+    /// The index in [`UnitTable::columns`] (and in the batch) of each key column, in key order:
+    /// what an update or delete on the target is matched by. An error when a key column is not
+    /// a column of the rows, which the collector never builds.
+    pub fn key_positions(&self) -> Result<Vec<usize>> {
+        self.key
+            .iter()
+            .map(|k| {
+                self.columns
+                    .iter()
+                    .position(|c| &c.name == k)
+                    .ok_or_else(|| {
+                        Error::internal(format!("key column {k} is not a column of {}", self.table))
+                    })
+            })
+            .collect()
+    }
 }
 
 /// Consecutive source changes applied in one target transaction: one source transaction, or

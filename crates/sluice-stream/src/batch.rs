@@ -13,7 +13,7 @@
 //! name is known before the first byte is written, as object stores need.
 
 use crate::metrics::Metrics;
-use crate::state::{Committed, Intent, SchemaVersion, StateStore, StreamState};
+use crate::state::{Committed, Intent, SchemaVersion, StateStore, StreamState, in_table_snapshot};
 use arrow_array::cast::AsArray;
 use sluice_core::change::{ChangeOp, ChangeRows, ChangeSink, TxMeta, change_schema};
 use sluice_core::failpoint;
@@ -422,11 +422,7 @@ impl ChangeSink for Batcher {
     fn row(&mut self, table: usize, op: ChangeOp) -> Result<Option<&mut ChangeRows>> {
         self.cur = None;
         let t = &self.tables[table];
-        if t.ignored
-            || t.snapshot_position
-                .as_ref()
-                .is_some_and(|p| self.tx.pos < *p)
-        {
+        if t.ignored || in_table_snapshot(t.snapshot_position.as_deref(), &self.tx.pos) {
             return Ok(None);
         }
         let seq = self.next_seq;

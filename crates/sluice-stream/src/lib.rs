@@ -27,5 +27,8 @@ pub mod state;
 
 pub use metrics::Metrics;
 pub use redis::RedisState;
-pub use run::{ExportBuilder, Initial, Stopped, StreamJob, StreamReport, drop_stream, run_stream};
+pub use run::{
+    ExportBuilder, Initial, Stopped, StreamJob, StreamReport, drop_stream, export_builder,
+    run_stream,
+};
 pub use state::{OutputState, STATE_PATH, StateStore, StreamState};

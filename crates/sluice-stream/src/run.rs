@@ -42,6 +42,16 @@ pub enum Initial {
 /// options: workers, memory, chunking).
 pub type ExportBuilder = Arc<dyn Fn(Arc<dyn Source>) -> ExportJob + Send + Sync>;
 
+/// The [`ExportBuilder`] that gives `template` (the CLI's export options, checked once) the
+/// source each snapshot is read from: the source's snapshot is only known when the run takes it.
+pub fn export_builder(template: ExportJob) -> ExportBuilder {
+    Arc::new(move |src| {
+        let mut j = template.clone();
+        j.source = src;
+        j
+    })
+}
+
 /// A validated `sluice stream` request.
 pub struct StreamJob {
     /// The source.

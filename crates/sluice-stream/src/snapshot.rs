@@ -95,11 +95,7 @@ pub(crate) async fn snapshot_phase(
     resume: bool,
     cancel: &watch::Receiver<bool>,
 ) -> Result<Report> {
-    // Record which stream position this snapshot is before any part is read under it.
-    state
-        .snapshot
-        .positions
-        .push((held.snapshot.position.clone(), held.position.clone()));
+    state.record_snapshot(&held);
     {
         let store = job.state.clone();
         let s = state.clone();

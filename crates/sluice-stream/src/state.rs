@@ -51,6 +51,25 @@ pub struct TableState {
     pub versions: Vec<SchemaVersion>,
 }
 
+impl StreamState {
+    /// Records which stream position `held` stands at, before any part is read under it: the
+    /// manifest names the snapshot each part came from, and this maps it to the position from
+    /// which that table's changes are kept.
+    pub(crate) fn record_snapshot(&mut self, held: &sluice_core::change::HeldSnapshot) {
+        self.snapshot
+            .positions
+            .push((held.snapshot.position.clone(), held.position.clone()));
+    }
+}
+
+/// Whether a change of a transaction at `pos` is left out for a table whose snapshot was read at
+/// `snapshot_position` (a [`TableState::snapshot_position`]): the snapshot already holds it.
+/// Both the change files of `sluice stream` and the apply of `sluice replicate` filter by this,
+/// so the two agree on which changes a table's snapshot covers.
+pub(crate) fn in_table_snapshot(snapshot_position: Option<&str>, pos: &str) -> bool {
+    snapshot_position.is_some_and(|p| pos < p)
+}
+
 /// A committed point of the stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Committed {

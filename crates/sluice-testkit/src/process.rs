@@ -172,4 +172,32 @@ impl Failpoints {
     pub fn release(&self, name: &str) {
         std::fs::write(self.path(name, "release"), b"go").expect("releasing a failpoint");
     }
+
+    /// Run `cmd` to its end with failpoint `name` armed `wait@1`: once the program waits there,
+    /// `meanwhile` runs (writes to put at that exact point, checks of what the paused program
+    /// holds), then the program goes on. Panics with its stderr when the program fails; returns
+    /// its output.
+    pub async fn run_paused_at(
+        &self,
+        cmd: &mut Command,
+        name: &str,
+        meanwhile: impl std::future::Future<Output = ()>,
+    ) -> Output {
+        self.arm(cmd, &format!("{name}=wait@1"));
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("running sluice");
+        self.reached(name, &mut child).await;
+        meanwhile.await;
+        self.release(name);
+        let out = finish(child);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
 }

@@ -26,7 +26,11 @@ use std::sync::Arc;
 
 /// The datasets of `tables` on the PostgreSQL at `url`, as a replication discovers them.
 async fn discover(url: &str, tables: &[&str]) -> Vec<Dataset> {
-    let source = sluice_postgres::PgSource::new(url).unwrap();
+    discover_in(&sluice_postgres::PgSource::new(url).unwrap(), tables).await
+}
+
+/// The datasets of `tables` in `source`, as a replication discovers them.
+async fn discover_in(source: &dyn Source, tables: &[&str]) -> Vec<Dataset> {
     let options = SourceOptions {
         session_tag: "test".into(),
         consistency: Consistency::Chunk,
@@ -92,6 +96,18 @@ fn unit_table(
         batch: RecordBatch::try_new(Arc::new(Schema::new(all)), columns).unwrap(),
         source_engine: "postgres",
     }
+}
+
+/// The exported `batches` of one table as one batch, with its fields (for [`unit_table`]).
+fn one_batch(batches: &[RecordBatch]) -> (RecordBatch, Vec<Field>) {
+    let batch = arrow_select::concat::concat_batches(&batches[0].schema(), batches).unwrap();
+    let fields = batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    (batch, fields)
 }
 
 /// A unit of the tables' rows in order: every row of table 0, then of table 1, …
@@ -281,13 +297,7 @@ async fn every_type_loads_by_copy_and_applies_by_statements() {
         )])
         .await
         .unwrap();
-    let batch = arrow_select::concat::concat_batches(&batches[0].schema(), &batches).unwrap();
-    let fields: Vec<Field> = batch
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone())
-        .collect();
+    let (batch, fields) = one_batch(&batches);
     let n = batch.num_rows();
     let ops = vec!["insert"; n];
     let inserts = unit_table(d, &[], fields.clone(), batch.columns().to_vec(), &ops, &[]);
@@ -794,19 +804,11 @@ const MYSQL_SAME_TEXT: [(&str, &str); 20] = [
 async fn a_mysql_table_lands_with_mapped_types() {
     let (mut my, _) = crate::mysql_types::setup().await;
     let qualified = format!("{}.all_types", my.name);
-    let source = sluice_mysql::MySource::new(&my.url).unwrap();
-    let options = SourceOptions {
-        session_tag: "test".into(),
-        consistency: Consistency::Chunk,
-        enable_row_security: false,
-    };
-    let mut c = source.open_coordinator(&options).await.unwrap();
-    let selection = Selection {
-        tables: vec![QualifiedName::parse(&qualified).unwrap()],
-        ..Default::default()
-    };
-    let ds = c.discover(&selection).await.unwrap();
-    c.release().await.unwrap();
+    let ds = discover_in(
+        &sluice_mysql::MySource::new(&my.url).unwrap(),
+        &[&qualified],
+    )
+    .await;
     let d = &ds[0];
     let table = d.object.clone().unwrap();
     let out = tempdir();
@@ -867,13 +869,7 @@ async fn a_mysql_table_lands_with_mapped_types() {
         .create_tables(std::slice::from_ref(&t))
         .await
         .unwrap();
-    let batch = arrow_select::concat::concat_batches(&batches[0].schema(), &batches).unwrap();
-    let fields: Vec<Field> = batch
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone())
-        .collect();
+    let (batch, fields) = one_batch(&batches);
     let ops = vec!["insert"; batch.num_rows()];
     let rows = unit_table(d, &["id"], fields, batch.columns().to_vec(), &ops, &[]);
     let mut s = target2.session("my", 0).await.unwrap();

@@ -6,7 +6,7 @@
 //! an overlap or a gap; the result must equal the table).
 
 use crate::common::{self, Failpoints, run, tempdir};
-use crate::mysql_stream::{ChangeWriter, state, stream, tables_sql};
+use crate::mysql_stream::{ChangeWriter, binlog_file, own_mariadb, state, stream, tables_sql};
 use mysql_async::prelude::Queryable;
 use sluice_testkit::changes::replay;
 use sluice_testkit::files::assert_same_rows;
@@ -18,13 +18,7 @@ use std::time::{Duration, Instant};
 /// retrying while MariaDB keeps them (until its binlog checkpoint passes them).
 async fn purge_through(admin: &mut mysql_async::Conn, seq: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    let file: String = admin
-        .query_first::<mysql_async::Row, _>("SHOW MASTER STATUS")
-        .await
-        .unwrap()
-        .unwrap()
-        .get(0)
-        .unwrap();
+    let file = binlog_file(admin).await;
     let base = file.rsplit_once('.').unwrap().0;
     loop {
         admin
@@ -44,20 +38,53 @@ async fn purge_through(admin: &mut mysql_async::Conn, seq: u64) {
     }
 }
 
+/// Both tables' change files, replayed over their snapshot, equal the server's rows, and
+/// hold changes read both before and after the switch to GTID positions (`g…`).
+async fn assert_replays_across_the_switch(c: &mut mysql_async::Conn, to: &std::path::Path) {
+    for (table, select) in [
+        ("acct", "SELECT id, v, pad FROM acct"),
+        ("hist", "SELECT id, acct, amount FROM hist"),
+    ] {
+        let r = replay(&to.join(format!("cdc.{table}")), &["id"]);
+        let want = sluice_testkit::mysql::rows_as_strings(c, select).await;
+        assert_same_rows(
+            &r.rows,
+            &want,
+            &format!("{table}: snapshot + changes by _seq"),
+        );
+        assert!(
+            r.changes.iter().any(|c| c.pos.starts_with('g')),
+            "{table}: no change read after the switch"
+        );
+        assert!(
+            r.changes.iter().any(|c| !c.pos.starts_with('g')),
+            "{table}: no change read before the switch"
+        );
+    }
+}
+
+/// A stream run that resumes by GTID (its saved file is gone) and is killed right after its
+/// first batch's files: it must say it resumed by GTID and die at the failpoint.
+fn dies_after_resuming_by_gtid(url: &str, tables: &[&str], to: &std::path::Path, args: &[&str]) {
+    let fp = Failpoints::new();
+    let mut cmd = stream(url, tables, to, args);
+    fp.arm(&mut cmd, "stream.after_files=exit@1");
+    let r = run(&mut cmd);
+    assert_ne!(r.code, 0, "the run did not die:\n{}", r.stderr);
+    assert!(
+        r.stderr.contains("Resuming after GTID") && r.stderr.contains("failpoint"),
+        "{}",
+        r.stderr
+    );
+}
+
 /// A stream whose saved binary log file was purged while it was stopped (after it had read
 /// it) resumes after its saved GTID position in the files that remain: no change lost or
 /// repeated, with a writer running before, between and after, and a kill inside a batch right
 /// after the switch. Positions read after it start a new epoch, which sorts after the old ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purged_file_resumes_by_gtid_without_gap_or_repeat() {
-    let server = tokio::task::spawn_blocking(|| {
-        sluice_testkit::mariadb::MariadbServer::start_with_settings("")
-    })
-    .await
-    .unwrap()
-    .expect("a second MariaDB");
-    let url = sluice_testkit::mysql::with_database(&server.url(), "cdc");
-    let mut admin = connect(&server.url()).await;
+    let (_server, url, mut admin) = own_mariadb("").await;
     admin.query_drop("CREATE DATABASE cdc").await.unwrap();
     let mut c = connect(&url).await;
     c.query_drop(tables_sql(2_000)).await.unwrap();
@@ -83,16 +110,7 @@ async fn a_purged_file_resumes_by_gtid_without_gap_or_repeat() {
     let writer = ChangeWriter::start_from(&url, 2_000, 20_000_000).await;
     purge_through(&mut admin, before[..10].parse().unwrap()).await;
     writer.wait_for(20).await;
-    let fp = Failpoints::new();
-    let mut cmd = stream(&url, &tables, to.path(), &small);
-    fp.arm(&mut cmd, "stream.after_files=exit@1");
-    let r = run(&mut cmd);
-    assert_ne!(r.code, 0, "the run did not die:\n{}", r.stderr);
-    assert!(
-        r.stderr.contains("Resuming after GTID") && r.stderr.contains("failpoint"),
-        "{}",
-        r.stderr
-    );
+    dies_after_resuming_by_gtid(&url, &tables, to.path(), &small);
     writer.wait_for(20).await;
     writer.stop().await;
     let r = run(&mut stream(&url, &tables, to.path(), &small));
@@ -105,23 +123,7 @@ async fn a_purged_file_resumes_by_gtid_without_gap_or_repeat() {
         after.starts_with("g000001_") && after > before,
         "{before} → {after}"
     );
-    for (table, select) in [
-        ("acct", "SELECT id, v, pad FROM acct"),
-        ("hist", "SELECT id, acct, amount FROM hist"),
-    ] {
-        let r = replay(&to.path().join(format!("cdc.{table}")), &["id"]);
-        let want = sluice_testkit::mysql::rows_as_strings(&mut c, select).await;
-        assert_same_rows(
-            &r.rows,
-            &want,
-            &format!("{table}: snapshot + changes by _seq"),
-        );
-        assert!(
-            r.changes.iter().any(|c| c.pos.starts_with('g')),
-            "{table}: no change read after the switch"
-        );
-        assert!(r.changes.iter().any(|c| !c.pos.starts_with('g')));
-    }
+    assert_replays_across_the_switch(&mut c, to.path()).await;
 }
 
 /// On an idle server with short idle and network limits: `--until-current` ends at once, with
@@ -131,16 +133,10 @@ async fn a_purged_file_resumes_by_gtid_without_gap_or_repeat() {
 /// restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_stream_finishes_and_outlives_the_servers_timeouts() {
-    let server = tokio::task::spawn_blocking(|| {
-        sluice_testkit::mariadb::MariadbServer::start_with_settings(
-            "wait_timeout=2\ninteractive_timeout=2\nnet_read_timeout=2\nnet_write_timeout=2\n",
-        )
-    })
-    .await
-    .unwrap()
-    .expect("a second MariaDB");
-    let url = sluice_testkit::mysql::with_database(&server.url(), "cdc");
-    let mut admin = connect(&server.url()).await;
+    let (server, url, mut admin) = own_mariadb(
+        "wait_timeout=2\ninteractive_timeout=2\nnet_read_timeout=2\nnet_write_timeout=2\n",
+    )
+    .await;
     admin
         .query_drop(
             "CREATE DATABASE cdc; CREATE TABLE cdc.t (id int PRIMARY KEY, v int);
@@ -321,32 +317,10 @@ async fn after_a_failover_the_stream_resumes_on_the_promoted_replica_by_gtid() {
         .await
         .unwrap();
     let writer = ChangeWriter::start_from(&on_replica, 2_000, 30_000_000).await;
-    let fp = Failpoints::new();
-    let mut cmd = stream(&on_replica, &tables, to.path(), &small);
-    fp.arm(&mut cmd, "stream.after_files=exit@1");
-    let r = run(&mut cmd);
-    assert_ne!(r.code, 0, "the run did not die:\n{}", r.stderr);
-    assert!(
-        r.stderr.contains("Resuming after GTID") && r.stderr.contains("failpoint"),
-        "{}",
-        r.stderr
-    );
+    dies_after_resuming_by_gtid(&on_replica, &tables, to.path(), &small);
     writer.wait_for(20).await;
     writer.stop().await;
     run(&mut stream(&on_replica, &tables, to.path(), &small)).ok();
     let mut c = connect(&on_replica).await;
-    for (table, select) in [
-        ("acct", "SELECT id, v, pad FROM acct"),
-        ("hist", "SELECT id, acct, amount FROM hist"),
-    ] {
-        let r = replay(&to.path().join(format!("cdc.{table}")), &["id"]);
-        let want = sluice_testkit::mysql::rows_as_strings(&mut c, select).await;
-        assert_same_rows(
-            &r.rows,
-            &want,
-            &format!("{table}: snapshot + changes by _seq"),
-        );
-        assert!(r.changes.iter().any(|c| c.pos.starts_with('g')));
-        assert!(r.changes.iter().any(|c| !c.pos.starts_with('g')));
-    }
+    assert_replays_across_the_switch(&mut c, to.path()).await;
 }

@@ -17,7 +17,7 @@ use sluice_testkit::changes::replay;
 use sluice_testkit::files::{assert_same_rows, dataset_batches, row_strings};
 use sluice_testkit::mysql::{TestDb, connect};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -82,6 +82,38 @@ impl ChangeWriter {
     }
 }
 
+/// The binary log file the server writes now (`SHOW MASTER STATUS`).
+pub(crate) async fn binlog_file(admin: &mut mysql_async::Conn) -> String {
+    admin
+        .query_first::<mysql_async::Row, _>("SHOW MASTER STATUS")
+        .await
+        .unwrap()
+        .unwrap()
+        .get(0)
+        .unwrap()
+}
+
+/// A MariaDB server of the test's own, started with the configuration lines `settings`, for a
+/// test that changes server-wide settings or purges the binary log: the server, the URL of its
+/// database `cdc` (created by the test) and an admin session.
+pub(crate) async fn own_mariadb(
+    settings: &'static str,
+) -> (
+    sluice_testkit::mariadb::MariadbServer,
+    String,
+    mysql_async::Conn,
+) {
+    let server = tokio::task::spawn_blocking(move || {
+        sluice_testkit::mariadb::MariadbServer::start_with_settings(settings)
+    })
+    .await
+    .unwrap()
+    .expect("a second MariaDB");
+    let url = sluice_testkit::mysql::with_database(&server.url(), "cdc");
+    let admin = connect(&server.url()).await;
+    (server, url, admin)
+}
+
 pub(crate) fn stream(url: &str, tables: &[&str], to: &Path, extra: &[&str]) -> Command {
     let mut c = sluice();
     c.arg("stream").arg("--source").arg(url);
@@ -97,6 +129,20 @@ pub(crate) fn stream(url: &str, tables: &[&str], to: &Path, extra: &[&str]) -> C
 
 pub(crate) fn state(to: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(to.join("_sluice/stream.json")).unwrap()).unwrap()
+}
+
+/// [`assert_replay_equals`] for the writer's two tables, `acct` and `hist`.
+async fn assert_acct_and_hist_replay(
+    db: &mut TestDb,
+    to: &Path,
+) -> (
+    sluice_testkit::changes::Replayed,
+    sluice_testkit::changes::Replayed,
+) {
+    let r = assert_replay_equals(db, to, "acct", &["id"], "SELECT id, v, pad FROM acct").await;
+    let h =
+        assert_replay_equals(db, to, "hist", &["id"], "SELECT id, acct, amount FROM hist").await;
+    (r, h)
 }
 
 async fn assert_replay_equals(
@@ -164,21 +210,8 @@ async fn handoff_with_multi_table_transactions_during_the_snapshot_is_exact() {
             "2",
         ],
     );
-    fp.arm(&mut cmd, "export.after_receipt=wait@1");
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    fp.reached("export.after_receipt", &mut child).await;
-    writer.wait_for(40).await;
-    fp.release("export.after_receipt");
-    let out = common::finish(child);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    fp.run_paused_at(&mut cmd, "export.after_receipt", writer.wait_for(40))
+        .await;
     writer.wait_for(20).await;
     let commits = writer.stop().await;
     run(&mut stream(
@@ -188,41 +221,8 @@ async fn handoff_with_multi_table_transactions_during_the_snapshot_is_exact() {
         &["--until-current"],
     ))
     .ok();
-    let r = assert_replay_equals(
-        &mut db,
-        to.path(),
-        "acct",
-        &["id"],
-        "SELECT id, v, pad FROM acct",
-    )
-    .await;
-    let h = assert_replay_equals(
-        &mut db,
-        to.path(),
-        "hist",
-        &["id"],
-        "SELECT id, acct, amount FROM hist",
-    )
-    .await;
-    assert!(
-        r.changes.len() as u64 >= commits,
-        "{} changes",
-        r.changes.len()
-    );
-    let ops = |op: &str| r.changes.iter().filter(|c| c.op == op).count();
-    assert!(ops("insert") > 0 && ops("update") > 0 && ops("delete") > 0);
-    let key_updates = r
-        .changes
-        .windows(2)
-        .filter(|w| {
-            w[0].op == "delete"
-                && w[1].op == "insert"
-                && w[0].seq + 1 == w[1].seq
-                && w[0].pos == w[1].pos
-                && w[1].cells[1] != "-1"
-        })
-        .count();
-    assert!(key_updates > 0, "no key update written as delete + insert");
+    let (r, h) = assert_acct_and_hist_replay(&mut db, to.path()).await;
+    common::assert_writer_changes(&r, commits);
     // One _seq sequence over both tables: no value twice, none missing.
     let mut seqs: Vec<u64> = r.changes.iter().chain(&h.changes).map(|c| c.seq).collect();
     seqs.sort();
@@ -292,23 +292,8 @@ async fn killed_at_every_point_of_a_batch_the_restarted_stream_is_exact() {
     writer.wait_for(30).await;
     writer.stop().await;
     run(&mut stream(&db.url, &tables, to.path(), &small)).ok();
-    let r = assert_replay_equals(
-        &mut db,
-        to.path(),
-        "acct",
-        &["id"],
-        "SELECT id, v, pad FROM acct",
-    )
-    .await;
+    let (r, _) = assert_acct_and_hist_replay(&mut db, to.path()).await;
     assert!(r.changes.len() > 100, "only {} changes", r.changes.len());
-    assert_replay_equals(
-        &mut db,
-        to.path(),
-        "hist",
-        &["id"],
-        "SELECT id, acct, amount FROM hist",
-    )
-    .await;
 }
 
 /// Every type the export maps arrives in change files with the export's Arrow type and value:
@@ -565,14 +550,7 @@ async fn refusals_name_the_fix() {
 /// whose binary log was purged while it was stopped fails saying so and how to start over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statement_format_and_a_purged_binary_log_are_refused() {
-    let server = tokio::task::spawn_blocking(|| {
-        sluice_testkit::mariadb::MariadbServer::start_with_settings("binlog_format=STATEMENT\n")
-    })
-    .await
-    .unwrap()
-    .expect("a second MariaDB");
-    let url = sluice_testkit::mysql::with_database(&server.url(), "cdc");
-    let mut admin = connect(&server.url()).await;
+    let (server, url, mut admin) = own_mariadb("binlog_format=STATEMENT\n").await;
     admin
         .query_drop("CREATE DATABASE cdc; CREATE TABLE cdc.t (id int PRIMARY KEY, v int)")
         .await
@@ -597,13 +575,7 @@ async fn statement_format_and_a_purged_binary_log_are_refused() {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         admin.query_drop("FLUSH BINARY LOGS").await.unwrap();
-        let file: String = admin
-            .query_first::<mysql_async::Row, _>("SHOW MASTER STATUS")
-            .await
-            .unwrap()
-            .unwrap()
-            .get(0)
-            .unwrap();
+        let file = binlog_file(&mut admin).await;
         admin
             .query_drop(format!("PURGE BINARY LOGS TO '{file}'"))
             .await

@@ -338,16 +338,10 @@ async fn writer_during_load_and_stream(source_pg: bool, target_pg: bool) {
     )
     .await;
     // The writer commits while the initial load reads: after its first part.
-    fp.arm(&mut cmd, "export.after_receipt=wait@1");
-    let mut child = cmd
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    fp.reached("export.after_receipt", &mut child).await;
-    writer.wait_for(50).await;
-    fp.release("export.after_receipt");
-    let r: crate::common::Run = crate::common::finish(child).into();
+    let r: crate::common::Run = fp
+        .run_paused_at(&mut cmd, "export.after_receipt", writer.wait_for(50))
+        .await
+        .into();
     r.ok();
     assert!(r.stderr.contains("applied:"), "{}", r.stderr);
     writer.wait_for(200).await;

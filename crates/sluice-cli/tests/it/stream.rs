@@ -140,46 +140,14 @@ async fn handoff_with_a_writer_during_the_snapshot_is_exact() {
             "2",
         ],
     );
-    fp.arm(&mut cmd, "export.after_receipt=wait@1");
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    fp.reached("export.after_receipt", &mut child).await;
-    writer.wait_for(40).await;
-    fp.release("export.after_receipt");
-    let out = common::finish(child);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    fp.run_paused_at(&mut cmd, "export.after_receipt", writer.wait_for(40))
+        .await;
     writer.wait_for(20).await;
     let commits = writer.stop().await;
     // Drain what was committed after the first run stopped.
     run(&mut stream(&db.url, to.path(), &["--until-current"])).ok();
     let r = assert_replay_equals_table(&db, to.path()).await;
-    assert!(
-        r.changes.len() as u64 >= commits,
-        "{} changes for {commits} writer transactions",
-        r.changes.len()
-    );
-    let ops = |op: &str| r.changes.iter().filter(|c| c.op == op).count();
-    assert!(ops("insert") > 0 && ops("update") > 0 && ops("delete") > 0);
-    // A key update is a delete of the old key and the insert of the new one, back to back.
-    let key_updates = r
-        .changes
-        .windows(2)
-        .filter(|w| {
-            w[0].op == "delete"
-                && w[1].op == "insert"
-                && w[0].seq + 1 == w[1].seq
-                && w[0].pos == w[1].pos
-                && w[1].cells[1] != "-1"
-        })
-        .count();
-    assert!(key_updates > 0, "no key update written as delete + insert");
+    common::assert_writer_changes(&r, commits);
     let seqs: Vec<u64> = r.changes.iter().map(|c| c.seq).collect();
     assert_eq!(seqs.first(), Some(&1), "_seq starts at 1");
     assert!(
@@ -689,21 +657,8 @@ async fn a_partitioned_table_streams_under_its_own_name_moves_between_partitions
     let to = tempdir();
     let fp = Failpoints::new();
     let mut cmd = parts(to.path(), &["--chunk-size", "64KB"]);
-    fp.arm(&mut cmd, "export.after_receipt=wait@1");
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    fp.reached("export.after_receipt", &mut child).await;
-    db.exec(&changes(0)).await;
-    fp.release("export.after_receipt");
-    let out = common::finish(child);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    fp.run_paused_at(&mut cmd, "export.after_receipt", db.exec(&changes(0)))
+        .await;
     db.exec(&changes(5)).await;
     run(&mut parts(to.path(), &[])).ok();
     let r = replay(&to.path().join("public.parts"), &["id", "region"]);
@@ -860,39 +815,30 @@ async fn the_servers_idle_limits_end_no_session_of_the_stream() {
         to.path(),
         &["--until-current", "--chunk-size", "64KB"],
     );
-    fp.arm(&mut cmd, "export.after_receipt=wait@1");
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    fp.reached("export.after_receipt", &mut child).await;
-    let before = sessions_of(&db, &role).await;
-    let walsenders: i64 = db
-        .client
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND backend_type = 'walsender'",
-            &[&role],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(walsenders, 1, "the session holding the slot's snapshot");
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    let after = sessions_of(&db, &role).await;
-    assert!(
-        before.is_subset(&after),
-        "sessions ended while idle: {:?}",
-        before.difference(&after).collect::<Vec<_>>()
-    );
-    db.exec("UPDATE acct SET v = v + 1 WHERE id <= 10").await;
-    fp.release("export.after_receipt");
-    let out = common::finish(child);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // While the stream holds the slot's snapshot for the export, its sessions stay open past
+    // both idle limits.
+    fp.run_paused_at(&mut cmd, "export.after_receipt", async {
+        let before = sessions_of(&db, &role).await;
+        let walsenders: i64 = db
+            .client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND backend_type = 'walsender'",
+                &[&role],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(walsenders, 1, "the session holding the slot's snapshot");
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let after = sessions_of(&db, &role).await;
+        assert!(
+            before.is_subset(&after),
+            "sessions ended while idle: {:?}",
+            before.difference(&after).collect::<Vec<_>>()
+        );
+        db.exec("UPDATE acct SET v = v + 1 WHERE id <= 10").await;
+    })
+    .await;
     // A running stream with nothing to do: its sessions wait past both limits.
     let mut child = stream(&url, to.path(), &[])
         .stdout(Stdio::piped())

@@ -79,15 +79,7 @@ impl<'a> Prepared<'a> {
             .enumerate()
             .map(|(i, c)| (quote_ident(&c.name), Kind::of(&c.field), batch.column(i)))
             .collect();
-        let key = t
-            .key
-            .iter()
-            .map(|k| {
-                t.columns.iter().position(|c| &c.name == k).ok_or_else(|| {
-                    Error::internal(format!("key column {k} is not a column of {}", t.table))
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let key = t.key_positions()?;
         Ok(Prepared {
             t,
             name: quote_table(&t.table),

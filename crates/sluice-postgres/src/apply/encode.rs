@@ -19,7 +19,7 @@
 //! | interval                                             | interval struct, Duration    |
 //! | one-dimensional arrays of the above                  | List                         |
 
-use super::render::{decimal_digits, temporal};
+use super::render::{bytes_value, decimal_digits, temporal, text_value};
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
 use arrow_array::{Array, ArrayRef};
@@ -179,26 +179,13 @@ fn value(enc: &Enc, a: &dyn Array, i: usize, out: &mut Vec<u8>) -> Result<()> {
         }
         Enc::Numeric(scale) => numeric(&decimal_digits(a, i), *scale, out),
         Enc::Text | Enc::Jsonb => {
-            let s = match a.data_type() {
-                DataType::LargeUtf8 => a.as_string::<i64>().value(i),
-                _ => a.as_string::<i32>().value(i),
-            };
-            if s.contains('\0') {
-                return Err(Error::data(
-                    "a text value holds a NUL byte, which PostgreSQL text cannot store; \
-                     remove it on the source or leave the column out",
-                ));
-            }
+            let s = text_value(a, i)?;
             if *enc == Enc::Jsonb {
                 out.push(1);
             }
             out.extend_from_slice(s.as_bytes());
         }
-        Enc::Bytea | Enc::Uuid => out.extend_from_slice(match a.data_type() {
-            DataType::LargeBinary => a.as_binary::<i64>().value(i),
-            DataType::FixedSizeBinary(_) => a.as_fixed_size_binary().value(i),
-            _ => a.as_binary::<i32>().value(i),
-        }),
+        Enc::Bytea | Enc::Uuid => out.extend_from_slice(bytes_value(a, i)),
         Enc::Date => {
             let d = a.as_primitive::<Date32Type>().value(i);
             // ±infinity are i32::MAX / MIN in both.

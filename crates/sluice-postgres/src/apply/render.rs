@@ -119,25 +119,9 @@ pub fn text(kind: &Kind, a: &dyn Array, i: usize, out: &mut String) -> Result<bo
         Kind::Int => int(a, i, out),
         Kind::Float => float(a, i, out),
         Kind::Decimal(s) => decimal(&decimal_digits(a, i), *s, out),
-        Kind::Text => {
-            let s = match a.data_type() {
-                DataType::LargeUtf8 => a.as_string::<i64>().value(i),
-                _ => a.as_string::<i32>().value(i),
-            };
-            if s.contains('\0') {
-                return Err(Error::data(
-                    "a text value holds a NUL byte, which PostgreSQL text cannot store; \
-                     remove it on the source or leave the column out",
-                ));
-            }
-            out.push_str(s);
-        }
+        Kind::Text => out.push_str(text_value(a, i)?),
         Kind::Bytes => {
-            let b = match a.data_type() {
-                DataType::LargeBinary => a.as_binary::<i64>().value(i),
-                DataType::FixedSizeBinary(_) => a.as_fixed_size_binary().value(i),
-                _ => a.as_binary::<i32>().value(i),
-            };
+            let b = bytes_value(a, i);
             out.push_str("\\x");
             hex(b, out);
         }
@@ -207,6 +191,31 @@ fn array(kind: &Kind, values: &ArrayRef, out: &mut String) -> Result<()> {
     }
     out.push('}');
     Ok(())
+}
+
+/// The text of row `i` of the string column `a` (`Utf8` or `LargeUtf8`), for both the text and
+/// the binary COPY form; an error for a NUL byte, which PostgreSQL text cannot store.
+pub(crate) fn text_value(a: &dyn Array, i: usize) -> Result<&str> {
+    let s = match a.data_type() {
+        DataType::LargeUtf8 => a.as_string::<i64>().value(i),
+        _ => a.as_string::<i32>().value(i),
+    };
+    if s.contains('\0') {
+        return Err(Error::data(
+            "a text value holds a NUL byte, which PostgreSQL text cannot store; \
+             remove it on the source or leave the column out",
+        ));
+    }
+    Ok(s)
+}
+
+/// The bytes of row `i` of the binary column `a` (`Binary`, `LargeBinary`, `FixedSizeBinary`).
+pub(crate) fn bytes_value(a: &dyn Array, i: usize) -> &[u8] {
+    match a.data_type() {
+        DataType::LargeBinary => a.as_binary::<i64>().value(i),
+        DataType::FixedSizeBinary(_) => a.as_fixed_size_binary().value(i),
+        _ => a.as_binary::<i32>().value(i),
+    }
 }
 
 /// The unscaled integer of decimal row `i` as decimal digits (`-` first when negative).

@@ -94,15 +94,7 @@ impl<'a> Prepared<'a> {
                     Error::data(format!("{}.{}: {}", t.table, c.name, e.message()))
                 })?);
         }
-        let key = t
-            .key
-            .iter()
-            .map(|k| {
-                t.columns.iter().position(|c| &c.name == k).ok_or_else(|| {
-                    Error::internal(format!("key column {k} is not a column of {}", t.table))
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let key = t.key_positions()?;
         Ok(Prepared {
             t,
             table: quote_table(&t.table),

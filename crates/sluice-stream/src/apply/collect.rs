@@ -17,6 +17,7 @@
 //! one transaction open for it.
 
 use super::writeset::TableKeySpecs;
+use crate::state::in_table_snapshot;
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use sluice_core::apply::{AppliedPosition, ApplyUnit, Barrier, TableKeys, UnitTable};
@@ -461,11 +462,7 @@ impl ChangeSink for Collector {
     fn row(&mut self, table: usize, op: ChangeOp) -> Result<Option<&mut ChangeRows>> {
         self.cur = None;
         let t = &self.tables[table];
-        if t.ignored
-            || t.snapshot_position
-                .as_ref()
-                .is_some_and(|p| self.tx.pos < *p)
-        {
+        if t.ignored || in_table_snapshot(t.snapshot_position.as_deref(), &self.tx.pos) {
             return Ok(None);
         }
         if op == ChangeOp::Truncate {

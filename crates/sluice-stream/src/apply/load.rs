@@ -72,10 +72,7 @@ pub(crate) async fn load(
     held: HeldSnapshot,
     cancel: &watch::Receiver<bool>,
 ) -> Result<Report> {
-    state
-        .snapshot
-        .positions
-        .push((held.snapshot.position.clone(), held.position.clone()));
+    state.record_snapshot(&held);
     super::save_state(job, state).await?;
     let tables: HashMap<String, TableRef> = state
         .tables
