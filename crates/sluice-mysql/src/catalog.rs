@@ -24,7 +24,9 @@ use sluice_core::{
 use std::collections::{HashMap, HashSet};
 
 mod describe;
+mod keys;
 pub use describe::{check_select, describe, describe_query};
+pub use keys::table_keys;
 
 /// Which server family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

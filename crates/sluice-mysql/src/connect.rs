@@ -512,6 +512,7 @@ impl MyTarget {
             .socket(self.socket.clone())
             .tcp_nodelay(true)
             .stmt_cache_size(16)
+            .connect_attribute("program_name", "sluice")
             .ssl_opts(ssl)
             .init(SESSION_INIT.to_vec());
         tokio::time::timeout(Duration::from_secs(10), Conn::new(opts))

@@ -19,7 +19,9 @@
 //! | `error.rs`    | error number → transient / permanent, with the fix                    |
 //! | `sql.rs`      | identifier (backtick) and literal quoting                             |
 //! | `replication/`| change capture from the binary log (`sluice stream`)                  |
+//! | `apply/`      | a replication target: tables, bulk load, units applied (`sluice replicate`) |
 
+pub mod apply;
 pub mod catalog;
 pub mod chunking;
 pub mod connect;
@@ -37,6 +39,7 @@ pub mod types;
 use async_trait::async_trait;
 use sluice_core::{Coordinator, HarmProbe, Result, Source, SourceOptions};
 
+pub use apply::MyApplyTarget;
 pub use connect::{MyTarget, Sessions};
 pub use lock::Locking;
 

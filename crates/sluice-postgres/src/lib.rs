@@ -14,9 +14,11 @@
 //! | `decode.rs`   | binary COPY bytes → Arrow builders                                   |
 //! | `harm.rs`     | what the run costs the server; who holds or waits for a lock in its way |
 //! | `replication/` | change capture: replication protocol, pgoutput, slot, stream   |
+//! | `apply/`      | replication target: tables, bulk load, apply sessions           |
 //! | `error.rs`    | SQLSTATE → transient / permanent, with the fix                       |
 //! | `sql.rs`      | identifier and literal quoting                                       |
 
+pub mod apply;
 pub mod catalog;
 pub mod chunking;
 pub mod connect;
@@ -32,6 +34,7 @@ pub mod types;
 use async_trait::async_trait;
 use sluice_core::{Coordinator, HarmProbe, Result, Source, SourceOptions};
 
+pub use apply::PgApplyTarget;
 pub use connect::PgTarget;
 
 /// A PostgreSQL source.

@@ -7,6 +7,8 @@
 mod common;
 mod objstore_common;
 
+mod apply_mysql;
+mod apply_pg;
 mod chunking;
 mod cli;
 mod consistency;

@@ -30,20 +30,20 @@ enum Pq {
     Micros,
 }
 
-struct Col {
-    name: &'static str,
+pub(crate) struct Col {
+    pub(crate) name: &'static str,
     ty: &'static str,
     /// SQL literals for rows 1..=5; row 6 is all NULL.
     values: [&'static str; 5],
     arrow: DataType,
     pq: Pq,
     /// Oracle SQL, `{c}` is the column.
-    oracle: &'static str,
+    pub(crate) oracle: &'static str,
 }
 
 const CHAR: &str = "CAST({c} AS CHAR)";
 
-fn columns() -> Vec<Col> {
+pub(crate) fn columns() -> Vec<Col> {
     let c = |name, ty, values, arrow, pq, oracle| Col {
         name,
         ty,
@@ -393,7 +393,9 @@ fn columns() -> Vec<Col> {
     ]
 }
 
-async fn setup() -> (TestDb, Vec<Col>) {
+/// A database with table `all_types`: every type, extremes, zero dates and a NULL row (also
+/// the source of the MySQL/MariaDB apply tests).
+pub(crate) async fn setup() -> (TestDb, Vec<Col>) {
     let mut db = TestDb::new().await;
     let cols = columns();
     let defs: Vec<String> = cols
@@ -425,12 +427,21 @@ async fn setup() -> (TestDb, Vec<Col>) {
 
 /// Per row (by id), per column, the oracle's text (None for NULL).
 async fn oracle(db: &mut TestDb, cols: &[Col]) -> Vec<Vec<Option<String>>> {
+    oracle_of(&mut db.conn, "all_types", cols).await
+}
+
+/// [`oracle`] of table `table` (a qualified name may be given) on `conn`.
+pub(crate) async fn oracle_of(
+    conn: &mut mysql_async::Conn,
+    table: &str,
+    cols: &[Col],
+) -> Vec<Vec<Option<String>>> {
     let exprs: Vec<String> = cols
         .iter()
         .map(|c| c.oracle.replace("{c}", c.name))
         .collect();
-    let sql = format!("SELECT {} FROM all_types ORDER BY id", exprs.join(", "));
-    let rows: Vec<mysql_async::Row> = db.conn.query(sql).await.unwrap();
+    let sql = format!("SELECT {} FROM {table} ORDER BY id", exprs.join(", "));
+    let rows: Vec<mysql_async::Row> = conn.query(sql).await.unwrap();
     rows.into_iter()
         .map(|r| {
             r.unwrap()

@@ -38,9 +38,9 @@ enum Csv {
     Float,
 }
 
-struct Col {
-    name: &'static str,
-    ty: &'static str,
+pub(crate) struct Col {
+    pub(crate) name: &'static str,
+    pub(crate) ty: &'static str,
     /// SQL literals for rows 1..=5; row 6 is all NULL.
     values: [&'static str; 5],
     pq: Pq,
@@ -52,7 +52,7 @@ struct Col {
 const TEXT: &str = "{c}::text";
 const TS_MICROS: &str = "CASE WHEN isfinite({c}) THEN (extract(epoch FROM {c}) * 1000000)::numeric(30,0)::text ELSE {c}::text END";
 
-fn columns() -> Vec<Col> {
+pub(crate) fn columns() -> Vec<Col> {
     let c = |name, ty, values, pq, pq_oracle, csv, csv_oracle| Col {
         name,
         ty,
@@ -541,7 +541,8 @@ fn columns() -> Vec<Col> {
     ]
 }
 
-async fn setup() -> (TestDb, Vec<Col>) {
+/// The table `all_types` with every type the export supports (the apply tests reuse it).
+pub(crate) async fn setup() -> (TestDb, Vec<Col>) {
     let db = TestDb::new().await;
     db.exec(
         "CREATE EXTENSION citext; CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');

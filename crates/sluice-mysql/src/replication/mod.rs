@@ -205,6 +205,11 @@ impl ChangeSource for MyCapture {
         }
     }
 
+    async fn table_keys(&self, datasets: &[Dataset]) -> Result<Vec<sluice_core::apply::TableKeys>> {
+        let (mut conn, _) = self.session().await?;
+        crate::catalog::table_keys(&mut conn, datasets, self.display()).await
+    }
+
     async fn check(&self, datasets: &[Dataset]) -> Result<()> {
         let (mut conn, server) = self.session().await?;
         server::preflight(&mut conn, &server, datasets, self.display()).await?;

@@ -7,6 +7,7 @@
 //! | `values.rs`   | replicated values → the export's Arrow values                        |
 //! | `slot.rs`     | checks, publication, slot, what the slot costs the server            |
 //! | `stream.rs`   | messages → changes in the runner's column builders                   |
+//! | `keys.rs`     | primary, unique and foreign keys of captured tables (for writesets)  |
 //!
 //! The hand-off: the slot is created with `EXPORT_SNAPSHOT` on a session that then stays idle
 //! while the export reads every table under that snapshot ([`PgCapture::create`], the
@@ -16,6 +17,7 @@
 //! `SnapBuildXactNeedsSkip`), so every committed change lands once.
 
 pub mod conn;
+pub mod keys;
 pub mod pgoutput;
 pub mod slot;
 pub mod stream;
@@ -145,6 +147,11 @@ impl ChangeSource for PgCapture {
             target: self.target.clone(),
             imported: snapshot.cloned(),
         })
+    }
+
+    async fn table_keys(&self, datasets: &[Dataset]) -> Result<Vec<sluice_core::apply::TableKeys>> {
+        let client = self.client().await?;
+        keys::table_keys(&client, datasets, self.display()).await
     }
 
     async fn check(&self, datasets: &[Dataset]) -> Result<()> {

@@ -1,0 +1,773 @@
+#![allow(clippy::unwrap_used)]
+//! MariaDB as a replication target (`sluice_mysql::MyApplyTarget`), through the library: tables
+//! created from a source table's description and keys, the initial load's bulk path checked
+//! value by value against the source for every type, units of inserts, updates with absent
+//! columns, deletes, key updates and keyless rows, the applied position, conflicts, idempotent
+//! barriers, and the privilege errors with their `GRANT`.
+
+use crate::common::{export, files, tempdir};
+use crate::mysql_types;
+use arrow_array::builder::{ListBuilder, StringBuilder};
+use arrow_array::{ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array};
+use mysql_async::prelude::Queryable;
+use sluice_core::apply::{
+    AppliedPosition, ApplyTarget, ApplyUnit, Barrier, TableKeys, TargetTable, UnitTable,
+};
+use sluice_core::change::{ChangeSource, change_schema};
+use sluice_core::table::{ColumnDesc, Dataset, TableRef};
+use sluice_mysql::catalog::{self, Resolved};
+use sluice_mysql::replication::MyCapture;
+use sluice_mysql::{MyApplyTarget, MyTarget, Sessions};
+use sluice_testkit::mysql::TestDb;
+use std::sync::Arc;
+
+fn table(schema: &str, name: &str) -> TableRef {
+    TableRef {
+        schema: schema.into(),
+        name: name.into(),
+    }
+}
+
+/// The source's description of `schema.name`, as the export reads it.
+async fn describe(url: &str, schema: &str, name: &str) -> Dataset {
+    let target = MyTarget::parse(url).unwrap();
+    let mut conn = target.connect(&Sessions::default()).await.unwrap();
+    let server = catalog::server_info(&mut conn, target.display())
+        .await
+        .unwrap();
+    let obj = Resolved {
+        table: table(schema, name),
+        view: false,
+    };
+    catalog::describe(&mut conn, &obj, &server, target.display())
+        .await
+        .unwrap()
+        .dataset
+}
+
+/// The source table `name` of `db` described, with its keys read through the change source,
+/// as a target table named `into.name`.
+async fn target_table(db: &TestDb, name: &str, into: &str) -> TargetTable {
+    let d = describe(&db.url, &db.name, name).await;
+    let keys = MyCapture::new(&db.url, None)
+        .unwrap()
+        .table_keys(std::slice::from_ref(&d))
+        .await
+        .unwrap()
+        .remove(0);
+    TargetTable {
+        table: table(into, name),
+        columns: d.columns,
+        keys: TableKeys {
+            table: table(into, name),
+            ..keys
+        },
+        source_engine: "mysql",
+    }
+}
+
+#[tokio::test]
+async fn every_type_loads_and_equals_the_source() {
+    let (mut db, cols) = mysql_types::setup().await;
+    let into = format!("{}_target", db.name);
+    let t = target_table(&db, "all_types", &into).await;
+    assert_eq!(t.keys.primary, ["id"]);
+
+    let target = MyApplyTarget::new(&db.url).unwrap();
+    target.prepare().await.unwrap();
+    let notes = target
+        .create_tables(std::slice::from_ref(&t))
+        .await
+        .unwrap();
+    assert!(
+        notes.iter().any(|n| n.contains("defaults")),
+        "what is not carried is said: {notes:?}"
+    );
+    assert!(
+        target
+            .non_empty(&[t.table.clone()])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // The export's batches, as the initial load receives them.
+    let out = tempdir();
+    export(&db.url, &out.path().join("pq"), &["--table", "all_types"]).ok();
+    let batches = files::dataset_batches(&out.path().join(format!("pq/{}.all_types", db.name)));
+    let mut loader = target.loader().await.unwrap();
+    for b in &batches {
+        loader.load(&t.table, b).await.unwrap();
+    }
+    assert_eq!(
+        target.non_empty(&[t.table.clone()]).await.unwrap(),
+        [t.table.clone()]
+    );
+
+    // Value by value, through MariaDB's own rendering of both tables (zero dates arrive as
+    // NULL, geometry without its SRID: the oracle reads both that way).
+    let want = mysql_types::oracle_of(&mut db.conn, "all_types", &cols).await;
+    let got = mysql_types::oracle_of(&mut db.conn, &format!("`{into}`.all_types"), &cols).await;
+    assert_eq!(got.len(), 6);
+    for (row, (g, w)) in got.iter().zip(&want).enumerate() {
+        for (ci, c) in cols.iter().enumerate() {
+            assert_eq!(g[ci], w[ci], "row {} column {}", row + 1, c.name);
+        }
+    }
+    // Same engine: the source's own column types.
+    let types = |schema: String| {
+        format!(
+            "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = '{schema}' AND TABLE_NAME = 'all_types' ORDER BY ORDINAL_POSITION"
+        )
+    };
+    let src = db.row_strings(&types(db.name.clone())).await;
+    let dst = db.row_strings(&types(into.clone())).await;
+    assert_eq!(src, dst);
+
+    // Existing tables are checked, not recreated.
+    assert!(
+        target
+            .create_tables(std::slice::from_ref(&t))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    db.exec(&format!(
+        "ALTER TABLE `{into}`.all_types DROP COLUMN c_json"
+    ))
+    .await;
+    let e = target
+        .create_tables(std::slice::from_ref(&t))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("c_json"), "{e}");
+}
+
+/// One change: `_op`, the table's values as text (cast to the column types), absent columns.
+struct Change {
+    op: &'static str,
+    values: Vec<Option<String>>,
+    absent: Vec<&'static str>,
+}
+
+fn change(op: &'static str, values: &[Option<&str>], absent: &[&'static str]) -> Change {
+    Change {
+        op,
+        values: values.iter().map(|v| v.map(str::to_string)).collect(),
+        absent: absent.to_vec(),
+    }
+}
+
+fn ins(values: &[Option<&str>]) -> Change {
+    change("insert", values, &[])
+}
+
+fn upd(values: &[Option<&str>], absent: &[&'static str]) -> Change {
+    change("update", values, absent)
+}
+
+fn del(values: &[Option<&str>]) -> Change {
+    change("delete", values, &[])
+}
+
+/// The rows of one table in a unit, as the runner hands them over.
+fn rows(t: &TargetTable, key: &[&str], changes: &[Change]) -> UnitTable {
+    let schema = change_schema(&t.table, &t.columns).unwrap();
+    let mut arrays: Vec<ArrayRef> = Vec::new();
+    for (i, c) in t.columns.iter().enumerate() {
+        let text: ArrayRef = Arc::new(StringArray::from(
+            changes
+                .iter()
+                .map(|ch| ch.values[i].as_deref())
+                .collect::<Vec<_>>(),
+        ));
+        arrays.push(arrow_cast::cast(&text, c.field.data_type()).unwrap());
+    }
+    let n = changes.len();
+    arrays.push(Arc::new(StringArray::from(
+        changes.iter().map(|c| c.op).collect::<Vec<_>>(),
+    )));
+    arrays.push(Arc::new(StringArray::from(vec!["0000000000000001"; n])));
+    arrays.push(Arc::new(UInt64Array::from(
+        (0..n as u64).collect::<Vec<_>>(),
+    )));
+    arrays.push(Arc::new(
+        TimestampMicrosecondArray::from(vec![Some(1_700_000_000_000_000i64); n])
+            .with_timezone("UTC"),
+    ));
+    arrays.push(Arc::new(StringArray::from(vec![Some("x"); n])));
+    let mut absent = ListBuilder::new(StringBuilder::new());
+    for c in changes {
+        for a in &c.absent {
+            absent.values().append_value(a);
+        }
+        absent.append(true);
+    }
+    arrays.push(Arc::new(absent.finish()));
+    UnitTable {
+        table: t.table.clone(),
+        columns: Arc::new(t.columns.clone()),
+        key: Arc::new(key.iter().map(|k| k.to_string()).collect()),
+        batch: RecordBatch::try_new(schema, arrays).unwrap(),
+    }
+}
+
+fn unit(tables: Vec<UnitTable>) -> ApplyUnit {
+    let mut order = Vec::new();
+    for (ti, t) in tables.iter().enumerate() {
+        for r in 0..t.batch.num_rows() {
+            order.push((ti as u32, r as u32));
+        }
+    }
+    ApplyUnit { tables, order }
+}
+
+fn position(unit: u64) -> AppliedPosition {
+    AppliedPosition {
+        unit,
+        restart: format!("restart-{unit}"),
+        pos: format!("pos-{unit}"),
+        commit_ts: Some(1_700_000_000_000_000 + unit as i64),
+    }
+}
+
+/// Source tables `acct` (keyed, a unique name) and `log` (no key), created on the target in
+/// another database.
+async fn accounts() -> (TestDb, String, MyApplyTarget, TargetTable, TargetTable) {
+    let mut db = TestDb::new().await;
+    db.exec(
+        "CREATE TABLE acct (id int PRIMARY KEY, name varchar(20) NOT NULL UNIQUE, \
+         balance decimal(12,2), note text); CREATE TABLE log (a int, b varchar(10))",
+    )
+    .await;
+    let into = format!("{}_target", db.name);
+    let acct = target_table(&db, "acct", &into).await;
+    let log = target_table(&db, "log", &into).await;
+    let target = MyApplyTarget::new(&db.url).unwrap();
+    target.prepare().await.unwrap();
+    target
+        .create_tables(&[acct.clone(), log.clone()])
+        .await
+        .unwrap();
+    (db, into, target, acct, log)
+}
+
+#[tokio::test]
+async fn units_apply_in_order_with_their_position() {
+    let (mut db, into, target, acct, log) = accounts().await;
+    let name = format!("r_{}", db.name);
+    let rows_of = |t: &str| format!("SELECT * FROM `{into}`.{t}");
+    let mut s0 = target.session(&name, 0).await.unwrap();
+    let mut s1 = target.session(&name, 1).await.unwrap();
+
+    s0.begin().await.unwrap();
+    s0.apply(&unit(vec![
+        rows(
+            &acct,
+            &["id"],
+            &[
+                ins(&[Some("1"), Some("ann"), Some("10.50"), Some("n1")]),
+                ins(&[Some("2"), Some("bob"), Some("20"), None]),
+                ins(&[Some("3"), Some("it's \\ 😀"), Some("-1.25"), Some("n3")]),
+            ],
+        ),
+        rows(
+            &log,
+            &[],
+            &[
+                ins(&[Some("1"), Some("x")]),
+                ins(&[Some("1"), Some("x")]),
+                ins(&[Some("2"), None]),
+            ],
+        ),
+    ]))
+    .await
+    .unwrap();
+    s0.record(&position(1)).await.unwrap();
+    s0.commit().await.unwrap();
+    assert_eq!(target.applied(&name).await.unwrap(), Some(position(1)));
+
+    // An update leaving `note` out keeps it; a key update arrives as delete + insert; a
+    // keyless delete removes one of two equal rows, and matches NULL with NULL.
+    s1.begin().await.unwrap();
+    s1.apply(&unit(vec![
+        rows(
+            &acct,
+            &["id"],
+            &[
+                upd(&[Some("1"), Some("ann"), Some("50"), None], &["note"]),
+                del(&[Some("2"), None, None, None]),
+                del(&[Some("3"), None, None, None]),
+                ins(&[Some("4"), Some("it's \\ 😀"), Some("-1.25"), Some("n3")]),
+            ],
+        ),
+        rows(
+            &log,
+            &[],
+            &[del(&[Some("1"), Some("x")]), del(&[Some("2"), None])],
+        ),
+    ]))
+    .await
+    .unwrap();
+    s1.record(&position(2)).await.unwrap();
+    s1.commit().await.unwrap();
+    assert_eq!(
+        db.row_strings(&rows_of("acct")).await,
+        ["1|ann|50.00|n1", "4|it's \\ 😀|-1.25|n3"]
+    );
+    assert_eq!(db.row_strings(&rows_of("log")).await, ["1|x"]);
+    // The highest unit of any worker is the applied position.
+    assert_eq!(target.applied(&name).await.unwrap(), Some(position(2)));
+
+    // A rolled-back unit leaves nothing, its position included.
+    s0.begin().await.unwrap();
+    s0.apply(&unit(vec![rows(
+        &acct,
+        &["id"],
+        &[ins(&[Some("9"), Some("zed"), None, None])],
+    )]))
+    .await
+    .unwrap();
+    s0.record(&position(3)).await.unwrap();
+    s0.rollback().await.unwrap();
+    assert_eq!(db.row_strings(&rows_of("acct")).await.len(), 2);
+    assert_eq!(target.applied(&name).await.unwrap(), Some(position(2)));
+
+    // A duplicate key is a conflict (running later may cure it).
+    s0.begin().await.unwrap();
+    s0.apply(&unit(vec![rows(
+        &acct,
+        &["id"],
+        &[ins(&[Some("5"), Some("ann"), None, None])],
+    )]))
+    .await
+    .unwrap();
+    let e = s0.record(&position(3)).await.unwrap_err();
+    assert!(e.is_apply_conflict(), "{e}");
+    assert!(e.to_string().contains("acct"), "names the table: {e}");
+    s0.rollback().await.unwrap();
+
+    // A row locked by a unit waiting for its turn: the later one gets a conflict, not a hang.
+    s0.begin().await.unwrap();
+    s0.apply(&unit(vec![rows(
+        &acct,
+        &["id"],
+        &[upd(&[Some("1"), Some("ann"), Some("60"), None], &["note"])],
+    )]))
+    .await
+    .unwrap();
+    s0.record(&position(3)).await.unwrap();
+    s1.begin().await.unwrap();
+    s1.apply(&unit(vec![rows(
+        &acct,
+        &["id"],
+        &[upd(&[Some("1"), Some("ann"), Some("70"), None], &["note"])],
+    )]))
+    .await
+    .unwrap();
+    let e = s1.record(&position(4)).await.unwrap_err();
+    assert!(e.is_apply_conflict(), "{e}");
+    s1.rollback().await.unwrap();
+    s0.commit().await.unwrap();
+    assert_eq!(target.applied(&name).await.unwrap(), Some(position(3)));
+    assert_eq!(
+        db.scalar(&format!("SELECT balance FROM `{into}`.acct WHERE id = 1"))
+            .await
+            .as_deref(),
+        Some("60.00")
+    );
+
+    // State and positions are kept per replication name and forgotten together.
+    target.save_state(&name, b"{\"a\":1}").await.unwrap();
+    target.save_state(&name, b"{\"a\":2}").await.unwrap();
+    assert_eq!(
+        target.load_state(&name).await.unwrap().as_deref(),
+        Some(&b"{\"a\":2}"[..])
+    );
+    target.clear_state(&name).await.unwrap();
+    assert_eq!(target.load_state(&name).await.unwrap(), None);
+    assert_eq!(target.applied(&name).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_large_unit_is_sent_in_pieces_and_merged_into_multi_row_inserts() {
+    let (mut db, into, target, acct, _) = accounts().await;
+    let name = format!("r_{}", db.name);
+    // Many rows with long notes: past the buffer bound, so some statements are sent before
+    // the position.
+    let note = "n".repeat(3000);
+    let changes: Vec<Change> = (0..1000)
+        .map(|i| {
+            let (id, name) = (i.to_string(), format!("u{i}"));
+            ins(&[Some(&id), Some(&name), Some("1"), Some(&note)])
+        })
+        .collect();
+    let mut s = target.session(&name, 0).await.unwrap();
+    s.begin().await.unwrap();
+    s.apply(&unit(vec![rows(&acct, &["id"], &changes)]))
+        .await
+        .unwrap();
+    s.record(&position(1)).await.unwrap();
+    s.commit().await.unwrap();
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT CONCAT(COUNT(*), ' ', SUM(LENGTH(note))) FROM `{into}`.acct"
+        ))
+        .await
+        .as_deref(),
+        Some("1000 3000000")
+    );
+}
+
+#[tokio::test]
+async fn barriers_applied_twice_give_the_same_table() {
+    let (mut db, into, target, acct, _) = accounts().await;
+    let name = format!("r_{}", db.name);
+    let mut s = target.session(&name, 0).await.unwrap();
+    s.begin().await.unwrap();
+    s.apply(&unit(vec![rows(
+        &acct,
+        &["id"],
+        &[ins(&[Some("1"), Some("ann"), Some("1"), Some("n")])],
+    )]))
+    .await
+    .unwrap();
+    s.record(&position(1)).await.unwrap();
+    s.commit().await.unwrap();
+
+    // Columns: `note` dropped, `email` added, `balance` retyped on the source.
+    db.exec(
+        "ALTER TABLE acct DROP COLUMN note, ADD COLUMN email varchar(40), \
+         MODIFY balance decimal(14,3)",
+    )
+    .await;
+    let now = describe(&db.url, &db.name, "acct").await.columns;
+    let columns = Barrier::Columns {
+        table: acct.table.clone(),
+        columns: now,
+    };
+    let shape = format!(
+        "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = '{into}' AND TABLE_NAME = 'acct' ORDER BY ORDINAL_POSITION"
+    );
+    let mut shapes = Vec::new();
+    for _ in 0..2 {
+        s.begin().await.unwrap();
+        s.barrier(&columns).await.unwrap();
+        s.record(&position(2)).await.unwrap();
+        s.commit().await.unwrap();
+        shapes.push(db.row_strings(&shape).await);
+    }
+    assert_eq!(shapes[0], shapes[1]);
+    let source_shape = db
+        .row_strings(&shape.replace(&into, &db.name.clone()))
+        .await;
+    assert_eq!(shapes[0], source_shape);
+    assert_eq!(
+        db.row_strings(&format!("SELECT * FROM `{into}`.acct"))
+            .await,
+        ["1|ann|1.000|∅"]
+    );
+
+    // Truncate, twice.
+    for _ in 0..2 {
+        s.begin().await.unwrap();
+        s.barrier(&Barrier::Truncate(vec![acct.table.clone()]))
+            .await
+            .unwrap();
+        s.record(&position(3)).await.unwrap();
+        s.commit().await.unwrap();
+        assert!(
+            target
+                .non_empty(&[acct.table.clone()])
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+    assert_eq!(target.applied(&name).await.unwrap(), Some(position(3)));
+}
+
+#[tokio::test]
+async fn keys_of_the_source_are_read_whole() {
+    let mut db = TestDb::new().await;
+    db.exec(
+        "CREATE TABLE parent (a int, b varchar(5), code int NOT NULL, PRIMARY KEY (a, b), \
+         UNIQUE KEY u_code (code)); \
+         CREATE TABLE child (id int PRIMARY KEY, pa int, pb varchar(5), x int, y int, \
+         UNIQUE KEY u_xy (x, y), CONSTRAINT fk_p FOREIGN KEY (pa, pb) REFERENCES parent (a, b))",
+    )
+    .await;
+    let d = describe(&db.url, &db.name, "child").await;
+    let keys = MyCapture::new(&db.url, None)
+        .unwrap()
+        .table_keys(&[d])
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 1);
+    let k = &keys[0];
+    assert_eq!(k.primary, ["id"]);
+    assert_eq!(k.unique, [vec!["x".to_string(), "y".to_string()]]);
+    assert_eq!(k.foreign.len(), 1);
+    assert_eq!(k.foreign[0].columns, ["pa", "pb"]);
+    assert_eq!(k.foreign[0].parent, table(&db.name, "parent"));
+    assert_eq!(k.foreign[0].parent_columns, ["a", "b"]);
+}
+
+#[tokio::test]
+async fn missing_privileges_fail_with_the_grant_that_fixes_them() {
+    let (mut db, into, admin, acct, _) = accounts().await;
+    let user = format!("u{}", &db.name[2..12]);
+    db.exec(&format!(
+        "CREATE USER '{user}'@'%' IDENTIFIED BY 'pw-secret'; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON `{into}`.* TO '{user}'@'%'; \
+         GRANT SELECT ON `{}`.* TO '{user}'@'%'",
+        db.name
+    ))
+    .await;
+    let _ = admin;
+    let target = MyApplyTarget::new(&db.url_as(&user, "pw-secret")).unwrap();
+    // No rights on the bookkeeping.
+    let e = target.prepare().await.unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&format!(
+            "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON `sluice`.* TO '{user}'@'%'"
+        )),
+        "{msg}"
+    );
+    assert!(!msg.contains("pw-secret"), "{msg}");
+    db.exec(&format!(
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON `sluice`.* TO '{user}'@'%'"
+    ))
+    .await;
+    target.prepare().await.unwrap();
+
+    // No CREATE where a table must be created.
+    let mut other = acct.clone();
+    other.table = table(&into, "acct2");
+    other.keys.table = other.table.clone();
+    let e = target.create_tables(&[other]).await.unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&format!("GRANT CREATE, SELECT, INSERT, UPDATE, DELETE, DROP, ALTER ON `{into}`.* TO '{user}'@'%'")),
+        "{msg}"
+    );
+    assert!(!e.is_transient(), "{msg}");
+    db.exec(&format!("DROP USER '{user}'@'%'")).await;
+    let _ = db.conn.query_drop("SELECT 1").await;
+}
+
+fn pg_column(name: &str, source_type: &str, field: arrow_schema::Field) -> ColumnDesc {
+    ColumnDesc {
+        name: name.into(),
+        source_type: source_type.into(),
+        field,
+        cast: None,
+        as_text_fallback: false,
+    }
+}
+
+fn ext(field: arrow_schema::Field, name: &str) -> arrow_schema::Field {
+    field.with_metadata(
+        [("ARROW:extension:name".to_string(), name.to_string())]
+            .into_iter()
+            .collect::<std::collections::HashMap<String, String>>(),
+    )
+}
+
+#[tokio::test]
+async fn postgres_types_land_in_their_mapped_types() {
+    use arrow_array::builder::{Int32Builder, ListBuilder as LB};
+    use arrow_array::{
+        BinaryArray, BooleanArray, Decimal128Array, FixedSizeBinaryArray, Float64Array, Int32Array,
+        Int64Array, StructArray, Time64MicrosecondArray,
+    };
+    use arrow_schema::{DataType as D, Field, Fields, TimeUnit};
+    let mut db = TestDb::new().await;
+    let into = format!("{}_target", db.name);
+    let interval = Fields::from(vec![
+        Field::new("months", D::Int32, false),
+        Field::new("days", D::Int32, false),
+        Field::new("microseconds", D::Int64, false),
+    ]);
+    let columns = vec![
+        pg_column("id", "integer", Field::new("id", D::Int32, false)),
+        pg_column(
+            "code",
+            "character varying(40)",
+            Field::new("code", D::Utf8, false),
+        ),
+        pg_column(
+            "u",
+            "uuid",
+            ext(Field::new("u", D::FixedSizeBinary(16), true), "arrow.uuid"),
+        ),
+        pg_column(
+            "iv",
+            "interval",
+            ext(
+                Field::new("iv", D::Struct(interval.clone()), true),
+                "sluice.interval",
+            ),
+        ),
+        pg_column(
+            "arr",
+            "integer[]",
+            Field::new(
+                "arr",
+                D::List(Arc::new(Field::new("item", D::Int32, true))),
+                true,
+            ),
+        ),
+        pg_column(
+            "t",
+            "time without time zone",
+            Field::new("t", D::Time64(TimeUnit::Microsecond), true),
+        ),
+        pg_column(
+            "ts",
+            "timestamp with time zone",
+            Field::new(
+                "ts",
+                D::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                true,
+            ),
+        ),
+        pg_column(
+            "j",
+            "jsonb",
+            ext(Field::new("j", D::Utf8, true), "arrow.json"),
+        ),
+        pg_column("b", "boolean", Field::new("b", D::Boolean, true)),
+        pg_column(
+            "n",
+            "numeric(10,2)",
+            Field::new("n", D::Decimal128(10, 2), true),
+        ),
+        pg_column("f", "double precision", Field::new("f", D::Float64, true)),
+        pg_column("by", "bytea", Field::new("by", D::Binary, true)),
+        pg_column("body", "text", Field::new("body", D::Utf8, true)),
+    ];
+    let t = TargetTable {
+        table: table(&into, "pg"),
+        columns: columns.clone(),
+        keys: TableKeys {
+            table: table(&into, "pg"),
+            primary: vec!["id".into()],
+            unique: vec![vec!["code".into()]],
+            foreign: vec![],
+        },
+        source_engine: "postgres",
+    };
+    let target = MyApplyTarget::new(&db.url).unwrap();
+    target.prepare().await.unwrap();
+    let notes = target
+        .create_tables(std::slice::from_ref(&t))
+        .await
+        .unwrap();
+    for n in ["char(36)", "varchar(64)", "json"] {
+        assert!(notes.iter().any(|x| x.contains(n)), "{n}: {notes:?}");
+    }
+    let types = db
+        .row_strings(&format!(
+            "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = '{into}' AND TABLE_NAME = 'pg'"
+        ))
+        .await;
+    for want in [
+        "code|varchar(40)",
+        "u|char(36)",
+        "iv|varchar(64)",
+        "t|time(6)",
+        "ts|datetime(6)",
+        "n|decimal(10,2)",
+        "by|longblob",
+        "body|longtext",
+    ] {
+        assert!(types.iter().any(|t| t == want), "{want}: {types:?}");
+    }
+
+    let mut arr = LB::new(Int32Builder::new());
+    arr.values().append_value(1);
+    arr.values().append_null();
+    arr.append(true);
+    arr.append(false);
+    let iv = StructArray::new(
+        interval,
+        vec![
+            Arc::new(Int32Array::from(vec![14, 0])),
+            Arc::new(Int32Array::from(vec![3, 0])),
+            Arc::new(Int64Array::from(vec![4_500_000, 0])),
+        ],
+        Some(vec![true, false].into()),
+    );
+    let schema = Arc::new(arrow_schema::Schema::new(
+        columns.iter().map(|c| c.field.clone()).collect::<Vec<_>>(),
+    ));
+    let uuid: [u8; 16] = *b"\x12\x34\x56\x78\x9a\xbc\xde\xf0\x01\x23\x45\x67\x89\xab\xcd\xef";
+    let batch = |f: f64| {
+        RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int32Array::from(vec![1, 2])),
+                Arc::new(StringArray::from(vec!["a'b", "ü"])),
+                Arc::new(
+                    FixedSizeBinaryArray::try_from_sparse_iter_with_size(
+                        vec![Some(uuid), None].into_iter(),
+                        16,
+                    )
+                    .unwrap(),
+                ),
+                Arc::new(iv.clone()),
+                Arc::new(arr.finish_cloned()),
+                Arc::new(Time64MicrosecondArray::from(vec![
+                    Some(45_296_000_001),
+                    None,
+                ])),
+                Arc::new(
+                    TimestampMicrosecondArray::from(vec![Some(-1_000_000), None])
+                        .with_timezone("UTC"),
+                ),
+                Arc::new(StringArray::from(vec![Some("{\"k\": [1, \"😀\"]}"), None])),
+                Arc::new(BooleanArray::from(vec![Some(true), None])),
+                Arc::new(
+                    Decimal128Array::from(vec![Some(-12345), None])
+                        .with_precision_and_scale(10, 2)
+                        .unwrap(),
+                ),
+                Arc::new(Float64Array::from(vec![Some(f), None])),
+                Arc::new(BinaryArray::from(vec![Some(&b"\x00\xff"[..]), None])),
+                Arc::new(StringArray::from(vec![Some("t"), None])),
+            ],
+        )
+        .unwrap()
+    };
+    let mut loader = target.loader().await.unwrap();
+    // NaN has no MySQL value: the batch fails naming the column, and nothing of it stays.
+    let e = loader.load(&t.table, &batch(f64::NAN)).await.unwrap_err();
+    assert!(e.to_string().contains("\"f\""), "{e}");
+    assert!(
+        target
+            .non_empty(&[t.table.clone()])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    loader.load(&t.table, &batch(0.25)).await.unwrap();
+    let got = db
+        .row_strings(&format!(
+            "SELECT id, code, u, iv, arr, t, ts, j, b, n, f, HEX(`by`), body \
+             FROM `{into}`.pg"
+        ))
+        .await;
+    assert_eq!(
+        got,
+        [
+            "1|a'b|12345678-9abc-def0-0123-456789abcdef|P14M3DT4.500000S|[1,null]|12:34:56.000001|\
+             1969-12-31 23:59:59.000000|{\"k\": [1, \"😀\"]}|1|-123.45|0.25|00FF|t",
+            "2|ü|∅|∅|∅|∅|∅|∅|∅|∅|∅|∅|∅"
+        ]
+    );
+}
