@@ -331,6 +331,23 @@ def measure_mariadb(src_root, tgt_root, txs):
             "gtid": [gtid0, gtid1], "binlog_end": list(master[:2]), "rows": rows}
 
 
+def fdatasync_us():
+    """Median µs of an 8 KB write + fdatasync in the temporary directory the servers' data
+    directories are in: what one durable commit costs at least on this disk."""
+    import tempfile
+    times = []
+    with tempfile.NamedTemporaryFile(prefix="sluice-replbench-fsync-") as f:
+        block = b"\0" * 8192
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            t0 = time.perf_counter()
+            os.pwrite(f.fileno(), block, 0)
+            os.fdatasync(f.fileno())
+            times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 2] * 1e6
+
+
 def main():
     started = datetime.datetime.now(datetime.timezone.utc)
     os.makedirs(RESULTS, exist_ok=True)
@@ -351,6 +368,7 @@ def main():
         "build": BUILD,
         "machine": machine.describe(SLUICE, None),
         "backlog": counts,
+        "fdatasync_us": fdatasync_us(),
         "passes": passes,
     }
     with open(os.path.join(RESULTS, "results.json"), "w") as f:

@@ -3,6 +3,7 @@ results.json), so `bench/replicate/run --report-only DIR` re-renders it without 
 
 import datetime
 import json
+import os
 import sys
 
 REFERENCE = "bench/replicate/run --transactions 200k"
@@ -84,6 +85,9 @@ def render(data, results_dir):
         L.append(f"- {p['pair']} servers: {p['server']}; target settings "
                  + ", ".join(f"{k}={v}" for k, v in sorted(p["target_settings"].items())))
     L += [
+        f"- One 8 KB write + fdatasync on the servers' disk: {data['fdatasync_us']:.0f} µs "
+        "(median over 1 s): the least a durable commit costs here; a disk with slower syncs "
+        "rewards grouping and parallel commits more" if data.get("fdatasync_us") else None,
         f"- Raw figures: `{results_dir}/results.json` (and each sluice run's `--report-json`)",
         "",
         "## What is measured",
@@ -125,6 +129,10 @@ def render(data, results_dir):
               + ". Ratios are drain times: below 1 sluice is faster.", ""]
         L += table + [""]
         L += [f"- {v}" for v in verdict] + [""]
+    notes = os.path.join(results_dir, "notes.md")
+    if os.path.exists(notes):
+        L += ["## Run notes", "", f"From `{notes}` (written by whoever ran the pass):", "",
+              open(notes).read().strip(), ""]
     L += [
         "Targets (issue): MariaDB → MariaDB drain ≤ 1.0× MariaDB's parallel replica at the same "
         "thread count; PostgreSQL → PostgreSQL drain ≤ 0.5× the native subscription; "
@@ -132,7 +140,7 @@ def render(data, results_dir):
         "its parallel applier at 1.4–1.7× its serial one with 4 workers.",
         "",
     ]
-    return "\n".join(L)
+    return "\n".join(line for line in L if line is not None)
 
 
 if __name__ == "__main__":
