@@ -1,10 +1,21 @@
-"""Drain the same change backlog with pg_recvlogical (the floor) and `sluice stream`.
+"""Drain the same change backlog with the engine's floor and with `sluice stream`.
 
-Run by bench/stream/run inside `sluice-testkit run --pg`. Standard library only. For each table
-(narrow: 4 columns, ~60 bytes a row; wide: 24 columns, ~1 KB) a backlog of row changes is
-written in transactions of 1 to 100 rows (inserts, updates, deletes, mixed), while two slots
-that start before it wait: one drained by pg_recvlogical to /dev/null, one by sluice to Parquet.
-Each drain is timed with GNU time (wall, user+system CPU, peak RSS).
+Run by bench/stream/run inside `sluice-testkit run --pg` (engine `pg`, the default) or
+`--mariadb` (`SLUICE_BENCH_ENGINE=mysql`, `bench/stream/run --mysql`). Standard library only.
+For each table (narrow: 4 columns, ~60 bytes a row; wide: 24 columns, ~1 KB) a backlog of row
+changes is written in transactions of 1 to 100 rows (60% inserts, 30% updates, 10% deletes)
+after both readers have their start position, then each drains it, timed with GNU time (wall,
+user+system CPU, peak RSS):
+
+- PostgreSQL: two slots on one publication; the floor is pg_recvlogical (pgoutput protocol 1
+  to /dev/null, decoding on the server), sluice streams to Parquet. Optionally one big
+  transaction (`--big-tx`) and a steady load's commit-to-file delay (`--steady`).
+- MySQL/MariaDB: a stream saves its position first (`--initial none`); the floor fetches the
+  backlog from that position with `mariadb-binlog --read-from-remote-server --raw` (raw events
+  into a RAM directory, nothing decoded), sluice streams it to Parquet.
+
+PostgreSQL writes the page's head and keeps its MySQL/MariaDB section; MySQL/MariaDB replaces
+that section only.
 """
 
 import datetime
@@ -16,13 +27,20 @@ import shutil
 import subprocess
 import tempfile
 import time
+from urllib.parse import urlparse
 
-URL = os.environ["SLUICE_TEST_PG_URL"]
+ENGINE = os.environ.get("SLUICE_BENCH_ENGINE", "pg")
+if ENGINE not in ("pg", "mysql"):
+    raise SystemExit(f"SLUICE_BENCH_ENGINE={ENGINE!r}: pg or mysql")
+URL = os.environ["SLUICE_TEST_PG_URL" if ENGINE == "pg" else "SLUICE_TEST_MYSQL_URL"]
 SLUICE = os.environ["SLUICE_BENCH_SLUICE"]
 RESULTS = os.environ["SLUICE_BENCH_RESULTS"]
 DOC = os.environ["SLUICE_BENCH_DOC"]
-COMMAND = os.environ.get("SLUICE_BENCH_COMMAND", "bench/stream/run")
-
+COMMAND = os.environ.get(
+    "SLUICE_BENCH_COMMAND", "bench/stream/run" + (" --mysql" if ENGINE == "mysql" else ""))
+# Where the MySQL/MariaDB section of the page starts.
+MARK_PREFIX = "<!-- MySQL/MariaDB section"
+MARK = MARK_PREFIX + ": written by bench/stream/measure.py (SLUICE_BENCH_ENGINE=mysql) -->"
 
 def size(text):
     m = re.fullmatch(r"(\d+)([kKmMgG]?)", text.strip())
@@ -43,9 +61,60 @@ BIG_TX = os.environ.get("SLUICE_BENCH_BIG_TX") or ""
 STEADY = os.environ.get("SLUICE_BENCH_STEADY") or ""
 
 
-def psql(sql, db=URL):
+def timed(argv):
+    """Run argv under GNU time: (wall s, cpu s, peak RSS bytes, stdout+stderr)."""
+    start = time.monotonic()
     p = subprocess.run(
-        ["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", db, "-c", sql],
+        ["/usr/bin/time", "-f", "TIME %e %U %S %M"] + argv,
+        capture_output=True, text=True,
+    )
+    wall = time.monotonic() - start
+    out = p.stdout + p.stderr
+    if p.returncode != 0:
+        raise SystemExit(f"{argv[0]} failed ({p.returncode}):\n{out[-3000:]}")
+    m = re.search(r"TIME (\S+) (\S+) (\S+) (\d+)", out)
+    return wall, float(m.group(2)) + float(m.group(3)), int(m.group(4)) * 1024, out
+
+
+def smoke_note(reference):
+    """A debug build or a pass smaller than the reference shows that the lab works, not what
+    sluice does: said at the top of the section, so it is not read as the reference figures."""
+    if "/debug" not in SLUICE and CHANGES >= 5 * 10**6:
+        return []
+    return ["**Smoke pass only** (" + ("a debug build, " if "/debug" in SLUICE else "")
+            + f"{CHANGES:,} changes a table, on whatever machine ran it: the figures show the lab "
+            f"works, not what sluice does; the reference pass, `{reference}` with a release "
+            "build on a quiet machine, replaces this section).", ""]
+
+
+def mb(b):
+    return f"{b / (1 << 20):.0f} MB"
+
+
+def table_lines(rows, log_key, log_title):
+    lines = [
+        f"| table | changes | {log_title} | floor changes/s | sluice changes/s | sluice ÷ floor | "
+        "sluice CPU µs/change | floor RSS | sluice RSS |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['table']} | {r['changes']:,} | {mb(r[log_key])} | "
+            f"{r['floor']['changes_per_s']:,.0f} | {r['sluice']['changes_per_s']:,.0f} | "
+            f"{r['ratio_rate']:.2f}× | {r['cpu_us_per_change']:.2f} | {mb(r['floor']['rss'])} | "
+            f"{mb(r['sluice']['rss'])} |")
+    return lines
+
+
+TARGETS = ("Targets (issue): ≥ 0.9× the floor's rate, ≤ 1 µs of client CPU per change, peak RSS "
+           "≤ 64 MiB.")
+
+
+# PostgreSQL
+
+def psql(sql, db=None):
+    p = subprocess.run(
+        ["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", db or URL, "-c", sql],
         capture_output=True, text=True,
     )
     if p.returncode != 0:
@@ -53,7 +122,7 @@ def psql(sql, db=URL):
     return p.stdout.strip()
 
 
-TABLES = {
+PG_TABLES = {
     "narrow": "id bigint PRIMARY KEY, a int, b bigint, s text",
     "wide": "id bigint PRIMARY KEY, "
     + ", ".join(f"i{k} int" for k in range(8))
@@ -65,7 +134,7 @@ TABLES = {
 }
 
 
-def row_values(table, idx):
+def pg_row_values(table, idx):
     if table == "narrow":
         return f"{idx}, ({idx} % 1000)::int, {idx} * 7, md5({idx}::text)"
     ints = ", ".join(f"({idx} + {k})::int" for k in range(8))
@@ -74,10 +143,10 @@ def row_values(table, idx):
     return f"{idx}, {ints}, {nums}, {texts}, now()"
 
 
-def backlog(table, n, url):
+def pg_backlog(table, n, url):
     """n row changes in transactions of 1..100 rows: 60% inserts, 30% updates, 10% deletes."""
     setcol = "a = a + 1" if table == "narrow" else "i0 = i0 + 1"
-    vals = row_values(table, "i")
+    vals = pg_row_values(table, "i")
     psql(
         f"""
         DO $$
@@ -103,27 +172,12 @@ def backlog(table, n, url):
     )
 
 
-def timed(argv):
-    """Run argv under GNU time: (wall s, cpu s, peak RSS bytes, stdout+stderr)."""
-    start = time.monotonic()
-    p = subprocess.run(
-        ["/usr/bin/time", "-f", "TIME %e %U %S %M"] + argv,
-        capture_output=True, text=True,
-    )
-    wall = time.monotonic() - start
-    out = p.stdout + p.stderr
-    if p.returncode != 0:
-        raise SystemExit(f"{argv[0]} failed ({p.returncode}):\n{out[-3000:]}")
-    m = re.search(r"TIME (\S+) (\S+) (\S+) (\d+)", out)
-    return wall, float(m.group(2)) + float(m.group(3)), int(m.group(4)) * 1024, out
-
-
-def measure_table(table, n):
+def pg_measure_table(table, n):
     db = f"bench_stream_{table}"
     psql(f"DROP DATABASE IF EXISTS {db}")
     psql(f"CREATE DATABASE {db}")
     url = URL.rsplit("/", 1)[0] + "/" + db
-    psql(f"CREATE TABLE {table} ({TABLES[table]})", url)
+    psql(f"CREATE TABLE {table} ({PG_TABLES[table]})", url)
     out = tempfile.mkdtemp(prefix=f"sluice-stream-bench-{table}-")
     try:
         # sluice's slot (and its publication) first, then the floor's on the same publication.
@@ -135,7 +189,7 @@ def measure_table(table, n):
         )
         psql("SELECT pg_create_logical_replication_slot('bench_floor', 'pgoutput')", url)
         t0 = time.monotonic()
-        backlog(table, n, url)
+        pg_backlog(table, n, url)
         load_s = time.monotonic() - t0
         end = psql("SELECT pg_current_wal_insert_lsn()", url)
         psql("CHECKPOINT", url)
@@ -256,9 +310,9 @@ def measure_steady(rate, seconds=30, batch_seconds=5):
         psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
 
 
-def main():
+def pg_main():
     started = datetime.datetime.now(datetime.timezone.utc)
-    rows = [measure_table(t, CHANGES) for t in ("narrow", "wide")]
+    rows = [pg_measure_table(t, CHANGES) for t in ("narrow", "wide")]
     big = measure_big_tx(nbytes(BIG_TX)) if BIG_TX else None
     steady = measure_steady(size(STEADY)) if STEADY else None
     version = subprocess.run([SLUICE, "--version"], capture_output=True, text=True).stdout.strip()
@@ -268,22 +322,8 @@ def main():
             "rows": rows, "big_tx": big, "steady": steady}
     with open(os.path.join(RESULTS, "results.json"), "w") as f:
         json.dump(data, f, indent=2)
-    mb = lambda b: f"{b / (1 << 20):.0f} MB"
-    # A debug build or a pass smaller than the reference shows that the lab works, not what
-    # sluice does: say so at the top, so the page is not read as the reference figures.
-    smoke = "/debug" in SLUICE or CHANGES < 5 * 10**6
-    lines = [
-        "# Change capture: sluice stream against pg_recvlogical",
-        "",
-    ]
-    if smoke:
-        lines += [
-            "**Smoke pass only** (" + ("a debug build, " if "/debug" in SLUICE else "")
-            + f"{CHANGES:,} changes a table, on whatever machine ran it: the figures show the lab "
-            "works, not what sluice does; the reference pass, `bench/stream/run --big-tx 1GB "
-            "--steady 10k` with a release build on a quiet machine, replaces this page).",
-            "",
-        ]
+    lines = ["# Change capture: sluice stream against pg_recvlogical", ""]
+    lines += smoke_note("bench/stream/run --big-tx 1GB --steady 10k")
     lines += [
         f"Measured {started:%Y-%m-%d %H:%M} UTC with `{COMMAND}` ({version}; PostgreSQL {server}; "
         f"{data['machine']}). Raw figures: `{RESULTS}/results.json`.",
@@ -295,15 +335,8 @@ def main():
         "Parquet change files (zstd, fsync) with `sluice stream --until-current`. Rates are "
         "changes per second of wall time; CPU is the client's user + system time.",
         "",
-        "| table | changes | WAL | floor changes/s | sluice changes/s | sluice ÷ floor | sluice CPU µs/change | floor RSS | sluice RSS |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['table']} | {r['changes']:,} | {mb(r['wal_bytes'])} | "
-            f"{r['floor']['changes_per_s']:,.0f} | {r['sluice']['changes_per_s']:,.0f} | "
-            f"{r['ratio_rate']:.2f}× | {r['cpu_us_per_change']:.2f} | {mb(r['floor']['rss'])} | "
-            f"{mb(r['sluice']['rss'])} |")
+    lines += table_lines(rows, "wal_bytes", "WAL")
     if big:
         lines += ["", f"One transaction of {big['rows']:,} rows (about {BIG_TX}): streamed in "
                   f"{big['wall']:.1f} s in {big['batches']} batches, peak RSS {mb(big['rss'])} with "
@@ -313,16 +346,155 @@ def main():
                   f"`--batch-seconds {steady['batch_seconds']}`: delay from commit to visible file "
                   f"p50 {steady['p50']:.2f} s, p99 {steady['p99']:.2f} s, max {steady['max']:.2f} s "
                   f"over {steady['changes']:,} changes (target: p99 ≤ batch seconds + 1 s)."]
-    lines += ["", "Targets (issue): ≥ 0.9× the floor's rate, ≤ 1 µs of client CPU per change, "
-              "peak RSS ≤ 64 MiB. For comparison, Rigatoni (MongoDB change streams to S3) reports "
+    lines += ["", TARGETS + " For comparison, Rigatoni (MongoDB change streams to S3) reports "
               "about 0.8 µs per event of in-memory processing and 10 k–100 k events/s end to end."]
-    # The MySQL/MariaDB section (measure_mysql.py) is kept as it is.
-    mark = "<!-- MySQL/MariaDB section"
+    # The MySQL/MariaDB section is kept as it is.
     old = open(DOC).read() if os.path.exists(DOC) else ""
-    tail = old[old.index(mark):] if mark in old else ""
+    tail = old[old.index(MARK_PREFIX):] if MARK_PREFIX in old else ""
     with open(DOC, "w") as f:
         f.write("\n".join(lines) + "\n" + ("\n" + tail if tail else ""))
     print("\n".join(lines))
 
 
-main()
+# MySQL/MariaDB
+
+def mysql_client():
+    u = urlparse(URL)
+    return ["--no-defaults", "-h", u.hostname, "-P", str(u.port), "-u", u.username,
+            f"-p{u.password}"]
+
+
+def mysql(text, db=None):
+    p = subprocess.run(["mariadb"] + mysql_client() + ["-N", "-B"] + ([db] if db else []),
+                       input=text, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"mariadb failed: {p.stderr.strip()}\n{text[:300]}")
+    return p.stdout.strip()
+
+
+MY_TABLES = {
+    "narrow": "id bigint PRIMARY KEY, a int, b bigint, s varchar(40)",
+    "wide": "id bigint PRIMARY KEY, "
+    + ", ".join(f"i{k} int" for k in range(8))
+    + ", "
+    + ", ".join(f"n{k} decimal(12,2)" for k in range(4))
+    + ", "
+    + ", ".join(f"t{k} varchar(100)" for k in range(10))
+    + ", ts timestamp(6) NULL",
+}
+
+
+def my_row_values(table):
+    if table == "narrow":
+        return "i, i % 1000, i * 7, MD5(i)"
+    ints = ", ".join(f"i + {k}" for k in range(8))
+    nums = ", ".join(f"(i % 10000) / 7.0 + {k}" for k in range(4))
+    texts = ", ".join(f"REPEAT(MD5(i + {k}), 3)" for k in range(10))
+    return f"i, {ints}, {nums}, {texts}, NOW(6)"
+
+
+def my_backlog(table, n, db):
+    setcol = "a = a + 1" if table == "narrow" else "i0 = i0 + 1"
+    mysql(f"""DELIMITER //
+        CREATE PROCEDURE load_{table}()
+        BEGIN
+          DECLARE done bigint DEFAULT 0; DECLARE i bigint DEFAULT 0;
+          DECLARE k int; DECLARE r int DEFAULT 0; DECLARE j int;
+          WHILE done < {n} DO
+            SET k = 1 + (r * 37) % 100; SET r = r + 1; SET j = 1;
+            START TRANSACTION;
+            WHILE j <= k DO
+              IF j % 10 < 6 OR i < 1000 THEN
+                SET i = i + 1; INSERT INTO {table} VALUES ({my_row_values(table)});
+              ELSEIF j % 10 < 9 THEN
+                UPDATE {table} SET {setcol} WHERE id = i - (j * 13) % 500;
+              ELSE
+                DELETE FROM {table} WHERE id = i - (j * 17) % 900 - 1;
+              END IF;
+              SET j = j + 1;
+            END WHILE;
+            COMMIT;
+            SET done = done + k;
+          END WHILE;
+        END //""", db)
+    mysql(f"CALL load_{table}()", db)
+
+
+def my_measure_table(table, n):
+    db = f"bench_stream_{table}"
+    mysql(f"DROP DATABASE IF EXISTS {db}; CREATE DATABASE {db}")
+    mysql(f"CREATE TABLE {table} ({MY_TABLES[table]})", db)
+    url = URL.rsplit("/", 1)[0] + "/" + db
+    out = tempfile.mkdtemp(prefix=f"sluice-stream-bench-{table}-")
+    raw = tempfile.mkdtemp(prefix="sluice-binlog-raw-", dir="/dev/shm")
+    try:
+        args = [SLUICE, "stream", "--source", url, "--table", table, "--to", out, "-q"]
+        subprocess.run(args + ["--initial", "none", "--until-current"], check=True)
+        state = json.load(open(os.path.join(out, "_sluice", "stream.json")))
+        # SSSSSSSSSS_OOOOOOOOOOOOOO, after a GTID resume gEEEEEE_…, then ~GTID state.
+        seq, offset = state["committed"]["restart"].split("~")[0].split("_")[-2:]
+        start_file = mysql("SHOW MASTER STATUS").split("\t")[0].rsplit(".", 1)[0] + f".{int(seq):06}"
+        t0 = time.monotonic()
+        my_backlog(table, n, db)
+        load_s = time.monotonic() - t0
+        status = mysql("SHOW MASTER STATUS").split("\t")
+        floor = timed(["mariadb-binlog"] + mysql_client() + [
+            "--read-from-remote-server", "--raw", f"--result-file={raw}/",
+            f"--start-position={int(offset)}", "--to-last-log", start_file])
+        fetched = sum(os.path.getsize(os.path.join(raw, f)) for f in os.listdir(raw))
+        report = os.path.join(out, "report.json")
+        ours = timed(args + ["--until-current", "--report-json", report])
+        rep = json.load(open(report))
+        changes = rep["changes"]
+        row = {
+            "table": table, "changes": changes, "transactions": rep["transactions"],
+            "binlog_bytes": fetched, "load_seconds": round(load_s, 2), "end": status[:2],
+            "floor": {"wall": floor[0], "cpu": floor[1], "rss": floor[2],
+                      "changes_per_s": changes / floor[0]},
+            "sluice": {"wall": ours[0], "cpu": ours[1], "rss": ours[2],
+                       "changes_per_s": changes / ours[0],
+                       "peak_rss_report": rep["peak_rss_bytes"]},
+        }
+        row["ratio_rate"] = row["sluice"]["changes_per_s"] / row["floor"]["changes_per_s"]
+        row["cpu_us_per_change"] = ours[1] / changes * 1e6
+        return row
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(raw, ignore_errors=True)
+        mysql(f"DROP DATABASE IF EXISTS {db}")
+
+
+def my_main():
+    started = datetime.datetime.now(datetime.timezone.utc)
+    rows = [my_measure_table(t, CHANGES) for t in ("narrow", "wide")]
+    version = subprocess.run([SLUICE, "--version"], capture_output=True, text=True).stdout.strip()
+    server = mysql("SELECT VERSION()")
+    data = {"started": started.isoformat(), "command": COMMAND, "sluice": version,
+            "server": server, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            "rows": rows}
+    with open(os.path.join(RESULTS, "results-mysql.json"), "w") as f:
+        json.dump(data, f, indent=2)
+    lines = [MARK, "", "## MySQL/MariaDB: sluice stream against mariadb-binlog", ""]
+    lines += smoke_note("bench/stream/run --mysql")
+    lines += [
+        f"Measured {started:%Y-%m-%d %H:%M} UTC with `{COMMAND}` ({version}; MariaDB {server}; "
+        f"{data['machine']}). Raw figures: `{RESULTS}/results-mysql.json`.",
+        "",
+        "Each table gets a backlog of row changes in transactions of 1–100 rows (60% inserts, 30% "
+        "updates, 10% deletes) after a stream has saved its position. The floor fetches that "
+        "backlog with `mariadb-binlog --read-from-remote-server --raw` from the same position "
+        "(raw events into a RAM directory, nothing decoded); sluice drains it into Parquet change "
+        "files (zstd, fsync) with `sluice stream --until-current`. Rates are changes per second "
+        "of wall time; CPU is the client's user + system time.",
+        "",
+    ]
+    lines += table_lines(rows, "binlog_bytes", "binary log")
+    lines += ["", TARGETS]
+    old = open(DOC).read() if os.path.exists(DOC) else ""
+    head = old.split(MARK_PREFIX)[0].rstrip("\n")
+    with open(DOC, "w") as f:
+        f.write((head + "\n\n" if head else "") + "\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+pg_main() if ENGINE == "pg" else my_main()

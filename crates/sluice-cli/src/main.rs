@@ -195,32 +195,18 @@ fn man(out_dir: Option<std::path::PathBuf>) -> anyhow::Result<()> {
 
 async fn export(options: Options, quiet: bool, format: LogFormat) -> anyhow::Result<()> {
     let job = config::job(&options, true)?;
-    let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        wait_for_signal().await;
-        let _ = cancel_tx.send(true);
-    });
+    let cancel_rx = cancel_on_signal();
     let display = Arc::new(display::Display::new(quiet, format == LogFormat::Text));
     let report =
         sluice_engine::run_export(job, display.clone() as Arc<dyn Progress>, cancel_rx).await?;
-    if let Some(path) = &options.report_json {
-        let json = serde_json::to_vec_pretty(&report)?;
-        std::fs::write(path, json)
-            .with_context(|| format!("writing the report to {}", path.display()))?;
-    }
-    match format {
-        _ if quiet => {}
-        LogFormat::Text => eprint!("{}", display::report_text(&report)),
-        LogFormat::Json => {
-            let mut fields = serde_json::Map::new();
-            fields.insert("report".into(), serde_json::to_value(&report)?);
-            eprintln!(
-                "{}",
-                log::json_line("INFO", "sluice export finished", fields)
-            );
-        }
-    }
-    Ok(())
+    emit_report(
+        &report,
+        display::report_text,
+        options.report_json.as_deref(),
+        quiet,
+        format,
+        "sluice export",
+    )
 }
 
 async fn plan(options: Options, json: bool) -> anyhow::Result<()> {
@@ -230,6 +216,46 @@ async fn plan(options: Options, json: bool) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", display::plan_text(&report));
+    }
+    Ok(())
+}
+
+/// A cancel flag that turns true on SIGINT or SIGTERM (the run then stops cleanly).
+pub(crate) fn cancel_on_signal() -> tokio::sync::watch::Receiver<bool> {
+    let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        let _ = cancel_tx.send(true);
+    });
+    cancel_rx
+}
+
+/// Write a finished run's report: to `--report-json` when given, and on stderr as text or as
+/// one JSON log line (`what`: `sluice export`, …) unless `quiet`.
+pub(crate) fn emit_report<T: serde::Serialize>(
+    report: &T,
+    text: impl FnOnce(&T) -> String,
+    path: Option<&std::path::Path>,
+    quiet: bool,
+    format: LogFormat,
+    what: &str,
+) -> anyhow::Result<()> {
+    if let Some(path) = path {
+        let json = serde_json::to_vec_pretty(report)?;
+        std::fs::write(path, json)
+            .with_context(|| format!("writing the report to {}", path.display()))?;
+    }
+    match format {
+        _ if quiet => {}
+        LogFormat::Text => eprint!("{}", text(report)),
+        LogFormat::Json => {
+            let mut fields = serde_json::Map::new();
+            fields.insert("report".into(), serde_json::to_value(report)?);
+            eprintln!(
+                "{}",
+                log::json_line("INFO", &format!("{what} finished"), fields)
+            );
+        }
     }
     Ok(())
 }

@@ -6,8 +6,6 @@
 //! `publication`, `server_id`, `until_current`), each a flag and a YAML key of the same `-c`
 //! file. Settings about files (`--to`, `--format`, …) are refused by name.
 
-use crate::log;
-use anyhow::Context;
 use sluice_cli::args::{ConsistencyArg, ReplicateOptions};
 use sluice_cli::args::{InitialArg, LogFormat, Options, REPLICATE_KEYS, ReplicateArgs};
 use sluice_cli::{config, registry};
@@ -99,11 +97,7 @@ pub async fn run(args: ReplicateArgs, quiet: bool, format: LogFormat) -> anyhow:
         quiet,
         format == LogFormat::Text,
     ));
-    let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        crate::wait_for_signal().await;
-        let _ = cancel_tx.send(true);
-    });
+    let cancel_rx = crate::cancel_on_signal();
     let spinner = (!quiet && format == LogFormat::Text && std::io::stderr().is_terminal())
         .then(|| tokio::spawn(progress(job.counters.clone())));
     let report = sluice_stream::apply::run_replicate(job, cancel_rx).await;
@@ -111,24 +105,14 @@ pub async fn run(args: ReplicateArgs, quiet: bool, format: LogFormat) -> anyhow:
         s.abort();
     }
     let report = report?;
-    if let Some(path) = &options.report_json {
-        let json = serde_json::to_vec_pretty(&report)?;
-        std::fs::write(path, json)
-            .with_context(|| format!("writing the report to {}", path.display()))?;
-    }
-    match format {
-        _ if quiet => {}
-        LogFormat::Text => eprint!("{}", report_text(&report)),
-        LogFormat::Json => {
-            let mut fields = serde_json::Map::new();
-            fields.insert("report".into(), serde_json::to_value(&report)?);
-            eprintln!(
-                "{}",
-                log::json_line("INFO", "sluice replicate finished", fields)
-            );
-        }
-    }
-    Ok(())
+    crate::emit_report(
+        &report,
+        report_text,
+        options.report_json.as_deref(),
+        quiet,
+        format,
+        "sluice replicate",
+    )
 }
 
 /// A spinner line on a terminal while changes are applied.

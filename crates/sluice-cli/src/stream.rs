@@ -6,8 +6,6 @@
 //! name with `_` for `-` (`initial`, `slot`, `publication`, `batch_bytes`, `batch_seconds`,
 //! `until_current`, `state`, `metrics_addr`), read from the same `-c` file.
 
-use crate::log;
-use anyhow::Context;
 use sluice_cli::args::{InitialArg, KEYS, LogFormat, Options, StreamArgs, StreamOptions};
 use sluice_cli::{config, registry};
 use sluice_core::{Error, Result};
@@ -164,11 +162,7 @@ pub async fn run(args: StreamArgs, quiet: bool, format: LogFormat) -> anyhow::Re
         quiet,
         format == LogFormat::Text,
     ));
-    let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        crate::wait_for_signal().await;
-        let _ = cancel_tx.send(true);
-    });
+    let cancel_rx = crate::cancel_on_signal();
     let spinner = (!quiet && format == LogFormat::Text && std::io::stderr().is_terminal())
         .then(|| tokio::spawn(progress(job.metrics.clone())));
     let report = sluice_stream::run_stream(job, cancel_rx).await;
@@ -176,24 +170,14 @@ pub async fn run(args: StreamArgs, quiet: bool, format: LogFormat) -> anyhow::Re
         s.abort();
     }
     let report = report?;
-    if let Some(path) = &options.report_json {
-        let json = serde_json::to_vec_pretty(&report)?;
-        std::fs::write(path, json)
-            .with_context(|| format!("writing the report to {}", path.display()))?;
-    }
-    match format {
-        _ if quiet => {}
-        LogFormat::Text => eprint!("{}", report_text(&report)),
-        LogFormat::Json => {
-            let mut fields = serde_json::Map::new();
-            fields.insert("report".into(), serde_json::to_value(&report)?);
-            eprintln!(
-                "{}",
-                log::json_line("INFO", "sluice stream finished", fields)
-            );
-        }
-    }
-    Ok(())
+    crate::emit_report(
+        &report,
+        report_text,
+        options.report_json.as_deref(),
+        quiet,
+        format,
+        "sluice stream",
+    )
 }
 
 /// A spinner line on a terminal while changes stream (the batch log lines go above it).

@@ -89,6 +89,8 @@ pub struct UnitTable {
     /// The rows: the table's columns followed by the change columns
     /// ([`crate::change::change_schema`]).
     pub batch: RecordBatch,
+    /// The source engine (`postgres`, `mysql`), as in [`TargetTable::source_engine`].
+    pub source_engine: &'static str,
 }
 
 /// Consecutive source changes applied in one target transaction: one source transaction, or
@@ -130,6 +132,9 @@ pub enum Barrier {
         table: TableRef,
         /// Its columns from now on.
         columns: Vec<ColumnDesc>,
+        /// The source engine (`postgres`, `mysql`): a same-engine target keeps the source's
+        /// type text, another maps the Arrow type (as for [`TargetTable::source_engine`]).
+        source_engine: &'static str,
     },
 }
 

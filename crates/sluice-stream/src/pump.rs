@@ -264,7 +264,7 @@ async fn pump(
             && r.as_str() >= t
         {
             log_cut(batcher.cut()?);
-            batcher.advance()?;
+            batcher.advance_to(stream.received_through())?;
             confirm(stream, batcher, &mut last_confirm).await?;
             return Ok(Stopped::UntilCurrent);
         }

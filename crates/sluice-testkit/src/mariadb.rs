@@ -53,19 +53,19 @@ impl MariadbServer {
         let data = dir.path().join("data");
         let socket = dir.path().join("mysqld.sock");
         let cnf = dir.path().join("my.cnf");
-        // The server's own temporary files (implicit temporary tables) in this server's
-        // directory: in the shared /tmp they can collide with another test server's.
+        // A temporary directory of its own: servers installed at the same time in the shared
+        // /tmp removed each other's temporary tables (mariadb-install-db then failed).
         let tmp = dir.path().join("tmp");
-        std::fs::create_dir_all(&tmp)?;
+        std::fs::create_dir(&tmp)?;
         std::fs::write(
             &cnf,
             format!(
                 "[mysqld]\ndatadir={}\nsocket={}\nport={port}\nbind-address=127.0.0.1\n\
-                 pid-file={}\nlog-error={}\nlog-bin=mariadb-bin\nserver-id=1\n\
+                 pid-file={}\nlog-error={}\ntmpdir={}\nlog-bin=mariadb-bin\nserver-id=1\n\
                  binlog_format=ROW\nbinlog_row_image=FULL\nbinlog_row_metadata=FULL\ninnodb_buffer_pool_size=256M\n\
                  innodb_log_file_size=128M\ninnodb_flush_log_at_trx_commit=0\nsync_binlog=0\n\
                  skip-name-resolve\nmax_connections=200\ncharacter-set-server=utf8mb4\n\
-                 collation-server=utf8mb4_bin\nsecure-file-priv=\ntmpdir={}\n{settings}",
+                 collation-server=utf8mb4_bin\nsecure-file-priv=\n{settings}",
                 data.display(),
                 socket.display(),
                 dir.path().join("mariadbd.pid").display(),
@@ -105,10 +105,17 @@ impl MariadbServer {
         if is_root() {
             install.arg("--user=mysql");
         }
-        run(&mut install, "mariadb-install-db").context(
-            "MariaDB's mariadb-install-db failed or is missing: install Debian's mariadb-server \
-             package (scripts/test does)",
-        )?;
+        if let Err(e) = run(&mut install, "mariadb-install-db") {
+            // Its log goes with the temporary directory: keep its end in the error.
+            let log = std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            return Err(e.context(format!(
+                "MariaDB's mariadb-install-db failed or is missing: install Debian's \
+                 mariadb-server package (scripts/test does). The end of its error log:\n{}",
+                tail.join("\n")
+            )));
+        }
         let child = as_server_user(Path::new("/usr/sbin/mariadbd"), "mysql")
             .arg(&defaults)
             .stdout(std::process::Stdio::null())

@@ -85,7 +85,7 @@ async fn every_type_loads_and_equals_the_source() {
     );
     assert!(
         target
-            .non_empty(&[t.table.clone()])
+            .non_empty(std::slice::from_ref(&t.table))
             .await
             .unwrap()
             .is_empty()
@@ -100,8 +100,11 @@ async fn every_type_loads_and_equals_the_source() {
         loader.load(&t.table, b).await.unwrap();
     }
     assert_eq!(
-        target.non_empty(&[t.table.clone()]).await.unwrap(),
-        [t.table.clone()]
+        target
+            .non_empty(std::slice::from_ref(&t.table))
+            .await
+            .unwrap(),
+        std::slice::from_ref(&t.table)
     );
 
     // Value by value, through MariaDB's own rendering of both tables (zero dates arrive as
@@ -210,6 +213,7 @@ fn rows(t: &TargetTable, key: &[&str], changes: &[Change]) -> UnitTable {
         columns: Arc::new(t.columns.clone()),
         key: Arc::new(key.iter().map(|k| k.to_string()).collect()),
         batch: RecordBatch::try_new(schema, arrays).unwrap(),
+        source_engine: "mysql",
     }
 }
 
@@ -391,7 +395,7 @@ async fn units_apply_in_order_with_their_position() {
 }
 
 #[tokio::test]
-async fn a_large_unit_is_sent_in_pieces_and_merged_into_multi_row_inserts() {
+async fn a_unit_past_the_buffer_bound_is_sent_in_pieces() {
     let (mut db, into, target, acct, _) = accounts().await;
     let name = format!("r_{}", db.name);
     // Many rows with long notes: past the buffer bound, so some statements are sent before
@@ -446,6 +450,7 @@ async fn barriers_applied_twice_give_the_same_table() {
     let columns = Barrier::Columns {
         table: acct.table.clone(),
         columns: now,
+        source_engine: "mysql",
     };
     let shape = format!(
         "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE FROM information_schema.COLUMNS \
@@ -480,7 +485,7 @@ async fn barriers_applied_twice_give_the_same_table() {
         s.commit().await.unwrap();
         assert!(
             target
-                .non_empty(&[acct.table.clone()])
+                .non_empty(std::slice::from_ref(&acct.table))
                 .await
                 .unwrap()
                 .is_empty()
@@ -750,7 +755,7 @@ async fn postgres_types_land_in_their_mapped_types() {
     assert!(e.to_string().contains("\"f\""), "{e}");
     assert!(
         target
-            .non_empty(&[t.table.clone()])
+            .non_empty(std::slice::from_ref(&t.table))
             .await
             .unwrap()
             .is_empty()
@@ -770,4 +775,37 @@ async fn postgres_types_land_in_their_mapped_types() {
             "2|ü|∅|∅|∅|∅|∅|∅|∅|∅|∅|∅|∅"
         ]
     );
+
+    // A column added on the source: the barrier adds it and leaves the mapped types alone,
+    // the second time too.
+    let shape = format!(
+        "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = '{into}' AND TABLE_NAME = 'pg' ORDER BY ORDINAL_POSITION"
+    );
+    let before = db.row_strings(&shape).await;
+    let mut wider = columns.clone();
+    wider.push(pg_column(
+        "extra",
+        "bigint",
+        Field::new("extra", D::Int64, true),
+    ));
+    let name = format!("r_{}", db.name);
+    let mut s = target.session(&name, 0).await.unwrap();
+    for _ in 0..2 {
+        s.begin().await.unwrap();
+        s.barrier(&Barrier::Columns {
+            table: t.table.clone(),
+            columns: wider.clone(),
+            source_engine: "postgres",
+        })
+        .await
+        .unwrap();
+        s.record(&position(1)).await.unwrap();
+        s.commit().await.unwrap();
+        let mut want = before.clone();
+        want.push("extra|bigint(20)|YES".into());
+        want.sort();
+        assert_eq!(db.row_strings(&shape).await, want);
+    }
+    target.clear_state(&name).await.unwrap();
 }

@@ -3,6 +3,9 @@
 //! tables created from a discovered source table, the initial load's `COPY`, apply units
 //! (inserts, updates with absent columns, deletes, key updates, keyless tables), the applied
 //! position, conflicts, idempotent barriers, privileges; and the source's table keys.
+//!
+//! Length: the hand-built change batches (table columns plus change columns) are shared by
+//! every scenario, and the scenarios read best next to them.
 
 use crate::common::*;
 use arrow_array::builder::{ListBuilder, StringBuilder};
@@ -87,6 +90,7 @@ fn unit_table(
         columns: Arc::new(d.columns.clone()),
         key: Arc::new(key.iter().map(|k| k.to_string()).collect()),
         batch: RecordBatch::try_new(Arc::new(Schema::new(all)), columns).unwrap(),
+        source_engine: "postgres",
     }
 }
 
@@ -119,8 +123,17 @@ async fn apply_commit(s: &mut Box<dyn ApplySession>, u: &ApplyUnit, unit_no: u64
 
 /// Each column of `all_types` as text, by id, on `client`: what the source and target must agree on.
 async fn all_types_text(db: &TestDb, cols: &[crate::types::Col]) -> Vec<String> {
-    let exprs: Vec<String> = cols.iter().map(|c| format!("{}::text", c.name)).collect();
-    db.row_strings(&format!("SELECT id, {} FROM all_types", exprs.join(", ")))
+    columns_text(db, cols.iter().map(|c| c.name), "all_types").await
+}
+
+/// `id` and `columns` of `table` as text, by id.
+async fn columns_text<'a>(
+    db: &TestDb,
+    columns: impl Iterator<Item = &'a str>,
+    table: &str,
+) -> Vec<String> {
+    let exprs: Vec<String> = columns.map(|c| format!("{c}::text")).collect();
+    db.row_strings(&format!("SELECT id, {} FROM {table}", exprs.join(", ")))
         .await
 }
 
@@ -131,6 +144,20 @@ fn as_exported(rows: Vec<String>) -> Vec<String> {
         .map(|r| r.replace("|24:00:00|", "|23:59:59.999999|"))
         .collect()
 }
+
+/// Columns of `all_types` whose target type has no binary `COPY` encoder (or whose export type
+/// is text: unconstrained numeric).
+const TEXT_ONLY: [&str; 9] = [
+    "c_numeric_free",
+    "c_money",
+    "c_timetz",
+    "c_inet_arr",
+    "c_inet",
+    "c_cidr",
+    "c_macaddr",
+    "c_point",
+    "c_range",
+];
 
 /// A target database on the same server with the source's enum, extension and one domain (the
 /// other domain is left out, so its column takes the mapped type).
@@ -183,6 +210,42 @@ async fn every_type_loads_by_copy_and_applies_by_statements() {
         loader.load(&table, b).await.unwrap();
     }
     assert_eq!(all_types_text(&dst, &cols).await, expected);
+
+    // The same values through binary COPY: a table of the columns whose target types have a
+    // binary encoder (all_types also holds money, inet, points, ranges… and loads as text).
+    let binary: Vec<&str> = cols
+        .iter()
+        .map(|c| c.name)
+        .filter(|c| !TEXT_ONLY.contains(c))
+        .collect();
+    src.exec(&format!(
+        "CREATE TABLE all_binary AS SELECT id, {} FROM all_types;
+         ALTER TABLE all_binary ADD PRIMARY KEY (id)",
+        binary.join(", ")
+    ))
+    .await;
+    let bds = discover(&src.url, &["public.all_binary"]).await;
+    let bin_table = bds[0].object.clone().unwrap();
+    export(
+        &src.url,
+        &out.path().join("b"),
+        &["--table", "public.all_binary"],
+    )
+    .ok();
+    target
+        .create_tables(&[target_table(
+            &bds[0],
+            TableKeys::primary_only(bin_table.clone(), vec!["id".into()]),
+        )])
+        .await
+        .unwrap();
+    for b in files::dataset_batches(&out.path().join("b/public.all_binary")) {
+        loader.load(&bin_table, &b).await.unwrap();
+    }
+    assert_eq!(
+        columns_text(&dst, binary.iter().copied(), "all_binary").await,
+        as_exported(columns_text(&src, binary.iter().copied(), "all_binary").await)
+    );
     assert_eq!(
         target
             .non_empty(std::slice::from_ref(&table))
@@ -348,12 +411,23 @@ async fn units_apply_in_order_and_record_their_position() {
         acct_rows(&[
             (1, "o'neil", Some("keep me"), Some(1)),
             (2, "back\\slash", None, Some(2)),
-            (3, "three", Some("x"), None),
+            (
+                3,
+                "'); DROP TABLE bag; --",
+                Some("\\'); DROP TABLE bag; --"),
+                None,
+            ),
         ]),
         &["insert"; 3],
         &[],
     );
     apply_commit(&mut s0, &unit(vec![ins]), 1).await;
+    // Quotes and backslashes are data, never SQL.
+    assert_eq!(
+        dst.row_strings("SELECT name, note FROM acct WHERE id = 3")
+            .await,
+        ["'); DROP TABLE bag; --|\\'); DROP TABLE bag; --"]
+    );
     let changes = unit_table(
         acct,
         &["id"],
@@ -417,22 +491,37 @@ async fn units_apply_in_order_and_record_their_position() {
             .await,
         ["r|0|3", "r|1|4"]
     );
-    // A rolled-back unit leaves nothing, its position included.
+    // A rolled-back unit leaves nothing, its position included — also one larger than the
+    // buffer, whose first statements were sent before `record`.
+    let names: Vec<String> = (0..3000)
+        .map(|i| format!("{i:04}{}", "x".repeat(400)))
+        .collect();
+    let big: Vec<(i32, &str, Option<&str>, Option<i32>)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (1000 + i as i32, n.as_str(), None, None))
+        .collect();
     let gone = unit_table(
         acct,
         &["id"],
         acct_fields(),
-        acct_rows(&[(5, "five", None, None)]),
-        &["insert"],
+        acct_rows(&big),
+        &vec!["insert"; big.len()],
         &[],
     );
     s0.begin().await.unwrap();
     s0.apply(&unit(vec![gone])).await.unwrap();
+    assert_eq!(
+        dst.row_strings("SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = current_database()")
+            .await,
+        ["1"],
+        "the first megabyte is sent, in the open transaction"
+    );
     s0.record(&position(5)).await.unwrap();
     s0.rollback().await.unwrap();
     assert_eq!(target.applied("r").await.unwrap(), Some(position(4)));
     assert_eq!(
-        dst.row_strings("SELECT count(*) FROM acct WHERE id = 5")
+        dst.row_strings("SELECT count(*) FROM acct WHERE id >= 1000")
             .await,
         ["0"]
     );
@@ -503,6 +592,19 @@ async fn conflicts_are_reported_as_conflicts() {
     assert!(!e.is_apply_conflict() && !e.is_transient(), "{e}");
     assert!(e.to_string().contains("public.acct"), "{e}");
     b.rollback().await.unwrap();
+
+    // A lost connection is transient, not a conflict, and its message has no password.
+    b.begin().await.unwrap();
+    dst.exec(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid() \
+           AND application_name = 'sluice'",
+    )
+    .await;
+    b.apply(&row(7, "seven")).await.unwrap();
+    let e = b.record(&position(6)).await.unwrap_err();
+    assert!(e.is_transient() && !e.is_apply_conflict(), "{e}");
+    assert_eq!(e.kind(), sluice_core::ErrorKind::Destination, "{e}");
 }
 
 #[tokio::test]
@@ -528,6 +630,7 @@ async fn barriers_applied_twice_give_the_same_result() {
     let barrier = Barrier::Columns {
         table: table.clone(),
         columns: now[0].columns.clone(),
+        source_engine: "postgres",
     };
     let columns = "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute \
                    WHERE attrelid = 'acct'::regclass AND attnum > 0 AND NOT attisdropped";
@@ -659,4 +762,159 @@ async fn the_source_lists_primary_unique_and_foreign_keys() {
     assert!(parent.foreign.is_empty());
     let loose = by("loose");
     assert!(loose.primary.is_empty() && loose.unique.is_empty() && loose.foreign.is_empty());
+}
+
+/// Columns of the MySQL `all_types` whose MySQL text (`CAST(… AS CHAR)`, or the expression
+/// given) is PostgreSQL's text of the mapped column.
+const MYSQL_SAME_TEXT: [(&str, &str); 20] = [
+    ("c_tinyint", ""),
+    ("c_utinyint", ""),
+    ("c_smallint", ""),
+    ("c_usmallint", ""),
+    ("c_mediumint", ""),
+    ("c_umediumint", ""),
+    ("c_int", ""),
+    ("c_uint", ""),
+    ("c_bigint", ""),
+    ("c_ubigint", ""),
+    ("c_bool", ""),
+    ("c_decimal", ""),
+    ("c_decimal_wide", ""),
+    ("c_year", "c_year + 0"),
+    ("c_char", ""),
+    ("c_varchar", ""),
+    ("c_text", ""),
+    ("c_enum", ""),
+    ("c_set", ""),
+    ("c_bit64", "CAST(c_bit64 AS UNSIGNED)"),
+];
+
+/// MySQL → PostgreSQL: the mapped types, the load and the apply of every MySQL type.
+#[tokio::test]
+async fn a_mysql_table_lands_with_mapped_types() {
+    let (mut my, _) = crate::mysql_types::setup().await;
+    let qualified = format!("{}.all_types", my.name);
+    let source = sluice_mysql::MySource::new(&my.url).unwrap();
+    let options = SourceOptions {
+        session_tag: "test".into(),
+        consistency: Consistency::Chunk,
+        enable_row_security: false,
+    };
+    let mut c = source.open_coordinator(&options).await.unwrap();
+    let selection = Selection {
+        tables: vec![QualifiedName::parse(&qualified).unwrap()],
+        ..Default::default()
+    };
+    let ds = c.discover(&selection).await.unwrap();
+    c.release().await.unwrap();
+    let d = &ds[0];
+    let table = d.object.clone().unwrap();
+    let out = tempdir();
+    export(&my.url, out.path(), &["--table", "all_types"]).ok();
+    let batches = files::dataset_batches(&out.path().join(&qualified));
+
+    let mut t = target_table(d, TableKeys::primary_only(table.clone(), vec!["id".into()]));
+    t.source_engine = "mysql";
+    let dst = TestDb::new().await;
+    let target = PgApplyTarget::new(&dst.url).unwrap();
+    target.prepare().await.unwrap();
+    let notes = target
+        .create_tables(std::slice::from_ref(&t))
+        .await
+        .unwrap();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("c_inet6") && n.contains("text")),
+        "{notes:?}"
+    );
+    let rel = format!("\"{}\".all_types", my.name);
+    let types = dst
+        .row_strings(&format!(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute \
+             WHERE attrelid = '{rel}'::regclass AND attname IN ('c_ubigint', 'c_uint', \
+             'c_tinyint', 'c_year', 'c_bit64', 'c_decimal_wide', 'c_time', 'c_datetime', \
+             'c_timestamp', 'c_json', 'c_geom', 'c_inet6')"
+        ))
+        .await;
+    assert_eq!(
+        types,
+        [
+            "c_bit64|numeric(20,0)",
+            "c_datetime|timestamp without time zone",
+            "c_decimal_wide|numeric(65,30)",
+            "c_geom|bytea",
+            "c_inet6|text",
+            "c_json|jsonb",
+            "c_timestamp|timestamp with time zone",
+            "c_time|interval",
+            "c_tinyint|smallint",
+            "c_ubigint|numeric(20,0)",
+            "c_uint|bigint",
+            "c_year|integer",
+        ]
+    );
+    let mut loader = target.loader().await.unwrap();
+    for b in &batches {
+        loader.load(&table, b).await.unwrap();
+    }
+
+    // The same rows applied as statements into a second target.
+    let dst2 = TestDb::new().await;
+    let target2 = PgApplyTarget::new(&dst2.url).unwrap();
+    target2.prepare().await.unwrap();
+    target2
+        .create_tables(std::slice::from_ref(&t))
+        .await
+        .unwrap();
+    let batch = arrow_select::concat::concat_batches(&batches[0].schema(), &batches).unwrap();
+    let fields: Vec<Field> = batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    let ops = vec!["insert"; batch.num_rows()];
+    let rows = unit_table(d, &["id"], fields, batch.columns().to_vec(), &ops, &[]);
+    let mut s = target2.session("my", 0).await.unwrap();
+    apply_commit(&mut s, &unit(vec![rows]), 1).await;
+
+    let my_exprs: Vec<String> = MYSQL_SAME_TEXT
+        .iter()
+        .map(|(c, e)| {
+            if e.is_empty() {
+                format!("CAST({c} AS CHAR)")
+            } else {
+                e.to_string()
+            }
+        })
+        .collect();
+    let want = my
+        .row_strings(&format!(
+            "SELECT id, {} FROM all_types",
+            my_exprs.join(", ")
+        ))
+        .await;
+    let pg_cols = MYSQL_SAME_TEXT.iter().map(|(c, _)| *c);
+    let geo = format!(
+        "SELECT id, encode(c_geom, 'hex') AS g, \
+         to_char(c_datetime, 'YYYY-MM-DD HH24:MI:SS.US') AS dt, \
+         to_char(c_timestamp AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') AS ts, \
+         extract(epoch FROM c_time)::text AS t FROM {rel}"
+    );
+    for db in [&dst, &dst2] {
+        assert_eq!(columns_text(db, pg_cols.clone(), &rel).await, want);
+        let other = db.row_strings(&geo).await;
+        assert_eq!(
+            other[0],
+            format!(
+                "1|{}|2024-01-02 03:04:05.123456|2024-01-02 03:04:05.500000|-3020399.000000",
+                my.scalar("SELECT LOWER(HEX(ST_AsBinary(c_geom))) FROM all_types WHERE id = 1")
+                    .await
+                    .unwrap()
+            )
+        );
+        assert!(other[3].ends_with("|-1.500000"), "{other:?}");
+        assert!(other[4].ends_with("|360000.000001"), "{other:?}");
+    }
 }

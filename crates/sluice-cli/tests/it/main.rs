@@ -24,6 +24,7 @@ mod mysql_chunking;
 mod mysql_consistency;
 mod mysql_faults;
 mod mysql_harm;
+mod mysql_positions;
 mod mysql_stream;
 mod mysql_tls;
 mod mysql_types;

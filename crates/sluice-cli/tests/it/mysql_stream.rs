@@ -1,8 +1,9 @@
 //! `sluice stream` from the MariaDB binary log (the test kit's server: log-bin, ROW format):
 //! the snapshot hand-off with a writer running multi-table transactions (key updates included),
 //! kills at every failpoint of a batch with restarts, the types the export maps, MINIMAL and
-//! NOBLOB row images, DDL and TRUNCATE, and refusals (no key, no privilege, statement-based
-//! changes, STATEMENT format, a purged binary log). Every check replays the change files over
+//! NOBLOB row images, DDL and TRUNCATE, and refusals (no key, a table without transactions, no
+//! privilege, statement-based changes, STATEMENT format, a purged binary log, with and without
+//! its GTID position). Resumes by GTID and idle streams: `mysql_positions`. Every check replays the change files over
 //! the snapshot by `_seq` (`sluice_testkit::changes::replay`, which panics on a repeated
 //! `_seq`, an overlap or a gap) and compares with the table.
 //!
@@ -21,7 +22,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 async fn create_tables(db: &mut TestDb, rows: i64) {
-    db.exec(&format!(
+    db.exec(&tables_sql(rows)).await;
+}
+
+/// `acct` with `rows` rows and an empty `hist` (the writer's tables).
+pub(crate) fn tables_sql(rows: i64) -> String {
+    format!(
         "SET SESSION max_recursive_iterations = 1000000;
          CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL, pad varchar(200) NOT NULL);
          INSERT INTO acct WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < {rows})
@@ -29,19 +35,22 @@ async fn create_tables(db: &mut TestDb, rows: i64) {
          CREATE TABLE hist (id bigint PRIMARY KEY AUTO_INCREMENT, acct bigint NOT NULL,
                             amount decimal(12,2) NOT NULL);
          ANALYZE TABLE acct;"
-    ))
-    .await;
+    )
 }
 
 /// A writer of multi-table transactions: updates, a delete, an insert and a key update of
 /// `acct`, and an insert (sometimes a delete) in `hist`, one transaction after another.
-struct ChangeWriter;
+pub(crate) struct ChangeWriter;
 
 impl ChangeWriter {
-    async fn start(url: &str, rows: i64) -> Background {
+    pub(crate) async fn start(url: &str, rows: i64) -> Background {
+        Self::start_from(url, rows, 10_000_000).await
+    }
+
+    /// A writer whose inserted keys start at `next` (one after another writer's).
+    pub(crate) async fn start_from(url: &str, rows: i64, mut next: i64) -> Background {
         let mut c = connect(url).await;
         let w = Background::spawn(|stop, commits| async move {
-            let mut next = 10_000_000i64;
             while !stop.load(Ordering::Relaxed) {
                 let n = commits.load(Ordering::Relaxed);
                 let pick = format!("id >= FLOOR(RAND() * {rows}) ORDER BY id LIMIT 1");
@@ -73,7 +82,7 @@ impl ChangeWriter {
     }
 }
 
-fn stream(url: &str, tables: &[&str], to: &Path, extra: &[&str]) -> Command {
+pub(crate) fn stream(url: &str, tables: &[&str], to: &Path, extra: &[&str]) -> Command {
     let mut c = sluice();
     c.arg("stream").arg("--source").arg(url);
     for t in tables {
@@ -86,7 +95,7 @@ fn stream(url: &str, tables: &[&str], to: &Path, extra: &[&str]) -> Command {
     c
 }
 
-fn state(to: &Path) -> serde_json::Value {
+pub(crate) fn state(to: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(to.join("_sluice/stream.json")).unwrap()).unwrap()
 }
 
@@ -477,6 +486,41 @@ async fn refusals_name_the_fix() {
     ));
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("no primary key"), "{}", r.stderr);
+    // A table without transactions: refused with the reason, unless the snapshot locks it.
+    db.exec(
+        "CREATE TABLE plain (id int PRIMARY KEY, v int) ENGINE=MyISAM;
+         INSERT INTO plain VALUES (1, 1), (2, 2);",
+    )
+    .await;
+    let r = run(&mut stream(
+        &db.url,
+        &["acct", "plain"],
+        tempdir().path(),
+        &["--until-current"],
+    ));
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("MyISAM table, an engine without transactions")
+            && r.stderr.contains("--lock-non-transactional"),
+        "{}",
+        r.stderr
+    );
+    let locked = tempdir();
+    let flags = ["--until-current", "--lock-non-transactional"];
+    run(&mut stream(&db.url, &["plain"], locked.path(), &flags)).ok();
+    db.exec("UPDATE plain SET v = 20 WHERE id = 2; INSERT INTO plain VALUES (3, 3);")
+        .await;
+    run(&mut stream(&db.url, &["plain"], locked.path(), &flags)).ok();
+    let r = assert_replay_equals(
+        &mut db,
+        locked.path(),
+        "plain",
+        &["id"],
+        "SELECT id, v FROM plain",
+    )
+    .await;
+    assert_eq!(r.changes.len(), 2);
     for u in [user.clone(), format!("{user}c")] {
         let url = db.url_as(&u, "pw");
         let r = run(&mut stream(
@@ -574,6 +618,25 @@ async fn statement_format_and_a_purged_binary_log_are_refused() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let r = run(&mut stream(&url, &["t"], to.path(), &["--until-current"]));
+    assert_ne!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("purged") && r.stderr.contains("--drop"),
+        "{}",
+        r.stderr
+    );
+    // The state kept the GTID position, whose transactions after it are gone too (the
+    // resume by GTID was refused above); a state without one (file and offset only) is
+    // refused the same way.
+    let path = to.path().join("_sluice/stream.json");
+    let mut st = state(to.path());
+    let restart = st["committed"]["restart"].as_str().unwrap().to_string();
+    let (plain, gtid) = restart
+        .split_once('~')
+        .expect("a GTID position in the state");
+    assert!(gtid.starts_with("0-1-"), "{restart}");
+    st["committed"]["restart"] = plain.into();
+    std::fs::write(&path, serde_json::to_vec_pretty(&st).unwrap()).unwrap();
     let r = run(&mut stream(&url, &["t"], to.path(), &["--until-current"]));
     assert_ne!(r.code, 0, "{}", r.stderr);
     assert!(

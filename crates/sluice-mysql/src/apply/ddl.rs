@@ -34,6 +34,12 @@ fn is_text_type(t: &str) -> bool {
         || t.starts_with("set")
 }
 
+/// A character or byte string type written without the length MySQL requires.
+fn lacks_length(t: &str) -> bool {
+    let t = t.trim().to_ascii_lowercase();
+    ["varchar", "varbinary", "char", "binary"].contains(&t.as_str())
+}
+
 fn is_lob(t: &str) -> bool {
     let t = t.to_ascii_lowercase();
     t.ends_with("text") || t.ends_with("blob") || t == "json"
@@ -99,7 +105,7 @@ pub fn column_type(c: &ColumnDesc, same_engine: bool, key_chars: Option<usize>) 
             "varchar(64)",
             "MySQL has no interval type; ISO 8601 text (P1M2DT3.5S) is kept",
         ),
-        (_, DataType::Boolean) => plain("boolean".into()),
+        (_, DataType::Boolean) => plain("tinyint(1)".into()),
         (_, DataType::Int8) => plain("tinyint".into()),
         (_, DataType::Int16) => plain("smallint".into()),
         (_, DataType::Int32) => plain("int".into()),
@@ -233,13 +239,13 @@ pub struct Existing {
 
 fn normalise(t: &str) -> String {
     let t = t.to_ascii_lowercase().replace(' ', "");
-    // MySQL 8 drops integer display widths that MariaDB prints.
-    let re = ["tinyint", "smallint", "mediumint", "int", "bigint"];
-    for r in re {
+    // MySQL 8 drops the integer display widths that MariaDB prints (but keeps `tinyint(1)`,
+    // the boolean).
+    for r in ["tinyint", "smallint", "mediumint", "int", "bigint"] {
         if let Some(rest) = t.strip_prefix(r)
             && let Some(after) = rest.strip_prefix('(')
             && let Some(close) = after.find(')')
-            && r != "tinyint"
+            && !(r == "tinyint" && &after[..close] == "1")
         {
             return format!("{r}{}", &after[close + 1..]);
         }
@@ -247,8 +253,25 @@ fn normalise(t: &str) -> String {
     t
 }
 
+/// The type family of a type text: text and byte strings of any length are one family each.
+fn family(t: &str) -> String {
+    let t = normalise(t);
+    let base = t.split(['(', ' ']).next().unwrap_or_default();
+    match base {
+        "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" => "text".into(),
+        "binary" | "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob" => "bytes".into(),
+        _ => t,
+    }
+}
+
 /// The `ALTER TABLE` that gives `table` the columns `wanted`, from `existing`; `None` when
 /// nothing differs (so applying the barrier twice changes nothing the second time).
+///
+/// Columns a change stream describes (a binary log table map, a PostgreSQL relation) carry no
+/// nullability and, without full row metadata, not every length: an existing column is
+/// retyped only when its type family changes (`int` to `bigint`, text to a number), keeping
+/// its nullability, and a new column whose type lacks the length MySQL needs (`varchar`) is
+/// created as the mapped type.
 pub fn alter_columns(
     table: &TableRef,
     existing: &[Existing],
@@ -258,12 +281,10 @@ pub fn alter_columns(
     let mut parts = Vec::new();
     let mut prev: Option<&str> = None;
     for c in wanted {
-        let typed = column_type(c, same_engine, None);
-        let null = if c.field.is_nullable() {
-            "NULL"
-        } else {
-            "NOT NULL"
-        };
+        let mut typed = column_type(c, same_engine, None);
+        if same_engine && lacks_length(&typed.sql) {
+            typed = column_type(c, false, None);
+        }
         let place = match prev {
             Some(p) => format!("AFTER {}", quote_ident(p)),
             None => "FIRST".to_string(),
@@ -273,17 +294,18 @@ pub fn alter_columns(
             .find(|e| e.name.eq_ignore_ascii_case(&c.name))
         {
             None => parts.push(format!(
-                "ADD COLUMN {} {} {null} {place}",
+                "ADD COLUMN {} {} NULL {place}",
                 quote_ident(&c.name),
                 typed.sql
             )),
             Some(e)
-                if normalise(&e.column_type) != normalise(&typed.sql)
-                    || e.nullable != c.field.is_nullable() =>
+                if !lacks_length(&c.source_type)
+                    && family(&e.column_type) != family(&typed.sql) =>
             {
                 // MariaDB's json is longtext: the same column, not a retype.
                 let json_alias = typed.sql == "json" && e.column_type == "longtext";
-                if !json_alias || e.nullable != c.field.is_nullable() {
+                if !json_alias {
+                    let null = if e.nullable { "NULL" } else { "NOT NULL" };
                     parts.push(format!(
                         "MODIFY COLUMN {} {} {null}",
                         quote_ident(&c.name),
@@ -405,5 +427,23 @@ mod tests {
             },
         ];
         assert_eq!(alter_columns(&t(), &now, &wanted, true), None);
+        // Another engine: a key's varchar is the same text column as the longtext it maps to.
+        let pg = vec![
+            col("id", "integer", DataType::Int32, false),
+            col("new", "text", DataType::Utf8, true),
+        ];
+        let keyed = vec![
+            Existing {
+                name: "id".into(),
+                column_type: "int(11)".into(),
+                nullable: false,
+            },
+            Existing {
+                name: "new".into(),
+                column_type: "varchar(768)".into(),
+                nullable: true,
+            },
+        ];
+        assert_eq!(alter_columns(&t(), &keyed, &pg, false), None);
     }
 }

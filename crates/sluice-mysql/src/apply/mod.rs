@@ -35,7 +35,6 @@ use mysql_async::{Conn, Row};
 use sluice_core::apply::{AppliedPosition, ApplySession, ApplyTarget, BulkLoad, TargetTable};
 use sluice_core::table::TableRef;
 use sluice_core::{Error, ErrorKind, Result, Retry};
-use std::sync::{Arc, Mutex};
 
 /// The database sluice keeps its bookkeeping in.
 pub const BOOKKEEPING_DB: &str = "sluice";
@@ -64,9 +63,6 @@ const SESSION_COMMON: &str = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMI
 pub struct MyApplyTarget {
     target: MyTarget,
     sessions: Sessions,
-    /// The source engine, learnt from [`ApplyTarget::create_tables`]: a column barrier creates
-    /// columns with the source's type text only when it is this engine.
-    source_engine: Arc<Mutex<Option<&'static str>>>,
 }
 
 impl MyApplyTarget {
@@ -76,20 +72,11 @@ impl MyApplyTarget {
         Ok(MyApplyTarget {
             target: MyTarget::parse(url)?,
             sessions: Sessions::default(),
-            source_engine: Arc::default(),
         })
     }
 
     fn display(&self) -> &str {
         self.target.display()
-    }
-
-    fn same_engine(&self) -> bool {
-        self.source_engine
-            .lock()
-            .ok()
-            .and_then(|g| *g)
-            .is_none_or(|e| e == "mysql")
     }
 
     /// A session with the apply settings; `lock_wait`: `innodb_lock_wait_timeout` in seconds.
@@ -324,9 +311,6 @@ impl ApplyTarget for MyApplyTarget {
     }
 
     async fn create_tables(&self, tables: &[TargetTable]) -> Result<Vec<String>> {
-        if let (Some(t), Ok(mut g)) = (tables.first(), self.source_engine.lock()) {
-            *g = Some(t.source_engine);
-        }
         let (mut conn, server) = self.plain().await?;
         let d = self.display();
         let mut notes = Vec::new();
@@ -474,7 +458,6 @@ impl ApplyTarget for MyApplyTarget {
             name,
             worker,
             server.flavor == Flavor::Mysql,
-            self.same_engine(),
         )))
     }
 }

@@ -26,6 +26,9 @@
 //! | FixedSizeBinary(16) + `arrow.uuid`         | `'xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx'`  |
 //! | Struct + `sluice.interval`                 | ISO 8601 duration text (`'P1M2DT3.5S'`)  |
 //! | List                                       | a JSON array as text                     |
+//!
+//! Length: about 420 lines of code plus unit tests: one writer per Arrow type family, which
+//! read best next to the table above.
 
 use crate::types::WKB_EXTENSION;
 use arrow_array::cast::AsArray;

@@ -11,6 +11,9 @@
 //! delete matches the key. A table without a key matches every column the row carries with
 //! `<=>` (NULL matches NULL) and touches at most one row (`LIMIT 1`). An update or delete that
 //! matches no row changes nothing: the source said the row existed, so it is not an error.
+//!
+//! Length: about 430 lines of code plus a unit test of the SQL text; the statement builder
+//! ([`Script`]) and the session that sends it share the buffer and its bound.
 
 use super::fail;
 use super::render::{self, Kind};
@@ -33,10 +36,8 @@ pub struct MySession {
     display: String,
     name: String,
     worker: u32,
-    /// MySQL (not MariaDB): JSON columns compare with `CAST(… AS JSON)`.
-    mysql_json: bool,
-    same_engine: bool,
-    buf: String,
+    /// The statements not sent yet.
+    script: Script,
     /// Statements of the open transaction already sent (a rollback must reach the server).
     sent: bool,
     /// Tables of the open transaction, for messages.
@@ -121,16 +122,13 @@ impl MySession {
         name: &str,
         worker: u32,
         mysql_json: bool,
-        same_engine: bool,
     ) -> Self {
         MySession {
             conn,
             display,
             name: name.to_string(),
             worker,
-            mysql_json,
-            same_engine,
-            buf: String::new(),
+            script: Script::new(mysql_json),
             sent: false,
             tables: Vec::new(),
         }
@@ -144,16 +142,106 @@ impl MySession {
     }
 
     async fn flush(&mut self) -> Result<()> {
-        if self.buf.is_empty() {
+        if self.script.buf.is_empty() {
             return Ok(());
         }
-        let sql = std::mem::take(&mut self.buf);
+        let sql = std::mem::take(&mut self.script.buf);
         self.sent = true;
         let r = self.conn.query_drop(sql.as_str()).await;
         // Keep the allocation for the next unit.
-        self.buf = sql;
-        self.buf.clear();
+        self.script.buf = sql;
+        self.script.buf.clear();
         r.map_err(|e| fail(e, &self.display, &self.what()))
+    }
+}
+
+/// The SQL text of units, built without a connection.
+struct Script {
+    buf: String,
+    /// MySQL (not MariaDB): JSON columns compare with `CAST(… AS JSON)`.
+    mysql_json: bool,
+    /// The insert being extended: (table, the columns its rows carry).
+    open: Option<(u32, Vec<bool>)>,
+}
+
+impl Script {
+    fn new(mysql_json: bool) -> Self {
+        Script {
+            buf: String::new(),
+            mysql_json,
+            open: None,
+        }
+    }
+
+    /// End the insert being extended, if any.
+    fn close(&mut self) {
+        if self.open.take().is_some() {
+            self.buf.push(';');
+        }
+    }
+
+    /// Row `r` of table `ti` (prepared as `p`): a statement, or one more row of the insert
+    /// being extended.
+    fn row(&mut self, p: &Prepared<'_>, ti: u32, r: usize) -> Result<()> {
+        let present = p.present(r);
+        let op = p.op.value(r);
+        if op == "insert" {
+            if matches!(&self.open, Some((t, cols)) if *t == ti && *cols == present) {
+                self.buf.push(',');
+            } else {
+                self.close();
+                self.buf.push_str("INSERT INTO ");
+                self.buf.push_str(&p.name);
+                self.buf.push_str(" (");
+                let mut first = true;
+                for ((n, _, _), keep) in p.cols.iter().zip(&present) {
+                    if *keep {
+                        if !first {
+                            self.buf.push(',');
+                        }
+                        first = false;
+                        self.buf.push_str(n);
+                    }
+                }
+                self.buf.push_str(") VALUES ");
+                self.open = Some((ti, present.clone()));
+            }
+            return self.push_row(p, r, &present);
+        }
+        self.close();
+        match op {
+            "update" => {
+                let set: Vec<usize> = (0..p.cols.len())
+                    .filter(|i| present[*i] && !p.key.contains(i))
+                    .collect();
+                if set.is_empty() {
+                    return Ok(());
+                }
+                self.buf.push_str("UPDATE ");
+                self.buf.push_str(&p.name);
+                self.buf.push_str(" SET ");
+                for (n, &i) in set.iter().enumerate() {
+                    if n > 0 {
+                        self.buf.push(',');
+                    }
+                    let (name, kind, array) = &p.cols[i];
+                    self.buf.push_str(name);
+                    self.buf.push('=');
+                    render::value(&mut self.buf, *kind, array, r, &p.t.columns[i].name)?;
+                }
+                self.push_where(p, r, &present)
+            }
+            "delete" => {
+                self.buf.push_str("DELETE FROM ");
+                self.buf.push_str(&p.name);
+                self.push_where(p, r, &present)
+            }
+            other => Err(Error::internal(format!(
+                "a unit holds a {other:?} change of {}; only insert, update and delete are \
+                 applied in units",
+                p.t.table
+            ))),
+        }
     }
 
     fn push_where(&mut self, p: &Prepared<'_>, r: usize, present: &[bool]) -> Result<()> {
@@ -222,10 +310,10 @@ impl MySession {
 #[async_trait]
 impl ApplySession for MySession {
     async fn begin(&mut self) -> Result<()> {
-        self.buf.clear();
+        self.script.buf.clear();
         self.tables.clear();
         self.sent = false;
-        self.buf.push_str("START TRANSACTION;");
+        self.script.buf.push_str("START TRANSACTION;");
         Ok(())
     }
 
@@ -241,89 +329,17 @@ impl ApplySession for MySession {
                 self.tables.push(n);
             }
         }
-        // The insert being extended: (table, the columns its rows carry).
-        let mut open: Option<(u32, Vec<bool>)> = None;
         for &(ti, ri) in &unit.order {
             let p = prepared.get(ti as usize).ok_or_else(|| {
                 Error::internal(format!("unit order names table {ti}, which it lacks"))
             })?;
-            let r = ri as usize;
-            let present = p.present(r);
-            let op = p.op.value(r);
-            if op == "insert" {
-                if matches!(&open, Some((t, cols)) if *t == ti && *cols == present) {
-                    self.buf.push(',');
-                } else {
-                    if open.take().is_some() {
-                        self.buf.push(';');
-                    }
-                    self.buf.push_str("INSERT INTO ");
-                    self.buf.push_str(&p.name);
-                    self.buf.push_str(" (");
-                    let names: Vec<&str> = p
-                        .cols
-                        .iter()
-                        .zip(&present)
-                        .filter(|(_, keep)| **keep)
-                        .map(|((n, _, _), _)| n.as_str())
-                        .collect();
-                    self.buf.push_str(&names.join(","));
-                    self.buf.push_str(") VALUES ");
-                    open = Some((ti, present.clone()));
-                }
-                self.push_row(p, r, &present)?;
-                if self.buf.len() > FLUSH_BYTES {
-                    self.buf.push(';');
-                    open = None;
-                    self.flush().await?;
-                }
-                continue;
-            }
-            if open.take().is_some() {
-                self.buf.push(';');
-            }
-            match op {
-                "update" => {
-                    let set: Vec<usize> = (0..p.cols.len())
-                        .filter(|i| present[*i] && (p.key.is_empty() || !p.key.contains(i)))
-                        .collect();
-                    if set.is_empty() {
-                        continue;
-                    }
-                    self.buf.push_str("UPDATE ");
-                    self.buf.push_str(&p.name);
-                    self.buf.push_str(" SET ");
-                    for (n, &i) in set.iter().enumerate() {
-                        if n > 0 {
-                            self.buf.push(',');
-                        }
-                        let (name, kind, array) = &p.cols[i];
-                        self.buf.push_str(name);
-                        self.buf.push('=');
-                        render::value(&mut self.buf, *kind, array, r, &p.t.columns[i].name)?;
-                    }
-                    self.push_where(p, r, &present)?;
-                }
-                "delete" => {
-                    self.buf.push_str("DELETE FROM ");
-                    self.buf.push_str(&p.name);
-                    self.push_where(p, r, &present)?;
-                }
-                other => {
-                    return Err(Error::internal(format!(
-                        "a unit holds a {other:?} change of {}; only insert, update and delete \
-                         are applied in units",
-                        p.t.table
-                    )));
-                }
-            }
-            if self.buf.len() > FLUSH_BYTES {
+            self.script.row(p, ti, ri as usize)?;
+            if self.script.buf.len() > FLUSH_BYTES {
+                self.script.close();
                 self.flush().await?;
             }
         }
-        if open.is_some() {
-            self.buf.push(';');
-        }
+        self.script.close();
         Ok(())
     }
 
@@ -339,7 +355,11 @@ impl ApplySession for MySession {
                         .map_err(|e| fail(e, &self.display, &format!("truncating {t} on")))?;
                 }
             }
-            Barrier::Columns { table, columns } => {
+            Barrier::Columns {
+                table,
+                columns,
+                source_engine,
+            } => {
                 let have = super::columns_of(&mut self.conn, table, &self.display).await?;
                 if have.is_empty() {
                     return Err(Error::config(format!(
@@ -349,7 +369,7 @@ impl ApplySession for MySession {
                     )));
                 }
                 if let Some(sql) =
-                    super::ddl::alter_columns(table, &have, columns, self.same_engine)
+                    super::ddl::alter_columns(table, &have, columns, *source_engine == "mysql")
                 {
                     self.conn
                         .query_drop(sql)
@@ -359,29 +379,29 @@ impl ApplySession for MySession {
             }
         }
         // The DDL committed; what follows runs in a transaction of its own.
-        self.buf.push_str("START TRANSACTION;");
+        self.script.buf.push_str("START TRANSACTION;");
         Ok(())
     }
 
     async fn record(&mut self, position: &AppliedPosition) -> Result<()> {
         use std::fmt::Write;
         let _ = write!(
-            self.buf,
+            self.script.buf,
             "INSERT INTO `sluice`.`applied` (`name`,`worker`,`unit`,`restart`,`pos`,\
              `commit_ts`) VALUES ("
         );
-        render::push_text(&mut self.buf, &self.name);
-        let _ = write!(self.buf, ",{},{},", self.worker, position.unit);
-        render::push_text(&mut self.buf, &position.restart);
-        self.buf.push(',');
-        render::push_text(&mut self.buf, &position.pos);
+        render::push_text(&mut self.script.buf, &self.name);
+        let _ = write!(self.script.buf, ",{},{},", self.worker, position.unit);
+        render::push_text(&mut self.script.buf, &position.restart);
+        self.script.buf.push(',');
+        render::push_text(&mut self.script.buf, &position.pos);
         match position.commit_ts {
             Some(ts) => {
-                let _ = write!(self.buf, ",{ts})");
+                let _ = write!(self.script.buf, ",{ts})");
             }
-            None => self.buf.push_str(",NULL)"),
+            None => self.script.buf.push_str(",NULL)"),
         }
-        self.buf.push_str(
+        self.script.buf.push_str(
             " ON DUPLICATE KEY UPDATE `unit`=VALUES(`unit`),`restart`=VALUES(`restart`),\
              `pos`=VALUES(`pos`),`commit_ts`=VALUES(`commit_ts`),`updated`=CURRENT_TIMESTAMP(6)",
         );
@@ -399,7 +419,7 @@ impl ApplySession for MySession {
     }
 
     async fn rollback(&mut self) -> Result<()> {
-        self.buf.clear();
+        self.script.buf.clear();
         if !self.sent {
             return Ok(());
         }
@@ -408,5 +428,121 @@ impl ApplySession for MySession {
             .query_drop("ROLLBACK")
             .await
             .map_err(|e| fail(e, &self.display, "rolling back a unit on"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::builder::{ListBuilder, StringBuilder};
+    use arrow_array::{Int32Array, RecordBatch, TimestampMicrosecondArray, UInt64Array};
+    use arrow_schema::DataType;
+    use sluice_core::change::change_schema;
+    use sluice_core::columns::field;
+    use sluice_core::table::{ColumnDesc, TableRef};
+    use std::sync::Arc;
+
+    /// Table `d.t (id int, v text)`: rows of (op, id, v, absent columns).
+    fn table(key: &[&str], rows: &[(&str, i32, Option<&str>, &[&str])]) -> UnitTable {
+        let t = TableRef {
+            schema: "d".into(),
+            name: "t".into(),
+        };
+        let cols: Vec<ColumnDesc> = [("id", DataType::Int32), ("v", DataType::Utf8)]
+            .into_iter()
+            .map(|(n, dt)| ColumnDesc {
+                name: n.into(),
+                source_type: "x".into(),
+                field: field(n, dt),
+                cast: None,
+                as_text_fallback: false,
+            })
+            .collect();
+        let n = rows.len();
+        let mut absent = ListBuilder::new(StringBuilder::new());
+        for r in rows {
+            for a in r.3 {
+                absent.values().append_value(a);
+            }
+            absent.append(true);
+        }
+        let batch = RecordBatch::try_new(
+            change_schema(&t, &cols).unwrap(),
+            vec![
+                Arc::new(Int32Array::from(
+                    rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+                )),
+                Arc::new(StringArray::from(
+                    rows.iter().map(|r| r.2).collect::<Vec<_>>(),
+                )),
+                Arc::new(StringArray::from(
+                    rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+                )),
+                Arc::new(StringArray::from(vec!["p"; n])),
+                Arc::new(UInt64Array::from((0..n as u64).collect::<Vec<_>>())),
+                Arc::new(TimestampMicrosecondArray::from(vec![None; n]).with_timezone("UTC")),
+                Arc::new(StringArray::from(vec![None::<&str>; n])),
+                Arc::new(absent.finish()),
+            ],
+        )
+        .unwrap();
+        UnitTable {
+            table: t,
+            columns: Arc::new(cols),
+            key: Arc::new(key.iter().map(|k| k.to_string()).collect()),
+            batch,
+            source_engine: "mysql",
+        }
+    }
+
+    fn script(t: &UnitTable) -> String {
+        let p = Prepared::new(t).unwrap();
+        let mut s = Script::new(false);
+        for r in 0..t.batch.num_rows() {
+            s.row(&p, 0, r).unwrap();
+        }
+        s.close();
+        s.buf
+    }
+
+    #[test]
+    fn a_unit_as_statements() {
+        let x = |s: &str| crate::sql::quote_literal(s);
+        let t = table(
+            &["id"],
+            &[
+                ("insert", 1, Some("a"), &[]),
+                ("insert", 2, None, &[]),
+                ("update", 1, None, &["v"]),
+                ("update", 2, Some("b"), &[]),
+                ("insert", 3, None, &["v"]),
+                ("delete", 1, None, &["v"]),
+            ],
+        );
+        assert_eq!(
+            script(&t),
+            format!(
+                "INSERT INTO `d`.`t` (`id`,`v`) VALUES (1,{}),(2,NULL);\
+                 UPDATE `d`.`t` SET `v`={} WHERE `id` = 2;\
+                 INSERT INTO `d`.`t` (`id`) VALUES (3);\
+                 DELETE FROM `d`.`t` WHERE `id` = 1;",
+                x("a"),
+                x("b")
+            ),
+            "consecutive inserts with the same columns share a statement; an update of \
+             absent columns only has nothing to set"
+        );
+        let keyless = table(
+            &[],
+            &[("delete", 1, None, &[]), ("update", 2, Some("b"), &[])],
+        );
+        assert_eq!(
+            script(&keyless),
+            format!(
+                "DELETE FROM `d`.`t` WHERE `id` <=> 1 AND `v` IS NULL LIMIT 1;\
+                 UPDATE `d`.`t` SET `id`=2,`v`={b} WHERE `id` <=> 2 AND `v` <=> {b} LIMIT 1;",
+                b = x("b")
+            )
+        );
     }
 }

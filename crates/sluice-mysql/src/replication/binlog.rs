@@ -12,6 +12,18 @@
 //! The file name is the server's binary log base name plus the sequence number (at least six
 //! digits), read from the server when the stream opens.
 //!
+//! **Epochs.** A stream that had to resume by GTID (its saved file was purged, or the server
+//! is another one, such as a promoted replica whose files have other names and offsets) reads
+//! positions of a different log from then on. They are written `gEEEEEE_SSSSSSSSSS_OOOOOOOOOOOOOO`
+//! with the resume count `E` (6 digits): `g` sorts after every digit, so positions keep
+//! increasing in text order across the switch. Epoch 0 has no prefix (the form above).
+//!
+//! **Restart positions** (the state's, never `_pos`) may carry the GTID state there as detail
+//! after `~` (`gtid.rs`): `…_OOOOOOOOOOOOOO~0-1-100,1-2-7` (MariaDB) or `…~<gtid set>@<server
+//! uuid>` (MySQL; the uuid tells whether the server is still the one the offsets belong to).
+//! The detail only follows an order part that is the same for the same point in the log, so
+//! text comparisons of positions are decided by the order part.
+//!
 //! **GTIDs** go into `_xid`: MariaDB `domain-server-sequence` (event 162, parsed here: it is not
 //! in `mysql_common`), MySQL `uuid:number`.
 
@@ -25,8 +37,10 @@ pub const MARIADB_GTID: u8 = 162;
 pub const MARIADB_COMPRESSED: std::ops::RangeInclusive<u8> = 166..=171;
 
 /// A binary log coordinate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct BinPos {
+    /// How many times the stream resumed by GTID on a log whose offsets are not comparable.
+    pub epoch: u32,
     /// The file's sequence number.
     pub seq: u64,
     /// Byte offset in the file.
@@ -36,23 +50,79 @@ pub struct BinPos {
 impl BinPos {
     /// The position's text (see the module documentation).
     pub fn text(self) -> String {
-        format!("{:010}_{:014}", self.seq, self.offset)
+        match self.epoch {
+            0 => format!("{:010}_{:014}", self.seq, self.offset),
+            e => format!("g{e:06}_{:010}_{:014}", self.seq, self.offset),
+        }
     }
 
-    /// Parse a position's text.
+    /// Parse a position's text (a restart position's detail is ignored: [`Restart::parse`]).
     pub fn parse(s: &str) -> Result<BinPos> {
         let bad = || Error::internal(format!("{s:?} is not a binary log stream position"));
-        let (a, b) = s.split_once('_').ok_or_else(bad)?;
+        let order = s.split_once('~').map_or(s, |(o, _)| o);
+        let (epoch, rest) = match order.strip_prefix('g') {
+            Some(r) => {
+                let (e, rest) = r.split_once('_').ok_or_else(bad)?;
+                (e.parse().map_err(|_| bad())?, rest)
+            }
+            None => (0, order),
+        };
+        let (a, b) = rest.split_once('_').ok_or_else(bad)?;
         Ok(BinPos {
+            epoch,
             seq: a.parse().map_err(|_| bad())?,
             offset: b.parse().map_err(|_| bad())?,
         })
     }
 
-    /// The position of `file:offset` (`mariadb-bin.000042`, 1234).
+    /// The position of `file:offset` (`mariadb-bin.000042`, 1234), epoch 0.
     pub fn of_file(file: &str, offset: u64) -> Result<BinPos> {
         let (_, seq) = split_file(file)?;
-        Ok(BinPos { seq, offset })
+        Ok(BinPos {
+            epoch: 0,
+            seq,
+            offset,
+        })
+    }
+}
+
+/// A restart position: the coordinate and, where GTIDs are on, the GTID state there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restart {
+    /// The coordinate.
+    pub pos: BinPos,
+    /// The GTID state's text (MariaDB position or MySQL set).
+    pub gtid: Option<String>,
+    /// MySQL: the `server_uuid` of the server whose log the coordinate is in.
+    pub server: Option<String>,
+}
+
+impl Restart {
+    /// Parse a restart position's text.
+    pub fn parse(s: &str) -> Result<Restart> {
+        let pos = BinPos::parse(s)?;
+        let (gtid, server) = match s.split_once('~') {
+            None => (None, None),
+            Some((_, d)) => match d.rsplit_once('@') {
+                Some((g, u)) => (Some(g.to_string()), Some(u.to_string())),
+                None => (Some(d.to_string()), None),
+            },
+        };
+        Ok(Restart { pos, gtid, server })
+    }
+
+    /// The text (see the module documentation).
+    pub fn text(&self) -> String {
+        let mut t = self.pos.text();
+        if let Some(g) = &self.gtid {
+            t.push('~');
+            t.push_str(g);
+            if let Some(u) = &self.server {
+                t.push('@');
+                t.push_str(u);
+            }
+        }
+        t
     }
 }
 
@@ -177,6 +247,38 @@ mod tests {
         );
         assert_eq!(file_name("mariadb-bin", 10), "mariadb-bin.000010");
         assert_eq!(file_name("b", 1_000_000), "b.1000000");
+        let d = BinPos {
+            epoch: 1,
+            seq: 3,
+            offset: 4,
+        };
+        assert!(
+            c.text() < d.text(),
+            "a resumed epoch sorts after the ones before"
+        );
+        assert_eq!(BinPos::parse(&d.text()).unwrap(), d);
+        assert!(!d.text().contains(['-', '.']));
+    }
+
+    #[test]
+    fn restart_positions_carry_gtid_detail_that_order_ignores() {
+        let p = BinPos::of_file("mariadb-bin.000009", 1234).unwrap();
+        let r = Restart {
+            pos: p,
+            gtid: Some("0-1-100,1-2-7".into()),
+            server: None,
+        };
+        assert_eq!(Restart::parse(&r.text()).unwrap(), r);
+        assert_eq!(BinPos::parse(&r.text()).unwrap(), p);
+        assert!(r.text() > p.text() && r.text() < BinPos { offset: 1235, ..p }.text());
+        let m = Restart {
+            pos: p,
+            gtid: Some("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5".into()),
+            server: Some("4e11fa47-71ca-11e1-9e33-c80aa9429562".into()),
+        };
+        assert_eq!(Restart::parse(&m.text()).unwrap(), m);
+        let plain = Restart::parse(&p.text()).unwrap();
+        assert_eq!((plain.gtid, plain.server), (None, None));
     }
 
     #[test]

@@ -12,10 +12,16 @@
 //!   position is not used: the stream knows it has read everything (`--until-current` on an idle
 //!   server) from the end of the last event it handled, which reaches the server's end of log.
 //!
+//! - Positioning: by file and offset (`COM_BINLOG_DUMP`), or by GTID state where the saved file
+//!   cannot be used (MariaDB `@slave_connect_state` with an empty file name; MySQL
+//!   `COM_BINLOG_DUMP_GTID` with the set): the server then starts after the last transaction the
+//!   state holds, in whichever of its files that is.
+//!
 //! Errors of the dump are the server's replica errors: a purged file (1236) says the saved
 //! position is gone and how to start over; a missing privilege (1227) names it.
 
 use super::binlog::{BinPos, file_name};
+use super::gtid::GtidState;
 use crate::connect::{MyTarget, Sessions};
 use crate::error::{Phase, classify, server_code};
 use mysql_async::prelude::Queryable;
@@ -66,14 +72,27 @@ pub fn dump_error(e: mysql_async::Error, server_id: u32, from: &str, target: &st
     }
 }
 
-/// Open a binary log dump from `from` (file base name `base`).
+/// Where a dump starts.
+#[derive(Debug, Clone)]
+pub enum Start {
+    /// At `base.<seq>` and the offset.
+    File {
+        /// The binary log's base file name.
+        base: String,
+        /// The coordinate.
+        at: BinPos,
+    },
+    /// After the last transaction of a GTID state.
+    Gtid(GtidState),
+}
+
+/// Open a binary log dump at `start`.
 pub async fn open_dump(
     target: &MyTarget,
     sessions: &Sessions,
     mariadb: bool,
     server_id: u32,
-    base: &str,
-    from: BinPos,
+    start: &Start,
     non_blocking: bool,
 ) -> Result<BinlogStream> {
     let display = target.display().to_string();
@@ -91,14 +110,33 @@ pub async fn open_dump(
             .await
             .map_err(|e| classify(e, Phase::Connect, &display))?;
     }
-    let file = file_name(base, from.seq);
+    let (file, at, sids) = match start {
+        Start::File { base, at } => (file_name(base, at.seq), at.offset, Vec::new()),
+        Start::Gtid(state) => {
+            if mariadb {
+                conn.exec_drop("SET @slave_connect_state = ?", (state.text(),))
+                    .await
+                    .map_err(|e| classify(e, Phase::Connect, &display))?;
+                (String::new(), 4, Vec::new())
+            } else {
+                (String::new(), 4, state.mysql_sids()?)
+            }
+        }
+    };
+    let from = match start {
+        Start::File { .. } => format!("{file}:{at}"),
+        Start::Gtid(state) => format!("GTID {}", state.text()),
+    };
     let mut req = BinlogStreamRequest::new(server_id)
         .with_filename(file.as_bytes())
-        .with_pos(from.offset);
+        .with_pos(at);
+    if !mariadb && matches!(start, Start::Gtid(_)) {
+        req = req.with_gtid().with_gtid_set(sids);
+    }
     if non_blocking {
         req = req.with_non_blocking();
     }
     conn.get_binlog_stream(req)
         .await
-        .map_err(|e| dump_error(e, server_id, &format!("{file}:{}", from.offset), &display))
+        .map_err(|e| dump_error(e, server_id, &from, &display))
 }

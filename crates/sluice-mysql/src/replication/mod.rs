@@ -4,6 +4,7 @@
 //! |--------------|-----------------------------------------------------------------------|
 //! | `conn.rs`    | the replica session: register, `COM_BINLOG_DUMP`, heartbeats, errors  |
 //! | `binlog.rs`  | positions (`_pos`), MariaDB GTID events, statement kinds              |
+//! | `gtid.rs`    | GTID state kept with restart positions, for resuming by GTID          |
 //! | `values.rs`  | binary log values → the export's Arrow values                         |
 //! | `server.rs`  | checks, binary log status, what a stream costs the server            |
 //! | `stream.rs`  | events → changes in the runner's column builders                      |
@@ -22,6 +23,17 @@
 //! server keeps binary log files by age, not for this reader — a stream stopped for longer than
 //! `binlog_expire_logs_seconds` loses its place (the error says how to start over).
 //!
+//! Resuming: from the saved file and offset when this server still has that file and (where
+//! GTIDs are on) the file and offset still mean the saved GTID state (MariaDB
+//! `BINLOG_GTID_POS`; MySQL: the same `server_uuid`); otherwise, where the saved position has a
+//! GTID state, from that state (MariaDB `@slave_connect_state`, MySQL `COM_BINLOG_DUMP_GTID`):
+//! the saved file was purged after the stream had read it, or the server is another one, such
+//! as a replica promoted after a failover (it must log its replicated transactions:
+//! `log_slave_updates`). Positions read after such a resume are of another log: they start a
+//! new epoch (`binlog.rs`) so text order stays log order. Without a GTID state, or when the
+//! server no longer has the transactions after it, the stream stops with the purged-log error
+//! that says how to start over.
+//!
 //! The replica server id: `--server-id`, or by default a random one per session in
 //! 4026531840–4294967294 (the integers of the reserved IPv4 block 240.0.0.0/4, which no
 //! IP-derived replica id uses; hand-picked ids are small). A new id per session: a session that
@@ -31,6 +43,7 @@
 
 pub mod binlog;
 pub mod conn;
+pub mod gtid;
 pub mod server;
 pub mod stream;
 pub mod table_map;
@@ -40,16 +53,23 @@ use crate::catalog::{Flavor, ServerInfo, server_info};
 use crate::connect::{MyTarget, Sessions};
 use crate::lock::Locking;
 use async_trait::async_trait;
-use binlog::BinPos;
+use binlog::{BinPos, Restart};
+use conn::Start;
 use futures_util::StreamExt;
+use gtid::GtidState;
 use mysql_async::Conn;
+use mysql_async::prelude::Queryable;
 use sluice_core::change::{
     CaptureHarm, CaptureNames, ChangeSource, ChangeStream, Created, HeldSnapshot, SnapshotHold,
 };
 use sluice_core::{Dataset, Error, Position, Result, SnapshotInfo, Source};
 use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// `wait_timeout` of the stream's sessions: a year, the server's maximum.
+const IDLE_LIMIT_SECS: u64 = 31_536_000;
 
 /// Where default replica server ids are taken from.
 pub const SERVER_ID_RANGE: RangeInclusive<u32> = 4_026_531_840..=4_294_967_294;
@@ -76,6 +96,8 @@ pub struct MyCapture {
     locking: Locking,
     server_id: Option<u32>,
     confirmed: Arc<Mutex<Option<BinPos>>>,
+    /// The epoch of the positions of the stream opened last (`binlog.rs`).
+    epoch: Arc<AtomicU32>,
     probe: Arc<tokio::sync::Mutex<Option<(Conn, ServerInfo)>>>,
 }
 
@@ -85,6 +107,14 @@ impl std::fmt::Debug for MyCapture {
             .field("target", &self.target)
             .finish_non_exhaustive()
     }
+}
+
+/// Where and how an opened stream starts.
+struct ResumePoint {
+    start: Start,
+    from: BinPos,
+    gtid: Option<GtidState>,
+    server_uuid: Option<String>,
 }
 
 /// Nothing to hold: the export takes its own snapshot.
@@ -113,6 +143,7 @@ impl MyCapture {
             locking: Locking::default(),
             server_id,
             confirmed: Arc::default(),
+            epoch: Arc::default(),
             probe: Arc::default(),
         })
     }
@@ -131,8 +162,15 @@ impl MyCapture {
         self.server_id.unwrap_or_else(random_server_id)
     }
 
+    /// A session of the stream: the catalog's (idle until a DDL in the log names a captured
+    /// table) and the probe's. The server's `wait_timeout` would end them while the stream has
+    /// nothing to do, so they set their own (the dump session is busy in its command, which
+    /// that limit does not apply to, and heartbeats keep its socket in use).
     async fn session(&self) -> Result<(Conn, ServerInfo)> {
         let mut conn = self.target.connect(&self.sessions).await?;
+        conn.query_drop(format!("SET SESSION wait_timeout = {IDLE_LIMIT_SECS}"))
+            .await
+            .map_err(|e| crate::error::classify(e, crate::error::Phase::Connect, self.display()))?;
         let server = server_info(&mut conn, self.display()).await?;
         Ok((conn, server))
     }
@@ -146,12 +184,108 @@ impl MyCapture {
             .as_mut()
             .ok_or_else(|| Error::internal("no probe session"))?;
         match server::master_status(conn, server, self.target.display()).await {
-            Ok((file, pos)) => BinPos::of_file(&file, pos),
+            Ok((file, pos)) => BinPos::of_file(&file, pos).map(|p| BinPos {
+                epoch: self.epoch.load(Ordering::Relaxed),
+                ..p
+            }),
             Err(e) => {
                 *g = None;
                 Err(e)
             }
         }
+    }
+
+    /// Where a stream saved at `saved` starts on this server (see the module documentation).
+    async fn resume_point(
+        &self,
+        conn: &mut Conn,
+        server: &ServerInfo,
+        saved: &Restart,
+        base: &str,
+        end_file: &str,
+        end: u64,
+    ) -> Result<ResumePoint> {
+        let display = self.display();
+        let mariadb = server.flavor == Flavor::Mariadb;
+        let file = binlog::file_name(base, saved.pos.seq);
+        let present = server::binary_logs(conn, display)
+            .await?
+            .iter()
+            .any(|(n, _)| *n == file);
+        let parse = |g: &str| match mariadb {
+            true => GtidState::parse_mariadb(g),
+            false => GtidState::parse_mysql(g),
+        };
+        let saved_gtid = saved.gtid.as_deref().map(parse).transpose()?;
+        // The GTID state at the saved coordinate on this server, and this server's identity.
+        let (here, server_uuid) = if mariadb {
+            let here = match present {
+                true => server::gtid_at(conn, &file, saved.pos.offset, display).await?,
+                false => None,
+            };
+            (here.as_deref().map(parse).transpose()?, None)
+        } else {
+            let (uuid, executed) = server::mysql_gtids(conn, display).await?;
+            // Only at the end of the log is the executed set the set at the position.
+            let at_end = file == end_file && saved.pos.offset == end;
+            let here = match (executed, at_end) {
+                (Some(x), true) => Some(parse(&x)?),
+                _ => None,
+            };
+            (here, Some(uuid).filter(|u| !u.is_empty()))
+        };
+        let same_server = match (&saved.server, &server_uuid) {
+            (Some(a), Some(b)) => a.eq_ignore_ascii_case(b),
+            _ => true,
+        };
+        let usable = present
+            && same_server
+            && match (&saved_gtid, mariadb) {
+                (Some(s), true) => here.as_ref() == Some(s),
+                _ => true,
+            };
+        if usable || saved_gtid.is_none() {
+            // Without a GTID state an unusable file ends in the dump's purged-log error.
+            let gtid = saved_gtid.or(here);
+            return Ok(ResumePoint {
+                start: Start::File {
+                    base: base.to_string(),
+                    at: saved.pos,
+                },
+                from: saved.pos,
+                server_uuid: server_uuid.filter(|_| gtid.is_some()),
+                gtid,
+            });
+        }
+        let Some(state) = saved_gtid else {
+            return Err(Error::internal("no GTID state to resume from"));
+        };
+        let why = match (present, same_server) {
+            (false, _) => format!("its binary log file {file} is no longer on {display}"),
+            (true, false) => format!("{display} is another server than the one it read"),
+            (true, true) => format!(
+                "{file} at offset {} on {display} is no longer at GTID {}",
+                saved.pos.offset,
+                state.text()
+            ),
+        };
+        tracing::warn!(
+            "the stream's saved position {} cannot be used as a file and offset: {why}. \
+             Resuming after GTID {} instead; positions (_pos) start epoch {} (see the README)",
+            saved.pos.text(),
+            state.text(),
+            saved.pos.epoch + 1
+        );
+        Ok(ResumePoint {
+            start: Start::Gtid(state.clone()),
+            from: BinPos {
+                epoch: saved.pos.epoch + 1,
+                seq: 0,
+                offset: 0,
+            },
+            gtid: Some(state),
+            server_uuid,
+        })
     }
 
     fn placeholder(&self, position: String) -> HeldSnapshot {
@@ -212,7 +346,14 @@ impl ChangeSource for MyCapture {
 
     async fn check(&self, datasets: &[Dataset]) -> Result<()> {
         let (mut conn, server) = self.session().await?;
-        server::preflight(&mut conn, &server, datasets, self.display()).await?;
+        server::preflight(
+            &mut conn,
+            &server,
+            datasets,
+            self.locking.lock_non_transactional,
+            self.display(),
+        )
+        .await?;
         let (file, pos) = server::master_status(&mut conn, &server, self.display()).await?;
         let _ = conn.disconnect().await;
         // Prove the right to read the binary log (REPLICATION SLAVE) with a short dump from
@@ -220,13 +361,16 @@ impl ChangeSource for MyCapture {
         let (base, _) = binlog::split_file(&file)?;
         let at = BinPos::of_file(&file, pos)?;
         let probe_id = self.server_id();
+        let start = Start::File {
+            base: base.to_string(),
+            at,
+        };
         let mut dump = conn::open_dump(
             &self.target,
             &self.sessions,
             server.flavor == Flavor::Mariadb,
             probe_id,
-            base,
-            at,
+            &start,
             true,
         )
         .await?;
@@ -275,22 +419,25 @@ impl ChangeSource for MyCapture {
         from: &str,
     ) -> Result<Box<dyn ChangeStream>> {
         let _ = names;
-        let from = BinPos::parse(from)?;
+        let saved = Restart::parse(from)?;
         let (mut catalog, server) = self.session().await?;
         let vars = server::variables(&mut catalog, self.display()).await?;
         server::log_retention(&vars, self.display());
-        let (file, _) = server::master_status(&mut catalog, &server, self.display()).await?;
+        let (file, end) = server::master_status(&mut catalog, &server, self.display()).await?;
         let (base, _) = binlog::split_file(&file)?;
+        let resume = self
+            .resume_point(&mut catalog, &server, &saved, base, &file, end)
+            .await?;
         if let Ok(mut g) = self.confirmed.lock() {
-            *g = Some(from);
+            *g = matches!(resume.start, Start::File { .. }).then_some(saved.pos);
         }
+        self.epoch.store(resume.from.epoch, Ordering::Relaxed);
         let events = conn::open_dump(
             &self.target,
             &self.sessions,
             server.flavor == Flavor::Mariadb,
             self.server_id(),
-            base,
-            from,
+            &resume.start,
             false,
         )
         .await?;
@@ -299,7 +446,9 @@ impl ChangeSource for MyCapture {
             server,
             catalog,
             datasets: datasets.to_vec(),
-            from,
+            from: resume.from,
+            gtid: resume.gtid,
+            server_uuid: resume.server_uuid,
             base: base.to_string(),
             confirmed: self.confirmed.clone(),
         };

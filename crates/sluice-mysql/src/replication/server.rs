@@ -9,6 +9,11 @@
 //! MONITOR) and to read the log itself (REPLICATION SLAVE, proved by a short dump), and column
 //! types whose binary log values can be decoded (`values.rs`). `binlog_row_image=MINIMAL` or
 //! `NOBLOB` is accepted: columns a row event does not carry are named in `_absent`.
+//! Tables in engines without transactions (MyISAM, Aria, MEMORY) are refused unless
+//! `--lock-non-transactional`: the initial snapshot does not cover them (they are read as they
+//! are, not at the snapshot's binary log position), so the stream could not meet their
+//! snapshot exactly; with the flag the export holds them under read locks from the snapshot's
+//! moment, which does.
 
 use super::binlog::BinPos;
 use super::values::{check_columns, column_facts};
@@ -79,6 +84,7 @@ pub async fn preflight(
     conn: &mut Conn,
     server: &ServerInfo,
     datasets: &[Dataset],
+    lock_non_transactional: bool,
     target: &str,
 ) -> Result<HashMap<String, String>> {
     let vars = variables(conn, target).await?;
@@ -134,9 +140,72 @@ pub async fn preflight(
         }
         check_columns(t, &d.columns)?;
         column_facts(conn, t, target).await?;
+        if !lock_non_transactional
+            && let Some(engine) = engine_without_transactions(conn, t, target).await?
+        {
+            return Err(Error::config(format!(
+                "{t} is a {engine} table, an engine without transactions: the initial snapshot \
+                 does not cover it (it is read as it is while writes go on, not at the \
+                 snapshot's binary log position), so its snapshot and its changes would not \
+                 meet exactly. Pass --lock-non-transactional (the export then holds it under a \
+                 read lock from the snapshot's moment until the snapshot is written; writes to \
+                 it wait meanwhile), convert it (ALTER TABLE … ENGINE=InnoDB), or leave it out \
+                 of the stream."
+            )));
+        }
     }
     master_status(conn, server, target).await?;
     Ok(vars)
+}
+
+/// The engine of `t` when the server says it has no transactions.
+async fn engine_without_transactions(
+    conn: &mut Conn,
+    t: &sluice_core::table::TableRef,
+    target: &str,
+) -> Result<Option<String>> {
+    let row: Option<Row> = conn
+        .exec_first(
+            "SELECT t.ENGINE, e.TRANSACTIONS FROM information_schema.TABLES t \
+             LEFT JOIN information_schema.ENGINES e ON e.ENGINE = t.ENGINE \
+             WHERE t.TABLE_SCHEMA = ? AND t.TABLE_NAME = ?",
+            (t.schema.clone(), t.name.clone()),
+        )
+        .await
+        .map_err(|e| classify(e, Phase::Catalog, target))?;
+    Ok(row
+        .filter(|r| text(r, 1).eq_ignore_ascii_case("NO"))
+        .map(|r| text(&r, 0)))
+}
+
+/// MariaDB: the GTID position at `file:offset` of this server's binary log
+/// (`BINLOG_GTID_POS`), `None` where the server cannot say (no such file, or not an event
+/// boundary).
+pub async fn gtid_at(
+    conn: &mut Conn,
+    file: &str,
+    offset: u64,
+    target: &str,
+) -> Result<Option<String>> {
+    let v: Option<Option<String>> = conn
+        .exec_first("SELECT BINLOG_GTID_POS(?, ?)", (file, offset))
+        .await
+        .map_err(|e| classify(e, Phase::Catalog, target))?;
+    Ok(v.flatten())
+}
+
+/// MySQL: `server_uuid`, and `gtid_executed` where `gtid_mode` is ON.
+pub async fn mysql_gtids(conn: &mut Conn, target: &str) -> Result<(String, Option<String>)> {
+    let row: Option<(Option<String>, Option<String>, Option<String>)> = conn
+        .query_first("SELECT @@GLOBAL.server_uuid, @@GLOBAL.gtid_mode, @@GLOBAL.gtid_executed")
+        .await
+        .map_err(|e| classify(e, Phase::Catalog, target))?;
+    let (uuid, mode, executed) = row.unwrap_or_default();
+    let on = mode.is_some_and(|m| m.eq_ignore_ascii_case("ON"));
+    Ok((
+        uuid.unwrap_or_default(),
+        on.then(|| executed.unwrap_or_default().replace(['\n', ' '], "")),
+    ))
 }
 
 /// The binary log files now: name and size.
@@ -205,6 +274,7 @@ mod tests {
             ("b.000003".to_string(), 50),
         ];
         let at = BinPos {
+            epoch: 0,
             seq: 2,
             offset: 150,
         };

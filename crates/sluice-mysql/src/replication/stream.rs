@@ -4,7 +4,8 @@
 //! table maps and row events, then `XID` (or `COMMIT`); a DDL statement is a group of one
 //! `QUERY` event (MariaDB flags its GTID standalone; MySQL writes no `BEGIN` after the GTID).
 //! `_pos` is the offset of the group's first event, the restart position the offset after its
-//! last (see `binlog.rs`).
+//! last (see `binlog.rs`). Where GTIDs are on, each restart position carries the GTID state
+//! after its transaction (`gtid.rs`), updated at every group's end from the group's GTID event.
 //!
 //! Row images: a column a row event does not carry (`binlog_row_image=MINIMAL` or `NOBLOB`) is
 //! NULL in its cell and named in `_absent`. An update's new row is its after image completed by
@@ -24,9 +25,10 @@
 //! conversions and table-map typing live apart (`values.rs`, `table_map.rs`).
 
 use super::binlog::{
-    BinPos, MARIADB_COMPRESSED, MARIADB_GTID, MariaGtid, Statement, classify, file_name,
+    BinPos, MARIADB_COMPRESSED, MARIADB_GTID, MariaGtid, Restart, Statement, classify, file_name,
     mysql_gtid, split_file,
 };
+use super::gtid::{Gtid, GtidState};
 use super::values::{Codec, column_facts};
 use crate::catalog::{self, Resolved, ServerInfo};
 use crate::connect::{MyTarget, ZeroDates};
@@ -88,8 +90,12 @@ pub struct Setup {
     pub catalog: Conn,
     /// The captured tables.
     pub datasets: Vec<Dataset>,
-    /// Where the stream starts.
+    /// Where the stream starts (a GTID start: the epoch, file 0).
     pub from: BinPos,
+    /// The GTID state at `from`, where known.
+    pub gtid: Option<GtidState>,
+    /// MySQL: the server's uuid (kept with the GTID state).
+    pub server_uuid: Option<String>,
     /// The binary log's base file name.
     pub base: String,
     /// Shared with the capture: the last position confirmed durable (for the harm figures).
@@ -109,6 +115,12 @@ pub struct MyStream {
     ids: HashMap<u64, Option<TableRef>>,
     file_seq: u64,
     group: Option<Group>,
+    /// The open group's GTID.
+    pending: Option<Gtid>,
+    /// The GTID state after the last group closed, where known.
+    gtid: Option<GtidState>,
+    server_uuid: Option<String>,
+    epoch: u32,
     received: BinPos,
     confirmed: Arc<Mutex<Option<BinPos>>>,
 }
@@ -177,25 +189,61 @@ impl MyStream {
             ids: HashMap::new(),
             file_seq: setup.from.seq,
             group: None,
+            pending: None,
+            gtid: setup.gtid,
+            server_uuid: setup.server_uuid,
+            epoch: setup.from.epoch,
             received: setup.from,
             confirmed: setup.confirmed,
         })
     }
 
     fn lost(&self, e: mysql_async::Error) -> Error {
-        let at = self.received.text();
+        let at = match (&self.gtid, self.received.seq) {
+            // A dump by GTID that has not reached a file yet.
+            (Some(g), 0) => format!("after GTID {}", g.text()),
+            _ => self.received.text(),
+        };
         super::conn::dump_error(e, 0, &at, &self.display)
     }
 
+    /// A restart position's text: the coordinate and the GTID state after the closed groups.
+    fn restart(&self, p: BinPos) -> String {
+        Restart {
+            pos: p,
+            gtid: self.gtid.as_ref().map(GtidState::text),
+            server: self.server_uuid.clone(),
+        }
+        .text()
+    }
+
+    /// The open group ends: its GTID joins the state.
+    fn end_group(&mut self) -> bool {
+        if let (Some(g), Some(s)) = (self.pending.take(), self.gtid.as_mut()) {
+            s.add(&g);
+        }
+        self.group.take().is_some()
+    }
+
+    fn at(&self, offset: u64) -> BinPos {
+        BinPos {
+            epoch: self.epoch,
+            seq: self.file_seq,
+            offset,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn open_group(
         &mut self,
         sink: &mut dyn ChangeSink,
         at: BinPos,
         xid: String,
+        gtid: Option<Gtid>,
         commit_ts: i64,
         group: Group,
     ) -> Result<()> {
-        if self.group.take().is_some() {
+        if self.group.is_some() {
             // Groups are written to the binary log whole, one after another: a group that
             // starts means the previous one ended here, even when its last event was not one
             // that says so (a statement logged without the standalone flag and without a
@@ -204,8 +252,10 @@ impl MyStream {
                 "a group starts at {} while one was open: closing that one",
                 at.text()
             );
-            sink.commit(&at.text())?;
+            self.end_group();
+            sink.commit(&self.restart(at))?;
         }
+        self.pending = gtid;
         self.group = Some(group);
         sink.begin(TxMeta {
             pos: at.text(),
@@ -215,8 +265,8 @@ impl MyStream {
     }
 
     fn close_group(&mut self, sink: &mut dyn ChangeSink, after: BinPos) -> Result<()> {
-        if self.group.take().is_some() {
-            sink.commit(&after.text())?;
+        if self.end_group() {
+            sink.commit(&self.restart(after))?;
         }
         Ok(())
     }
@@ -253,10 +303,7 @@ impl MyStream {
             let seq = self.rotated_to(r.name_raw())?;
             self.file_seq = seq;
             if self.group.is_none() {
-                self.received = BinPos {
-                    seq,
-                    offset: r.position(),
-                };
+                self.received = self.at(r.position());
             }
             return Ok(true);
         }
@@ -269,14 +316,8 @@ impl MyStream {
         if end == 0 || h.flags_raw() & LOG_EVENT_ARTIFICIAL_F != 0 {
             return Ok(true);
         }
-        let at = BinPos {
-            seq: self.file_seq,
-            offset: end.saturating_sub(h.event_size() as u64),
-        };
-        let after = BinPos {
-            seq: self.file_seq,
-            offset: end,
-        };
+        let at = self.at(end.saturating_sub(h.event_size() as u64));
+        let after = self.at(end);
         match kind {
             MARIADB_GTID => {
                 let g = MariaGtid::parse(e.data())?;
@@ -284,14 +325,22 @@ impl MyStream {
                     await_begin: false,
                     standalone: g.standalone(),
                 };
-                self.open_group(sink, at, g.text(h.server_id()), ts, group)?;
+                let gtid = Gtid::Mariadb {
+                    domain: g.domain,
+                    server: h.server_id(),
+                    seq: g.seq_no,
+                };
+                self.open_group(sink, at, g.text(h.server_id()), Some(gtid), ts, group)?;
             }
             MYSQL_GTID | MYSQL_ANONYMOUS_GTID => {
                 let g: GtidEvent = e.read_event().map_err(|x| malformed(&self.display, x))?;
-                let xid = if kind == MYSQL_GTID {
-                    mysql_gtid(g.sid(), g.gno())
+                let (xid, gtid) = if kind == MYSQL_GTID {
+                    let text = mysql_gtid(g.sid(), g.gno());
+                    let uuid = text.split(':').next().unwrap_or_default().to_string();
+                    let gtid = Gtid::Mysql { uuid, gno: g.gno() };
+                    (text, Some(gtid))
                 } else {
-                    String::new()
+                    (String::new(), None)
                 };
                 let commit = match g.original_commit_timestamp() {
                     0 => ts,
@@ -301,7 +350,7 @@ impl MyStream {
                     await_begin: true,
                     standalone: false,
                 };
-                self.open_group(sink, at, xid, commit, group)?;
+                self.open_group(sink, at, xid, gtid, commit, group)?;
             }
             QUERY_EVENT => {
                 let q: QueryEvent<'_> = e.read_event().map_err(|x| malformed(&self.display, x))?;
@@ -353,7 +402,7 @@ impl MyStream {
                             await_begin: false,
                             standalone: false,
                         };
-                        self.open_group(sink, at, String::new(), ts, group)?;
+                        self.open_group(sink, at, String::new(), None, ts, group)?;
                     }
                 }
                 return Ok(());
@@ -366,7 +415,7 @@ impl MyStream {
                 await_begin: false,
                 standalone: true,
             };
-            self.open_group(sink, at, String::new(), ts, group)?;
+            self.open_group(sink, at, String::new(), None, ts, group)?;
         }
         let named: Vec<TableRef> = self
             .tables
@@ -699,7 +748,7 @@ impl ChangeStream for MyStream {
     }
 
     fn received_through(&self) -> Option<String> {
-        self.group.is_none().then(|| self.received.text())
+        self.group.is_none().then(|| self.restart(self.received))
     }
 
     async fn close(&mut self) -> Result<()> {

@@ -162,8 +162,11 @@ pub async fn create_tables(
     user: &str,
     db: &str,
 ) -> Result<Vec<String>> {
+    // Only a PostgreSQL source's type texts are looked up: another engine's (`int(10)
+    // unsigned`) are not PostgreSQL syntax, and `to_regtype` fails on those.
     let mut wanted: Vec<String> = tables
         .iter()
+        .filter(|t| t.source_engine == "postgres")
         .flat_map(|t| t.columns.iter().map(|c| c.source_type.clone()))
         .collect();
     wanted.sort();
@@ -284,8 +287,12 @@ pub async fn alter_sql(
              while replicating; recreate it or start the replication over"
             ))
         })?;
-    let types: Vec<String> = columns.iter().map(|c| c.source_type.clone()).collect();
-    let known = known_types(client, &types, display).await?;
+    let known = if same_engine {
+        let types: Vec<String> = columns.iter().map(|c| c.source_type.clone()).collect();
+        known_types(client, &types, display).await?
+    } else {
+        HashSet::new()
+    };
     let have: HashMap<&str, &str> = existing
         .iter()
         .map(|(n, t)| (n.as_str(), t.as_str()))

@@ -7,7 +7,8 @@
 //! | `ddl.rs`     | column types, `CREATE TABLE`, the column barrier's `ALTER TABLE`       |
 //! | `render.rs`  | Arrow values → PostgreSQL input text (SQL literals, `COPY` fields)     |
 //! | `session.rs` | apply sessions: a unit's statements batched into two round trips     |
-//! | `load.rs`    | the initial load: one `COPY … FROM STDIN` per batch                    |
+//! | `encode.rs`  | Arrow values → binary `COPY` fields, for the target types it knows     |
+//! | `load.rs`    | the initial load: one `COPY … FROM STDIN` per batch (binary or text)   |
 //!
 //! Bookkeeping lives in schema `sluice`: `sluice.applied` holds one row per (replication,
 //! worker) with the last unit that worker committed, written in the same transaction as the
@@ -17,8 +18,9 @@
 //! `~/.pgpass`, `PG*` variables), as for sources.
 
 mod ddl;
+mod encode;
 mod load;
-pub mod render;
+mod render;
 mod session;
 
 use crate::connect::PgTarget;
@@ -26,8 +28,6 @@ use async_trait::async_trait;
 use sluice_core::apply::{AppliedPosition, ApplySession, ApplyTarget, BulkLoad, TargetTable};
 use sluice_core::table::TableRef;
 use sluice_core::{Error, ErrorKind, Result, Retry};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use tokio_postgres::Client;
 
 pub use ddl::mapped_type;
@@ -49,9 +49,6 @@ const SETUP: &str = "SET standard_conforming_strings = on; SET lock_timeout = '2
 #[derive(Debug, Clone)]
 pub struct PgApplyTarget {
     target: PgTarget,
-    /// Tables known to come from a PostgreSQL source (from [`ApplyTarget::create_tables`]):
-    /// a column barrier keeps their source types.
-    same_engine: Arc<Mutex<HashMap<TableRef, bool>>>,
 }
 
 impl PgApplyTarget {
@@ -64,10 +61,7 @@ impl PgApplyTarget {
                 e.message().replacen("source URL", "target URL", 1),
             )
         })?;
-        Ok(PgApplyTarget {
-            target,
-            same_engine: Arc::default(),
-        })
+        Ok(PgApplyTarget { target })
     }
 
     fn display(&self) -> &str {
@@ -136,7 +130,7 @@ pub(crate) fn failed(e: tokio_postgres::Error, display: &str, what: &str) -> Err
                  on its schema)."
             ),
         ),
-        _ => Error::destination(
+        _ if what.starts_with("applying") || what.starts_with("loading") => Error::destination(
             Retry::Permanent,
             format!(
                 "{msg} The target table's definition may differ from the source's (a column \
@@ -144,6 +138,7 @@ pub(crate) fn failed(e: tokio_postgres::Error, display: &str, what: &str) -> Err
                  drop the table so sluice creates it."
             ),
         ),
+        _ => Error::destination(Retry::Permanent, msg),
     }
 }
 
@@ -244,11 +239,6 @@ impl ApplyTarget for PgApplyTarget {
     async fn create_tables(&self, tables: &[TargetTable]) -> Result<Vec<String>> {
         let client = self.connect().await?;
         let (user, db) = self.whoami(&client).await?;
-        if let Ok(mut m) = self.same_engine.lock() {
-            for t in tables {
-                m.insert(t.table.clone(), t.source_engine == "postgres");
-            }
-        }
         ddl::create_tables(&client, tables, self.display(), &user, &db).await
     }
 
@@ -355,7 +345,6 @@ impl ApplyTarget for PgApplyTarget {
             self.display().to_string(),
             name,
             worker,
-            self.same_engine.clone(),
         )))
     }
 }

@@ -87,7 +87,10 @@ impl Kind {
                 if f.len() == 3
                     && f[0].name() == "months"
                     && f[1].name() == "days"
-                    && f[2].name() == "microseconds" =>
+                    && f[2].name() == "microseconds"
+                    && f[0].data_type() == &DataType::Int32
+                    && f[1].data_type() == &DataType::Int32
+                    && f[2].data_type() == &DataType::Int64 =>
             {
                 Kind::Interval
             }
@@ -115,13 +118,7 @@ pub fn text(kind: &Kind, a: &dyn Array, i: usize, out: &mut String) -> Result<bo
         Kind::Bool => out.push_str(if a.as_boolean().value(i) { "t" } else { "f" }),
         Kind::Int => int(a, i, out),
         Kind::Float => float(a, i, out),
-        Kind::Decimal(s) => {
-            let digits = match a.data_type() {
-                DataType::Decimal128(..) => a.as_primitive::<Decimal128Type>().value(i).to_string(),
-                _ => a.as_primitive::<Decimal256Type>().value(i).to_string(),
-            };
-            decimal(&digits, *s, out);
-        }
+        Kind::Decimal(s) => decimal(&decimal_digits(a, i), *s, out),
         Kind::Text => {
             let s = match a.data_type() {
                 DataType::LargeUtf8 => a.as_string::<i64>().value(i),
@@ -212,8 +209,16 @@ fn array(kind: &Kind, values: &ArrayRef, out: &mut String) -> Result<()> {
     Ok(())
 }
 
+/// The unscaled integer of decimal row `i` as decimal digits (`-` first when negative).
+pub(crate) fn decimal_digits(a: &dyn Array, i: usize) -> String {
+    match a.data_type() {
+        DataType::Decimal128(..) => a.as_primitive::<Decimal128Type>().value(i).to_string(),
+        _ => a.as_primitive::<Decimal256Type>().value(i).to_string(),
+    }
+}
+
 /// The integer behind a time, timestamp or duration value, in its array's unit.
-fn temporal(a: &dyn Array, i: usize) -> i64 {
+pub(crate) fn temporal(a: &dyn Array, i: usize) -> i64 {
     use TimeUnit::*;
     match a.data_type() {
         DataType::Time32(Second) => i64::from(a.as_primitive::<Time32SecondType>().value(i)),

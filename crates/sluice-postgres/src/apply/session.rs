@@ -21,9 +21,7 @@ use sluice_core::apply::{AppliedPosition, ApplySession, ApplyUnit, Barrier, Unit
 use sluice_core::change::{ABSENT, OP};
 use sluice_core::table::TableRef;
 use sluice_core::{Error, Result};
-use std::collections::HashMap;
 use std::fmt::Write;
-use std::sync::{Arc, Mutex};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// Buffered statement text sent before the unit's end once it passes this size.
@@ -49,7 +47,6 @@ pub struct PgSession {
     display: String,
     name: String,
     worker: u32,
-    same_engine: Arc<Mutex<HashMap<TableRef, bool>>>,
     buf: String,
     kinds: Vec<Stmt>,
     scratch: String,
@@ -74,7 +71,9 @@ struct Prepared<'a> {
 }
 
 impl<'a> Prepared<'a> {
-    fn new(t: &'a UnitTable) -> Result<Self> {
+    /// `same_engine`: the columns have their source types on the target (a PostgreSQL source),
+    /// so the types without equality are known by name.
+    fn new(t: &'a UnitTable, same_engine: bool) -> Result<Self> {
         let n = t.columns.len();
         let column = |name: &str| -> Result<&'a ArrayRef> {
             let i = t.batch.schema().index_of(name).map_err(|_| {
@@ -112,7 +111,7 @@ impl<'a> Prepared<'a> {
             text_compare: t
                 .columns
                 .iter()
-                .map(|c| NO_EQUALITY.contains(&c.source_type.trim_end_matches("[]")))
+                .map(|c| same_engine && NO_EQUALITY.contains(&c.source_type.trim_end_matches("[]")))
                 .collect(),
             key,
             op,
@@ -141,19 +140,12 @@ impl<'a> Prepared<'a> {
 
 impl PgSession {
     /// A session over `client` (already set up) for worker `worker` of replication `name`.
-    pub fn new(
-        client: Client,
-        display: String,
-        name: &str,
-        worker: u32,
-        same_engine: Arc<Mutex<HashMap<TableRef, bool>>>,
-    ) -> Self {
+    pub fn new(client: Client, display: String, name: &str, worker: u32) -> Self {
         PgSession {
             client,
             display,
             name: name.to_string(),
             worker,
-            same_engine,
             buf: String::new(),
             kinds: Vec::new(),
             scratch: String::new(),
@@ -213,6 +205,9 @@ impl PgSession {
 
     /// `col = 'v'` (or `IS NULL`) for each of `cols` of row `r`, joined by `AND`.
     fn conditions(&mut self, p: &Prepared<'_>, cols: &[usize], r: usize) -> Result<()> {
+        if cols.is_empty() {
+            self.buf.push_str("true");
+        }
         for (n, &c) in cols.iter().enumerate() {
             if n > 0 {
                 self.buf.push_str(" AND ");
@@ -256,6 +251,12 @@ impl PgSession {
         match op {
             "insert" => {
                 let same = matches!(&self.insert, Some((t, m)) if *t == p.t.table && m == absent);
+                if absent.iter().all(|a| *a) {
+                    self.end_insert();
+                    let _ = writeln!(self.buf, "INSERT INTO {} DEFAULT VALUES;", p.table);
+                    self.kinds.push(Stmt::Insert);
+                    return Ok(());
+                }
                 if same {
                     self.buf.push_str(",\n(");
                 } else {
@@ -340,7 +341,7 @@ impl ApplySession for PgSession {
         let prepared = unit
             .tables
             .iter()
-            .map(Prepared::new)
+            .map(|t| Prepared::new(t, t.source_engine == "postgres"))
             .collect::<Result<Vec<_>>>()?;
         let mut absent = Vec::new();
         for &(t, r) in &unit.order {
@@ -368,13 +369,12 @@ impl ApplySession for PgSession {
                 self.touched.extend(tables.iter().cloned());
                 self.flush().await
             }
-            Barrier::Columns { table, columns } => {
-                let same = self
-                    .same_engine
-                    .lock()
-                    .ok()
-                    .and_then(|m| m.get(table).copied())
-                    .unwrap_or(true);
+            Barrier::Columns {
+                table,
+                columns,
+                source_engine,
+            } => {
+                let same = *source_engine == "postgres";
                 let (sql, notes) =
                     ddl::alter_sql(&self.client, table, columns, same, &self.display).await?;
                 for n in notes {

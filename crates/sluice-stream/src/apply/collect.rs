@@ -119,6 +119,7 @@ pub(crate) struct Collector {
     open: Open,
     streaming: Option<mpsc::Sender<More>>,
     limits: Limits,
+    source_engine: &'static str,
     /// Units closed since the pump last took them.
     pub ready: Vec<Ready>,
     /// The restart position of the last transaction seen.
@@ -155,7 +156,12 @@ fn same_columns(a: &[ColumnDesc], b: &[ColumnDesc]) -> bool {
 
 impl Collector {
     /// A collector for `captured` tables with their `keys`.
-    pub fn new(captured: Vec<Captured>, keys: Vec<TableKeys>, limits: Limits) -> Self {
+    pub fn new(
+        captured: Vec<Captured>,
+        keys: Vec<TableKeys>,
+        limits: Limits,
+        source_engine: &'static str,
+    ) -> Self {
         let keys: HashMap<TableRef, TableKeys> =
             keys.into_iter().map(|k| (k.table.clone(), k)).collect();
         let mut c = Collector {
@@ -173,6 +179,7 @@ impl Collector {
             open: Open::default(),
             streaming: None,
             limits,
+            source_engine,
             ready: Vec::new(),
             restart: None,
             received: 0,
@@ -244,6 +251,7 @@ impl Collector {
                 columns: t.columns.clone(),
                 key: t.key.clone(),
                 batch,
+                source_engine: self.source_engine,
             });
         }
         let order = self
@@ -427,6 +435,7 @@ impl ChangeSink for Collector {
         self.barrier(Barrier::Columns {
             table: self.tables[h].target.clone(),
             columns: columns.to_vec(),
+            source_engine: self.source_engine,
         })?;
         let k = self.keys.get(table);
         let t = &mut self.tables[h];

@@ -206,7 +206,13 @@ pub async fn run_replicate(
         Some(b) => Some(crate::state::parse(&b, &job.target.display_url())?),
         None => None,
     };
-    let not_carried = job.target.create_tables(&wanted).await?;
+    // Tables are created (and existing ones checked) when the replication starts; on a restart
+    // the target's tables follow the stream, which may be behind the source's catalog (a
+    // column added on the source after the applied position arrives as a barrier).
+    let not_carried = match saved {
+        None => job.target.create_tables(&wanted).await?,
+        Some(_) => Vec::new(),
+    };
     for n in &not_carried {
         tracing::info!("not carried to the target: {n}");
     }
@@ -441,7 +447,7 @@ async fn stream(
             bytes: 256 << 10,
             stream_bytes: ((job.memory / 8) as usize).clamp(1 << 20, 64 << 20),
         };
-        let mut collector = Collector::new(captured, keys.clone(), limits);
+        let mut collector = Collector::new(captured, keys.clone(), limits, job.source.engine());
         collector.restart = Some(restart.clone());
         let until = target.clone().flatten();
         let before = job.counters.units.load(Ordering::Relaxed);
