@@ -67,8 +67,10 @@ def render(data, results_dir):
     if smoke:
         L += [
             "**Smoke pass only** (" + (f"a **{data['build']}** build of sluice, " if debug else "")
-            + f"{b['transactions']:,} transactions, on a 2-core machine shared with builds: the "
-            "figures show the lab works, not what sluice does). The reference pass is "
+            + f"{b['transactions']:,} transactions, on a 2-core machine shared with builds: "
+            + ("a debug build's figures only show the lab works, not what sluice does"
+               if debug else "indicative only, see the run notes")
+            + "). The reference pass is "
             f"`{REFERENCE}` with a release build (`cargo build --release --workspace`, the "
             "script's default binaries) on a quiet machine.",
             "",
