@@ -164,11 +164,12 @@ fn report_text(r: &ReplicateReport) -> String {
         r.aborts
     ));
     s.push_str(&format!(
-        "  position: {}; peak lag {:.1} s, {} transactions behind at the end; {:.1} s, peak RSS \
-         {} MB; stopped: {}\n",
+        "  position: {}; peak lag {:.1} s, {} transactions behind at the end; log retained on the \
+         source at most {:.1} MB; {:.1} s, peak RSS {} MB; stopped: {}\n",
         r.position,
         r.peak_lag_seconds,
         r.lag_transactions,
+        r.peak_retained_bytes as f64 / (1u64 << 20) as f64,
         r.wall_seconds,
         r.peak_rss_bytes >> 20,
         match r.stopped {

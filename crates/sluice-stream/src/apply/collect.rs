@@ -105,6 +105,8 @@ struct Open {
     changes: u64,
     bytes: usize,
     end: Option<AppliedPosition>,
+    /// When its first transaction committed.
+    since: Option<std::time::Instant>,
 }
 
 /// The change sink of `sluice replicate`.
@@ -293,6 +295,16 @@ impl Collector {
             keys,
             exclusive: open.exclusive,
         });
+        Ok(())
+    }
+
+    /// Close the open unit when the source has nothing more right now (`idle`) or its first
+    /// transaction waited `max_age`: grouping amortises the target's commits while a backlog
+    /// drains, and never delays a quiet stream by more than `max_age`.
+    pub fn cut_due(&mut self, idle: bool, max_age: std::time::Duration) -> Result<()> {
+        if idle || self.open.since.is_some_and(|t| t.elapsed() >= max_age) {
+            self.cut()?;
+        }
         Ok(())
     }
 
@@ -513,6 +525,7 @@ impl ChangeSink for Collector {
         }
         self.open.transactions += 1;
         self.open.end = Some(end);
+        self.open.since.get_or_insert_with(std::time::Instant::now);
         if self.open.exclusive
             || self.open.transactions >= self.limits.transactions
             || self.open.bytes >= self.limits.bytes

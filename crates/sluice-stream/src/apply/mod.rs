@@ -50,6 +50,14 @@ use worker::Pool;
 /// Consecutive failed attempts without progress before a transient error ends the run.
 const MAX_RETRIES: u32 = 8;
 
+/// How long a unit's first transaction may wait for more to group with while the source keeps
+/// sending.
+const GROUP_WAIT: Duration = Duration::from_millis(20);
+
+/// Units waiting or running per worker before the source is read further (with the memory
+/// budget, what bounds the schedule's work per dispatch).
+const MAX_UNFINISHED_PER_WORKER: usize = 64;
+
 /// A validated `sluice replicate` request.
 pub struct ReplicateJob {
     /// The source.
@@ -115,6 +123,9 @@ pub struct ReplicateReport {
     pub peak_lag_seconds: f64,
     /// Source transactions received but not applied at the end (0 after `--until-current`).
     pub lag_transactions: u64,
+    /// The most log the source kept for the replication while it ran (PostgreSQL: WAL
+    /// retained by the slot; MySQL/MariaDB: binary log files still needed), bytes.
+    pub peak_retained_bytes: u64,
     /// Why it stopped.
     pub stopped: Stopped,
     /// Wall-clock seconds.
@@ -271,6 +282,7 @@ pub async fn run_replicate(
             .received
             .load(Ordering::Relaxed)
             .saturating_sub(transactions),
+        peak_retained_bytes: c.peak_retained_bytes.load(Ordering::Relaxed),
         stopped,
         wall_seconds: started.elapsed().as_secs_f64(),
         transactions_per_second: transactions as f64 / elapsed,
@@ -453,6 +465,7 @@ async fn stream(
         let before = job.counters.units.load(Ordering::Relaxed);
         let r = pump(
             job,
+            names,
             s.as_mut(),
             &mut collector,
             &pool,
@@ -497,8 +510,10 @@ async fn backoff(e: &Error, failures: u32) {
     tokio::time::sleep(wait).await;
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn pump(
     job: &ReplicateJob,
+    names: &CaptureNames,
     stream: &mut dyn ChangeStream,
     collector: &mut Collector,
     pool: &Pool,
@@ -511,7 +526,16 @@ async fn pump(
     let mut confirmed: Option<String> = None;
     let mut last_confirm = Instant::now();
     let mut last_advance = Instant::now();
+    let mut last_harm: Option<Instant> = None;
     loop {
+        if last_harm.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
+            last_harm = Some(Instant::now());
+            if let Ok(Some(h)) = job.source.harm(names).await {
+                job.counters
+                    .peak_retained_bytes
+                    .fetch_max(h.retained_bytes, Ordering::Relaxed);
+            }
+        }
         if *cancel.borrow() {
             if collector.in_tx() {
                 collector.abandon();
@@ -525,7 +549,7 @@ async fn pump(
         }
         pool.check()?;
         let step = stream.next(collector, wait).await?;
-        collector.cut()?;
+        collector.cut_due(step == Step::Idle, GROUP_WAIT)?;
         if (step == Step::Idle || last_advance.elapsed() >= Duration::from_secs(1))
             && !collector.in_tx()
             && let Some(r) = stream.received_through()
@@ -538,8 +562,10 @@ async fn pump(
         job.counters
             .received
             .store(received_before + collector.received, Ordering::Relaxed);
-        if pool.bytes() > budget {
-            pool.wait_until(|p| p.bytes() <= budget).await?;
+        let most = MAX_UNFINISHED_PER_WORKER * job.parallel.max(1);
+        if pool.bytes() > budget || pool.unfinished() > most {
+            pool.wait_until(|p| p.bytes() <= budget && p.unfinished() <= most)
+                .await?;
         }
         if last_confirm.elapsed() >= Duration::from_secs(1) {
             last_confirm = Instant::now();
@@ -556,6 +582,8 @@ async fn pump(
             && !collector.in_tx()
             && r.as_str() >= t
         {
+            collector.cut()?;
+            pool.add(std::mem::take(&mut collector.ready));
             pool.wait_until(|p| p.unfinished() == 0).await?;
             confirm(stream, pool, &mut confirmed).await?;
             return Ok(Stopped::UntilCurrent);

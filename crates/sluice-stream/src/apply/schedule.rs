@@ -119,30 +119,29 @@ impl<W: Clone> Schedule<W> {
         id
     }
 
-    fn ready(&self, id: u64, w: &Waiting<W>, head: u64) -> bool {
-        if w.wait_for > self.committed {
-            return false;
-        }
-        if w.exclusive {
-            return self.committed == id - 1 && self.running.is_empty();
-        }
-        if self.running.values().any(|r| r.exclusive) {
-            return false;
-        }
-        id == head || self.running.range(head..).count() + 1 < self.workers
-    }
-
     /// The earliest unit that may start now, if any (see the module documentation).
     pub fn take(&mut self) -> Option<Take<W>> {
         if self.running.len() >= self.workers {
             return None;
         }
         let head = *self.pending.keys().next()?;
+        let alone = self.running.values().any(|r| r.exclusive);
+        let ahead = self.running.range(head..).count();
+        let (committed, idle) = (self.committed, self.running.is_empty());
         let id = self
             .pending
             .iter()
             .take(LOOKAHEAD)
-            .find(|(id, w)| self.ready(**id, w, head))
+            .find(|(id, w)| {
+                let id = **id;
+                if w.wait_for > committed {
+                    return false;
+                }
+                if w.exclusive {
+                    return committed == id - 1 && idle;
+                }
+                !alone && (id == head || ahead + 1 < self.workers)
+            })
             .map(|(id, _)| *id)?;
         let w = self.pending.remove(&id)?;
         self.running.insert(
@@ -255,11 +254,13 @@ mod tests {
         for k in 10..20 {
             s.add(0, &[k], false); // 3.. independent
         }
-        // 1 and then one unit past the head (2): the third worker is kept for 2.
-        assert_eq!(ids(&mut s), vec![1, 3]);
+        // 1, then units past the head (2) while fewer than two run past it: 3 and 4. The
+        // worker holding 1 frees when it commits, and the head takes it.
+        assert_eq!(ids(&mut s), vec![1, 3, 4]);
         s.done(1);
-        // 2 runs, and the head moves on to 4, which takes the last worker.
-        assert_eq!(ids(&mut s), vec![2, 4]);
+        assert_eq!(ids(&mut s), vec![2]);
+        // Three run now, none of them the head's: nothing more until one commits.
+        assert!(ids(&mut s).is_empty());
     }
 
     #[test]

@@ -37,6 +37,8 @@ pub struct ApplyCounters {
     pub last_commit_ts: AtomicU64,
     /// The largest delay seen between a source commit and its application, ms.
     pub peak_lag_millis: AtomicU64,
+    /// The most log the source kept for the replication, bytes.
+    pub peak_retained_bytes: AtomicU64,
 }
 
 struct Shared {
