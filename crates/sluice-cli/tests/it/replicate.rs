@@ -431,14 +431,14 @@ async fn hot_rows_and_ddl(pg: bool) {
     run(&mut replicate(&source, &target, &["--parallel", "4", "--until-current"]).await).ok();
     let writer = start_writer(&source, true).await;
     writer.wait_for(100).await;
-    source
-        .exec("ALTER TABLE parent ADD COLUMN note varchar(20)")
+    // DDL beside the writer, retried as an application would if the server gives up on it.
+    let mut ddl = Session::open(&source).await;
+    ddl.exec("ALTER TABLE parent ADD COLUMN note varchar(20)")
         .await;
-    source
-        .exec("INSERT INTO parent VALUES (-5, 'after ddl', 'noted')")
+    ddl.exec("INSERT INTO parent VALUES (-5, 'after ddl', 'noted')")
         .await;
     writer.wait_for(50).await;
-    source.exec("TRUNCATE TABLE ledger").await;
+    ddl.exec("TRUNCATE TABLE ledger").await;
     writer.wait_for(50).await;
     writer.stop().await;
     let r = run(&mut replicate(&source, &target, &["--parallel", "4", "--until-current"]).await);
