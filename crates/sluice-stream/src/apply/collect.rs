@@ -84,6 +84,10 @@ struct Table {
     rows: Option<ChangeRows>,
 }
 
+/// Whether a transaction with these keys would wait for an earlier unit (see
+/// [`Collector::set_depends`]).
+pub(crate) type Depends = Arc<dyn Fn(&[u64]) -> bool + Send + Sync>;
+
 /// Limits of a unit.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
@@ -108,6 +112,8 @@ struct Open {
     end: Option<AppliedPosition>,
     /// When its first transaction committed.
     since: Option<std::time::Instant>,
+    /// Whether its transactions wait for an earlier unit (all of them do, or none).
+    depends: Option<bool>,
 }
 
 /// The change sink of `sluice replicate`.
@@ -123,6 +129,9 @@ pub(crate) struct Collector {
     streaming: Option<mpsc::Sender<More>>,
     limits: Limits,
     source_engine: &'static str,
+    depends: Option<Depends>,
+    /// Row changes of the open transaction.
+    tx_rows: u64,
     /// Units closed since the pump last took them.
     pub ready: Vec<Ready>,
     /// The restart position of the last transaction seen.
@@ -183,6 +192,8 @@ impl Collector {
             streaming: None,
             limits,
             source_engine,
+            depends: None,
+            tx_rows: 0,
             ready: Vec::new(),
             restart: None,
             received: 0,
@@ -270,6 +281,44 @@ impl Collector {
         Ok(())
     }
 
+    /// At a transaction's commit: when it would wait for an earlier unit and the open group
+    /// would not (or the reverse), close the group before it and start a new one with it.
+    fn split_by_dependency(&mut self) -> Result<()> {
+        let Some(depends) = self.depends.clone() else {
+            return Ok(());
+        };
+        if self.open.exclusive {
+            return Ok(());
+        }
+        let (keys, bytes, pieces) = (
+            self.open.keys.len(),
+            self.open.bytes,
+            self.open.pieces.len(),
+        );
+        self.close_rows()?;
+        if self.open.pieces.len() != pieces + 1 {
+            return Ok(());
+        }
+        let dep = depends(&self.open.keys[keys..]);
+        match self.open.depends {
+            Some(d) if d != dep && self.open.transactions > 0 => {
+                let piece = self.open.pieces.pop();
+                let tx_keys = self.open.keys.split_off(keys);
+                let tx_bytes = self.open.bytes - bytes;
+                self.open.bytes = bytes;
+                self.open.changes = self.open.changes.saturating_sub(self.tx_rows);
+                self.cut()?;
+                self.open.pieces.extend(piece);
+                self.open.keys = tx_keys;
+                self.open.bytes = tx_bytes;
+                self.open.changes = self.tx_rows;
+                self.open.depends = Some(dep);
+            }
+            _ => self.open.depends = Some(dep),
+        }
+        Ok(())
+    }
+
     /// Close the open unit (between transactions).
     pub fn cut(&mut self) -> Result<()> {
         if self.in_tx || self.streaming.is_some() {
@@ -297,6 +346,13 @@ impl Collector {
             exclusive: open.exclusive,
         });
         Ok(())
+    }
+
+    /// Group by dependency: a transaction that would wait for an earlier unit (a hot row) is
+    /// not grouped with ones that would not, so grouping never makes independent
+    /// transactions wait behind a hot one, and the dependent ones share commits.
+    pub fn set_depends(&mut self, depends: Depends) {
+        self.depends = Some(depends);
     }
 
     /// Close the open unit when the source has nothing more right now (`idle`) or its first
@@ -423,6 +479,7 @@ fn send(tx: &mpsc::Sender<More>, m: More) -> Result<()> {
 impl ChangeSink for Collector {
     fn begin(&mut self, tx: TxMeta) -> Result<()> {
         self.tx = tx;
+        self.tx_rows = 0;
         self.in_tx = true;
         Ok(())
     }
@@ -489,6 +546,7 @@ impl ChangeSink for Collector {
         }
         self.open.order.push((h, row));
         self.open.changes += 1;
+        self.tx_rows += 1;
         if self.tables[h].key.is_empty() {
             self.open.exclusive = true;
         }
@@ -520,6 +578,7 @@ impl ChangeSink for Collector {
             self.open = Open::default();
             return Ok(());
         }
+        self.split_by_dependency()?;
         self.open.transactions += 1;
         self.open.end = Some(end);
         self.open.since.get_or_insert_with(std::time::Instant::now);

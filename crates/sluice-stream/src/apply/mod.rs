@@ -460,6 +460,7 @@ async fn stream(
             stream_bytes: ((job.memory / 8) as usize).clamp(1 << 20, 64 << 20),
         };
         let mut collector = Collector::new(captured, keys.clone(), limits, job.source.engine());
+        collector.set_depends(pool.depends_fn());
         collector.restart = Some(restart.clone());
         let until = target.clone().flatten();
         let before = job.counters.units.load(Ordering::Relaxed);

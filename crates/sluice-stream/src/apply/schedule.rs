@@ -83,6 +83,13 @@ impl<W: Clone> Schedule<W> {
         }
     }
 
+    /// True when an added unit not yet committed wrote one of `keys`: a transaction with
+    /// these keys would wait for it.
+    pub fn depends(&self, keys: &[u64]) -> bool {
+        keys.iter()
+            .any(|k| self.last_writer.get(k).is_some_and(|w| *w > self.committed))
+    }
+
     /// Units added and not yet committed.
     pub fn unfinished(&self) -> usize {
         self.pending.len() + self.running.len()

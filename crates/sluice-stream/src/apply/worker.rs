@@ -149,6 +149,13 @@ impl Pool {
         self.shared.bump();
     }
 
+    /// Whether a transaction with these keys would wait for a unit not yet committed, for
+    /// the collector's grouping.
+    pub fn depends_fn(&self) -> super::collect::Depends {
+        let shared = self.shared.clone();
+        Arc::new(move |keys: &[u64]| shared.lock().depends(keys))
+    }
+
     /// Bytes held by units not yet committed.
     pub fn bytes(&self) -> usize {
         self.shared.bytes.load(Ordering::Relaxed)
