@@ -139,12 +139,14 @@ fn report_text(r: &ReplicateReport) -> String {
     }
     s.push_str(&format!(
         "  applied: {} transactions ({} changes) in {} target transactions on {} sessions, \
-         {:.0} transactions/s; {} conflicts retried in order, {} rolled back for an earlier one\n",
+         {:.0} transactions/s; {} started before the units they depend on committed; {} \
+         conflicts retried in order, {} rolled back for an earlier one\n",
         r.transactions,
         r.changes,
         r.units,
         r.parallel,
         r.transactions_per_second,
+        r.split_units,
         r.conflicts,
         r.aborts
     ));

@@ -235,9 +235,13 @@ pub trait BulkLoad: Send {
 /// One apply worker's target session.
 ///
 /// Calls per unit: [`ApplySession::begin`], [`ApplySession::apply`] (once or more: a
-/// transaction larger than the memory budget arrives in pieces), [`ApplySession::record`],
-/// then [`ApplySession::commit`] when the unit's turn comes, or [`ApplySession::rollback`].
-/// A failure that ordering may explain is an [`crate::Error::apply_conflict`].
+/// transaction larger than the memory budget arrives in pieces, and a unit's rows that must
+/// wait for an earlier unit come after the others), [`ApplySession::send`] before the runner
+/// waits (so what is buffered runs meanwhile), [`ApplySession::record`], then
+/// [`ApplySession::commit`] when the unit's turn comes, or [`ApplySession::rollback`].
+/// A session may buffer statements until `send` or `commit`, so a unit that is already next to
+/// commit costs one round trip. A failure that ordering may explain is an
+/// [`crate::Error::apply_conflict`].
 #[async_trait]
 pub trait ApplySession: Send {
     /// Start a target transaction.
@@ -250,10 +254,15 @@ pub trait ApplySession: Send {
     /// runner records the position in a transaction of its own after it).
     async fn barrier(&mut self, barrier: &Barrier) -> Result<()>;
 
-    /// Record `position` as this worker's applied position, inside the open transaction.
+    /// Send the statements buffered so far, inside the open transaction, and wait for their
+    /// results: the runner is about to wait (for an earlier unit, or for its turn to commit).
+    async fn send(&mut self) -> Result<()>;
+
+    /// Record `position` as this worker's applied position, inside the open transaction (it may
+    /// only be buffered until `send` or `commit`).
     async fn record(&mut self, position: &AppliedPosition) -> Result<()>;
 
-    /// Commit the open transaction.
+    /// Send what is buffered and commit the open transaction.
     async fn commit(&mut self) -> Result<()>;
 
     /// Roll the open transaction back (nothing of it stays).

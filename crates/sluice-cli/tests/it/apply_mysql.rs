@@ -347,7 +347,8 @@ async fn units_apply_in_order_with_their_position() {
     )]))
     .await
     .unwrap();
-    let e = s0.record(&position(3)).await.unwrap_err();
+    s0.record(&position(3)).await.unwrap();
+    let e = s0.send().await.unwrap_err();
     assert!(e.is_apply_conflict(), "{e}");
     assert!(e.to_string().contains("acct"), "names the table: {e}");
     s0.rollback().await.unwrap();
@@ -362,6 +363,7 @@ async fn units_apply_in_order_with_their_position() {
     .await
     .unwrap();
     s0.record(&position(3)).await.unwrap();
+    s0.send().await.unwrap();
     s1.begin().await.unwrap();
     s1.apply(&unit(vec![rows(
         &acct,
@@ -370,7 +372,8 @@ async fn units_apply_in_order_with_their_position() {
     )]))
     .await
     .unwrap();
-    let e = s1.record(&position(4)).await.unwrap_err();
+    s1.record(&position(4)).await.unwrap();
+    let e = s1.send().await.unwrap_err();
     assert!(e.is_apply_conflict(), "{e}");
     s1.rollback().await.unwrap();
     s0.commit().await.unwrap();

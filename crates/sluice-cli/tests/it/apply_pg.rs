@@ -571,7 +571,8 @@ async fn conflicts_are_reported_as_conflicts() {
     for u in [row(1, "uno"), row(2, "one")] {
         b.begin().await.unwrap();
         b.apply(&u).await.unwrap();
-        let e = b.record(&position(2)).await.unwrap_err();
+        b.record(&position(2)).await.unwrap();
+        let e = b.send().await.unwrap_err();
         assert!(e.is_apply_conflict(), "{e}");
         b.rollback().await.unwrap();
     }
@@ -580,9 +581,11 @@ async fn conflicts_are_reported_as_conflicts() {
     a.begin().await.unwrap();
     a.apply(&row(3, "three")).await.unwrap();
     a.record(&position(3)).await.unwrap();
+    a.send().await.unwrap();
     b.begin().await.unwrap();
     b.apply(&row(3, "drei")).await.unwrap();
-    let e = b.record(&position(4)).await.unwrap_err();
+    b.record(&position(4)).await.unwrap();
+    let e = b.send().await.unwrap_err();
     assert!(e.is_apply_conflict(), "{e}");
     assert!(e.to_string().contains("acct"), "{e}");
     b.rollback().await.unwrap();
@@ -598,7 +601,8 @@ async fn conflicts_are_reported_as_conflicts() {
         .await;
     b.begin().await.unwrap();
     b.apply(&row(100, "big")).await.unwrap();
-    let e = b.record(&position(5)).await.unwrap_err();
+    b.record(&position(5)).await.unwrap();
+    let e = b.send().await.unwrap_err();
     assert!(!e.is_apply_conflict() && !e.is_transient(), "{e}");
     assert!(e.to_string().contains("public.acct"), "{e}");
     b.rollback().await.unwrap();
@@ -612,7 +616,8 @@ async fn conflicts_are_reported_as_conflicts() {
     )
     .await;
     b.apply(&row(7, "seven")).await.unwrap();
-    let e = b.record(&position(6)).await.unwrap_err();
+    b.record(&position(6)).await.unwrap();
+    let e = b.send().await.unwrap_err();
     assert!(e.is_transient() && !e.is_apply_conflict(), "{e}");
     assert_eq!(e.kind(), sluice_core::ErrorKind::Destination, "{e}");
 }

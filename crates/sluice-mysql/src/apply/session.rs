@@ -1,8 +1,9 @@
 //! One apply worker's session: a unit's rows as SQL text, sent in at most two round trips.
 //!
-//! `begin` and `apply` only write statements into a buffer; `record` appends the position
-//! upsert and sends the buffer as one multi-statement batch (round trip one), `commit` sends
-//! `COMMIT` (round trip two). Consecutive inserts into one table with the same columns become
+//! `begin`, `apply` and `record` only write statements into a buffer (the last one the position
+//! upsert); `send` sends the buffer as one multi-statement batch and `commit` sends what is left
+//! with `COMMIT`: one round trip for a unit that is already next to commit, two for one that
+//! waits for its turn. Consecutive inserts into one table with the same columns become
 //! one multi-row `INSERT`. A buffer past [`FLUSH_BYTES`] is sent early, so memory stays bounded
 //! for a large transaction.
 //!
@@ -395,17 +396,20 @@ impl ApplySession for MySession {
         }
         self.script.buf.push_str(
             " ON DUPLICATE KEY UPDATE `unit`=VALUES(`unit`),`restart`=VALUES(`restart`),\
-             `pos`=VALUES(`pos`),`commit_ts`=VALUES(`commit_ts`),`updated`=CURRENT_TIMESTAMP(6)",
+             `pos`=VALUES(`pos`),`commit_ts`=VALUES(`commit_ts`),`updated`=CURRENT_TIMESTAMP(6);",
         );
+        Ok(())
+    }
+
+    async fn send(&mut self) -> Result<()> {
+        self.script.close();
         self.flush().await
     }
 
     async fn commit(&mut self) -> Result<()> {
+        self.script.close();
+        self.script.buf.push_str("COMMIT");
         self.flush().await?;
-        self.conn
-            .query_drop("COMMIT")
-            .await
-            .map_err(|e| fail(e, &self.display, &self.what()))?;
         self.sent = false;
         Ok(())
     }

@@ -1,11 +1,12 @@
 //! One apply worker's session: a unit's rows as SQL statements, sent in as few round trips as
 //! possible.
 //!
-//! `begin` and `apply` only buffer text (`BEGIN`, then one statement per change, consecutive
-//! inserts into one table merged into one multi-row `INSERT`); `record` appends the position
-//! upsert and sends the whole buffer as one simple-query message (statements separated by `;`,
-//! the transaction left open by its `BEGIN`); `commit` sends `COMMIT`. Two round trips per unit,
-//! whatever its size, unless the buffer passes [`FLUSH_BYTES`] first, when it is sent early.
+//! `begin`, `apply` and `record` only buffer text (`BEGIN`, then one statement per change,
+//! consecutive inserts into one table merged into one multi-row `INSERT`, then the position
+//! upsert); `send` sends the buffer as one simple-query message (statements separated by `;`,
+//! the transaction left open by its `BEGIN`) and `commit` sends what is left with `COMMIT`. A
+//! unit that is already next to commit is one round trip, whatever its size; one that waits
+//! for its turn two; a buffer past [`FLUSH_BYTES`] is sent early.
 //!
 //! Values are SQL literals ([`super::render`]): unknown-typed constants that PostgreSQL reads
 //! with the input function of the column they are assigned to or compared with, so a statement
@@ -405,6 +406,10 @@ impl ApplySession for PgSession {
              updated_at = now();\n",
         );
         self.kinds.push(Stmt::Other);
+        Ok(())
+    }
+
+    async fn send(&mut self) -> Result<()> {
         self.flush().await
     }
 

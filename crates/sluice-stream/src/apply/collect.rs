@@ -1,10 +1,14 @@
 //! The applier's side of the change sink: source transactions become units of work.
 //!
 //! Changes go into each table's Arrow builders as the source decodes them (as for change
-//! files). At a transaction's commit the open unit is closed when it holds enough
-//! transactions or bytes, or is exclusive; the pump also closes it whenever the source has
-//! nothing more to hand over right now, so grouping never delays a quiet stream. Closing
-//! builds one batch per table and the unit's writeset.
+//! files). Grouping follows back-pressure: at a transaction's commit the open unit is closed
+//! when a worker could start it now (fewer units waiting or running than workers), or when it
+//! reaches its byte or transaction cap, or is exclusive; the pump also closes it whenever the
+//! source has nothing more to hand over right now. So a caught-up stream applies each
+//! transaction at once, and a backlog grows units to what the source delivers while the
+//! workers are busy: the target's commits, which are made one after another in source order,
+//! are amortised over as many transactions as waiting would have cost anyway. Closing builds
+//! one batch per table and each row's keys (its writeset) in application order.
 //!
 //! Barriers: a table whose columns change (a `Relation` or table map with other columns), a
 //! truncate, or a change to a table without a key makes the unit exclusive; the barrier is a
@@ -63,12 +67,36 @@ pub(crate) struct Work {
     pub changes: u64,
     /// Commit time of the unit's last transaction, µs.
     pub commit_ts: Option<i64>,
+    /// The keys of each row, rows in application order.
+    pub rows: RowKeys,
+}
+
+/// The keys each row of a unit touches, rows in application order (over the unit's `Rows`
+/// pieces in order): row `i`'s keys are `keys[ends[i - 1]..ends[i]]`.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct RowKeys {
+    /// Key hashes, row after row.
+    pub keys: Vec<u64>,
+    /// End offset in `keys` of each row.
+    pub ends: Vec<u32>,
+}
+
+impl RowKeys {
+    /// The rows.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// The keys of row `i`.
+    pub fn row(&self, i: usize) -> &[u64] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.keys[start..self.ends[i] as usize]
+    }
 }
 
 /// A closed unit with what the schedule needs.
 pub(crate) struct Ready {
     pub work: Arc<Work>,
-    pub keys: Vec<u64>,
     pub exclusive: bool,
 }
 
@@ -84,16 +112,16 @@ struct Table {
     rows: Option<ChangeRows>,
 }
 
-/// Whether a transaction with these keys would wait for an earlier unit (see
-/// [`Collector::set_depends`]).
-pub(crate) type Depends = Arc<dyn Fn(&[u64]) -> bool + Send + Sync>;
+/// Whether every worker has a unit to run (units handed over and not yet committed, at least
+/// as many as workers): see [`Collector::set_busy`].
+pub(crate) type Busy = Arc<dyn Fn(usize) -> bool + Send + Sync>;
 
 /// Limits of a unit.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
-    /// Close a unit at this many transactions.
+    /// Close a unit at this many transactions at most.
     pub transactions: u64,
-    /// Close a unit at this many bytes.
+    /// Close a unit at this many bytes at most.
     pub bytes: usize,
     /// Stream a transaction once it holds this many bytes.
     pub stream_bytes: usize,
@@ -104,16 +132,12 @@ struct Open {
     pieces: Vec<Piece>,
     order: Vec<(usize, u32)>,
     touched: Vec<usize>,
-    keys: Vec<u64>,
+    rows: RowKeys,
     exclusive: bool,
     transactions: u64,
     changes: u64,
     bytes: usize,
     end: Option<AppliedPosition>,
-    /// When its first transaction committed.
-    since: Option<std::time::Instant>,
-    /// Whether its transactions wait for an earlier unit (all of them do, or none).
-    depends: Option<bool>,
 }
 
 /// The change sink of `sluice replicate`.
@@ -129,9 +153,9 @@ pub(crate) struct Collector {
     streaming: Option<mpsc::Sender<More>>,
     limits: Limits,
     source_engine: &'static str,
-    depends: Option<Depends>,
-    /// Row changes of the open transaction.
-    tx_rows: u64,
+    busy: Option<Busy>,
+    /// Per table, scratch for the keys of its rows while a piece is built.
+    scratch: Vec<(Vec<u64>, Vec<u32>)>,
     /// Units closed since the pump last took them.
     pub ready: Vec<Ready>,
     /// The restart position of the last transaction seen.
@@ -192,8 +216,8 @@ impl Collector {
             streaming: None,
             limits,
             source_engine,
-            depends: None,
-            tx_rows: 0,
+            busy: None,
+            scratch: Vec::new(),
             ready: Vec::new(),
             restart: None,
             received: 0,
@@ -240,13 +264,18 @@ impl Collector {
             .ok_or_else(|| Error::internal("a table without builders"))
     }
 
-    /// Turn the rows gathered since the last piece into a piece of the open unit.
+    /// Turn the rows gathered since the last piece into a piece of the open unit, with each
+    /// row's keys appended in application order.
     fn close_rows(&mut self) -> Result<()> {
         if self.open.order.is_empty() {
             return Ok(());
         }
         let mut index: HashMap<usize, u32> = HashMap::new();
         let mut tables = Vec::new();
+        if self.scratch.len() < self.tables.len() {
+            self.scratch
+                .resize_with(self.tables.len(), Default::default);
+        }
         for &h in &self.open.touched {
             let t = &mut self.tables[h];
             let Some(rows) = t.rows.as_mut() else {
@@ -256,8 +285,12 @@ impl Collector {
             let batch = rows.finish()?;
             insert_with_absent(&t.table, &batch, t.columns.len())?;
             let arrays: Vec<ArrayRef> = batch.columns()[..t.columns.len()].to_vec();
+            let (keys, ends) = &mut self.scratch[h];
+            keys.clear();
+            ends.clear();
             for r in 0..batch.num_rows() {
-                t.specs.hashes(&arrays, r, &mut self.open.keys);
+                t.specs.hashes(&arrays, r, keys);
+                ends.push(keys.len() as u32);
             }
             index.insert(h, tables.len() as u32);
             tables.push(UnitTable {
@@ -268,12 +301,23 @@ impl Collector {
                 source_engine: self.source_engine,
             });
         }
-        let order = self
-            .open
-            .order
-            .drain(..)
-            .filter_map(|(h, r)| index.get(&h).map(|i| (*i, r)))
-            .collect();
+        let mut order = Vec::with_capacity(self.open.order.len());
+        let before = self.open.rows.keys.len();
+        for (h, r) in self.open.order.drain(..) {
+            let Some(i) = index.get(&h) else {
+                continue;
+            };
+            let (keys, ends) = &self.scratch[h];
+            let r = r as usize;
+            let start = if r == 0 { 0 } else { ends[r - 1] as usize };
+            self.open
+                .rows
+                .keys
+                .extend_from_slice(&keys[start..ends[r] as usize]);
+            self.open.rows.ends.push(self.open.rows.keys.len() as u32);
+            order.push((*i, r as u32));
+        }
+        self.open.bytes += (self.open.rows.keys.len() - before) * 8;
         self.open.touched.clear();
         self.open
             .pieces
@@ -281,42 +325,15 @@ impl Collector {
         Ok(())
     }
 
-    /// At a transaction's commit: when it would wait for an earlier unit and the open group
-    /// would not (or the reverse), close the group before it and start a new one with it.
-    fn split_by_dependency(&mut self) -> Result<()> {
-        let Some(depends) = self.depends.clone() else {
-            return Ok(());
-        };
-        if self.open.exclusive {
-            return Ok(());
-        }
-        let (keys, bytes, pieces) = (
-            self.open.keys.len(),
-            self.open.bytes,
-            self.open.pieces.len(),
-        );
-        self.close_rows()?;
-        if self.open.pieces.len() != pieces + 1 {
-            return Ok(());
-        }
-        let dep = depends(&self.open.keys[keys..]);
-        match self.open.depends {
-            Some(d) if d != dep && self.open.transactions > 0 => {
-                let piece = self.open.pieces.pop();
-                let tx_keys = self.open.keys.split_off(keys);
-                let tx_bytes = self.open.bytes - bytes;
-                self.open.bytes = bytes;
-                self.open.changes = self.open.changes.saturating_sub(self.tx_rows);
-                self.cut()?;
-                self.open.pieces.extend(piece);
-                self.open.keys = tx_keys;
-                self.open.bytes = tx_bytes;
-                self.open.changes = self.tx_rows;
-                self.open.depends = Some(dep);
+    /// Bytes in the tables' builders not yet closed into a piece.
+    fn touched_bytes(&mut self) -> usize {
+        let mut n = 0;
+        for &h in &self.open.touched {
+            if let Some(r) = self.tables[h].rows.as_mut() {
+                n += r.bytes();
             }
-            _ => self.open.depends = Some(dep),
         }
-        Ok(())
+        n
     }
 
     /// Close the open unit (between transactions).
@@ -329,9 +346,6 @@ impl Collector {
         let Some(end) = open.end else {
             return Ok(());
         };
-        let mut keys = open.keys;
-        keys.sort_unstable();
-        keys.dedup();
         self.ready.push(Ready {
             work: Arc::new(Work {
                 pieces: open.pieces,
@@ -341,28 +355,22 @@ impl Collector {
                 bytes: open.bytes,
                 transactions: open.transactions,
                 changes: open.changes,
+                rows: open.rows,
             }),
-            keys,
             exclusive: open.exclusive,
         });
         Ok(())
     }
 
-    /// Group by dependency: a transaction that would wait for an earlier unit (a hot row) is
-    /// not grouped with ones that would not, so grouping never makes independent
-    /// transactions wait behind a hot one, and the dependent ones share commits.
-    pub fn set_depends(&mut self, depends: Depends) {
-        self.depends = Some(depends);
+    /// Group by back-pressure: `busy` says whether every worker already has a unit (see the
+    /// module documentation).
+    pub fn set_busy(&mut self, busy: Busy) {
+        self.busy = Some(busy);
     }
 
-    /// Close the open unit when the source has nothing more right now (`idle`) or its first
-    /// transaction waited `max_age`: grouping amortises the target's commits while a backlog
-    /// drains, and never delays a quiet stream by more than `max_age`.
-    pub fn cut_due(&mut self, idle: bool, max_age: std::time::Duration) -> Result<()> {
-        if idle || self.open.since.is_some_and(|t| t.elapsed() >= max_age) {
-            self.cut()?;
-        }
-        Ok(())
+    /// Close the open unit when the source has nothing more to hand over right now.
+    pub fn cut_idle(&mut self) -> Result<()> {
+        self.cut()
     }
 
     /// Between transactions with nothing open: a unit that only moves the applied position to
@@ -388,8 +396,8 @@ impl Collector {
                 transactions: 0,
                 changes: 0,
                 commit_ts: None,
+                rows: RowKeys::default(),
             }),
-            keys: Vec::new(),
             exclusive: false,
         });
     }
@@ -425,8 +433,8 @@ impl Collector {
                 transactions: open.transactions + 1,
                 changes: open.changes,
                 commit_ts: self.tx.commit_ts,
+                rows: RowKeys::default(),
             }),
-            keys: Vec::new(),
             exclusive: true,
         });
         self.streaming = Some(tx);
@@ -437,6 +445,7 @@ impl Collector {
         self.close_rows()?;
         let pieces = std::mem::take(&mut self.open.pieces);
         self.open.bytes = 0;
+        self.open.rows = RowKeys::default();
         if let Some(tx) = &self.streaming {
             for p in pieces {
                 send(tx, More::Piece(p))?;
@@ -479,7 +488,6 @@ fn send(tx: &mpsc::Sender<More>, m: More) -> Result<()> {
 impl ChangeSink for Collector {
     fn begin(&mut self, tx: TxMeta) -> Result<()> {
         self.tx = tx;
-        self.tx_rows = 0;
         self.in_tx = true;
         Ok(())
     }
@@ -546,7 +554,6 @@ impl ChangeSink for Collector {
         }
         self.open.order.push((h, row));
         self.open.changes += 1;
-        self.tx_rows += 1;
         if self.tables[h].key.is_empty() {
             self.open.exclusive = true;
         }
@@ -578,13 +585,14 @@ impl ChangeSink for Collector {
             self.open = Open::default();
             return Ok(());
         }
-        self.split_by_dependency()?;
         self.open.transactions += 1;
         self.open.end = Some(end);
-        self.open.since.get_or_insert_with(std::time::Instant::now);
+        let pending = self.open.bytes + self.touched_bytes();
+        let busy = self.busy.as_ref().is_some_and(|b| b(self.ready.len()));
         if self.open.exclusive
+            || !busy
             || self.open.transactions >= self.limits.transactions
-            || self.open.bytes >= self.limits.bytes
+            || pending >= self.limits.bytes
         {
             self.cut()?;
         }

@@ -26,6 +26,8 @@
 mod collect;
 mod load;
 mod schedule;
+#[cfg(test)]
+mod tests;
 mod worker;
 mod writeset;
 
@@ -50,9 +52,8 @@ use worker::Pool;
 /// Consecutive failed attempts without progress before a transient error ends the run.
 const MAX_RETRIES: u32 = 8;
 
-/// How long a unit's first transaction may wait for more to group with while the source keeps
-/// sending.
-const GROUP_WAIT: Duration = Duration::from_millis(20);
+/// Source transactions in one unit at most (units grow only while every worker is busy).
+const UNIT_TRANSACTIONS: u64 = 10_000;
 
 /// Units waiting or running per worker before the source is read further (with the memory
 /// budget, what bounds the schedule's work per dispatch).
@@ -115,6 +116,9 @@ pub struct ReplicateReport {
     pub conflicts: u64,
     /// Units rolled back because an earlier one had to run alone.
     pub aborts: u64,
+    /// Units that applied their rows free of earlier units first and the rest once those
+    /// committed (a hot row held back only its own rows).
+    pub split_units: u64,
     /// Parallel apply sessions.
     pub parallel: usize,
     /// The applied source position (restart form) at the end.
@@ -275,6 +279,7 @@ pub async fn run_replicate(
         units: c.units.load(Ordering::Relaxed),
         conflicts: c.conflicts.load(Ordering::Relaxed),
         aborts: c.aborts.load(Ordering::Relaxed),
+        split_units: c.split.load(Ordering::Relaxed),
         parallel: job.parallel,
         position,
         peak_lag_seconds: c.peak_lag_millis.load(Ordering::Relaxed) as f64 / 1000.0,
@@ -454,13 +459,9 @@ async fn stream(
                 snapshot_position: t.snapshot_position.clone(),
             })
             .collect();
-        let limits = Limits {
-            transactions: 8,
-            bytes: 256 << 10,
-            stream_bytes: ((job.memory / 8) as usize).clamp(1 << 20, 64 << 20),
-        };
+        let limits = unit_limits(job.memory, job.parallel);
         let mut collector = Collector::new(captured, keys.clone(), limits, job.source.engine());
-        collector.set_depends(pool.depends_fn());
+        collector.set_busy(pool.busy_fn());
         collector.restart = Some(restart.clone());
         let until = target.clone().flatten();
         let before = job.counters.units.load(Ordering::Relaxed);
@@ -498,6 +499,18 @@ async fn stream(
                 backoff(&e, failures).await;
             }
         }
+    }
+}
+
+/// A unit's caps: units waiting or running hold at most a quarter of `--memory` (the pump's
+/// budget), so each may take its share with room for one being collected per worker; a large
+/// transaction is streamed past an eighth of it (1–64 MB).
+fn unit_limits(memory: u64, parallel: usize) -> Limits {
+    let budget = (memory / 4).max(4 << 20) as usize;
+    Limits {
+        transactions: UNIT_TRANSACTIONS,
+        bytes: (budget / (2 * parallel.max(1) + 2)).clamp(256 << 10, 8 << 20),
+        stream_bytes: ((memory / 8) as usize).clamp(1 << 20, 64 << 20),
     }
 }
 
@@ -550,7 +563,9 @@ async fn pump(
         }
         pool.check()?;
         let step = stream.next(collector, wait).await?;
-        collector.cut_due(step == Step::Idle, GROUP_WAIT)?;
+        if step == Step::Idle {
+            collector.cut_idle()?;
+        }
         if (step == Step::Idle || last_advance.elapsed() >= Duration::from_secs(1))
             && !collector.in_tx()
             && let Some(r) = stream.received_through()

@@ -1,12 +1,19 @@
 //! Which unit may run now: writeset dependencies, commits in source order, no head-of-line
 //! blocking, and the retry ladder for conflicts the writesets did not predict.
 //!
-//! Units get increasing ids in source order and commit in that order. A unit *waits for* the
-//! latest earlier unit that wrote one of its keys (`wait_for`); since commits are in order,
-//! "that unit committed" means "every unit it conflicts with committed", so one number per
-//! unit is the whole dependency (MySQL's writeset `last_committed` has the same shape). Any
-//! ready unit may start, however many blocked units come before it — unlike a scheduler that
-//! stops at the first blocked transaction.
+//! Units get increasing ids in source order and commit in that order. Each *row* of a unit
+//! depends on the latest earlier unit that wrote one of its keys (`deps`); since commits are
+//! in order, "that unit committed" means "every unit it conflicts with committed", so one
+//! number per row is the whole dependency (MySQL's writeset `last_committed` has the same
+//! shape), and the unit's `wait_for` is the largest. A unit whose rows all depend on committed
+//! units is *ready*; a unit with some rows free (their dependency committed) may *start* before
+//! it is ready: it applies its free rows first and its *late* rows (see [`late_rows`]) once
+//! `wait_for` has committed. Reordering inside a unit is safe because a free row shares no key
+//! with an earlier late row of the unit, so they commute; and it runs nothing that an earlier
+//! unit can wait on, because a free row shares no key with any unit not yet committed. So the
+//! independent part of a unit that holds one hot row runs beside earlier units instead of
+//! behind them. Any startable unit may start, however many blocked units come before it —
+//! unlike a scheduler that stops at the first blocked transaction.
 //!
 //! Running ahead needs one rule to stay deadlock-free: a unit that has run waits for its turn
 //! to commit while holding its worker, so if every worker held a unit later than the oldest
@@ -21,7 +28,9 @@
 //! told to roll back, and it runs alone. Barriers (DDL, truncate, tables without a key) are
 //! exclusive from the start.
 
-use std::collections::{BTreeMap, HashMap};
+use super::collect::RowKeys;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 /// How many waiting units a free worker looks at, oldest first: the bound on the work of one
 /// dispatch when many units wait behind hot rows.
@@ -31,6 +40,9 @@ const LOOKAHEAD: usize = 1024;
 #[derive(Debug)]
 struct Waiting<W> {
     wait_for: u64,
+    /// The earliest unit one of its rows depends on (`u64::MAX` without rows).
+    first_dep: u64,
+    deps: Arc<[u64]>,
     exclusive: bool,
     attempts: u32,
     work: W,
@@ -41,6 +53,9 @@ struct Waiting<W> {
 struct Running<W> {
     /// Roll back and wait for this unit to commit before running again.
     abort_for: Option<u64>,
+    wait_for: u64,
+    first_dep: u64,
+    deps: Arc<[u64]>,
     exclusive: bool,
     attempts: u32,
     work: W,
@@ -55,6 +70,30 @@ pub(crate) struct Take<W> {
     pub attempts: u32,
     /// The unit.
     pub work: W,
+    /// Its late rows run once this unit has committed.
+    pub wait_for: u64,
+    /// The unit each row depends on (empty for a unit that is ready as a whole).
+    pub deps: Arc<[u64]>,
+    /// Units committed when it was taken.
+    pub committed: u64,
+}
+
+/// Which rows of a unit are *late* when `committed` units have committed: a row that depends
+/// on a unit not yet committed, or shares a key with an earlier late row of the unit. The
+/// others may be applied first (see the module documentation).
+pub(crate) fn late_rows(rows: &RowKeys, deps: &[u64], committed: u64) -> Vec<bool> {
+    let mut late_keys: HashSet<u64> = HashSet::new();
+    (0..rows.len())
+        .map(|i| {
+            let keys = rows.row(i);
+            let late = deps.get(i).is_some_and(|d| *d > committed)
+                || keys.iter().any(|k| late_keys.contains(k));
+            if late {
+                late_keys.extend(keys.iter().copied());
+            }
+            late
+        })
+        .collect()
 }
 
 /// The dependency and ordering state of one apply run (see the module documentation).
@@ -83,37 +122,41 @@ impl<W: Clone> Schedule<W> {
         }
     }
 
-    /// True when an added unit not yet committed wrote one of `keys`: a transaction with
-    /// these keys would wait for it.
-    pub fn depends(&self, keys: &[u64]) -> bool {
-        keys.iter()
-            .any(|k| self.last_writer.get(k).is_some_and(|w| *w > self.committed))
-    }
-
     /// Units added and not yet committed.
     pub fn unfinished(&self) -> usize {
         self.pending.len() + self.running.len()
     }
 
-    /// Add the next unit in source order, touching `keys` (hashes of table keys); exclusive
-    /// units run alone. Returns its id.
-    pub fn add(&mut self, work: W, keys: &[u64], exclusive: bool) -> u64 {
+    /// Add the next unit in source order, whose rows touch `rows` (hashes of table keys);
+    /// exclusive units run alone. Returns its id.
+    pub fn add(&mut self, work: W, rows: &RowKeys, exclusive: bool) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
-        let mut wait_for = self.floor;
-        for k in keys {
-            if let Some(w) = self.last_writer.insert(*k, id) {
-                wait_for = wait_for.max(w);
-            }
+        let mut deps: Vec<u64> = (0..rows.len())
+            .map(|i| {
+                rows.row(i)
+                    .iter()
+                    .filter_map(|k| self.last_writer.get(k))
+                    .fold(self.floor, |a, w| a.max(*w))
+            })
+            .collect();
+        for k in &rows.keys {
+            self.last_writer.insert(*k, id);
         }
+        let mut wait_for = deps.iter().copied().fold(self.floor, u64::max);
+        let mut first_dep = deps.iter().copied().min().unwrap_or(u64::MAX);
         if exclusive {
             wait_for = id - 1;
+            first_dep = wait_for;
+            deps.clear();
             self.floor = id;
         }
         self.pending.insert(
             id,
             Waiting {
                 wait_for,
+                first_dep,
+                deps: deps.into(),
                 exclusive,
                 attempts: 0,
                 work,
@@ -141,11 +184,11 @@ impl<W: Clone> Schedule<W> {
             .take(LOOKAHEAD)
             .find(|(id, w)| {
                 let id = **id;
-                if w.wait_for > committed {
-                    return false;
-                }
                 if w.exclusive {
-                    return committed == id - 1 && idle;
+                    return w.wait_for <= committed && committed == id - 1 && idle;
+                }
+                if w.wait_for > committed && w.first_dep > committed {
+                    return false;
                 }
                 !alone && (id == head || ahead + 1 < self.workers)
             })
@@ -155,6 +198,9 @@ impl<W: Clone> Schedule<W> {
             id,
             Running {
                 abort_for: None,
+                wait_for: w.wait_for,
+                first_dep: w.first_dep,
+                deps: w.deps.clone(),
                 exclusive: w.exclusive,
                 attempts: w.attempts,
                 work: w.work.clone(),
@@ -164,7 +210,15 @@ impl<W: Clone> Schedule<W> {
             id,
             attempts: w.attempts,
             work: w.work,
+            wait_for: w.wait_for,
+            deps: w.deps,
+            committed,
         })
+    }
+
+    /// True when running unit `id` may apply its late rows (everything it depends on committed).
+    pub fn unblocked(&self, wait_for: u64) -> bool {
+        self.committed >= wait_for
     }
 
     /// True when unit `id` may commit now (every earlier unit committed).
@@ -197,12 +251,15 @@ impl<W: Clone> Schedule<W> {
             }
             for (_, later) in self.pending.range_mut(id + 1..) {
                 later.wait_for = later.wait_for.max(id);
+                later.first_dep = later.first_dep.max(id);
             }
         }
         self.pending.insert(
             id,
             Waiting {
                 wait_for: id - 1,
+                first_dep: id - 1,
+                deps: Vec::new().into(),
                 exclusive,
                 attempts,
                 work: r.work,
@@ -219,7 +276,9 @@ impl<W: Clone> Schedule<W> {
         self.pending.insert(
             id,
             Waiting {
-                wait_for: after,
+                wait_for: r.wait_for.max(after),
+                first_dep: r.first_dep.max(after),
+                deps: r.deps,
                 exclusive: r.exclusive,
                 attempts: r.attempts,
                 work: r.work,
@@ -232,6 +291,21 @@ impl<W: Clone> Schedule<W> {
 mod tests {
     use super::*;
 
+    /// Rows with these keys each.
+    fn rows(keys: &[&[u64]]) -> RowKeys {
+        let mut r = RowKeys::default();
+        for k in keys {
+            r.keys.extend_from_slice(k);
+            r.ends.push(r.keys.len() as u32);
+        }
+        r
+    }
+
+    /// One row with these keys.
+    fn one(keys: &[u64]) -> RowKeys {
+        rows(&[keys])
+    }
+
     fn ids(s: &mut Schedule<u32>) -> Vec<u64> {
         let mut out = Vec::new();
         while let Some(t) = s.take() {
@@ -243,9 +317,9 @@ mod tests {
     #[test]
     fn a_ready_unit_behind_a_blocked_one_runs() {
         let mut s = Schedule::new(4, 0);
-        s.add(0, &[1], false); // 1
-        s.add(0, &[1], false); // 2 waits for 1
-        s.add(0, &[2], false); // 3 independent
+        s.add(0, &one(&[1]), false); // 1
+        s.add(0, &one(&[1]), false); // 2 waits for 1
+        s.add(0, &one(&[2]), false); // 3 independent
         assert_eq!(ids(&mut s), vec![1, 3]);
         assert!(!s.turn(3));
         s.done(1);
@@ -256,10 +330,10 @@ mod tests {
     #[test]
     fn one_worker_stays_free_for_the_head() {
         let mut s = Schedule::new(3, 0);
-        s.add(0, &[1], false); // 1
-        s.add(0, &[1], false); // 2 waits for 1
+        s.add(0, &one(&[1]), false); // 1
+        s.add(0, &one(&[1]), false); // 2 waits for 1
         for k in 10..20 {
-            s.add(0, &[k], false); // 3.. independent
+            s.add(0, &one(&[k]), false); // 3.. independent
         }
         // 1, then units past the head (2) while fewer than two run past it: 3 and 4. The
         // worker holding 1 frees when it commits, and the head takes it.
@@ -273,9 +347,9 @@ mod tests {
     #[test]
     fn commits_waits_for_the_latest_writer_only() {
         let mut s = Schedule::new(8, 10);
-        assert_eq!(s.add(0, &[1, 2], false), 11);
-        s.add(0, &[3], false); // 12
-        s.add(0, &[2, 3], false); // 13 waits for 12 (which waits behind 11 to commit)
+        assert_eq!(s.add(0, &one(&[1, 2]), false), 11);
+        s.add(0, &one(&[3]), false); // 12
+        s.add(0, &one(&[2, 3]), false); // 13 waits for 12 (which waits behind 11 to commit)
         assert_eq!(ids(&mut s), vec![11, 12]);
         s.done(11);
         assert!(ids(&mut s).is_empty());
@@ -286,9 +360,9 @@ mod tests {
     #[test]
     fn exclusive_units_run_alone_and_hold_back_later_ones() {
         let mut s = Schedule::new(4, 0);
-        s.add(0, &[1], false); // 1
-        s.add(0, &[], true); // 2 barrier
-        s.add(0, &[3], false); // 3
+        s.add(0, &one(&[1]), false); // 1
+        s.add(0, &RowKeys::default(), true); // 2 barrier
+        s.add(0, &one(&[3]), false); // 3
         assert_eq!(ids(&mut s), vec![1]);
         s.done(1);
         assert_eq!(ids(&mut s), vec![2]);
@@ -299,9 +373,9 @@ mod tests {
     #[test]
     fn a_second_conflict_runs_alone_after_later_units_roll_back() {
         let mut s = Schedule::new(4, 0);
-        s.add(0, &[1], false); // 1
-        s.add(0, &[2], false); // 2
-        s.add(0, &[3], false); // 3
+        s.add(0, &one(&[1]), false); // 1
+        s.add(0, &one(&[2]), false); // 2
+        s.add(0, &one(&[3]), false); // 3
         assert_eq!(ids(&mut s), vec![1, 2, 3]);
         s.conflict(2); // first: waits for 1, may run beside 3
         assert!(ids(&mut s).is_empty());
@@ -322,7 +396,7 @@ mod tests {
     fn a_single_worker_applies_in_source_order() {
         let mut s = Schedule::new(1, 0);
         for k in 0..5 {
-            s.add(0, &[k], false);
+            s.add(0, &one(&[k]), false);
         }
         let mut order = Vec::new();
         while let Some(t) = s.take() {
@@ -331,5 +405,53 @@ mod tests {
             s.done(t.id);
         }
         assert_eq!(order, vec![1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn a_unit_with_free_rows_starts_and_holds_back_only_its_late_ones() {
+        let mut s = Schedule::new(4, 0);
+        s.add(0, &one(&[1]), false); // 1 writes the hot key
+        // 2: a row on the hot key, a row on its own key, a row sharing a key with the late
+        // one, and a row sharing nothing.
+        s.add(0, &rows(&[&[1, 10], &[20], &[10, 30], &[40]]), false);
+        let taken: Vec<_> = std::iter::from_fn(|| s.take()).collect();
+        assert_eq!(taken.iter().map(|t| t.id).collect::<Vec<_>>(), vec![1, 2]);
+        let two = &taken[1];
+        assert_eq!(two.wait_for, 1);
+        let r = rows(&[&[1, 10], &[20], &[10, 30], &[40]]);
+        assert_eq!(
+            late_rows(&r, &two.deps, two.committed),
+            vec![true, false, true, false],
+            "the hot row is late, and so is the row sharing key 10 with it"
+        );
+        assert!(!s.unblocked(two.wait_for));
+        s.done(1);
+        assert!(s.unblocked(two.wait_for));
+        assert_eq!(late_rows(&r, &two.deps, s.committed), vec![false; 4]);
+    }
+
+    #[test]
+    fn a_unit_whose_rows_all_wait_does_not_start() {
+        let mut s = Schedule::new(4, 0);
+        s.add(0, &one(&[1]), false); // 1
+        s.add(0, &rows(&[&[1], &[1, 2]]), false); // 2: every row on key 1
+        s.add(0, &one(&[3]), false); // 3
+        assert_eq!(ids(&mut s), vec![1, 3]);
+        s.done(1);
+        assert_eq!(ids(&mut s), vec![2]);
+    }
+
+    #[test]
+    fn rows_after_an_exclusive_unit_wait_for_it() {
+        let mut s = Schedule::new(4, 0);
+        s.add(0, &one(&[1]), false); // 1
+        s.add(0, &RowKeys::default(), true); // 2 barrier
+        s.add(0, &rows(&[&[5], &[6]]), false); // 3: keys of its own, still after 2
+        assert_eq!(ids(&mut s), vec![1]);
+        s.done(1);
+        assert_eq!(ids(&mut s), vec![2]);
+        s.done(2);
+        let t = s.take().map(|t| (t.id, t.wait_for));
+        assert_eq!(t, Some((3, 2)));
     }
 }

@@ -5,9 +5,9 @@
 //! Every state change (a unit added, committed, rolled back) bumps one generation counter;
 //! workers and the pump wait on it and look at the schedule again, so nobody polls.
 
-use super::collect::{More, Ready, Work};
-use super::schedule::{Schedule, Take};
-use sluice_core::apply::{AppliedPosition, ApplySession, ApplyTarget};
+use super::collect::{More, Piece, Ready, Work};
+use super::schedule::{Schedule, Take, late_rows};
+use sluice_core::apply::{AppliedPosition, ApplySession, ApplyTarget, ApplyUnit};
 use sluice_core::{Error, Result, failpoint};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,6 +33,9 @@ pub struct ApplyCounters {
     pub conflicts: AtomicU64,
     /// Units rolled back because an earlier one had to run alone.
     pub aborts: AtomicU64,
+    /// Units that applied their rows free of earlier units first and the others after those
+    /// units committed (instead of waiting whole).
+    pub split: AtomicU64,
     /// Commit time on the source of the last applied transaction, µs.
     pub last_commit_ts: AtomicU64,
     /// The largest delay seen between a source commit and its application, ms.
@@ -85,6 +88,7 @@ impl Shared {
 /// The workers of one streaming attempt.
 pub(crate) struct Pool {
     shared: Arc<Shared>,
+    workers: usize,
     tasks: Vec<JoinHandle<Result<()>>>,
 }
 
@@ -131,7 +135,11 @@ impl Pool {
                 })
             })
             .collect();
-        Ok(Pool { shared, tasks })
+        Ok(Pool {
+            shared,
+            workers,
+            tasks,
+        })
     }
 
     /// Hand closed units to the schedule, in source order.
@@ -143,17 +151,18 @@ impl Pool {
             let mut s = self.shared.lock();
             for r in ready {
                 self.shared.bytes.fetch_add(r.work.bytes, Ordering::Relaxed);
-                s.add(r.work, &r.keys, r.exclusive);
+                s.add(r.work.clone(), &r.work.rows, r.exclusive);
             }
         }
         self.shared.bump();
     }
 
-    /// Whether a transaction with these keys would wait for a unit not yet committed, for
-    /// the collector's grouping.
-    pub fn depends_fn(&self) -> super::collect::Depends {
+    /// Whether every worker has a unit when `more` units are about to be added, for the
+    /// collector's grouping.
+    pub fn busy_fn(&self) -> super::collect::Busy {
         let shared = self.shared.clone();
-        Arc::new(move |keys: &[u64]| shared.lock().depends(keys))
+        let workers = self.workers;
+        Arc::new(move |more: usize| shared.lock().unfinished() + more >= workers)
     }
 
     /// Bytes held by units not yet committed.
@@ -280,6 +289,46 @@ async fn work(shared: &Shared, mut session: Box<dyn ApplySession>) -> Result<()>
     }
 }
 
+/// What a unit waits for while it holds its open transaction.
+#[derive(Clone, Copy)]
+enum Until {
+    /// Everything its late rows depend on has committed.
+    Unblocked(u64),
+    /// Every earlier unit has committed: its turn to commit.
+    Turn,
+}
+
+/// Wait until `until` holds. `Ok(false)`: the unit must roll back (an earlier one runs alone).
+async fn wait(
+    shared: &Shared,
+    id: u64,
+    until: Until,
+    rx: &mut watch::Receiver<u64>,
+) -> Result<bool> {
+    loop {
+        rx.borrow_and_update();
+        if shared.halted() {
+            return Err(Error::interrupted("the apply run is stopping"));
+        }
+        {
+            let s = shared.lock();
+            let ready = match until {
+                Until::Unblocked(w) => s.unblocked(w),
+                Until::Turn => s.turn(id),
+            };
+            if ready {
+                return Ok(true);
+            }
+            if s.must_abort(id) {
+                return Ok(false);
+            }
+        }
+        if rx.changed().await.is_err() {
+            return Err(Error::interrupted("the apply run is stopping"));
+        }
+    }
+}
+
 async fn run_unit(
     shared: &Shared,
     session: &mut dyn ApplySession,
@@ -288,8 +337,20 @@ async fn run_unit(
 ) -> Result<Outcome> {
     let id = take.id;
     session.begin().await?;
-    for piece in &take.work.pieces {
-        apply_piece(session, piece).await?;
+    let late = late_rows(&take.work.rows, &take.deps, take.committed);
+    if late.iter().any(|l| *l) {
+        // Rows free of earlier units first, then, once those units committed, the others.
+        shared.counters.split.fetch_add(1, Ordering::Relaxed);
+        apply_rows(session, &take.work.pieces, &late, false).await?;
+        session.send().await?;
+        if !wait(shared, id, Until::Unblocked(take.wait_for), rx).await? {
+            return Ok(Outcome::Aborted);
+        }
+        apply_rows(session, &take.work.pieces, &late, true).await?;
+    } else {
+        for piece in &take.work.pieces {
+            apply_piece(session, piece).await?;
+        }
     }
     let mut position = take.work.position.clone();
     if let Some(more) = &take.work.more {
@@ -314,27 +375,15 @@ async fn run_unit(
         position.ok_or_else(|| Error::internal("a unit without its end position"))?;
     position.unit = id;
     session.record(&position).await?;
+    if !shared.lock().turn(id) {
+        session.send().await?;
+    }
     failpoint::hit_as(
         "replicate.before_commit",
         sluice_core::ErrorKind::Destination,
     )?;
-    loop {
-        rx.borrow_and_update();
-        if shared.halted() {
-            return Err(Error::interrupted("the apply run is stopping"));
-        }
-        {
-            let s = shared.lock();
-            if s.turn(id) {
-                break;
-            }
-            if s.must_abort(id) {
-                return Ok(Outcome::Aborted);
-            }
-        }
-        if rx.changed().await.is_err() {
-            return Err(Error::interrupted("the apply run is stopping"));
-        }
+    if !wait(shared, id, Until::Turn, rx).await? {
+        return Ok(Outcome::Aborted);
     }
     session.commit().await?;
     failpoint::hit_as(
@@ -344,9 +393,42 @@ async fn run_unit(
     Ok(Outcome::Committed(position))
 }
 
-async fn apply_piece(session: &mut dyn ApplySession, piece: &super::collect::Piece) -> Result<()> {
+/// Apply the rows of `pieces` (all `Rows`: a unit with late rows is never exclusive) whose
+/// flag in `late` equals `which`, in order.
+async fn apply_rows(
+    session: &mut dyn ApplySession,
+    pieces: &[Piece],
+    late: &[bool],
+    which: bool,
+) -> Result<()> {
+    let mut at = 0usize;
+    for piece in pieces {
+        let Piece::Rows(unit) = piece else {
+            return Err(Error::internal("a unit with late rows holds a barrier"));
+        };
+        let order: Vec<(u32, u32)> = unit
+            .order
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| late.get(at + i).copied().unwrap_or(true) == which)
+            .map(|(_, o)| *o)
+            .collect();
+        at += unit.order.len();
+        if order.is_empty() {
+            continue;
+        }
+        let part = ApplyUnit {
+            tables: unit.tables.clone(),
+            order,
+        };
+        session.apply(&part).await?;
+    }
+    Ok(())
+}
+
+async fn apply_piece(session: &mut dyn ApplySession, piece: &Piece) -> Result<()> {
     match piece {
-        super::collect::Piece::Rows(u) => session.apply(u).await,
-        super::collect::Piece::Barrier(b) => session.barrier(b).await,
+        Piece::Rows(u) => session.apply(u).await,
+        Piece::Barrier(b) => session.barrier(b).await,
     }
 }

@@ -1,0 +1,415 @@
+//! The worker pool against a recording target: what each session sends, in which order, and
+//! when — the protocol the target adapters rely on (free rows sent before a unit waits, late
+//! rows only after the units they depend on committed, commits in source order). The target
+//! adapters' SQL is tested against real servers in the CLI's integration tests.
+
+#![allow(clippy::unwrap_used)]
+
+use super::collect::{Piece, Ready, RowKeys, Work};
+use super::worker::{ApplyCounters, Pool};
+use arrow_array::builder::{ListBuilder, StringBuilder};
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{
+    ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array,
+};
+use arrow_schema::DataType;
+use async_trait::async_trait;
+use sluice_core::apply::{
+    AppliedPosition, ApplySession, ApplyTarget, ApplyUnit, Barrier, BulkLoad, TargetTable,
+    UnitTable,
+};
+use sluice_core::change::change_schema;
+use sluice_core::columns::field;
+use sluice_core::table::{ColumnDesc, TableRef};
+use sluice_core::{Error, Result};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// What the sessions did, in order (see [`Session::line`]).
+#[derive(Default)]
+struct Log {
+    lines: Mutex<Vec<String>>,
+    /// Signalled at every line.
+    changed: Notify,
+    /// The first commit of this unit waits until a line contains this text.
+    hold: Mutex<Option<(u64, String)>>,
+}
+
+impl Log {
+    fn push(&self, line: String) {
+        self.lines.lock().unwrap().push(line);
+        self.changed.notify_waiters();
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    async fn wait_for(&self, text: &str) {
+        loop {
+            let notified = self.changed.notified();
+            if self.lines().iter().any(|l| l.contains(text)) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+struct Recorder {
+    log: Arc<Log>,
+}
+
+struct Session {
+    log: Arc<Log>,
+    buffered: Vec<i64>,
+    unit: u64,
+}
+
+#[async_trait]
+impl ApplyTarget for Recorder {
+    fn engine(&self) -> &'static str {
+        "recorder"
+    }
+    fn display_url(&self) -> String {
+        "recorder".into()
+    }
+    async fn prepare(&self) -> Result<()> {
+        Ok(())
+    }
+    async fn create_tables(&self, _: &[TargetTable]) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+    async fn non_empty(&self, _: &[TableRef]) -> Result<Vec<TableRef>> {
+        Ok(Vec::new())
+    }
+    async fn truncate(&self, _: &[TableRef]) -> Result<()> {
+        Ok(())
+    }
+    async fn loader(&self) -> Result<Box<dyn BulkLoad>> {
+        Err(Error::internal("the recorder loads nothing"))
+    }
+    async fn load_state(&self, _: &str) -> Result<Option<Vec<u8>>> {
+        Ok(None)
+    }
+    async fn save_state(&self, _: &str, _: &[u8]) -> Result<()> {
+        Ok(())
+    }
+    async fn clear_state(&self, _: &str) -> Result<()> {
+        Ok(())
+    }
+    async fn applied(&self, _: &str) -> Result<Option<AppliedPosition>> {
+        Ok(None)
+    }
+    async fn session(&self, _: &str, _: u32) -> Result<Box<dyn ApplySession>> {
+        Ok(Box::new(Session {
+            log: self.log.clone(),
+            buffered: Vec::new(),
+            unit: 0,
+        }))
+    }
+}
+
+impl Session {
+    /// `send [ids]` (the unit is not known before `record`) or `commit <unit> [ids]`.
+    fn line(&mut self, what: &str) -> String {
+        let ids: Vec<String> = self.buffered.drain(..).map(|i| i.to_string()).collect();
+        match what {
+            "send" => format!("send [{}]", ids.join(",")),
+            _ => format!("{what} {} [{}]", self.unit, ids.join(",")),
+        }
+    }
+}
+
+#[async_trait]
+impl ApplySession for Session {
+    async fn begin(&mut self) -> Result<()> {
+        self.buffered.clear();
+        Ok(())
+    }
+    async fn apply(&mut self, unit: &ApplyUnit) -> Result<()> {
+        for &(t, r) in &unit.order {
+            let ids = unit.tables[t as usize]
+                .batch
+                .column(0)
+                .as_primitive::<Int64Type>();
+            self.buffered.push(ids.value(r as usize));
+        }
+        Ok(())
+    }
+    async fn barrier(&mut self, _: &Barrier) -> Result<()> {
+        Ok(())
+    }
+    async fn send(&mut self) -> Result<()> {
+        let l = self.line("send");
+        self.log.push(l);
+        Ok(())
+    }
+    async fn record(&mut self, p: &AppliedPosition) -> Result<()> {
+        self.unit = p.unit;
+        Ok(())
+    }
+    async fn commit(&mut self) -> Result<()> {
+        let hold = self.log.hold.lock().unwrap().take();
+        match hold {
+            Some((unit, text)) if unit == self.unit => {
+                tokio::time::timeout(Duration::from_secs(10), self.log.wait_for(&text))
+                    .await
+                    .map_err(|_| Error::internal(format!("no line with {text}")))?;
+            }
+            Some(other) => *self.log.hold.lock().unwrap() = Some(other),
+            None => {}
+        }
+        let l = self.line("commit");
+        self.log.push(l);
+        Ok(())
+    }
+    async fn rollback(&mut self) -> Result<()> {
+        self.buffered.clear();
+        Ok(())
+    }
+}
+
+/// A unit inserting rows `ids` into one table, each row touching the keys given with it.
+fn unit(rows: &[(i64, &[u64])]) -> Ready {
+    let table = TableRef {
+        schema: "s".into(),
+        name: "t".into(),
+    };
+    let columns = vec![ColumnDesc {
+        name: "id".into(),
+        source_type: "bigint".into(),
+        field: field("id", DataType::Int64),
+        cast: None,
+        as_text_fallback: false,
+    }];
+    let n = rows.len();
+    let mut absent = ListBuilder::new(StringBuilder::new());
+    for _ in 0..n {
+        absent.append(true);
+    }
+    let arrays: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(
+            rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(vec!["insert"; n])),
+        Arc::new(StringArray::from(vec!["0"; n])),
+        Arc::new(UInt64Array::from((0..n as u64).collect::<Vec<_>>())),
+        Arc::new(TimestampMicrosecondArray::from(vec![None; n]).with_timezone("UTC")),
+        Arc::new(StringArray::from(vec![None::<&str>; n])),
+        Arc::new(absent.finish()),
+    ];
+    let batch = RecordBatch::try_new(change_schema(&table, &columns).unwrap(), arrays).unwrap();
+    let mut keys = RowKeys::default();
+    for (_, k) in rows {
+        keys.keys.extend_from_slice(k);
+        keys.ends.push(keys.keys.len() as u32);
+    }
+    let piece = ApplyUnit {
+        tables: vec![UnitTable {
+            table,
+            columns: Arc::new(columns),
+            key: Arc::new(vec!["id".into()]),
+            batch,
+            source_engine: "postgres",
+        }],
+        order: (0..n as u32).map(|r| (0, r)).collect(),
+    };
+    Ready {
+        work: Arc::new(Work {
+            pieces: vec![Piece::Rows(piece)],
+            more: None,
+            position: Some(AppliedPosition {
+                unit: 0,
+                restart: "r".into(),
+                pos: "p".into(),
+                commit_ts: None,
+            }),
+            bytes: 0,
+            transactions: 1,
+            changes: n as u64,
+            commit_ts: None,
+            rows: keys,
+        }),
+        exclusive: false,
+    }
+}
+
+async fn run(workers: usize, units: Vec<Ready>, log: &Arc<Log>) -> Arc<ApplyCounters> {
+    let target: Arc<dyn ApplyTarget> = Arc::new(Recorder { log: log.clone() });
+    let counters = Arc::new(ApplyCounters::default());
+    let pool = Pool::start(&target, "r", workers, 0, counters.clone())
+        .await
+        .unwrap();
+    pool.add(units);
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        pool.wait_until(|p| p.unfinished() == 0),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    pool.stop().await.unwrap();
+    counters
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn free_rows_run_before_the_unit_they_wait_for_commits() {
+    let log = Arc::new(Log::default());
+    // Unit 1 cannot commit until unit 2 has sent its free row (id 2): only a unit that starts
+    // before its dependency commits gets there.
+    *log.hold.lock().unwrap() = Some((1, "send [2]".into()));
+    let counters = run(
+        2,
+        vec![
+            unit(&[(1, &[100])]),
+            // Row 10 shares key 100 with unit 1 (late); row 2 touches key 200 only (free);
+            // row 11 shares key 300 with the late row 10 (late too).
+            unit(&[(10, &[100, 300]), (2, &[200]), (11, &[300])]),
+        ],
+        &log,
+    )
+    .await;
+    assert_eq!(
+        log.lines(),
+        ["send [2]", "commit 1 [1]", "commit 2 [10,11]"],
+        "unit 2's free row first, its late rows after unit 1's commit, commits in order"
+    );
+    assert_eq!(counters.split.load(Ordering::Relaxed), 1);
+    assert_eq!(counters.units.load(Ordering::Relaxed), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_stay_in_source_order_whoever_finishes_first() {
+    let log = Arc::new(Log::default());
+    // Unit 1 is held until unit 3 has sent its rows: units 2 and 3 are independent and run
+    // meanwhile, but no commit may pass unit 1's.
+    *log.hold.lock().unwrap() = Some((1, "send [3]".into()));
+    run(
+        3,
+        vec![unit(&[(1, &[1])]), unit(&[(2, &[2])]), unit(&[(3, &[3])])],
+        &log,
+    )
+    .await;
+    let commits: Vec<String> = log
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains("commit"))
+        .collect();
+    assert_eq!(commits, ["commit 1 [1]", "commit 2 []", "commit 3 []"]);
+}
+
+/// A collector of one table `s.t (id bigint primary key)` whose workers are `busy` or not.
+fn collector(
+    busy: bool,
+    transactions: u64,
+) -> (super::collect::Collector, TableRef, Vec<ColumnDesc>) {
+    let table = TableRef {
+        schema: "s".into(),
+        name: "t".into(),
+    };
+    let columns = vec![ColumnDesc {
+        name: "id".into(),
+        source_type: "bigint".into(),
+        field: field("id", DataType::Int64),
+        cast: None,
+        as_text_fallback: false,
+    }];
+    let mut c = super::collect::Collector::new(
+        vec![super::collect::Captured {
+            table: table.clone(),
+            target: table.clone(),
+            columns: columns.clone(),
+            snapshot_position: None,
+        }],
+        vec![sluice_core::apply::TableKeys::primary_only(
+            table.clone(),
+            vec!["id".into()],
+        )],
+        super::collect::Limits {
+            transactions,
+            bytes: 1 << 20,
+            stream_bytes: 64 << 20,
+        },
+        "postgres",
+    );
+    c.set_busy(Arc::new(move |_| busy));
+    (c, table, columns)
+}
+
+/// Source transaction `n` inserting rows `ids`.
+fn transaction(
+    c: &mut super::collect::Collector,
+    table: &TableRef,
+    columns: &[ColumnDesc],
+    n: u64,
+    ids: &[i64],
+) {
+    use sluice_core::change::{ChangeOp, ChangeSink, TxMeta};
+    let pos = format!("{n:08}");
+    c.begin(TxMeta {
+        pos: pos.clone(),
+        xid: n.to_string(),
+        commit_ts: None,
+    })
+    .unwrap();
+    let h = c.relation(table, columns).unwrap();
+    for id in ids {
+        let rows = c.row(h, ChangeOp::Insert).unwrap().unwrap();
+        rows.columns()[0].push_i64(*id).unwrap();
+        c.row_done().unwrap();
+    }
+    c.commit(&pos).unwrap();
+}
+
+#[test]
+fn a_caught_up_stream_applies_each_transaction_at_once() {
+    let (mut c, t, cols) = collector(false, 100);
+    for n in 1..=4 {
+        transaction(&mut c, &t, &cols, n, &[n as i64]);
+    }
+    let sizes: Vec<u64> = c.ready.iter().map(|r| r.work.transactions).collect();
+    assert_eq!(
+        sizes,
+        [1, 1, 1, 1],
+        "a free worker gets every transaction at once"
+    );
+}
+
+#[test]
+fn busy_workers_let_units_grow_to_their_cap() {
+    let (mut c, t, cols) = collector(true, 3);
+    for n in 1..=5 {
+        transaction(&mut c, &t, &cols, n, &[2 * n as i64, 2 * n as i64 + 1]);
+    }
+    c.cut_idle().unwrap();
+    let units: Vec<(u64, usize, Option<String>)> = c
+        .ready
+        .iter()
+        .map(|r| {
+            let w = &r.work;
+            (
+                w.transactions,
+                w.rows.len(),
+                w.position.as_ref().map(|p| p.pos.clone()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        units,
+        [
+            (3, 6, Some("00000003".into())),
+            (2, 4, Some("00000005".into()))
+        ],
+        "units of three transactions while the workers are busy, the rest when the source is idle; \
+         every row with its keys"
+    );
+    let rows = &c.ready[0].work.rows;
+    assert!(
+        (0..rows.len()).all(|i| rows.row(i).len() == 1),
+        "one key (the primary key) per row"
+    );
+}
