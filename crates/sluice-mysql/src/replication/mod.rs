@@ -44,6 +44,7 @@
 pub mod binlog;
 pub mod conn;
 pub mod gtid;
+pub mod rows;
 pub mod server;
 pub mod stream;
 pub mod table_map;

@@ -29,6 +29,7 @@ use super::binlog::{
     mysql_gtid, split_file,
 };
 use super::gtid::{Gtid, GtidState};
+use super::rows::{Layout, read_image};
 use super::values::{Codec, column_facts};
 use crate::catalog::{self, Resolved, ServerInfo};
 use crate::connect::{MyTarget, ZeroDates};
@@ -40,6 +41,7 @@ use mysql_async::binlog::events::{
 };
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::{BinlogStream, Conn};
+use mysql_common::io::ParseBuf;
 use sluice_core::change::{ChangeOp, ChangeSink, ChangeStream, Step, TxMeta};
 use sluice_core::table::TableRef;
 use sluice_core::{ColumnDesc, Dataset, Error, ErrorKind, Result, Retry};
@@ -69,6 +71,10 @@ struct Table {
     handle: Option<usize>,
     /// A DDL named the table: read its columns again at its next table map.
     stale: bool,
+    /// The data of the last table map handled for it, and its layout: an identical table map
+    /// (each transaction repeats it) needs no new look.
+    map: Vec<u8>,
+    layout: Arc<Layout>,
 }
 
 /// The open event group.
@@ -112,7 +118,9 @@ pub struct MyStream {
     display: String,
     zero_dates: ZeroDates,
     tables: HashMap<TableRef, Table>,
-    ids: HashMap<u64, Option<TableRef>>,
+    ids: HashMap<u64, Option<(TableRef, Arc<Layout>)>>,
+    /// Reused by every rows event (the values borrow each event's data).
+    scratch: (Vec<usize>, Vec<usize>),
     file_seq: u64,
     group: Option<Group>,
     /// The open group's GTID.
@@ -175,6 +183,8 @@ impl MyStream {
                     codec,
                     handle: None,
                     stale: false,
+                    map: Vec::new(),
+                    layout: Arc::default(),
                 },
             );
         }
@@ -187,6 +197,7 @@ impl MyStream {
             zero_dates,
             tables,
             ids: HashMap::new(),
+            scratch: (Vec::new(), Vec::new()),
             file_seq: setup.from.seq,
             group: None,
             pending: None,
@@ -516,8 +527,13 @@ impl MyStream {
         };
         let id = tme.table_id();
         let count = tme.columns_count() as usize;
-        if !self.tables.contains_key(&t) {
+        let Some(tab) = self.tables.get(&t) else {
             self.ids.insert(id, None);
+            return Ok(());
+        };
+        if !tab.stale && tab.handle.is_some() && tab.map == e.data() {
+            let layout = tab.layout.clone();
+            self.ids.insert(id, Some((t, layout)));
             return Ok(());
         }
         self.relation(&t, sink).await?;
@@ -581,19 +597,26 @@ impl MyStream {
                 tab.handle = Some(sink.relation(&t, &tab.columns)?);
             }
         }
-        self.ids.insert(id, Some(t));
+        let layout = Arc::new(Layout::of(&tme).map_err(|x| malformed(&self.display, x))?);
+        let tab = self
+            .tables
+            .get_mut(&t)
+            .ok_or_else(|| Error::internal(format!("{t} is not captured")))?;
+        tab.map = e.data().to_vec();
+        tab.layout = layout.clone();
+        self.ids.insert(id, Some((t, layout)));
         Ok(())
     }
 
     fn rows(&mut self, e: &Event, sink: &mut dyn ChangeSink) -> Result<()> {
-        let display = self.display.clone();
-        let data = e.read_data().map_err(|x| malformed(&display, x))?;
+        let data = e.read_data().map_err(|x| malformed(&self.display, x))?;
         let Some(EventData::RowsEvent(r)) = data else {
             return Ok(());
         };
-        let Some(Some(t)) = self.ids.get(&r.table_id()).cloned() else {
+        let Some(Some((t, layout))) = self.ids.get(&r.table_id()) else {
             return Ok(());
         };
+        let (t, layout) = (t.clone(), layout.clone());
         let op = match &r {
             RowsEventData::WriteRowsEventV1(_) | RowsEventData::WriteRowsEvent(_) => {
                 ChangeOp::Insert
@@ -603,13 +626,25 @@ impl MyStream {
             }
             _ => ChangeOp::Update,
         };
-        let events = self
-            .events
-            .as_ref()
-            .ok_or_else(|| Error::internal("the binary log stream is closed"))?;
-        let tme = events
-            .get_tme(r.table_id())
-            .ok_or_else(|| malformed(&display, "a row event without its table map"))?;
+        let columns = r.num_columns() as usize;
+        if columns != layout.columns() {
+            return Err(malformed(
+                &self.display,
+                format!(
+                    "a rows event of {t} has {columns} columns, its table map {}",
+                    layout.columns()
+                ),
+            ));
+        }
+        let (before_cols, after_cols) = &mut self.scratch;
+        before_cols.clear();
+        after_cols.clear();
+        if let Some(b) = r.columns_before_image() {
+            before_cols.extend(b.iter_ones().take_while(|i| *i < columns));
+        }
+        if let Some(a) = r.columns_after_image() {
+            after_cols.extend(a.iter_ones().take_while(|i| *i < columns));
+        }
         let tab = self
             .tables
             .get_mut(&t)
@@ -618,45 +653,40 @@ impl MyStream {
             .handle
             .ok_or_else(|| Error::internal(format!("{t} has no handle")))?;
         let n = tab.columns.len();
-        let before_cols: Vec<usize> = r
-            .columns_before_image()
-            .map(|b| b.iter_ones().filter(|i| *i < n).collect())
-            .unwrap_or_default();
-        let after_cols: Vec<usize> = r
-            .columns_after_image()
-            .map(|b| b.iter_ones().filter(|i| *i < n).collect())
-            .unwrap_or_default();
-        for row in r.rows(tme) {
-            let (before, after) = row.map_err(|x| malformed(&display, x))?;
-            let image = |row: Option<mysql_async::binlog::row::BinlogRow>, cols: &[usize]| {
-                let mut out: Vec<Option<BinlogValue<'static>>> = vec![None; n];
-                if let Some(row) = row {
-                    for (v, c) in row.unwrap().into_iter().zip(cols) {
-                        out[*c] = Some(v);
-                    }
-                }
-                out
-            };
-            let b = image(before, &before_cols);
-            let a = image(after, &after_cols);
+        let (has_before, has_after) = (
+            r.columns_before_image().is_some(),
+            r.columns_after_image().is_some(),
+        );
+        let mut buf = ParseBuf(r.rows_data());
+        let (mut b, mut a) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        let display = &self.display;
+        while !buf.is_empty() {
+            if has_before {
+                read_image(&mut buf, &layout, before_cols, n, &mut b)
+                    .map_err(|x| malformed(display, x))?;
+            }
+            if has_after {
+                read_image(&mut buf, &layout, after_cols, n, &mut a)
+                    .map_err(|x| malformed(display, x))?;
+            }
             match op {
-                ChangeOp::Insert => emit(tab, handle, &t, ChangeOp::Insert, a, sink)?,
-                ChangeOp::Delete => emit(tab, handle, &t, ChangeOp::Delete, b, sink)?,
+                ChangeOp::Insert => emit(tab, handle, &t, ChangeOp::Insert, &mut a, sink)?,
+                ChangeOp::Delete => emit(tab, handle, &t, ChangeOp::Delete, &mut b, sink)?,
                 _ => {
                     let moved = tab
                         .key
                         .iter()
                         .any(|k| matches!((&a[*k], &b[*k]), (Some(x), Some(y)) if x != y));
-                    let merged: Vec<Option<BinlogValue<'static>>> = a
-                        .into_iter()
-                        .zip(b.iter())
-                        .map(|(x, y)| x.or_else(|| y.clone()))
-                        .collect();
+                    for (x, y) in a.iter_mut().zip(b.iter()) {
+                        if x.is_none() {
+                            x.clone_from(y);
+                        }
+                    }
                     if moved {
-                        emit(tab, handle, &t, ChangeOp::Delete, b, sink)?;
-                        emit(tab, handle, &t, ChangeOp::Insert, merged, sink)?;
+                        emit(tab, handle, &t, ChangeOp::Delete, &mut b, sink)?;
+                        emit(tab, handle, &t, ChangeOp::Insert, &mut a, sink)?;
                     } else {
-                        emit(tab, handle, &t, ChangeOp::Update, merged, sink)?;
+                        emit(tab, handle, &t, ChangeOp::Update, &mut a, sink)?;
                     }
                 }
             }
@@ -671,12 +701,12 @@ fn emit(
     handle: usize,
     t: &TableRef,
     op: ChangeOp,
-    values: Vec<Option<BinlogValue<'static>>>,
+    values: &mut [Option<BinlogValue<'_>>],
     sink: &mut dyn ChangeSink,
 ) -> Result<()> {
     if let Some(rows) = sink.row(handle, op)? {
-        for (i, v) in values.into_iter().enumerate() {
-            match v {
+        for (i, v) in values.iter_mut().enumerate() {
+            match v.take() {
                 Some(v) => tab.codec.push(i, &mut rows.columns()[i], v).map_err(|e| {
                     Error::new(
                         ErrorKind::Data,
