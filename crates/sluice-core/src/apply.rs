@@ -113,17 +113,40 @@ impl UnitTable {
 }
 
 /// Consecutive source changes applied in one target transaction: one source transaction, or
-/// several small ones grouped to amortise the target's commit. Rows are in source (`_seq`)
-/// order across tables.
+/// several small ones grouped to amortise the target's commit. The runner hands them over in
+/// an order and with batches (see [`ApplyUnit::batches`]) that let the target merge rows into
+/// few statements.
 #[derive(Debug, Clone, Default)]
 pub struct ApplyUnit {
     /// Rows by table.
     pub tables: Vec<UnitTable>,
-    /// `(index into tables, row in its batch)` in source order.
+    /// `(index into tables, row in its batch)` in the order to apply them: source order, or
+    /// an order that moves rows only past rows they share no key with.
     pub order: Vec<(u32, u32)>,
+    /// End offsets in `order` of its *batches*: the rows of a batch are of one table and one
+    /// operation and share no key (primary, unique or foreign-key parent) with each other, so
+    /// a target may apply a batch as one statement per set of columns carried, in any order
+    /// within it. Empty: every row is a batch of its own.
+    pub batches: Vec<u32>,
 }
 
 impl ApplyUnit {
+    /// The batches as ranges of `order` (each row alone when `batches` is empty).
+    pub fn batch_ranges(&self) -> Vec<std::ops::Range<usize>> {
+        if self.batches.is_empty() {
+            return (0..self.order.len()).map(|i| i..i + 1).collect();
+        }
+        let mut start = 0;
+        self.batches
+            .iter()
+            .map(|&end| {
+                let r = start..end as usize;
+                start = end as usize;
+                r
+            })
+            .collect()
+    }
+
     /// Number of row changes.
     pub fn len(&self) -> usize {
         self.order.len()

@@ -117,6 +117,43 @@ async fn every_type_loads_and_equals_the_source() {
             assert_eq!(g[ci], w[ci], "row {} column {}", row + 1, c.name);
         }
     }
+    // Batches: rows 1–3 set to rows 2–4's values (ids kept) by one UPDATE … CASE, rows 5 and
+    // 6 deleted by one DELETE … IN, every type rendered as a literal of the batch statements.
+    let all = arrow_select::concat::concat_batches(&batches[0].schema(), &batches).unwrap();
+    let mut next3 = all.slice(1, 3).columns().to_vec();
+    next3[0] = arrow_cast::cast(
+        &(Arc::new(arrow_array::Int64Array::from(vec![1, 2, 3])) as ArrayRef),
+        next3[0].data_type(),
+    )
+    .unwrap();
+    let batched = ApplyUnit {
+        tables: vec![
+            exported(&t, next3, "update"),
+            exported(&t, all.slice(4, 2).columns().to_vec(), "delete"),
+        ],
+        order: vec![(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)],
+        batches: vec![3, 5],
+    };
+    let mut s = target.session("every_type", 0).await.unwrap();
+    s.begin().await.unwrap();
+    s.apply(&batched).await.unwrap();
+    s.record(&position(1)).await.unwrap();
+    s.commit().await.unwrap();
+    let got = mysql_types::oracle_of(&mut db.conn, &format!("`{into}`.all_types"), &cols).await;
+    assert_eq!(got.len(), 4, "rows 5 and 6 deleted");
+    for (row, g) in got.iter().take(3).enumerate() {
+        for (ci, c) in cols.iter().enumerate().skip(1) {
+            assert_eq!(
+                g[ci],
+                want[row + 1][ci],
+                "row {} column {}",
+                row + 1,
+                c.name
+            );
+        }
+    }
+    assert_eq!(got[3], want[3], "row 4 untouched");
+
     // Same engine: the source's own column types.
     let types = |schema: String| {
         format!(
@@ -217,6 +254,33 @@ fn rows(t: &TargetTable, key: &[&str], changes: &[Change]) -> UnitTable {
     }
 }
 
+/// Exported `columns` of `t` as changes `op`, keyed by `id`.
+fn exported(t: &TargetTable, mut columns: Vec<ArrayRef>, op: &'static str) -> UnitTable {
+    let n = columns[0].len();
+    let mut absent = ListBuilder::new(StringBuilder::new());
+    for _ in 0..n {
+        absent.append(true);
+    }
+    columns.extend([
+        Arc::new(StringArray::from(vec![op; n])) as ArrayRef,
+        Arc::new(StringArray::from(vec!["0000000000000001"; n])),
+        Arc::new(UInt64Array::from((0..n as u64).collect::<Vec<_>>())),
+        Arc::new(
+            TimestampMicrosecondArray::from(vec![Some(1_700_000_000_000_000i64); n])
+                .with_timezone("UTC"),
+        ),
+        Arc::new(StringArray::from(vec![Some("x"); n])),
+        Arc::new(absent.finish()),
+    ]);
+    UnitTable {
+        table: t.table.clone(),
+        columns: Arc::new(t.columns.clone()),
+        key: Arc::new(vec!["id".into()]),
+        batch: RecordBatch::try_new(change_schema(&t.table, &t.columns).unwrap(), columns).unwrap(),
+        source_engine: "mysql",
+    }
+}
+
 fn unit(tables: Vec<UnitTable>) -> ApplyUnit {
     let mut order = Vec::new();
     for (ti, t) in tables.iter().enumerate() {
@@ -224,7 +288,11 @@ fn unit(tables: Vec<UnitTable>) -> ApplyUnit {
             order.push((ti as u32, r as u32));
         }
     }
-    ApplyUnit { tables, order }
+    ApplyUnit {
+        tables,
+        order,
+        batches: Vec::new(),
+    }
 }
 
 fn position(unit: u64) -> AppliedPosition {

@@ -117,7 +117,11 @@ fn unit(tables: Vec<UnitTable>) -> ApplyUnit {
         .enumerate()
         .flat_map(|(t, u)| (0..u.batch.num_rows() as u32).map(move |r| (t as u32, r)))
         .collect();
-    ApplyUnit { tables, order }
+    ApplyUnit {
+        tables,
+        order,
+        batches: Vec::new(),
+    }
 }
 
 fn position(unit: u64) -> AppliedPosition {
@@ -320,7 +324,7 @@ async fn every_type_loads_by_copy_and_applies_by_statements() {
     // Updates through the primary key: every column of row 4 set to row 5's (keeping id 4).
     let mut row5 = batch.slice(4, 1).columns().to_vec();
     row5[0] = Arc::new(Int32Array::from(vec![4]));
-    let upd = unit_table(d, &["id"], fields, row5, &["update"], &[]);
+    let upd = unit_table(d, &["id"], fields.clone(), row5, &["update"], &[]);
     let mut s1 = target.session("all", 0).await.unwrap();
     apply_commit(&mut s1, &unit(vec![upd]), 1).await;
     let now = all_types_text(&dst, &cols).await;
@@ -329,6 +333,32 @@ async fn every_type_loads_by_copy_and_applies_by_statements() {
         expected[4].split_once('|').unwrap().1
     );
     assert_eq!(now[4], expected[4]);
+
+    // Batches: rows 1–3 set to rows 2–4's values (ids kept) by one UPDATE … FROM (VALUES …)
+    // whose typed first row reads every literal as its column's type, then rows 5 and 6
+    // deleted by one DELETE … USING.
+    let mut next3 = batch.slice(1, 3).columns().to_vec();
+    next3[0] = Arc::new(Int32Array::from(vec![1, 2, 3]));
+    let upd = unit_table(d, &["id"], fields.clone(), next3, &["update"; 3], &[]);
+    let last2 = batch.slice(4, 2).columns().to_vec();
+    let del = unit_table(d, &["id"], fields, last2, &["delete"; 2], &[]);
+    let batched = ApplyUnit {
+        tables: vec![upd, del],
+        order: vec![(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)],
+        batches: vec![3, 5],
+    };
+    apply_commit(&mut s1, &batched, 2).await;
+    let now = all_types_text(&dst, &cols).await;
+    assert_eq!(now.len(), 4, "rows 5 and 6 deleted: {now:?}");
+    for i in 0..3 {
+        assert_eq!(
+            now[i].split_once('|').unwrap().1,
+            expected[i + 1].split_once('|').unwrap().1,
+            "row {} has row {}'s values",
+            i + 1,
+            i + 2
+        );
+    }
 }
 
 /// `acct` (keyed) and `bag` (keyless) on a source and a target database.

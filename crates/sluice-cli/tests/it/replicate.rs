@@ -577,6 +577,43 @@ async fn an_unpredicted_lock_wait_is_retried_in_order() {
     drop_replication(&source, &target).await;
 }
 
+/// Rows of one kind are gathered into one statement, moved past rows they share no known key
+/// with; a unique value the source did not log (the old code of an update under PostgreSQL's
+/// default replica identity) can make such a move fail on the target. The unit is then rolled
+/// back and applied again in source order: the stream neither fails nor loses the row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gathered_row_that_meets_an_unlogged_unique_value_lands_in_source_order() {
+    let source = Db::new(true).await;
+    let target = Db::new(true).await;
+    source
+        .exec(
+            "CREATE TABLE u (id int PRIMARY KEY, code text NOT NULL UNIQUE);
+             INSERT INTO u SELECT g, 'c' || g FROM generate_series(1, 5) g;",
+        )
+        .await;
+    let base = ["--table", "public.u", "--parallel", "1", "--until-current"];
+    run(&mut replicate(&source, &target, &base).await).ok();
+    // One transaction, so one unit: the insert of 21 would join the insert of 30 ahead of the
+    // update that frees code 'c1'.
+    source
+        .exec(
+            "BEGIN; INSERT INTO u VALUES (30, 'c30');
+             UPDATE u SET code = 'moved' WHERE id = 1;
+             INSERT INTO u VALUES (21, 'c1'); COMMIT;",
+        )
+        .await;
+    let report = crate::common::tempdir();
+    let path = report.path().join("r.json");
+    let mut cmd = replicate(&source, &target, &base).await;
+    cmd.arg("--report-json").arg(&path);
+    run(&mut cmd).ok();
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(report["conflicts"].as_u64(), Some(1), "{report}");
+    let sql = "SELECT id, code FROM u";
+    assert_eq!(source.rows(sql).await, target.rows(sql).await);
+    drop_replication(&source, &target).await;
+}
+
 /// `--initial none`: tables that already hold the source's rows get only the changes made
 /// from the start on (the refusal above names this option).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,6 +6,7 @@
 //! | `ddl.rs`     | column types, `CREATE TABLE`, the column barrier's `ALTER TABLE`       |
 //! | `render.rs`  | Arrow values → SQL literals                                           |
 //! | `session.rs` | apply sessions: a unit's statements in at most two round trips        |
+//! | `batch.rs`   | rows prepared for statements; many updates or deletes in one statement |
 //! | `load.rs`    | the initial load: multi-row `INSERT`s sized under `max_allowed_packet` |
 //!
 //! Bookkeeping: database `sluice`, table `applied` (one row per replication name and worker:
@@ -20,6 +21,7 @@
 //! instead of being truncated; `NO_AUTO_VALUE_ON_ZERO` keeps an explicit 0 in an
 //! auto-increment column).
 
+mod batch;
 mod ddl;
 mod load;
 pub mod render;

@@ -4,7 +4,8 @@
 //! upsert); `send` sends the buffer as one multi-statement batch and `commit` sends what is left
 //! with `COMMIT`: one round trip for a unit that is already next to commit, two for one that
 //! waits for its turn. Consecutive inserts into one table with the same columns become
-//! one multi-row `INSERT`. A buffer past [`FLUSH_BYTES`] is sent early, so memory stays bounded
+//! one multi-row `INSERT`, and a batch of updates or deletes (rows of one table sharing no
+//! key, `ApplyUnit::batches`) one statement per set of columns carried (`batch.rs`). A buffer past [`FLUSH_BYTES`] is sent early, so memory stays bounded
 //! for a large transaction.
 //!
 //! Statements: an insert names the columns the row carries; an update sets the non-key columns
@@ -16,16 +17,15 @@
 //! Length: about 430 lines of code plus a unit test of the SQL text; the statement builder
 //! ([`Script`]) and the session that sends it share the buffer and its bound.
 
+use super::batch::{self, DELETE_ROWS, Prepared, UPDATE_ROWS};
 use super::fail;
 use super::render::{self, Kind};
-use crate::sql::{quote_ident, quote_table};
-use arrow_array::cast::AsArray;
-use arrow_array::{Array, ArrayRef, ListArray, StringArray};
+use crate::sql::quote_table;
+use arrow_array::Array;
 use async_trait::async_trait;
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
-use sluice_core::apply::{AppliedPosition, ApplySession, ApplyUnit, Barrier, UnitTable};
-use sluice_core::change::{ABSENT, OP};
+use sluice_core::apply::{AppliedPosition, ApplySession, ApplyUnit, Barrier};
 use sluice_core::{Error, Result};
 
 /// A buffer of statements past this many bytes is sent before the unit ends.
@@ -43,69 +43,6 @@ pub struct MySession {
     sent: bool,
     /// Tables of the open transaction, for messages.
     tables: Vec<String>,
-}
-
-/// One table of a unit, ready to render rows.
-struct Prepared<'a> {
-    t: &'a UnitTable,
-    name: String,
-    cols: Vec<(String, Kind, &'a ArrayRef)>,
-    op: &'a StringArray,
-    absent: &'a ListArray,
-    key: Vec<usize>,
-}
-
-impl<'a> Prepared<'a> {
-    fn new(t: &'a UnitTable) -> Result<Self> {
-        let batch = &t.batch;
-        let schema = batch.schema_ref().clone();
-        let col = |name: &str| {
-            schema.index_of(name).map_err(|_| {
-                Error::internal(format!("the unit's rows of {} lack column {name}", t.table))
-            })
-        };
-        let op = batch
-            .column(col(OP)?)
-            .as_string_opt::<i32>()
-            .ok_or_else(|| Error::internal(format!("column {OP} of {} is not text", t.table)))?;
-        let absent = batch
-            .column(col(ABSENT)?)
-            .as_list_opt::<i32>()
-            .ok_or_else(|| {
-                Error::internal(format!("column {ABSENT} of {} is not a list", t.table))
-            })?;
-        let cols: Vec<(String, Kind, &ArrayRef)> = t
-            .columns
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (quote_ident(&c.name), Kind::of(&c.field), batch.column(i)))
-            .collect();
-        let key = t.key_positions()?;
-        Ok(Prepared {
-            t,
-            name: quote_table(&t.table),
-            cols,
-            op,
-            absent,
-            key,
-        })
-    }
-
-    /// Which columns row `r` carries.
-    fn present(&self, r: usize) -> Vec<bool> {
-        let mut p = vec![true; self.cols.len()];
-        if self.absent.is_valid(r) && self.absent.value_length(r) > 0 {
-            let names = self.absent.value(r);
-            if let Some(names) = names.as_string_opt::<i32>() {
-                for n in names.iter().flatten() {
-                    if let Some(i) = self.t.columns.iter().position(|c| c.name == n) {
-                        p[i] = false;
-                    }
-                }
-            }
-        }
-        p
-    }
 }
 
 impl MySession {
@@ -145,6 +82,42 @@ impl MySession {
         self.script.buf = sql;
         self.script.buf.clear();
         r.map_err(|e| fail(e, &self.display, &self.what()))
+    }
+
+    /// A batch of updates or deletes of a keyed table (rows sharing no key): one statement per
+    /// set of columns carried and per [`UPDATE_ROWS`] / [`DELETE_ROWS`] rows.
+    async fn many(&mut self, p: &Prepared<'_>, op: &str, rows: &[(u32, u32)]) -> Result<()> {
+        let mut groups: Vec<(Vec<bool>, Vec<usize>)> = Vec::new();
+        for &(_, r) in rows {
+            let r = r as usize;
+            let present = if op == "update" {
+                p.present(r)
+            } else {
+                Vec::new()
+            };
+            match groups.iter_mut().find(|(m, _)| *m == present) {
+                Some((_, g)) => g.push(r),
+                None => groups.push((present, vec![r])),
+            }
+        }
+        for (present, group) in &groups {
+            let size = if op == "update" {
+                UPDATE_ROWS
+            } else {
+                DELETE_ROWS
+            };
+            for chunk in group.chunks(size) {
+                if op == "update" {
+                    batch::update(p, chunk, present, &mut self.script.buf)?;
+                } else {
+                    batch::delete(p, chunk, &mut self.script.buf)?;
+                }
+                if self.script.buf.len() > FLUSH_BYTES {
+                    self.flush().await?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -322,14 +295,32 @@ impl ApplySession for MySession {
                 self.tables.push(n);
             }
         }
-        for &(ti, ri) in &unit.order {
+        for range in unit.batch_ranges() {
+            let rows = &unit.order[range];
+            let Some(&(ti, first)) = rows.first() else {
+                continue;
+            };
             let p = prepared.get(ti as usize).ok_or_else(|| {
                 Error::internal(format!("unit order names table {ti}, which it lacks"))
             })?;
-            self.script.row(p, ti, ri as usize)?;
-            if self.script.buf.len() > FLUSH_BYTES {
+            let op = p.op.value(first as usize);
+            if rows.len() > 1 && !p.key.is_empty() && (op == "update" || op == "delete") {
                 self.script.close();
-                self.flush().await?;
+                self.many(p, op, rows).await?;
+                continue;
+            }
+            // A batch's inserts grouped by the columns they carry: each group extends one
+            // multi-row INSERT (rows of a batch may go in any order).
+            let mut ordered: Vec<usize> = rows.iter().map(|(_, r)| *r as usize).collect();
+            if op == "insert" && rows.len() > 1 {
+                ordered.sort_by_cached_key(|r| p.present(*r));
+            }
+            for r in ordered {
+                self.script.row(p, ti, r)?;
+                if self.script.buf.len() > FLUSH_BYTES {
+                    self.script.close();
+                    self.flush().await?;
+                }
             }
         }
         self.script.close();
@@ -431,8 +422,11 @@ impl ApplySession for MySession {
 mod tests {
     use super::*;
     use arrow_array::builder::{ListBuilder, StringBuilder};
-    use arrow_array::{Int32Array, RecordBatch, TimestampMicrosecondArray, UInt64Array};
+    use arrow_array::{
+        Int32Array, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array,
+    };
     use arrow_schema::DataType;
+    use sluice_core::apply::UnitTable;
     use sluice_core::change::change_schema;
     use sluice_core::columns::field;
     use sluice_core::table::{ColumnDesc, TableRef};
@@ -538,6 +532,51 @@ mod tests {
                 "DELETE FROM `d`.`t` WHERE `id` <=> 1 AND `v` IS NULL LIMIT 1;\
                  UPDATE `d`.`t` SET `id`=2,`v`={b} WHERE `id` <=> 2 AND `v` <=> {b} LIMIT 1;",
                 b = x("b")
+            )
+        );
+    }
+
+    #[test]
+    fn a_batch_as_statements() {
+        let x = |s: &str| crate::sql::quote_literal(s);
+        let t = table(
+            &["id"],
+            &[
+                ("update", 1, Some("a"), &[]),
+                ("update", 2, None, &[]),
+                ("delete", 3, None, &["v"]),
+                ("delete", 4, None, &["v"]),
+            ],
+        );
+        let p = Prepared::new(&t).unwrap();
+        let mut buf = String::new();
+        assert!(batch::update(&p, &[0, 1], &[true, true], &mut buf).unwrap());
+        batch::delete(&p, &[2, 3], &mut buf).unwrap();
+        assert_eq!(
+            buf,
+            format!(
+                "UPDATE `d`.`t` SET `v`=CASE WHEN (`id` = 1) THEN {} WHEN (`id` = 2) THEN NULL END \
+                 WHERE `id` IN (1,2);DELETE FROM `d`.`t` WHERE `id` IN (3,4);",
+                x("a")
+            )
+        );
+        buf.clear();
+        assert!(
+            !batch::update(&p, &[0], &[true, false], &mut buf).unwrap(),
+            "only the key present: nothing to set"
+        );
+        let two = table(
+            &["id", "v"],
+            &[("delete", 1, Some("a"), &[]), ("delete", 2, Some("b"), &[])],
+        );
+        let p = Prepared::new(&two).unwrap();
+        batch::delete(&p, &[0, 1], &mut buf).unwrap();
+        assert_eq!(
+            buf,
+            format!(
+                "DELETE FROM `d`.`t` WHERE (`id` = 1 AND `v` = {}) OR (`id` = 2 AND `v` = {});",
+                x("a"),
+                x("b")
             )
         );
     }

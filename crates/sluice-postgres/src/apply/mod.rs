@@ -6,7 +6,8 @@
 //! | `mod.rs`     | the target: sessions' settings, bookkeeping in schema `sluice`, errors |
 //! | `ddl.rs`     | column types, `CREATE TABLE`, the column barrier's `ALTER TABLE`       |
 //! | `render.rs`  | Arrow values → PostgreSQL input text (SQL literals, `COPY` fields)     |
-//! | `session.rs` | apply sessions: a unit's statements batched into two round trips     |
+//! | `session.rs` | apply sessions: a unit's statements in one or two round trips         |
+//! | `batch.rs`   | rows prepared for statements; many updates or deletes in one statement |
 //! | `encode.rs`  | Arrow values → binary `COPY` fields, for the target types it knows     |
 //! | `load.rs`    | the initial load: one `COPY … FROM STDIN` per batch (binary or text)   |
 //!
@@ -17,6 +18,7 @@
 //! Connections are made by [`PgTarget`], so a target URL means what it means to libpq (TLS,
 //! `~/.pgpass`, `PG*` variables), as for sources.
 
+mod batch;
 mod ddl;
 mod encode;
 mod load;

@@ -12,14 +12,11 @@
 //! with the input function of the column they are assigned to or compared with, so a statement
 //! needs no parameter types and many statements fit one message.
 
-use super::render::{Kind, push_literal, push_sql};
+use super::batch::{self, Prepared, STATEMENT_ROWS};
+use super::render::{push_literal, push_sql};
 use super::{ddl, failed, names};
-use crate::sql::{quote_ident, quote_table};
-use arrow_array::cast::AsArray;
-use arrow_array::{Array, ArrayRef, GenericListArray, StringArray};
 use async_trait::async_trait;
-use sluice_core::apply::{AppliedPosition, ApplySession, ApplyUnit, Barrier, UnitTable};
-use sluice_core::change::{ABSENT, OP};
+use sluice_core::apply::{AppliedPosition, ApplySession, ApplyUnit, Barrier};
 use sluice_core::table::TableRef;
 use sluice_core::{Error, Result};
 use std::fmt::Write;
@@ -27,11 +24,6 @@ use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// Buffered statement text sent before the unit's end once it passes this size.
 pub const FLUSH_BYTES: usize = 1 << 20;
-
-/// Types without an equality operator: a keyless table's rows compare their text instead.
-const NO_EQUALITY: [&str; 9] = [
-    "json", "xml", "point", "line", "lseg", "box", "path", "polygon", "circle",
-];
 
 /// What a buffered statement is, to log updates and deletes that matched no row.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -49,7 +41,8 @@ pub struct PgSession {
     name: String,
     worker: u32,
     buf: String,
-    kinds: Vec<Stmt>,
+    /// What each buffered statement is, with the rows an update or delete should match.
+    kinds: Vec<(Stmt, u64)>,
     scratch: String,
     /// The multi-row insert being built: (table, absent mask) it is for.
     insert: Option<(TableRef, Vec<bool>)>,
@@ -57,78 +50,6 @@ pub struct PgSession {
     touched: Vec<TableRef>,
     /// Something of the transaction was sent (a rollback must be sent too).
     sent: bool,
-}
-
-/// A unit table's columns prepared for rendering.
-struct Prepared<'a> {
-    t: &'a UnitTable,
-    table: String,
-    names: Vec<String>,
-    kinds: Vec<Kind>,
-    text_compare: Vec<bool>,
-    key: Vec<usize>,
-    op: &'a StringArray,
-    absent: &'a GenericListArray<i32>,
-}
-
-impl<'a> Prepared<'a> {
-    /// `same_engine`: the columns have their source types on the target (a PostgreSQL source),
-    /// so the types without equality are known by name.
-    fn new(t: &'a UnitTable, same_engine: bool) -> Result<Self> {
-        let n = t.columns.len();
-        let column = |name: &str| -> Result<&'a ArrayRef> {
-            let i = t.batch.schema().index_of(name).map_err(|_| {
-                Error::internal(format!("rows of {} without change column {name}", t.table))
-            })?;
-            Ok(t.batch.column(i))
-        };
-        let op = column(OP)?
-            .as_string_opt::<i32>()
-            .ok_or_else(|| Error::internal("_op is not Utf8"))?;
-        let absent = column(ABSENT)?
-            .as_list_opt::<i32>()
-            .ok_or_else(|| Error::internal("_absent is not a list"))?;
-        let mut kinds = Vec::with_capacity(n);
-        for (c, f) in t.columns.iter().zip(t.batch.schema().fields().iter()) {
-            kinds
-                .push(Kind::of(f).map_err(|e| {
-                    Error::data(format!("{}.{}: {}", t.table, c.name, e.message()))
-                })?);
-        }
-        let key = t.key_positions()?;
-        Ok(Prepared {
-            t,
-            table: quote_table(&t.table),
-            names: t.columns.iter().map(|c| quote_ident(&c.name)).collect(),
-            kinds,
-            text_compare: t
-                .columns
-                .iter()
-                .map(|c| same_engine && NO_EQUALITY.contains(&c.source_type.trim_end_matches("[]")))
-                .collect(),
-            key,
-            op,
-            absent,
-        })
-    }
-
-    /// The absent mask of row `r` (all false when the row carries every column).
-    fn absent(&self, r: usize, mask: &mut Vec<bool>) {
-        mask.clear();
-        mask.resize(self.names.len(), false);
-        if self.absent.is_null(r) || self.absent.value_length(r) == 0 {
-            return;
-        }
-        let list = self.absent.value(r);
-        let Some(names) = list.as_string_opt::<i32>() else {
-            return;
-        };
-        for name in names.iter().flatten() {
-            if let Some(i) = self.t.columns.iter().position(|c| c.name == name) {
-                mask[i] = true;
-            }
-        }
-    }
 }
 
 impl PgSession {
@@ -182,11 +103,12 @@ impl PgSession {
                 SimpleQueryMessage::CommandComplete(n) => Some(*n),
                 _ => None,
             });
-            let missed = kinds
+            let missed: u64 = kinds
                 .iter()
                 .zip(counts)
-                .filter(|(k, n)| matches!(k, Stmt::Update | Stmt::Delete) && *n == 0)
-                .count();
+                .filter(|((k, _), _)| matches!(k, Stmt::Update | Stmt::Delete))
+                .map(|((_, want), got)| want.saturating_sub(got))
+                .sum();
             if missed > 0 {
                 tracing::debug!(
                     "{missed} update(s) or delete(s) matched no row on the target while {what}"
@@ -238,6 +160,41 @@ impl PgSession {
         Ok(())
     }
 
+    /// A batch of updates or deletes of a keyed table (rows sharing no key): one statement
+    /// per set of columns carried and per [`STATEMENT_ROWS`] rows.
+    async fn many(&mut self, p: &Prepared<'_>, op: &str, rows: &[(u32, u32)]) -> Result<()> {
+        self.end_insert();
+        let mut groups: Vec<(Vec<bool>, Vec<usize>)> = Vec::new();
+        let mut mask = Vec::new();
+        for &(_, r) in rows {
+            let r = r as usize;
+            if op == "update" {
+                p.absent(r, &mut mask);
+            }
+            match groups.iter_mut().find(|(m, _)| *m == mask) {
+                Some((_, g)) => g.push(r),
+                None => groups.push((mask.clone(), vec![r])),
+            }
+        }
+        for (mask, group) in &groups {
+            for chunk in group.chunks(STATEMENT_ROWS) {
+                let n = chunk.len() as u64;
+                if op == "update" {
+                    if batch::update(p, chunk, mask, &mut self.scratch, &mut self.buf)? {
+                        self.kinds.push((Stmt::Update, n));
+                    }
+                } else {
+                    batch::delete(p, chunk, &mut self.scratch, &mut self.buf)?;
+                    self.kinds.push((Stmt::Delete, n));
+                }
+                if self.buf.len() > FLUSH_BYTES {
+                    self.flush().await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn row(&mut self, p: &Prepared<'_>, r: usize, absent: &mut Vec<bool>) -> Result<()> {
         let op = p.op.value(r);
         p.absent(r, absent);
@@ -247,7 +204,7 @@ impl PgSession {
                 if absent.iter().all(|a| *a) {
                     self.end_insert();
                     let _ = writeln!(self.buf, "INSERT INTO {} DEFAULT VALUES;", p.table);
-                    self.kinds.push(Stmt::Insert);
+                    self.kinds.push((Stmt::Insert, 0));
                     return Ok(());
                 }
                 if same {
@@ -264,7 +221,7 @@ impl PgSession {
                         p.table,
                         cols.join(", ")
                     );
-                    self.kinds.push(Stmt::Insert);
+                    self.kinds.push((Stmt::Insert, 0));
                     self.insert = Some((p.t.table.clone(), absent.clone()));
                 }
                 let mut first = true;
@@ -297,14 +254,14 @@ impl PgSession {
                 }
                 self.matching(p, r, absent)?;
                 self.buf.push_str(";\n");
-                self.kinds.push(Stmt::Update);
+                self.kinds.push((Stmt::Update, 1));
             }
             "delete" => {
                 self.end_insert();
                 let _ = write!(self.buf, "DELETE FROM {}", p.table);
                 self.matching(p, r, absent)?;
                 self.buf.push_str(";\n");
-                self.kinds.push(Stmt::Delete);
+                self.kinds.push((Stmt::Delete, 1));
             }
             other => {
                 return Err(Error::internal(format!(
@@ -326,7 +283,7 @@ impl ApplySession for PgSession {
         self.insert = None;
         self.sent = false;
         self.buf.push_str("BEGIN;\n");
-        self.kinds.push(Stmt::Other);
+        self.kinds.push((Stmt::Other, 0));
         Ok(())
     }
 
@@ -337,14 +294,48 @@ impl ApplySession for PgSession {
             .map(|t| Prepared::new(t, t.source_engine == "postgres"))
             .collect::<Result<Vec<_>>>()?;
         let mut absent = Vec::new();
-        for &(t, r) in &unit.order {
+        for range in unit.batch_ranges() {
+            let rows = &unit.order[range];
+            let Some(&(t, first)) = rows.first() else {
+                continue;
+            };
             let p = prepared
                 .get(t as usize)
                 .ok_or_else(|| Error::internal("an apply unit's order names no table"))?;
             self.touch(&p.t.table);
-            self.row(p, r as usize, &mut absent)?;
-            if self.buf.len() > FLUSH_BYTES {
-                self.flush().await?;
+            let op = p.op.value(first as usize);
+            if rows.len() > 1 && !p.key.is_empty() && (op == "update" || op == "delete") {
+                self.many(p, op, rows).await?;
+                continue;
+            }
+            // Inserts of a batch grouped by the columns they carry, so each group is one
+            // multi-row INSERT (rows of a batch may go in any order).
+            let mut ordered: Vec<u32> = rows.iter().map(|(_, r)| *r).collect();
+            if op == "insert" && rows.len() > 1 {
+                let mut masks: Vec<Vec<bool>> = Vec::new();
+                let mut group: Vec<usize> = Vec::with_capacity(rows.len());
+                for &r in &ordered {
+                    p.absent(r as usize, &mut absent);
+                    let g = match masks.iter().position(|m| *m == absent) {
+                        Some(g) => g,
+                        None => {
+                            masks.push(absent.clone());
+                            masks.len() - 1
+                        }
+                    };
+                    group.push(g);
+                }
+                if masks.len() > 1 {
+                    let mut keyed: Vec<(usize, u32)> = group.into_iter().zip(ordered).collect();
+                    keyed.sort_by_key(|(g, _)| *g);
+                    ordered = keyed.into_iter().map(|(_, r)| r).collect();
+                }
+            }
+            for r in ordered {
+                self.row(p, r as usize, &mut absent)?;
+                if self.buf.len() > FLUSH_BYTES {
+                    self.flush().await?;
+                }
             }
         }
         Ok(())
@@ -358,7 +349,7 @@ impl ApplySession for PgSession {
                     return Ok(());
                 }
                 self.buf.push_str(&ddl::truncate_sql(tables));
-                self.kinds.push(Stmt::Other);
+                self.kinds.push((Stmt::Other, 0));
                 self.touched.extend(tables.iter().cloned());
                 self.flush().await
             }
@@ -377,7 +368,7 @@ impl ApplySession for PgSession {
                     return Ok(());
                 }
                 self.buf.push_str(&sql);
-                self.kinds.push(Stmt::Other);
+                self.kinds.push((Stmt::Other, 0));
                 self.touch(table);
                 self.flush().await
             }
@@ -405,7 +396,7 @@ impl ApplySession for PgSession {
              excluded.restart, pos = excluded.pos, commit_ts = excluded.commit_ts, \
              updated_at = now();\n",
         );
-        self.kinds.push(Stmt::Other);
+        self.kinds.push((Stmt::Other, 0));
         Ok(())
     }
 
@@ -416,7 +407,7 @@ impl ApplySession for PgSession {
     async fn commit(&mut self) -> Result<()> {
         self.end_insert();
         self.buf.push_str("COMMIT");
-        self.kinds.push(Stmt::Other);
+        self.kinds.push((Stmt::Other, 0));
         self.flush().await?;
         self.sent = false;
         Ok(())

@@ -44,8 +44,8 @@ pub(crate) enum Piece {
 /// What follows a streamed unit's first pieces.
 #[derive(Debug)]
 pub(crate) enum More {
-    /// The next piece.
-    Piece(Piece),
+    /// The next piece, with the keys of its rows (none for a barrier).
+    Piece(Piece, RowKeys),
     /// The transaction committed at this position.
     End(AppliedPosition),
 }
@@ -91,6 +91,18 @@ impl RowKeys {
     pub fn row(&self, i: usize) -> &[u64] {
         let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
         &self.keys[start..self.ends[i] as usize]
+    }
+
+    /// Split off the first `n` rows (all of them when there are fewer).
+    pub fn take_front(&mut self, n: usize) -> RowKeys {
+        let n = n.min(self.ends.len());
+        let cut = if n == 0 { 0 } else { self.ends[n - 1] };
+        let keys: Vec<u64> = self.keys.drain(..cut as usize).collect();
+        let ends: Vec<u32> = self.ends.drain(..n).collect();
+        for e in &mut self.ends {
+            *e -= cut;
+        }
+        RowKeys { keys, ends }
     }
 }
 
@@ -319,9 +331,11 @@ impl Collector {
         }
         self.open.bytes += (self.open.rows.keys.len() - before) * 8;
         self.open.touched.clear();
-        self.open
-            .pieces
-            .push(Piece::Rows(ApplyUnit { tables, order }));
+        self.open.pieces.push(Piece::Rows(ApplyUnit {
+            tables,
+            order,
+            batches: Vec::new(),
+        }));
         Ok(())
     }
 
@@ -411,7 +425,7 @@ impl Collector {
     /// A piece of a streamed transaction goes to its worker; otherwise it stays in the unit.
     fn send_or_keep(&mut self, piece: Piece) -> Result<()> {
         match &self.streaming {
-            Some(tx) => send(tx, More::Piece(piece)),
+            Some(tx) => send(tx, More::Piece(piece, RowKeys::default())),
             None => {
                 self.open.pieces.push(piece);
                 Ok(())
@@ -433,7 +447,7 @@ impl Collector {
                 transactions: open.transactions + 1,
                 changes: open.changes,
                 commit_ts: self.tx.commit_ts,
-                rows: RowKeys::default(),
+                rows: open.rows,
             }),
             exclusive: true,
         });
@@ -444,11 +458,15 @@ impl Collector {
     fn stream_rows(&mut self) -> Result<()> {
         self.close_rows()?;
         let pieces = std::mem::take(&mut self.open.pieces);
+        let mut keys = std::mem::take(&mut self.open.rows);
         self.open.bytes = 0;
-        self.open.rows = RowKeys::default();
         if let Some(tx) = &self.streaming {
             for p in pieces {
-                send(tx, More::Piece(p))?;
+                let k = match &p {
+                    Piece::Rows(u) => keys.take_front(u.order.len()),
+                    Piece::Barrier(_) => RowKeys::default(),
+                };
+                send(tx, More::Piece(p, k))?;
             }
         }
         Ok(())
@@ -477,7 +495,7 @@ fn insert_with_absent(table: &TableRef, batch: &RecordBatch, columns: usize) -> 
 /// Hand a piece to the worker applying a streamed transaction, waiting while it is busy (the
 /// source is read on this thread, so the wait is what bounds memory).
 fn send(tx: &mpsc::Sender<More>, m: More) -> Result<()> {
-    tokio::task::block_in_place(|| tx.blocking_send(m)).map_err(|_| {
+    tokio::task::block_in_place(|| tx.blocking_send(m).map_err(|_| ())).map_err(|()| {
         Error::destination(
             sluice_core::Retry::Transient,
             "the apply worker of a large transaction stopped",

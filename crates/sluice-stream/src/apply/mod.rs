@@ -15,6 +15,7 @@
 //! |------------|--------------------------------------------------------------------|
 //! | `collect`  | the change sink: units, barriers, streamed large transactions      |
 //! | `writeset` | the keys a row change touches, hashed                              |
+//! | `plan`     | the order and batches a unit's rows are applied in                 |
 //! | `schedule` | dependencies, no head-of-line blocking, commit order, conflict retries |
 //! | `worker`   | the target sessions                                                |
 //! | `load`     | the initial load through the export engine                         |
@@ -25,6 +26,7 @@
 
 mod collect;
 mod load;
+mod plan;
 mod schedule;
 #[cfg(test)]
 mod tests;

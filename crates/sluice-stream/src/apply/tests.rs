@@ -173,11 +173,11 @@ impl ApplySession for Session {
     }
 }
 
-/// A unit inserting rows `ids` into one table, each row touching the keys given with it.
-fn unit(rows: &[(i64, &[u64])]) -> Ready {
+/// Table `s.<name> (id bigint)` with rows `(id, op)`, keyed by `id` or keyless.
+fn table(name: &str, rows: &[(i64, &str)], keyed: bool) -> UnitTable {
     let table = TableRef {
         schema: "s".into(),
-        name: "t".into(),
+        name: name.into(),
     };
     let columns = vec![ColumnDesc {
         name: "id".into(),
@@ -195,7 +195,9 @@ fn unit(rows: &[(i64, &[u64])]) -> Ready {
         Arc::new(Int64Array::from(
             rows.iter().map(|r| r.0).collect::<Vec<_>>(),
         )),
-        Arc::new(StringArray::from(vec!["insert"; n])),
+        Arc::new(StringArray::from(
+            rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+        )),
         Arc::new(StringArray::from(vec!["0"; n])),
         Arc::new(UInt64Array::from((0..n as u64).collect::<Vec<_>>())),
         Arc::new(TimestampMicrosecondArray::from(vec![None; n]).with_timezone("UTC")),
@@ -203,20 +205,34 @@ fn unit(rows: &[(i64, &[u64])]) -> Ready {
         Arc::new(absent.finish()),
     ];
     let batch = RecordBatch::try_new(change_schema(&table, &columns).unwrap(), arrays).unwrap();
+    UnitTable {
+        table,
+        columns: Arc::new(columns),
+        key: Arc::new(if keyed { vec!["id".into()] } else { Vec::new() }),
+        batch,
+        source_engine: "postgres",
+    }
+}
+
+/// Keys of rows, one list per row.
+fn row_keys(rows: &[&[u64]]) -> RowKeys {
     let mut keys = RowKeys::default();
-    for (_, k) in rows {
+    for k in rows {
         keys.keys.extend_from_slice(k);
         keys.ends.push(keys.keys.len() as u32);
     }
+    keys
+}
+
+/// A unit inserting rows `ids` into one table, each row touching the keys given with it.
+fn unit(rows: &[(i64, &[u64])]) -> Ready {
+    let n = rows.len();
+    let ins: Vec<(i64, &str)> = rows.iter().map(|r| (r.0, "insert")).collect();
+    let keys = row_keys(&rows.iter().map(|r| r.1).collect::<Vec<_>>());
     let piece = ApplyUnit {
-        tables: vec![UnitTable {
-            table,
-            columns: Arc::new(columns),
-            key: Arc::new(vec!["id".into()]),
-            batch,
-            source_engine: "postgres",
-        }],
+        tables: vec![table("t", &ins, true)],
         order: (0..n as u32).map(|r| (0, r)).collect(),
+        batches: Vec::new(),
     };
     Ready {
         work: Arc::new(Work {
@@ -411,5 +427,108 @@ fn busy_workers_let_units_grow_to_their_cap() {
     assert!(
         (0..rows.len()).all(|i| rows.row(i).len() == 1),
         "one key (the primary key) per row"
+    );
+}
+
+/// The planned order as `table:id` per batch.
+fn planned(unit: &ApplyUnit, keys: &RowKeys, reorder: bool) -> Vec<Vec<String>> {
+    let p = super::plan::plan(unit, keys, 0, |_| true, reorder);
+    p.batch_ranges()
+        .into_iter()
+        .map(|r| {
+            p.order[r]
+                .iter()
+                .map(|&(t, row)| {
+                    let u = &p.tables[t as usize];
+                    let id = u
+                        .batch
+                        .column(0)
+                        .as_primitive::<Int64Type>()
+                        .value(row as usize);
+                    format!("{}:{id}", u.table.name)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn rows_of_a_kind_gather_past_rows_they_share_no_key_with() {
+    // Parent p1, its child c1 (keys: own id, parent's), parent p2, child c2, an update of
+    // p1, then a delete of c1 and of p1.
+    let parent = table(
+        "p",
+        &[(1, "insert"), (2, "insert"), (1, "update"), (1, "delete")],
+        true,
+    );
+    let child = table("c", &[(1, "insert"), (2, "insert"), (1, "delete")], true);
+    let unit = ApplyUnit {
+        tables: vec![parent, child],
+        order: vec![(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2), (0, 3)],
+        batches: Vec::new(),
+    };
+    let keys = row_keys(&[&[1], &[11, 1], &[2], &[12, 2], &[1], &[11, 1], &[1]]);
+    assert_eq!(
+        planned(&unit, &keys, true),
+        [
+            vec!["p:1", "p:2"],
+            vec!["c:1", "c:2"],
+            vec!["p:1"],
+            vec!["c:1"],
+            vec!["p:1"],
+        ],
+        "inserts gather by table; every row on key 1 keeps its place after the one before"
+    );
+    assert_eq!(
+        planned(&unit, &keys, false),
+        [
+            vec!["p:1"],
+            vec!["c:1"],
+            vec!["p:2"],
+            vec!["c:2"],
+            vec!["p:1"],
+            vec!["c:1"],
+            vec!["p:1"],
+        ],
+        "in source order nothing moves"
+    );
+}
+
+#[test]
+fn consecutive_inserts_share_a_batch_in_source_order_too() {
+    let t = table(
+        "t",
+        &[(1, "insert"), (2, "insert"), (2, "update"), (3, "update")],
+        true,
+    );
+    let unit = ApplyUnit {
+        tables: vec![t],
+        order: (0..4).map(|r| (0, r)).collect(),
+        batches: Vec::new(),
+    };
+    let keys = row_keys(&[&[1], &[2], &[2], &[3]]);
+    assert_eq!(
+        planned(&unit, &keys, false),
+        [vec!["t:1", "t:2"], vec!["t:2"], vec!["t:3"]]
+    );
+    assert_eq!(
+        planned(&unit, &keys, true),
+        [vec!["t:1", "t:2"], vec!["t:2", "t:3"]]
+    );
+}
+
+#[test]
+fn rows_of_a_keyless_table_stay_alone_and_in_place() {
+    let keyless = table("k", &[(1, "delete"), (1, "delete"), (2, "insert")], false);
+    let keyed = table("t", &[(5, "insert"), (6, "insert")], true);
+    let unit = ApplyUnit {
+        tables: vec![keyless, keyed],
+        order: vec![(1, 0), (0, 0), (0, 1), (1, 1), (0, 2)],
+        batches: Vec::new(),
+    };
+    let keys = row_keys(&[&[5], &[], &[], &[6], &[]]);
+    assert_eq!(
+        planned(&unit, &keys, true),
+        [vec!["t:5", "t:6"], vec!["k:1"], vec!["k:1"], vec!["k:2"]]
     );
 }

@@ -5,9 +5,10 @@
 //! Every state change (a unit added, committed, rolled back) bumps one generation counter;
 //! workers and the pump wait on it and look at the schedule again, so nobody polls.
 
-use super::collect::{More, Piece, Ready, Work};
+use super::collect::{More, Piece, Ready, RowKeys, Work};
+use super::plan::plan;
 use super::schedule::{Schedule, Take, late_rows};
-use sluice_core::apply::{AppliedPosition, ApplySession, ApplyTarget, ApplyUnit};
+use sluice_core::apply::{AppliedPosition, ApplySession, ApplyTarget};
 use sluice_core::{Error, Result, failpoint};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -336,21 +337,21 @@ async fn run_unit(
     rx: &mut watch::Receiver<u64>,
 ) -> Result<Outcome> {
     let id = take.id;
+    let reorder = take.attempts == 0;
     session.begin().await?;
-    let late = late_rows(&take.work.rows, &take.deps, take.committed);
+    let work = &take.work;
+    let late = late_rows(&work.rows, &take.deps, take.committed);
     if late.iter().any(|l| *l) {
         // Rows free of earlier units first, then, once those units committed, the others.
         shared.counters.split.fetch_add(1, Ordering::Relaxed);
-        apply_rows(session, &take.work.pieces, &late, false).await?;
+        apply_pieces(session, &work.pieces, &work.rows, |i| !late[i], reorder).await?;
         session.send().await?;
         if !wait(shared, id, Until::Unblocked(take.wait_for), rx).await? {
             return Ok(Outcome::Aborted);
         }
-        apply_rows(session, &take.work.pieces, &late, true).await?;
+        apply_pieces(session, &work.pieces, &work.rows, |i| late[i], reorder).await?;
     } else {
-        for piece in &take.work.pieces {
-            apply_piece(session, piece).await?;
-        }
+        apply_pieces(session, &work.pieces, &work.rows, |_| true, reorder).await?;
     }
     let mut position = take.work.position.clone();
     if let Some(more) = &take.work.more {
@@ -360,7 +361,10 @@ async fn run_unit(
         };
         while position.is_none() {
             match more.recv().await {
-                Some(More::Piece(p)) => apply_piece(session, &p).await?,
+                Some(More::Piece(p, keys)) => {
+                    apply_pieces(session, std::slice::from_ref(&p), &keys, |_| true, reorder)
+                        .await?
+                }
                 Some(More::End(p)) => position = Some(p),
                 None => {
                     return Err(Error::interrupted(
@@ -393,42 +397,29 @@ async fn run_unit(
     Ok(Outcome::Committed(position))
 }
 
-/// Apply the rows of `pieces` (all `Rows`: a unit with late rows is never exclusive) whose
-/// flag in `late` equals `which`, in order.
-async fn apply_rows(
+/// Apply `pieces` in order: barriers as they are, the rows (`keys` holds theirs, over the
+/// pieces' rows in order) that `pick` selects by their index, ordered and batched by
+/// [`plan`].
+async fn apply_pieces(
     session: &mut dyn ApplySession,
     pieces: &[Piece],
-    late: &[bool],
-    which: bool,
+    keys: &RowKeys,
+    pick: impl Fn(usize) -> bool,
+    reorder: bool,
 ) -> Result<()> {
     let mut at = 0usize;
     for piece in pieces {
-        let Piece::Rows(unit) = piece else {
-            return Err(Error::internal("a unit with late rows holds a barrier"));
-        };
-        let order: Vec<(u32, u32)> = unit
-            .order
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| late.get(at + i).copied().unwrap_or(true) == which)
-            .map(|(_, o)| *o)
-            .collect();
-        at += unit.order.len();
-        if order.is_empty() {
-            continue;
+        match piece {
+            Piece::Rows(unit) => {
+                let first = at;
+                at += unit.order.len();
+                let part = plan(unit, keys, first, |i| pick(first + i), reorder);
+                if !part.order.is_empty() {
+                    session.apply(&part).await?;
+                }
+            }
+            Piece::Barrier(b) => session.barrier(b).await?,
         }
-        let part = ApplyUnit {
-            tables: unit.tables.clone(),
-            order,
-        };
-        session.apply(&part).await?;
     }
     Ok(())
-}
-
-async fn apply_piece(session: &mut dyn ApplySession, piece: &Piece) -> Result<()> {
-    match piece {
-        Piece::Rows(u) => session.apply(u).await,
-        Piece::Barrier(b) => session.barrier(b).await,
-    }
 }
