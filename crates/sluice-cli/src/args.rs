@@ -516,6 +516,9 @@ pub struct ReplicateOptions {
     #[arg(long)]
     #[serde(default)]
     pub until_current: bool,
+    /// Apply at most N source transactions in one target transaction (default 10000; they are grouped only while every session is busy). Lower it to keep target transactions short.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_grouped: Option<u64>,
 }
 
 /// The YAML keys of [`ReplicateOptions`], read apart from the export's.
@@ -527,6 +530,7 @@ pub const REPLICATE_KEYS: &[&str] = &[
     "publication",
     "server_id",
     "until_current",
+    "max_grouped",
 ];
 
 impl ReplicateOptions {
@@ -540,6 +544,7 @@ impl ReplicateOptions {
             publication: self.publication.or(file.publication),
             server_id: self.server_id.or(file.server_id),
             until_current: self.until_current || file.until_current,
+            max_grouped: self.max_grouped.or(file.max_grouped),
         }
     }
 }

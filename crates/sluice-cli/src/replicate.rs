@@ -3,7 +3,7 @@
 //! Its settings (defined in `args.rs`) are the export's [`Options`] (what to replicate, the
 //! source connection, the initial load's workers, chunks and memory; `--parallel` also sets
 //! the apply sessions) and its own [`ReplicateOptions`] (`target`, `target_schema`, `initial`, `slot`,
-//! `publication`, `server_id`, `until_current`), each a flag and a YAML key of the same `-c`
+//! `publication`, `server_id`, `until_current`, `max_grouped`), each a flag and a YAML key of the same `-c`
 //! file. Settings about files (`--to`, `--format`, …) are refused by name.
 
 use sluice_cli::args::{ConsistencyArg, ReplicateOptions};
@@ -62,6 +62,7 @@ fn job(o: &Options, r: &ReplicateOptions) -> Result<ReplicateJob> {
         publication: r.publication.clone(),
         parallel,
         until_current: r.until_current,
+        max_grouped: r.max_grouped.unwrap_or(sluice_stream::apply::MAX_GROUPED),
         memory,
         export,
         progress: Arc::new(sluice_engine::Silent),

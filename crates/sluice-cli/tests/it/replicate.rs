@@ -396,10 +396,20 @@ async fn killed_and_restarted(pg: bool) {
     ] {
         writer.wait_for(40).await;
         let fp = Failpoints::new();
+        // At most 5 transactions a target transaction: the 40 of each run are several, so
+        // every commit point is reached.
         let mut cmd = replicate(
             &source,
             &target,
-            &["--parallel", "3", "--until-current", "--chunk-size", "64KB"],
+            &[
+                "--parallel",
+                "3",
+                "--until-current",
+                "--chunk-size",
+                "64KB",
+                "--max-grouped",
+                "5",
+            ],
         )
         .await;
         fp.arm(&mut cmd, spec);

@@ -2,13 +2,16 @@
 //!
 //! Changes go into each table's Arrow builders as the source decodes them (as for change
 //! files). Grouping follows back-pressure: at a transaction's commit the open unit is closed
-//! when a worker could start it now (fewer units waiting or running than workers), or when it
-//! reaches its byte or transaction cap, or is exclusive; the pump also closes it whenever the
-//! source has nothing more to hand over right now. So a caught-up stream applies each
-//! transaction at once, and a backlog grows units to what the source delivers while the
-//! workers are busy: the target's commits, which are made one after another in source order,
-//! are amortised over as many transactions as waiting would have cost anyway. Closing builds
-//! one batch per table and each row's keys (its writeset) in application order.
+//! when a worker could start it now (fewer units waiting or running than workers) and its
+//! first transaction has waited [`Limits::linger`], or when it reaches its byte or transaction
+//! cap, or is exclusive; the pump also closes it once it has lingered, or when the source has
+//! nothing more to hand over. So a caught-up stream applies a transaction within the linger
+//! time, and a backlog grows units to what the source delivers while the workers are busy: the
+//! target's commits, which are made one after another in source order, are amortised over as
+//! many transactions as waiting would have cost anyway; and a source slower than the workers
+//! (they idle) still gets units of a linger's worth of transactions rather than one each,
+//! which would spend the target's commits for nothing. Closing builds one batch per table and
+//! each row's keys (its writeset) in application order.
 //!
 //! Barriers: a table whose columns change (a `Relation` or table map with other columns), a
 //! truncate, or a change to a table without a key makes the unit exclusive; the barrier is a
@@ -137,6 +140,9 @@ pub(crate) struct Limits {
     pub bytes: usize,
     /// Stream a transaction once it holds this many bytes.
     pub stream_bytes: usize,
+    /// How long a unit's first transaction may wait for others to join it while a worker is
+    /// free.
+    pub linger: std::time::Duration,
 }
 
 #[derive(Default)]
@@ -150,6 +156,8 @@ struct Open {
     changes: u64,
     bytes: usize,
     end: Option<AppliedPosition>,
+    /// When its first transaction committed.
+    since: Option<std::time::Instant>,
 }
 
 /// The change sink of `sluice replicate`.
@@ -382,9 +390,30 @@ impl Collector {
         self.busy = Some(busy);
     }
 
-    /// Close the open unit when the source has nothing more to hand over right now.
-    pub fn cut_idle(&mut self) -> Result<()> {
-        self.cut()
+    /// Close the open unit when the source handed nothing over while the pump waited (`idle`;
+    /// the wait ends when the unit is due, see [`Collector::due_in`]), or when it has lingered
+    /// and a worker is free.
+    pub fn cut_due(&mut self, idle: bool) -> Result<()> {
+        let lingered = self
+            .open
+            .since
+            .is_some_and(|t| t.elapsed() >= self.limits.linger);
+        if idle || (lingered && !self.busy()) {
+            self.cut()?;
+        }
+        Ok(())
+    }
+
+    /// How long the pump may wait for the source before the open unit is due (`None`: no unit
+    /// is open).
+    pub fn due_in(&self) -> Option<std::time::Duration> {
+        self.open
+            .since
+            .map(|t| self.limits.linger.saturating_sub(t.elapsed()))
+    }
+
+    fn busy(&self) -> bool {
+        self.busy.as_ref().is_some_and(|b| b(self.ready.len()))
     }
 
     /// Between transactions with nothing open: a unit that only moves the applied position to
@@ -605,12 +634,12 @@ impl ChangeSink for Collector {
         }
         self.open.transactions += 1;
         self.open.end = Some(end);
+        let since = *self.open.since.get_or_insert_with(std::time::Instant::now);
         let pending = self.open.bytes + self.touched_bytes();
-        let busy = self.busy.as_ref().is_some_and(|b| b(self.ready.len()));
         if self.open.exclusive
-            || !busy
             || self.open.transactions >= self.limits.transactions
             || pending >= self.limits.bytes
+            || (since.elapsed() >= self.limits.linger && !self.busy())
         {
             self.cut()?;
         }

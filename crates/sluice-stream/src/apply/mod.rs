@@ -54,8 +54,13 @@ use worker::Pool;
 /// Consecutive failed attempts without progress before a transient error ends the run.
 const MAX_RETRIES: u32 = 8;
 
-/// Source transactions in one unit at most (units grow only while every worker is busy).
-const UNIT_TRANSACTIONS: u64 = 10_000;
+/// Source transactions in one unit at most, unless the job says otherwise (units grow only
+/// while every worker is busy).
+pub const MAX_GROUPED: u64 = 10_000;
+
+/// How long a unit's first transaction waits for others while a worker is free (the most a
+/// caught-up stream's transaction is held back).
+const LINGER: Duration = Duration::from_millis(20);
 
 /// Units waiting or running per worker before the source is read further (with the memory
 /// budget, what bounds the schedule's work per dispatch).
@@ -84,6 +89,8 @@ pub struct ReplicateJob {
     pub parallel: usize,
     /// Stop once everything committed on the source before the start is applied.
     pub until_current: bool,
+    /// Source transactions in one target transaction at most.
+    pub max_grouped: u64,
     /// Memory target: units waiting or running hold at most a quarter of it.
     pub memory: u64,
     /// The initial load's export job (the CLI's export options).
@@ -461,7 +468,7 @@ async fn stream(
                 snapshot_position: t.snapshot_position.clone(),
             })
             .collect();
-        let limits = unit_limits(job.memory, job.parallel);
+        let limits = unit_limits(job.memory, job.parallel, job.max_grouped);
         let mut collector = Collector::new(captured, keys.clone(), limits, job.source.engine());
         collector.set_busy(pool.busy_fn());
         collector.restart = Some(restart.clone());
@@ -507,12 +514,13 @@ async fn stream(
 /// A unit's caps: units waiting or running hold at most a quarter of `--memory` (the pump's
 /// budget), so each may take its share with room for one being collected per worker; a large
 /// transaction is streamed past an eighth of it (1–64 MB).
-fn unit_limits(memory: u64, parallel: usize) -> Limits {
+fn unit_limits(memory: u64, parallel: usize, max_grouped: u64) -> Limits {
     let budget = (memory / 4).max(4 << 20) as usize;
     Limits {
-        transactions: UNIT_TRANSACTIONS,
+        transactions: max_grouped.max(1),
         bytes: (budget / (2 * parallel.max(1) + 2)).clamp(256 << 10, 8 << 20),
         stream_bytes: ((memory / 8) as usize).clamp(1 << 20, 64 << 20),
+        linger: LINGER,
     }
 }
 
@@ -564,10 +572,12 @@ async fn pump(
             return Ok(Stopped::Signal);
         }
         pool.check()?;
-        let step = stream.next(collector, wait).await?;
-        if step == Step::Idle {
-            collector.cut_idle()?;
-        }
+        // An open unit is due after its linger time: wait for the source no longer than that.
+        let wait_now = collector
+            .due_in()
+            .map_or(wait, |d| d.max(Duration::from_millis(1)));
+        let step = stream.next(collector, wait_now).await?;
+        collector.cut_due(step == Step::Idle)?;
         if (step == Step::Idle || last_advance.elapsed() >= Duration::from_secs(1))
             && !collector.in_tx()
             && let Some(r) = stream.received_through()

@@ -323,6 +323,15 @@ fn collector(
     busy: bool,
     transactions: u64,
 ) -> (super::collect::Collector, TableRef, Vec<ColumnDesc>) {
+    lingering(busy, transactions, std::time::Duration::ZERO)
+}
+
+/// As [`collector`], with a linger time.
+fn lingering(
+    busy: bool,
+    transactions: u64,
+    linger: std::time::Duration,
+) -> (super::collect::Collector, TableRef, Vec<ColumnDesc>) {
     let table = TableRef {
         schema: "s".into(),
         name: "t".into(),
@@ -349,6 +358,7 @@ fn collector(
             transactions,
             bytes: 1 << 20,
             stream_bytes: 64 << 20,
+            linger,
         },
         "postgres",
     );
@@ -396,12 +406,33 @@ fn a_caught_up_stream_applies_each_transaction_at_once() {
 }
 
 #[test]
+fn a_free_worker_waits_for_the_linger_or_a_quiet_source() {
+    let (mut c, t, cols) = lingering(false, 100, std::time::Duration::from_secs(3600));
+    for n in 1..=3 {
+        transaction(&mut c, &t, &cols, n, &[n as i64]);
+    }
+    c.cut_due(false).unwrap();
+    assert!(
+        c.ready.is_empty(),
+        "held for the linger while the source sends"
+    );
+    assert!(
+        c.due_in()
+            .is_some_and(|d| d > std::time::Duration::from_secs(3000))
+    );
+    c.cut_due(true).unwrap();
+    let sizes: Vec<u64> = c.ready.iter().map(|r| r.work.transactions).collect();
+    assert_eq!(sizes, [3], "handed over when the source went quiet");
+    assert_eq!(c.due_in(), None);
+}
+
+#[test]
 fn busy_workers_let_units_grow_to_their_cap() {
     let (mut c, t, cols) = collector(true, 3);
     for n in 1..=5 {
         transaction(&mut c, &t, &cols, n, &[2 * n as i64, 2 * n as i64 + 1]);
     }
-    c.cut_idle().unwrap();
+    c.cut_due(true).unwrap();
     let units: Vec<(u64, usize, Option<String>)> = c
         .ready
         .iter()
