@@ -19,7 +19,9 @@ innodb_flush_log_at_trx_commit=1, sync_binlog=1). Per engine:
    fetching the whole backlog first, then `START SLAVE SQL_THREAD` timed until gtid_slave_pos
    reaches the source's) with slave_parallel_threads=N, slave_parallel_mode=optimistic; the
    PostgreSQL subscription (`ALTER SUBSCRIPTION … ENABLE` timed until the backlog's last row is
-   visible: a subscription applies in commit order). Every target is then checked against the
+   visible: a subscription applies in commit order). Before them, the source-read floor: the
+   backlog read and thrown away (`pg_recvlogical` on a slot made before the backlog,
+   `mariadb-binlog --raw` from the position before it). Every target is then checked against the
    source table by table (row count and a sum of row hashes).
 """
 
@@ -27,8 +29,10 @@ import datetime
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from urllib.parse import urlsplit
 
@@ -170,12 +174,16 @@ def measure_pg(src_admin, tgt_admin, txs):
                            + ["--initial", "snapshot"])
         initial[n] = wall
     with pg(src_url) as c:
+        # The source-read floor: a slot of its own on the same publication, drained after the
+        # backlog by pg_recvlogical (decoding on the server, nothing applied).
+        c.execute("SELECT pg_create_logical_replication_slot('floor', 'pgoutput')")
         lsn0 = c.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
     log(f"pg: writing the backlog ({len(txs):,} transactions)")
     load_s = run_script(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", src_url, "-f", "-"],
                         workload.script(txs), "psql (backlog)")
     with pg(src_url) as c:
         wal = c.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn", (lsn0,)).fetchone()[0]
+        end = c.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
         source_sums = checksums(lambda q: c.execute(q).fetchone(), "pg", "public")
 
     def verify(url, schema, who):
@@ -185,6 +193,15 @@ def measure_pg(src_admin, tgt_admin, txs):
             raise SystemExit(f"pg: {who} differs from the source: {got} != {source_sums}")
 
     rows = []
+    log("pg: source-read floor (pg_recvlogical)")
+    load = os.getloadavg()[0]
+    wall, cpu, rss = timed(["pg_recvlogical", "-d", src_url, "--slot", "floor", "--start",
+                            "-o", "proto_version=1", "-o", "publication_names=native_pub",
+                            "--endpos", end, "-f", "/dev/null", "--no-loop"])
+    with pg(src_url) as c:
+        c.execute("SELECT pg_drop_replication_slot('floor')")
+    rows.append({"applier": "floor", "threads": 1, "wall": wall, "cpu": cpu, "rss": rss,
+                 "load": load})
     with pg(tgt_admin) as c:
         c.execute("CHECKPOINT")
     if "native" in APPLIERS:
@@ -251,6 +268,7 @@ def measure_mariadb(src_root, tgt_root, txs):
         wall, _, _ = timed(replicate_args(src_url, tgt_root, "bench", n, f"m{n}")
                            + ["--initial", "snapshot"])
         initial[n] = wall
+    start = one(src, "SHOW MASTER STATUS")
     log(f"mariadb: writing the backlog ({len(txs):,} transactions)")
     load_s = run_script(["mariadb", "--no-defaults", *my.cli_args(src_url)],
                         workload.script(txs), "mariadb (backlog)")
@@ -265,6 +283,19 @@ def measure_mariadb(src_root, tgt_root, txs):
 
     p = my._parts(src_root)
     rows = []
+    # The source-read floor: the backlog's events fetched from the server as a replica does,
+    # written raw into a RAM directory (nothing decoded or applied).
+    log("mariadb: source-read floor (mariadb-binlog --raw)")
+    raw = tempfile.mkdtemp(prefix="sluice-replbench-binlog-", dir="/dev/shm")
+    try:
+        load = os.getloadavg()[0]
+        wall, cpu, rss = timed(["mariadb-binlog", "--no-defaults", *my.cli_args(src_url)[:-1],
+                                "--read-from-remote-server", "--raw", f"--result-file={raw}/",
+                                f"--start-position={int(start[1])}", "--to-last-log", start[0]])
+    finally:
+        shutil.rmtree(raw, ignore_errors=True)
+    rows.append({"applier": "floor", "threads": 1, "wall": wall, "cpu": cpu, "rss": rss,
+                 "load": load})
 
     def slave_status():
         with tgt.cursor() as cur:

@@ -23,9 +23,18 @@ def _rows(p, n_tx):
         "conflicts retried | client CPU s | peak RSS | load avg |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in sorted(p["rows"], key=lambda r: (r["threads"], r["applier"] != "native")):
+    floor = next((r for r in p["rows"] if r["applier"] == "floor"), None)
+    for r in sorted(p["rows"], key=lambda r: (r["applier"] != "floor", r["threads"],
+                                              r["applier"] != "native")):
         rep = r.get("report") or {}
         anchor = native.get(1 if serial_anchor else r["threads"])
+        if r["applier"] == "floor":
+            tool = "pg_recvlogical" if serial_anchor else "mariadb-binlog --raw"
+            out.append(
+                f"| source read only (`{tool}`, nothing applied) | 1 | {r['wall']:.1f} | "
+                f"{n_tx / r['wall']:,.0f} | – | – | – | – | {r['cpu']:.1f} | "
+                f"{r['rss'] / (1 << 20):.0f} MB | {r['load']:.1f} |")
+            continue
         if r["applier"] == "native":
             name = ("subscription (serial apply)" if serial_anchor
                     else "MariaDB replica, optimistic")
@@ -54,6 +63,13 @@ def _rows(p, n_tx):
     if sluice.get(4) and one:
         verdict.append(f"--parallel 4 speed-up over --parallel 1: "
                        f"{one['wall'] / sluice[4]['wall']:.2f}× (target ≥ 2×)")
+    if floor and sluice:
+        best = min(sluice.values(), key=lambda r: r["wall"])
+        verdict.append(
+            f"reading the source's log alone takes {floor['wall']:.1f} s: sluice --parallel 1 "
+            f"takes {_ratio(one['wall'], floor['wall']) if one else '–'} of that, the best "
+            f"(--parallel {best['threads']}) {_ratio(best['wall'], floor['wall'])} (no applier "
+            "that reads the log from the source drains it faster than this)")
     return out, verdict
 
 
@@ -116,6 +132,12 @@ def render(data, results_dir):
         "replicas do by default: `log_slave_updates=OFF`, so its applier writes no binary log, "
         "while sluice's sessions are ordinary clients whose commits also go through the "
         "target's binary log (`sync_binlog=1`).",
+        "- **Source-read floor**: the backlog read from the source and thrown away, as fast as "
+        "the server hands it out: `pg_recvlogical` on a slot of its own (pgoutput protocol 1, "
+        "decoding on the server, to /dev/null), `mariadb-binlog --read-from-remote-server --raw` "
+        "(events to a RAM directory). An applier that reads the log from the source (sluice, "
+        "the subscription) cannot drain faster; MariaDB's replica fetched its backlog before "
+        "its timed part.",
         "- **PostgreSQL anchor**: a native subscription (pgoutput; PostgreSQL 15 applies one "
         "transaction at a time) in another database of the target cluster, created disabled "
         "before the backlog (its slot holds the position) with `synchronous_commit = 'on'` "
