@@ -14,8 +14,9 @@
 //! `<=>` (NULL matches NULL) and touches at most one row (`LIMIT 1`). An update or delete that
 //! matches no row changes nothing: the source said the row existed, so it is not an error.
 //!
-//! Length: about 430 lines of code plus a unit test of the SQL text; the statement builder
-//! ([`Script`]) and the session that sends it share the buffer and its bound.
+//! Length: about 330 lines of code plus unit tests of the SQL text (a unit's statements and a
+//! batch's); the statement builder ([`Script`]) and the session that sends it share the buffer
+//! and its bound.
 
 use super::batch::{self, DELETE_ROWS, Prepared, UPDATE_ROWS};
 use super::fail;

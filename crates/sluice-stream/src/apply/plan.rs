@@ -20,7 +20,7 @@
 //! then rolled back and retried in source order (`reorder` off), where only consecutive
 //! inserts into one table share a statement — the order a single session would have used.
 
-use super::collect::RowKeys;
+use super::writeset::RowKeys;
 use arrow_array::cast::AsArray;
 use sluice_core::apply::ApplyUnit;
 use sluice_core::change::OP;

@@ -28,7 +28,7 @@
 //! told to roll back, and it runs alone. Barriers (DDL, truncate, tables without a key) are
 //! exclusive from the start.
 
-use super::collect::RowKeys;
+use super::writeset::RowKeys;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 

@@ -5,9 +5,10 @@
 //! Every state change (a unit added, committed, rolled back) bumps one generation counter;
 //! workers and the pump wait on it and look at the schedule again, so nobody polls.
 
-use super::collect::{More, Piece, Ready, RowKeys, Work};
+use super::collect::{More, Piece, Ready, Work};
 use super::plan::plan;
 use super::schedule::{Schedule, Take, late_rows};
+use super::writeset::RowKeys;
 use sluice_core::apply::{AppliedPosition, ApplySession, ApplyTarget};
 use sluice_core::{Error, Result, failpoint};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

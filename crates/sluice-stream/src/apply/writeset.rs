@@ -1,4 +1,5 @@
-//! Writesets: the keys a row change touches, as hashes.
+//! Writesets: the keys a row change touches, as hashes, and a unit's keys row by row
+//! ([`RowKeys`], what the schedule, the late-row split and the batching read).
 //!
 //! A row touches, in the values it carries: its primary key, every unique key whose columns
 //! are all present and not NULL, and for every foreign key with all columns set the parent's
@@ -152,5 +153,40 @@ fn hash_value(a: &dyn Array, row: usize, h: &mut DefaultHasher) {
                 Err(_) => row.hash(h),
             }
         }
+    }
+}
+
+/// The keys each row of a unit touches, rows in application order (over the unit's `Rows`
+/// pieces in order): row `i`'s keys are `keys[ends[i - 1]..ends[i]]`.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct RowKeys {
+    /// Key hashes, row after row.
+    pub keys: Vec<u64>,
+    /// End offset in `keys` of each row.
+    pub ends: Vec<u32>,
+}
+
+impl RowKeys {
+    /// The rows.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// The keys of row `i`.
+    pub fn row(&self, i: usize) -> &[u64] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.keys[start..self.ends[i] as usize]
+    }
+
+    /// Split off the first `n` rows (all of them when there are fewer).
+    pub fn take_front(&mut self, n: usize) -> RowKeys {
+        let n = n.min(self.ends.len());
+        let cut = if n == 0 { 0 } else { self.ends[n - 1] };
+        let keys: Vec<u64> = self.keys.drain(..cut as usize).collect();
+        let ends: Vec<u32> = self.ends.drain(..n).collect();
+        for e in &mut self.ends {
+            *e -= cut;
+        }
+        RowKeys { keys, ends }
     }
 }
