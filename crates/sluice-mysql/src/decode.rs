@@ -188,6 +188,14 @@ impl ValueDecoder {
         &self.adjustments
     }
 
+    /// True when column `i` takes text or binary bytes as they are (no geometry SRID to strip,
+    /// no bit string to turn into a number).
+    pub fn plain_bytes(&self, i: usize) -> bool {
+        self.cols
+            .get(i)
+            .is_some_and(|(conv, src)| *conv == Conv::Bytes && *src == Source::Plain)
+    }
+
     fn zero_date(&mut self, i: usize, col: &mut ColumnBuilder, c: &Civil) -> DResult<()> {
         if self.zero_dates == ZeroDates::Error {
             return err(format!(

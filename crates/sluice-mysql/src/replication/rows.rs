@@ -8,6 +8,12 @@
 //! the values themselves are decoded by `mysql_common` exactly as before
 //! ([`BinlogValue`]'s own deserializer), so nothing about what a value becomes changes.
 //!
+//! Text and binary columns (`varchar`, `char`, `*text`, `*blob`) are not decoded at all: their
+//! cell is the bytes as they lie in the event ([`Cell::Bytes`], their length prefix read from the
+//! table map's metadata as the driver reads it), so a string costs no allocation; the caller
+//! appends them as they are where the export would too, and hands them to the driver's value
+//! type otherwise.
+//!
 //! An image: a NULL bitmap over the columns the event's column bitmap marks present, then
 //! those columns' values, NULLs left out. Partial JSON updates (MySQL's shared image) are
 //! refused before a rows event gets here.
@@ -24,6 +30,49 @@ struct Col {
     ty: ColumnType,
     meta: Vec<u8>,
     unsigned: bool,
+    /// For a text or binary column: the width of its values' length prefix.
+    prefix: Option<u8>,
+}
+
+/// One value of a row image.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cell<'a> {
+    /// A text or binary column's bytes, as stored.
+    Bytes(&'a [u8]),
+    /// Any other value (NULL included), decoded by the driver.
+    Value(BinlogValue<'a>),
+}
+
+/// The length prefix of a text or binary column's values, as `mysql_common` reads it (`None`:
+/// not such a column).
+fn prefix_of(ty: ColumnType, meta: &[u8]) -> Option<u8> {
+    let m = |i: usize| meta.get(i).copied().map(usize::from);
+    match ty {
+        ColumnType::MYSQL_TYPE_VARCHAR | ColumnType::MYSQL_TYPE_VAR_STRING => {
+            let len = m(0)? | (m(1)? << 8);
+            Some(if len < 256 { 1 } else { 2 })
+        }
+        ColumnType::MYSQL_TYPE_STRING => {
+            let (b0, b1) = (m(0)?, m(1)?);
+            if b0 == 0 {
+                return None;
+            }
+            let len = if (b0 & 0x30) != 0x30 {
+                b1 | (((b0 & 0x30) ^ 0x30) << 4)
+            } else {
+                b1
+            };
+            Some(if len < 256 { 1 } else { 2 })
+        }
+        ColumnType::MYSQL_TYPE_TINY_BLOB
+        | ColumnType::MYSQL_TYPE_MEDIUM_BLOB
+        | ColumnType::MYSQL_TYPE_LONG_BLOB
+        | ColumnType::MYSQL_TYPE_BLOB => match m(0)? {
+            n @ 1..=4 => Some(n as u8),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// The columns of a table map, in table order.
@@ -50,9 +99,11 @@ impl Layout {
                 .then(|| signedness.next())
                 .flatten()
                 .unwrap_or(false);
+            let meta = tme.get_column_metadata(i).unwrap_or(&[]).to_vec();
             cols.push(Col {
+                prefix: prefix_of(ty, &meta),
                 ty,
-                meta: tme.get_column_metadata(i).unwrap_or(&[]).to_vec(),
+                meta,
                 unsigned,
             });
         }
@@ -74,7 +125,7 @@ pub fn read_image<'a>(
     layout: &'a Layout,
     present: &[usize],
     keep: usize,
-    out: &mut Vec<Option<BinlogValue<'a>>>,
+    out: &mut Vec<Option<Cell<'a>>>,
 ) -> io::Result<()> {
     out.clear();
     out.resize_with(keep, || None);
@@ -82,7 +133,7 @@ pub fn read_image<'a>(
     for (k, &i) in present.iter().enumerate() {
         let null = nulls[k / 8] & (1 << (k % 8)) != 0;
         let v = if null {
-            BinlogValue::Value(mysql_async::Value::NULL)
+            Cell::Value(BinlogValue::Value(mysql_async::Value::NULL))
         } else {
             let c = layout.cols.get(i).ok_or_else(|| {
                 io::Error::new(
@@ -90,7 +141,22 @@ pub fn read_image<'a>(
                     format!("a row carries column {i}, which its table map lacks"),
                 )
             })?;
-            buf.parse::<BinlogValue<'a>>((c.ty, &c.meta[..], c.unsigned, false))?
+            match c.prefix {
+                Some(width) => {
+                    let len: &[u8] = buf.parse(usize::from(width))?;
+                    let n = len
+                        .iter()
+                        .rev()
+                        .fold(0usize, |n, b| (n << 8) | usize::from(*b));
+                    Cell::Bytes(buf.parse(n)?)
+                }
+                None => Cell::Value(buf.parse::<BinlogValue<'a>>((
+                    c.ty,
+                    &c.meta[..],
+                    c.unsigned,
+                    false,
+                ))?),
+            }
         };
         if let Some(slot) = out.get_mut(i) {
             *slot = Some(v);
@@ -111,16 +177,19 @@ mod tests {
                     ty: ColumnType::MYSQL_TYPE_LONG,
                     meta: vec![],
                     unsigned: false,
+                    prefix: None,
                 },
                 Col {
                     ty: ColumnType::MYSQL_TYPE_VARCHAR,
                     meta: vec![40, 0],
                     unsigned: false,
+                    prefix: prefix_of(ColumnType::MYSQL_TYPE_VARCHAR, &[40, 0]),
                 },
                 Col {
                     ty: ColumnType::MYSQL_TYPE_LONGLONG,
                     meta: vec![],
                     unsigned: false,
+                    prefix: None,
                 },
             ],
         }
@@ -142,13 +211,16 @@ mod tests {
         assert_eq!(
             out,
             vec![
-                Some(BinlogValue::Value(Value::Int(7))),
-                Some(BinlogValue::Value(Value::NULL)),
-                Some(BinlogValue::Value(Value::Int(-2))),
+                Some(Cell::Value(BinlogValue::Value(Value::Int(7)))),
+                Some(Cell::Value(BinlogValue::Value(Value::NULL))),
+                Some(Cell::Value(BinlogValue::Value(Value::Int(-2)))),
             ]
         );
         read_image(&mut buf, &l, &[0, 2], 2, &mut out).unwrap();
-        assert_eq!(out, vec![Some(BinlogValue::Value(Value::Int(9))), None]);
+        assert_eq!(
+            out,
+            vec![Some(Cell::Value(BinlogValue::Value(Value::Int(9)))), None]
+        );
         assert!(buf.is_empty(), "the dropped column was read past");
     }
 
@@ -163,12 +235,23 @@ mod tests {
         let l = layout();
         let mut out = Vec::new();
         read_image(&mut buf, &l, &[0, 1, 2], 3, &mut out).unwrap();
-        assert_eq!(
-            out[1],
-            Some(BinlogValue::Value(Value::Bytes(b"abc".to_vec())))
-        );
+        assert_eq!(out[1], Some(Cell::Bytes(b"abc")));
         let short = [0u8, 1];
         let e = read_image(&mut ParseBuf(&short), &l, &[0], 1, &mut out).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn length_prefixes_as_the_driver_reads_them() {
+        use ColumnType::*;
+        assert_eq!(prefix_of(MYSQL_TYPE_VARCHAR, &[255, 0]), Some(1));
+        assert_eq!(prefix_of(MYSQL_TYPE_VARCHAR, &[0, 1]), Some(2));
+        // char(100) in utf8mb4 (400 bytes): the length's high bits ride in the first byte.
+        assert_eq!(prefix_of(MYSQL_TYPE_STRING, &[0xEE, 0x90]), Some(2));
+        assert_eq!(prefix_of(MYSQL_TYPE_STRING, &[0xFE, 40]), Some(1));
+        assert_eq!(prefix_of(MYSQL_TYPE_BLOB, &[2]), Some(2));
+        assert_eq!(prefix_of(MYSQL_TYPE_BLOB, &[9]), None);
+        assert_eq!(prefix_of(MYSQL_TYPE_GEOMETRY, &[4]), None);
+        assert_eq!(prefix_of(MYSQL_TYPE_NEWDECIMAL, &[10, 2]), None);
     }
 }

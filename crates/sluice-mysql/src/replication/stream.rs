@@ -29,7 +29,7 @@ use super::binlog::{
     mysql_gtid, split_file,
 };
 use super::gtid::{Gtid, GtidState};
-use super::rows::{Layout, read_image};
+use super::rows::{Cell, Layout, read_image};
 use super::values::{Codec, column_facts};
 use crate::catalog::{self, Resolved, ServerInfo};
 use crate::connect::{MyTarget, ZeroDates};
@@ -39,7 +39,6 @@ use futures_util::{FutureExt, StreamExt};
 use mysql_async::binlog::events::{
     Event, EventData, GtidEvent, QueryEvent, RotateEvent, RowsEventData, TableMapEvent,
 };
-use mysql_async::binlog::value::BinlogValue;
 use mysql_async::{BinlogStream, Conn};
 use mysql_common::io::ParseBuf;
 use sluice_core::change::{ChangeOp, ChangeSink, ChangeStream, Step, TxMeta};
@@ -163,7 +162,7 @@ async fn codec_for(
     }
     let decoder = ValueDecoder::new(columns, zero_dates)
         .map_err(|e| Error::config(format!("{table}: {}", e.0)))?;
-    Ok(Codec { facts, decoder })
+    Ok(Codec::new(facts, decoder))
 }
 
 impl MyStream {
@@ -587,10 +586,7 @@ impl MyStream {
                         .collect();
                     tab.key = key_of(&m.columns, &names);
                 }
-                tab.codec = Codec {
-                    facts: m.facts,
-                    decoder,
-                };
+                tab.codec = Codec::new(m.facts, decoder);
                 tab.columns = m.columns;
                 // Read the catalog again at the next DDL or mismatch.
                 tab.stale = false;
@@ -701,19 +697,22 @@ fn emit(
     handle: usize,
     t: &TableRef,
     op: ChangeOp,
-    values: &mut [Option<BinlogValue<'_>>],
+    values: &mut [Option<Cell<'_>>],
     sink: &mut dyn ChangeSink,
 ) -> Result<()> {
     if let Some(rows) = sink.row(handle, op)? {
         for (i, v) in values.iter_mut().enumerate() {
             match v.take() {
-                Some(v) => tab.codec.push(i, &mut rows.columns()[i], v).map_err(|e| {
-                    Error::new(
-                        ErrorKind::Data,
-                        Retry::Permanent,
-                        format!("{t}.{}: {}", tab.columns[i].name, e.0),
-                    )
-                })?,
+                Some(v) => tab
+                    .codec
+                    .push_cell(i, &mut rows.columns()[i], v)
+                    .map_err(|e| {
+                        Error::new(
+                            ErrorKind::Data,
+                            Retry::Permanent,
+                            format!("{t}.{}: {}", tab.columns[i].name, e.0),
+                        )
+                    })?,
                 None => {
                     rows.columns()[i].push_null();
                     rows.absent(i)?;

@@ -24,6 +24,7 @@
 //! the column. A partial JSON update (MySQL `binlog_row_value_options=PARTIAL_JSON`) carries a
 //! diff, not a value: refused at start and, if one arrives anyway, an error.
 
+use super::rows::Cell;
 use crate::decode::{DecodeError, ValueDecoder};
 use mysql_async::Value;
 use mysql_async::binlog::value::BinlogValue;
@@ -319,9 +320,26 @@ pub struct Codec {
     pub facts: Vec<ColumnFacts>,
     /// The export's decoders for the same columns.
     pub decoder: ValueDecoder,
+    /// Per column: its stored bytes are the value the export appends (text in UTF-8 or binary,
+    /// nothing to convert), so a [`Cell::Bytes`] goes in as it is.
+    stored_as_is: Vec<bool>,
 }
 
 impl Codec {
+    /// The decoders of a table whose columns have these facts and export decoders.
+    pub fn new(facts: Vec<ColumnFacts>, decoder: ValueDecoder) -> Self {
+        let stored_as_is = facts
+            .iter()
+            .enumerate()
+            .map(|(i, f)| f.fix == Fix::None && decoder.plain_bytes(i))
+            .collect();
+        Codec {
+            facts,
+            decoder,
+            stored_as_is,
+        }
+    }
+
     /// Append value `v` of column `i` to `col`.
     pub fn push(
         &mut self,
@@ -331,6 +349,23 @@ impl Codec {
     ) -> std::result::Result<(), DecodeError> {
         let v = normalize(&self.facts[i].fix, v)?;
         self.decoder.push(i, col, v)
+    }
+
+    /// Append cell `c` of column `i` to `col`: stored bytes as they are where the export
+    /// appends them so, through [`Codec::push`] otherwise.
+    pub fn push_cell(
+        &mut self,
+        i: usize,
+        col: &mut ColumnBuilder,
+        c: Cell<'_>,
+    ) -> std::result::Result<(), DecodeError> {
+        match c {
+            Cell::Bytes(b) if self.stored_as_is.get(i).copied().unwrap_or(false) => col
+                .push_bytes(b)
+                .map_err(|e| DecodeError(e.message().to_string())),
+            Cell::Bytes(b) => self.push(i, col, BinlogValue::Value(Value::Bytes(b.to_vec()))),
+            Cell::Value(v) => self.push(i, col, v),
+        }
     }
 }
 
