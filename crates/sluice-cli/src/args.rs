@@ -2,6 +2,10 @@
 //! and its YAML key (the flag's name with `_` for `-`, see `config.rs`); a flag given on the
 //! command line overrides the file. `sluice stream` takes the same [`Options`] plus its own
 //! settings, defined the same way in [`StreamOptions`].
+//!
+//! Length: about 550 lines, nearly all flag declarations with their help text; the three
+//! commands' options share [`Options`], so splitting them apart would scatter one user-facing
+//! list.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Deserialize;

@@ -4,6 +4,9 @@
 //! value by value against the source for every type, units of inserts, updates with absent
 //! columns, deletes, key updates and keyless rows, the applied position, conflicts, idempotent
 //! barriers, and the privilege errors with their `GRANT`.
+//!
+//! Length: the hand-built change batches and the value-by-value type cases are shared by the
+//! tests; split, each file would rebuild them.
 
 use crate::common::{export, files, tempdir};
 use crate::mysql_types;

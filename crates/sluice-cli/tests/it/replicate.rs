@@ -6,6 +6,9 @@
 //! state of the target a reader can see — each applied position — must keep the total.
 //! Kills at the commit points of the applier and during the initial load, a hot-row workload
 //! and a DDL in the middle of the stream, and the errors a user meets first.
+//!
+//! Over 500 lines: each test is one whole scenario against real servers (writer, kills,
+//! checksums), and they share the workload's schema and checks.
 
 use crate::common::writer::Background;
 use crate::common::{Failpoints, run, sluice};

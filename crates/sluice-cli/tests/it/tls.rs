@@ -439,14 +439,19 @@ async fn stream_with_channel_binding_required() {
     };
     stream(&["--until-current"]).ok();
     admin
-        .batch_execute("UPDATE t SET v = 'changed' WHERE id <= 10; DELETE FROM t WHERE id > 990;")
+        .batch_execute(
+            "UPDATE t SET v = 'changed' WHERE id <= 10; DELETE FROM t WHERE id > 990;
+             INSERT INTO t SELECT g, repeat(md5(g::text), 8) FROM generate_series(1001, 21000) g;",
+        )
         .await
         .unwrap();
+    // The insert is about 6 MB of stream: hundreds of TLS records, which the session reads
+    // several at a time (its coalesced reads) and must frame exactly.
     let run = stream(&["--until-current"]);
     run.ok();
     assert_no_secret(&run, out.path(), "streampw");
     let r = sluice_testkit::changes::replay(&out.path().join("public.t"), &["id"]);
-    assert_eq!(r.changes.len(), 20);
+    assert_eq!(r.changes.len(), 20 + 20_000);
     let want = sluice_testkit::pg::rows_as_strings(&admin, "SELECT id, v FROM t").await;
     files::assert_same_rows(&r.rows, &want, "snapshot + changes over TLS");
     stream(&["--drop"]).ok();
