@@ -27,12 +27,14 @@
 //!   allow_http: "true"
 //! ```
 //! A flag given on the command line replaces the file's value (a repeated flag replaces the
-//! whole list). Unknown keys are refused, with their line and column.
+//! whole list). Unknown keys are refused, with their line and column. One file may serve
+//! `export`, `stream` and `replicate`: each reads its keys and sets aside the keys only the
+//! others read (`slot`, `target`, …).
 //!
 //! Length: about 420 lines of code plus its unit tests: reading the file and merging it with
 //! the flags is one step over the one options definition (args.rs).
 
-use crate::args::{CompressionArg, ConsistencyArg, FormatArg, Options, Pair};
+use crate::args::{CompressionArg, ConsistencyArg, FormatArg, KEYS, Options, Pair, REPLICATE_KEYS};
 use crate::registry;
 use sluice_core::{
     ChunkStrategy, Consistency, Error, NamedQuery, QualifiedName, Result, Selection,
@@ -45,67 +47,92 @@ use sluice_sink::{
 use std::path::Path;
 use std::sync::Arc;
 
-/// Read the `-c` file.
-fn load(path: &Path) -> Result<Options> {
+/// The keys that only `sluice stream` or only `sluice replicate` read: a file shared by the
+/// commands holds them, and each command sets aside those of the others.
+fn others_keys(own: &[&str]) -> Vec<&'static str> {
+    let mut all: Vec<&'static str> = KEYS.iter().chain(REPLICATE_KEYS).copied().collect();
+    all.sort_unstable();
+    all.dedup();
+    all.retain(|k| !own.contains(k));
+    all
+}
+
+/// Read the `-c` file: the export's settings, and the keys named in `own` set apart as YAML.
+/// Keys only another command reads (`slot`, `target`, …) are set aside, so one file can serve
+/// `export`, `stream` and `replicate`. A file without such keys is read straight from its text,
+/// so every error carries its line and column; with them, an unknown key's line is found by
+/// its name.
+fn load(path: &Path, own: &[&str]) -> Result<(Options, yaml_serde::Mapping)> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         Error::config(format!(
             "cannot read config file {}: {e}. Check the path given to -c.",
             path.display()
         ))
     })?;
-    yaml_serde::from_str(&text).map_err(|e| {
+    let invalid = |e: &yaml_serde::Error| {
         let at = e
             .location()
-            .map(|l| format!(" at line {} column {}", l.line(), l.column()))
+            .map(|l| (l.line(), l.column()))
+            .or_else(|| key_line(&text, &e.to_string()).map(|line| (line, 1)))
+            .map(|(line, column)| format!(" at line {line} column {column}"))
             .unwrap_or_default();
         Error::config(format!(
             "config file {} is not valid{at}: {e}. Keys are the flag names with _ for - (see \
              sluice export --help).",
             path.display()
         ))
-    })
-}
-
-/// The settings of a run: the `-c` file's, with every flag given on the command line laid
-/// over it. A flag replaces the file's value (a repeated flag the whole list), except
-/// `--storage-option`, which adds to the file's map (later entries win).
-pub fn merged(flags: &Options) -> Result<Options> {
-    let file = match &flags.config {
-        Some(p) => load(p)?,
-        None => Options::default(),
     };
-    Ok(flags.clone().over(file))
-}
-
-/// [`merged`] for a command with settings of its own besides [`Options`] (`sluice stream`):
-/// the `-c` file's keys named in `own` are set apart and returned as YAML, for the command to
-/// read into its own settings ([`read_own`]); the others are read as for export.
-pub fn merged_with_own(flags: &Options, own: &[&str]) -> Result<(Options, yaml_serde::Mapping)> {
-    let Some(path) = &flags.config else {
-        return Ok((flags.clone(), yaml_serde::Mapping::new()));
+    // A file of comments only is no settings, as for the flags' own parse.
+    let mut all: yaml_serde::Mapping = match yaml_serde::from_str(&text).map_err(|e| invalid(&e))? {
+        yaml_serde::Value::Null => yaml_serde::Mapping::new(),
+        v => yaml_serde::from_value(v).map_err(|e| invalid(&e))?,
     };
-    let invalid = |e: &dyn std::fmt::Display| {
-        Error::config(format!(
-            "config file {} is not valid: {e}. Keys are the flag names with _ for - (see \
-             sluice --help).",
-            path.display()
-        ))
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Error::config(format!(
-            "cannot read config file {}: {e}. Check the path given to -c.",
-            path.display()
-        ))
-    })?;
-    let mut all: yaml_serde::Mapping = yaml_serde::from_str(&text).map_err(|e| invalid(&e))?;
     let mut apart = yaml_serde::Mapping::new();
     for key in own {
         if let Some(v) = all.remove(*key) {
             apart.insert((*key).into(), v);
         }
     }
-    let file: Options =
-        yaml_serde::from_value(yaml_serde::Value::Mapping(all)).map_err(|e| invalid(&e))?;
+    let mut aside = false;
+    for key in others_keys(own) {
+        aside |= all.remove(key).is_some();
+    }
+    let file = if apart.is_empty() && !aside {
+        yaml_serde::from_str(&text)
+    } else {
+        yaml_serde::from_value(yaml_serde::Value::Mapping(all))
+    }
+    .map_err(|e| invalid(&e))?;
+    Ok((file, apart))
+}
+
+/// The line of the top-level key that an "unknown field `KEY`" message names.
+fn key_line(text: &str, message: &str) -> Option<usize> {
+    let key = message.split("unknown field `").nth(1)?.split('`').next()?;
+    text.lines()
+        .position(|l| {
+            l.strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with(':'))
+        })
+        .map(|i| i + 1)
+}
+
+/// The settings of a run: the `-c` file's, with every flag given on the command line laid
+/// over it. A flag replaces the file's value (a repeated flag the whole list), except
+/// `--storage-option`, which adds to the file's map (later entries win).
+pub fn merged(flags: &Options) -> Result<Options> {
+    Ok(merged_with_own(flags, &[])?.0)
+}
+
+/// [`merged`] for a command with settings of its own besides [`Options`] (`sluice stream`,
+/// `sluice replicate`): the `-c` file's keys named in `own` are set apart and returned as YAML,
+/// for the command to read into its own settings ([`read_own`]); the others are read as for
+/// export.
+pub fn merged_with_own(flags: &Options, own: &[&str]) -> Result<(Options, yaml_serde::Mapping)> {
+    let Some(path) = &flags.config else {
+        return Ok((flags.clone(), yaml_serde::Mapping::new()));
+    };
+    let (file, apart) = load(path, own)?;
     Ok((flags.clone().over(file), apart))
 }
 
@@ -577,6 +604,42 @@ mod tests {
             _ => Consistency::Snapshot,
         };
         locking(&o, consistency)
+    }
+
+    #[test]
+    fn one_file_serves_export_stream_and_replicate() {
+        use clap::Parser;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("sluice.yaml");
+        let path = file.to_str().unwrap();
+        let shared = "source: postgres://u@h/d\ntable: [a]\nto: ./out\nslot: s1\n\
+                      batch_seconds: 5\ntarget: postgres://u@t/d\nmax_grouped: 9\n";
+        std::fs::write(&file, shared).unwrap();
+        let flags = |argv: &[&str]| crate::args::Cli::try_parse_from(argv).unwrap().command;
+        let Some(crate::args::Command::Export(export)) = flags(&["sluice", "export", "-c", path])
+        else {
+            unreachable!("an export command line")
+        };
+        let o = merged(&export).unwrap();
+        assert_eq!(o.table, ["a"]);
+        let (o, own) = merged_with_own(&export, KEYS).unwrap();
+        assert_eq!(o.source.as_deref(), Some("postgres://u@h/d"));
+        assert_eq!(
+            own.len(),
+            2,
+            "slot and batch_seconds are the stream's: {own:?}"
+        );
+        let (_, own) = merged_with_own(&export, REPLICATE_KEYS).unwrap();
+        assert_eq!(own.len(), 3, "target, max_grouped and slot: {own:?}");
+
+        std::fs::write(&file, format!("{shared}paralell: 3\n")).unwrap();
+        let e = merged(&export).unwrap_err().to_string();
+        assert!(
+            e.contains("line 8 column 1") && e.contains("unknown field `paralell`"),
+            "{e}"
+        );
+        std::fs::write(&file, "# nothing yet\n").unwrap();
+        assert!(merged(&export).unwrap().table.is_empty());
     }
 
     #[test]
