@@ -131,6 +131,22 @@ def psql(sql, db=None):
     return p.stdout.strip()
 
 
+def drop_db(db):
+    """Drop a pass's database. Its slots' walsenders may still be busy for a moment after
+    their client left (one decoding a large transaction notices only when it next sends), and
+    an active slot blocks the drop: wait for them, up to a minute."""
+    for _ in range(120):
+        p = subprocess.run(
+            ["psql", "-X", "-q", "-At", URL, "-c", f"DROP DATABASE IF EXISTS {db} WITH (FORCE)"],
+            capture_output=True, text=True)
+        if p.returncode == 0:
+            return
+        if "active logical replication slot" not in p.stderr:
+            raise SystemExit(f"psql failed: {p.stderr.strip()}")
+        time.sleep(0.5)
+    raise SystemExit(f"{db}: its replication slots stayed active for a minute after the pass")
+
+
 PG_TABLES = {
     "narrow": "id bigint PRIMARY KEY, a int, b bigint, s text",
     "wide": "id bigint PRIMARY KEY, "
@@ -238,7 +254,7 @@ def pg_measure_table(table, n):
         return row
     finally:
         shutil.rmtree(out, ignore_errors=True)
-        psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        drop_db(db)
 
 
 def measure_big_tx(target):
@@ -264,7 +280,7 @@ def measure_big_tx(target):
                 "memory_target": 64 << 20}
     finally:
         shutil.rmtree(out, ignore_errors=True)
-        psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        drop_db(db)
 
 
 def measure_steady(rate, seconds=30, batch_seconds=5):
@@ -316,7 +332,7 @@ def measure_steady(rate, seconds=30, batch_seconds=5):
                 "changes": len(delays), "p50": p(0.5), "p99": p(0.99), "max": delays[-1]}
     finally:
         shutil.rmtree(out, ignore_errors=True)
-        psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        drop_db(db)
 
 
 def pg_main():
