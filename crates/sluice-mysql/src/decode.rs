@@ -188,6 +188,14 @@ impl ValueDecoder {
         &self.adjustments
     }
 
+    /// The scale of column `i` when the export writes it as a 128-bit decimal.
+    pub fn decimal128_scale(&self, i: usize) -> Option<i8> {
+        match self.cols.get(i) {
+            Some((Conv::Dec128(s), _)) => Some(*s),
+            _ => None,
+        }
+    }
+
     /// True when column `i` takes text or binary bytes as they are (no geometry SRID to strip,
     /// no bit string to turn into a number).
     pub fn plain_bytes(&self, i: usize) -> bool {

@@ -12,7 +12,9 @@
 //! cell is the bytes as they lie in the event ([`Cell::Bytes`], their length prefix read from the
 //! table map's metadata as the driver reads it), so a string costs no allocation; the caller
 //! appends them as they are where the export would too, and hands them to the driver's value
-//! type otherwise.
+//! type otherwise. Decimals of up to 38 digits are read from their binary form straight into
+//! an integer at the column's scale ([`Cell::Decimal`]); the driver would write each as text
+//! for the export's decoder to parse back.
 //!
 //! An image: a NULL bitmap over the columns the event's column bitmap marks present, then
 //! those columns' values, NULLs left out. Partial JSON updates (MySQL's shared image) are
@@ -32,6 +34,8 @@ struct Col {
     unsigned: bool,
     /// For a text or binary column: the width of its values' length prefix.
     prefix: Option<u8>,
+    /// For a decimal of at most 38 digits: its precision and scale.
+    decimal: Option<(u8, u8)>,
 }
 
 /// One value of a row image.
@@ -39,8 +43,79 @@ struct Col {
 pub enum Cell<'a> {
     /// A text or binary column's bytes, as stored.
     Bytes(&'a [u8]),
+    /// A decimal of at most 38 digits: its digits as an integer, and its scale (the value is
+    /// `unscaled / 10^scale`).
+    Decimal {
+        /// The digits, sign included.
+        unscaled: i128,
+        /// Digits after the point.
+        scale: u8,
+    },
     /// Any other value (NULL included), decoded by the driver.
     Value(BinlogValue<'a>),
+}
+
+/// Bytes of a group of 0–9 decimal digits in MySQL's binary decimal format.
+const DIGIT_BYTES: [usize; 10] = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4];
+
+/// Precision and scale of a decimal column read by [`read_decimal`] (`None`: another column,
+/// or more than 38 digits, left to the driver).
+fn decimal_of(ty: ColumnType, meta: &[u8]) -> Option<(u8, u8)> {
+    match (ty, meta) {
+        (ColumnType::MYSQL_TYPE_NEWDECIMAL, &[p, s, ..]) if p <= 38 && s <= p => Some((p, s)),
+        _ => None,
+    }
+}
+
+/// Read a decimal in MySQL's binary format (`decimal2bin`): the integer digits then the
+/// fraction digits, each side in big-endian groups of nine digits in 4 bytes, with a shorter
+/// group of the leftover integer digits first and of the leftover fraction digits last; the
+/// first byte's top bit is flipped, and every byte inverted for a negative value.
+fn read_decimal(buf: &mut ParseBuf<'_>, precision: u8, scale: u8) -> io::Result<i128> {
+    let (intg, frac) = (usize::from(precision - scale), usize::from(scale));
+    let size = (intg / 9 + frac / 9) * 4 + DIGIT_BYTES[intg % 9] + DIGIT_BYTES[frac % 9];
+    let raw: &[u8] = buf.parse(size)?;
+    let mut bytes = [0u8; 20];
+    let bytes = &mut bytes[..size];
+    bytes.copy_from_slice(raw);
+    let negative = bytes.first().is_some_and(|b| b & 0x80 == 0);
+    if let Some(b) = bytes.first_mut() {
+        *b ^= 0x80;
+    }
+    if negative {
+        bytes.iter_mut().for_each(|b| *b = !*b);
+    }
+    let mut groups: [(usize, u32); 10] = [(0, 0); 10];
+    let mut n = 0;
+    let mut push = |digits: usize| {
+        groups[n] = (digits, 10u32.pow(digits as u32));
+        n += 1;
+    };
+    if intg % 9 > 0 {
+        push(intg % 9);
+    }
+    (0..intg / 9 + frac / 9).for_each(|_| push(9));
+    if frac % 9 > 0 {
+        push(frac % 9);
+    }
+    let mut at = 0;
+    let mut v: i128 = 0;
+    for &(digits, base) in &groups[..n] {
+        let len = DIGIT_BYTES[digits];
+        let g = bytes[at..at + len]
+            .iter()
+            .fold(0u32, |g, b| (g << 8) | u32::from(*b));
+        at += len;
+        if g >= base {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a decimal({precision},{scale}) value holds the digit group {g}"),
+            ));
+        }
+        // At most 38 digits: no overflow.
+        v = v * i128::from(base) + i128::from(g);
+    }
+    Ok(if negative { -v } else { v })
 }
 
 /// The length prefix of a text or binary column's values, as `mysql_common` reads it (`None`:
@@ -102,6 +177,7 @@ impl Layout {
             let meta = tme.get_column_metadata(i).unwrap_or(&[]).to_vec();
             cols.push(Col {
                 prefix: prefix_of(ty, &meta),
+                decimal: decimal_of(ty, &meta),
                 ty,
                 meta,
                 unsigned,
@@ -141,8 +217,8 @@ pub fn read_image<'a>(
                     format!("a row carries column {i}, which its table map lacks"),
                 )
             })?;
-            match c.prefix {
-                Some(width) => {
+            match (c.prefix, c.decimal) {
+                (Some(width), _) => {
                     let len: &[u8] = buf.parse(usize::from(width))?;
                     let n = len
                         .iter()
@@ -150,7 +226,11 @@ pub fn read_image<'a>(
                         .fold(0usize, |n, b| (n << 8) | usize::from(*b));
                     Cell::Bytes(buf.parse(n)?)
                 }
-                None => Cell::Value(buf.parse::<BinlogValue<'a>>((
+                (None, Some((precision, scale))) => Cell::Decimal {
+                    unscaled: read_decimal(buf, precision, scale)?,
+                    scale,
+                },
+                (None, None) => Cell::Value(buf.parse::<BinlogValue<'a>>((
                     c.ty,
                     &c.meta[..],
                     c.unsigned,
@@ -178,18 +258,21 @@ mod tests {
                     meta: vec![],
                     unsigned: false,
                     prefix: None,
+                    decimal: None,
                 },
                 Col {
                     ty: ColumnType::MYSQL_TYPE_VARCHAR,
                     meta: vec![40, 0],
                     unsigned: false,
                     prefix: prefix_of(ColumnType::MYSQL_TYPE_VARCHAR, &[40, 0]),
+                    decimal: None,
                 },
                 Col {
                     ty: ColumnType::MYSQL_TYPE_LONGLONG,
                     meta: vec![],
                     unsigned: false,
                     prefix: None,
+                    decimal: None,
                 },
             ],
         }
@@ -239,6 +322,116 @@ mod tests {
         let short = [0u8, 1];
         let e = read_image(&mut ParseBuf(&short), &l, &[0], 1, &mut out).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    /// `text` in the binary form of a decimal(p, s) column, as the server writes it.
+    fn encode(text: &str, p: u8, s: u8) -> Vec<u8> {
+        let (negative, digits) = match text.strip_prefix('-') {
+            Some(t) => (true, t),
+            None => (false, text),
+        };
+        let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
+        let (intg, fracg) = (usize::from(p - s), usize::from(s));
+        let int = format!("{:0>intg$}", int.trim_start_matches('0'));
+        let frac = format!("{frac:0<fracg$}");
+        let mut groups: Vec<&str> = Vec::new();
+        let lead = intg % 9;
+        if lead > 0 {
+            groups.push(&int[..lead]);
+        }
+        groups.extend(
+            int.as_bytes()[lead..]
+                .chunks(9)
+                .map(|c| std::str::from_utf8(c).unwrap()),
+        );
+        groups.extend(
+            frac.as_bytes()
+                .chunks(9)
+                .map(|c| std::str::from_utf8(c).unwrap()),
+        );
+        let mut out: Vec<u8> = Vec::new();
+        for g in groups {
+            let v: u32 = g.parse().unwrap();
+            out.extend(&v.to_be_bytes()[4 - DIGIT_BYTES[g.len()]..]);
+        }
+        if negative {
+            out.iter_mut().for_each(|b| *b = !*b);
+        }
+        out[0] ^= 0x80;
+        out
+    }
+
+    #[test]
+    fn decimals_read_as_the_driver_reads_them() {
+        use mysql_common::binlog::decimal::Decimal;
+        let cases: &[(u8, u8, &[&str])] = &[
+            (
+                12,
+                2,
+                &[
+                    "0.00",
+                    "1.00",
+                    "-1.00",
+                    "1234567890.12",
+                    "-9999999999.99",
+                    "0.05",
+                ],
+            ),
+            (10, 0, &["0", "7", "-7", "9999999999", "-1000000000"]),
+            (38, 0, &["99999999999999999999999999999999999999", "-1"]),
+            (
+                38,
+                38,
+                &["0.00000000000000000000000000000000000001", "-0.5"],
+            ),
+            (
+                38,
+                10,
+                &["1234567890123456789012345678.0123456789", "-0.0000000001"],
+            ),
+            (20, 7, &["1.5", "-1234567890123.1234567", "0.0000001"]),
+            (3, 1, &["-99.9", "0.1", "12.3"]),
+        ];
+        for &(p, s, texts) in cases {
+            for text in texts {
+                let bin = encode(text, p, s);
+                // The driver reads the same bytes as the same number.
+                let driver = Decimal::read_bin(&bin[..], usize::from(p), usize::from(s), false)
+                    .unwrap()
+                    .to_string();
+                let (ours, theirs) = (text.parse::<f64>().unwrap(), driver.parse::<f64>().unwrap());
+                assert_eq!(
+                    ours, theirs,
+                    "{text} as decimal({p},{s}): the driver read {driver}"
+                );
+                let mut buf = ParseBuf(&bin);
+                let got = read_decimal(&mut buf, p, s).unwrap();
+                assert!(buf.is_empty(), "{text}: bytes left");
+                let (int, frac) = driver.split_once('.').unwrap_or((&driver, ""));
+                let want: i128 = format!("{int}{frac:0<w$}", w = usize::from(s))
+                    .parse()
+                    .unwrap();
+                assert_eq!(got, want, "{text} as decimal({p},{s})");
+            }
+        }
+        assert!(
+            read_decimal(&mut ParseBuf(&[0x80]), 12, 2).is_err(),
+            "too short"
+        );
+        let mut bad = encode("1.00", 12, 2);
+        bad[5] = 0xFF; // a fraction group of 2 digits holding 255
+        assert!(
+            read_decimal(&mut ParseBuf(&bad), 12, 2).is_err(),
+            "digit group out of range"
+        );
+        assert_eq!(
+            decimal_of(ColumnType::MYSQL_TYPE_NEWDECIMAL, &[38, 2]),
+            Some((38, 2))
+        );
+        assert_eq!(
+            decimal_of(ColumnType::MYSQL_TYPE_NEWDECIMAL, &[39, 2]),
+            None
+        );
     }
 
     #[test]

@@ -323,6 +323,9 @@ pub struct Codec {
     /// Per column: its stored bytes are the value the export appends (text in UTF-8 or binary,
     /// nothing to convert), so a [`Cell::Bytes`] goes in as it is.
     stored_as_is: Vec<bool>,
+    /// Per column: the scale the export writes a 128-bit decimal at, where a
+    /// [`Cell::Decimal`] of that scale goes in as its integer.
+    decimal_scale: Vec<Option<u8>>,
 }
 
 impl Codec {
@@ -333,10 +336,19 @@ impl Codec {
             .enumerate()
             .map(|(i, f)| f.fix == Fix::None && decoder.plain_bytes(i))
             .collect();
+        let decimal_scale = facts
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let s = decoder.decimal128_scale(i)?;
+                (f.fix == Fix::None).then(|| u8::try_from(s).ok()).flatten()
+            })
+            .collect();
         Codec {
             facts,
             decoder,
             stored_as_is,
+            decimal_scale,
         }
     }
 
@@ -364,14 +376,47 @@ impl Codec {
                 .push_bytes(b)
                 .map_err(|e| DecodeError(e.message().to_string())),
             Cell::Bytes(b) => self.push(i, col, BinlogValue::Value(Value::Bytes(b.to_vec()))),
+            Cell::Decimal { unscaled, scale }
+                if self.decimal_scale.get(i).copied().flatten() == Some(scale) =>
+            {
+                col.push_i128(unscaled)
+                    .map_err(|e| DecodeError(e.message().to_string()))
+            }
+            Cell::Decimal { unscaled, scale } => {
+                let text = decimal_text(unscaled, scale).into_bytes();
+                self.push(i, col, BinlogValue::Value(Value::Bytes(text)))
+            }
             Cell::Value(v) => self.push(i, col, v),
         }
+    }
+}
+
+/// A decimal's text as the driver writes it (`-12.50`), for a column the export does not
+/// write as a 128-bit decimal of the same scale.
+fn decimal_text(unscaled: i128, scale: u8) -> String {
+    let s = usize::from(scale);
+    let digits = format!("{:0>w$}", unscaled.unsigned_abs(), w = s + 1);
+    let (int, frac) = digits.split_at(digits.len() - s);
+    let sign = if unscaled < 0 { "-" } else { "" };
+    if s == 0 {
+        format!("{sign}{int}")
+    } else {
+        format!("{sign}{int}.{frac}")
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decimal_texts() {
+        assert_eq!(decimal_text(-1250, 2), "-12.50");
+        assert_eq!(decimal_text(5, 2), "0.05");
+        assert_eq!(decimal_text(0, 0), "0");
+        assert_eq!(decimal_text(-7, 0), "-7");
+        assert_eq!(decimal_text(1, 38), format!("0.{}1", "0".repeat(37)));
+    }
 
     #[test]
     fn enum_and_set_members() {
