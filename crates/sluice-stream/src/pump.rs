@@ -15,9 +15,22 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// Consecutive failed attempts without a committed batch before a transient error ends the
-/// run (waits of 1, 2, 4, … 32 s between them).
-const MAX_RETRIES: u32 = 8;
+/// Consecutive failed attempts without progress (a committed batch, an applied transaction)
+/// before a transient error ends a stream or a replication (waits of 1, 2, 4, … 32 s between
+/// them, see [`backoff`]).
+pub(crate) const MAX_RETRIES: u32 = 8;
+
+/// Wait before restart attempt `failures` (1-based) after `e`, saying in the log what restarts
+/// from where (`restarting`: "the stream from its committed position").
+pub(crate) async fn backoff(e: &Error, failures: u32, restarting: &str) {
+    let wait = Duration::from_secs(1 << (failures - 1).min(5));
+    tracing::warn!(
+        "{e} — restarting {restarting} in {} s (attempt {failures} of {MAX_RETRIES})",
+        wait.as_secs()
+    );
+    tokio::time::sleep(wait).await;
+}
+
 async fn cleanup(dest: &dyn Destination, state: &StreamState) -> Result<()> {
     let keep: Vec<String> = state
         .intent
@@ -156,13 +169,8 @@ async fn streaming(
                 if !e.is_transient() || failures > MAX_RETRIES || *cancel.borrow() {
                     return Err(e);
                 }
-                let wait = Duration::from_secs(1 << (failures - 1).min(5));
-                tracing::warn!(
-                    "{e} — restarting the stream from its committed position in {} s                      (attempt {failures} of {MAX_RETRIES})",
-                    wait.as_secs()
-                );
                 metrics.retries.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(wait).await;
+                backoff(&e, failures, "the stream from its committed position").await;
                 let store = job.state.clone();
                 state = blocking(move || store.load())
                     .await?

@@ -4,6 +4,7 @@
 use super::ReplicateJob;
 use super::collect::{Captured, Collector, Limits};
 use super::worker::Pool;
+use crate::pump::{MAX_RETRIES, backoff};
 use crate::run::Stopped;
 use crate::state::StreamState;
 use sluice_core::change::{CaptureNames, ChangeStream, Step};
@@ -12,8 +13,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// Consecutive failed attempts without progress before a transient error ends the run.
-const MAX_RETRIES: u32 = 8;
+/// What a transient error restarts, for the log.
+const RESTARTING: &str = "the replication from its applied position";
 
 /// How long a unit's first transaction waits for others while a worker is free (the most a
 /// caught-up stream's transaction is held back).
@@ -66,7 +67,7 @@ pub(super) async fn stream(
                 if !e.is_transient() || failures > MAX_RETRIES || *cancel.borrow() {
                     return Err(e);
                 }
-                backoff(&e, failures).await;
+                backoff(&e, failures, RESTARTING).await;
                 continue;
             }
         };
@@ -121,7 +122,7 @@ pub(super) async fn stream(
                 if !e.is_transient() || failures > MAX_RETRIES || *cancel.borrow() {
                     return Err(e);
                 }
-                backoff(&e, failures).await;
+                backoff(&e, failures, RESTARTING).await;
             }
         }
     }
@@ -138,16 +139,6 @@ fn unit_limits(memory: u64, parallel: usize, max_grouped: u64) -> Limits {
         stream_bytes: ((memory / 8) as usize).clamp(1 << 20, 64 << 20),
         linger: LINGER,
     }
-}
-
-async fn backoff(e: &Error, failures: u32) {
-    let wait = Duration::from_secs(1 << (failures - 1).min(5));
-    tracing::warn!(
-        "{e} — restarting the replication from its applied position in {} s (attempt \
-         {failures} of {MAX_RETRIES})",
-        wait.as_secs()
-    );
-    tokio::time::sleep(wait).await;
 }
 
 #[allow(clippy::too_many_arguments)]
