@@ -150,7 +150,8 @@ pub struct ValueDecoder {
     adjustments: Adjustments,
 }
 
-fn own(e: sluice_core::Error) -> DecodeError {
+/// A column builder's error as a decode error (its message, for the caller to place).
+pub(crate) fn own(e: sluice_core::Error) -> DecodeError {
     DecodeError(e.message().to_string())
 }
 

@@ -75,37 +75,24 @@ fn read_decimal(buf: &mut ParseBuf<'_>, precision: u8, scale: u8) -> io::Result<
     let (intg, frac) = (usize::from(precision - scale), usize::from(scale));
     let size = (intg / 9 + frac / 9) * 4 + DIGIT_BYTES[intg % 9] + DIGIT_BYTES[frac % 9];
     let raw: &[u8] = buf.parse(size)?;
-    let mut bytes = [0u8; 20];
-    let bytes = &mut bytes[..size];
-    bytes.copy_from_slice(raw);
-    let negative = bytes.first().is_some_and(|b| b & 0x80 == 0);
-    if let Some(b) = bytes.first_mut() {
-        *b ^= 0x80;
-    }
-    if negative {
-        bytes.iter_mut().for_each(|b| *b = !*b);
-    }
-    let mut groups: [(usize, u32); 10] = [(0, 0); 10];
-    let mut n = 0;
-    let mut push = |digits: usize| {
-        groups[n] = (digits, 10u32.pow(digits as u32));
-        n += 1;
-    };
-    if intg % 9 > 0 {
-        push(intg % 9);
-    }
-    (0..intg / 9 + frac / 9).for_each(|_| push(9));
-    if frac % 9 > 0 {
-        push(frac % 9);
-    }
-    let mut at = 0;
+    let negative = raw.first().is_some_and(|b| b & 0x80 == 0);
+    let invert = if negative { 0xFF } else { 0 };
+    let mut bytes = raw
+        .iter()
+        .enumerate()
+        .map(|(i, b)| b ^ invert ^ if i == 0 { 0x80 } else { 0 });
+    // Digits per group, left to right.
+    let groups = (intg % 9 > 0)
+        .then_some(intg % 9)
+        .into_iter()
+        .chain(std::iter::repeat_n(9, intg / 9 + frac / 9))
+        .chain((frac % 9 > 0).then_some(frac % 9));
     let mut v: i128 = 0;
-    for &(digits, base) in &groups[..n] {
-        let len = DIGIT_BYTES[digits];
-        let g = bytes[at..at + len]
-            .iter()
-            .fold(0u32, |g, b| (g << 8) | u32::from(*b));
-        at += len;
+    for digits in groups {
+        let g = (&mut bytes)
+            .take(DIGIT_BYTES[digits])
+            .fold(0u32, |g, b| (g << 8) | u32::from(b));
+        let base = 10u32.pow(digits as u32);
         if g >= base {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,

@@ -25,7 +25,7 @@
 //! diff, not a value: refused at start and, if one arrives anyway, an error.
 
 use super::rows::Cell;
-use crate::decode::{DecodeError, ValueDecoder};
+use crate::decode::{DecodeError, ValueDecoder, own};
 use mysql_async::Value;
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::prelude::Queryable;
@@ -372,15 +372,14 @@ impl Codec {
         c: Cell<'_>,
     ) -> std::result::Result<(), DecodeError> {
         match c {
-            Cell::Bytes(b) if self.stored_as_is.get(i).copied().unwrap_or(false) => col
-                .push_bytes(b)
-                .map_err(|e| DecodeError(e.message().to_string())),
+            Cell::Bytes(b) if self.stored_as_is.get(i).copied().unwrap_or(false) => {
+                col.push_bytes(b).map_err(own)
+            }
             Cell::Bytes(b) => self.push(i, col, BinlogValue::Value(Value::Bytes(b.to_vec()))),
             Cell::Decimal { unscaled, scale }
                 if self.decimal_scale.get(i).copied().flatten() == Some(scale) =>
             {
-                col.push_i128(unscaled)
-                    .map_err(|e| DecodeError(e.message().to_string()))
+                col.push_i128(unscaled).map_err(own)
             }
             Cell::Decimal { unscaled, scale } => {
                 let text = decimal_text(unscaled, scale).into_bytes();
