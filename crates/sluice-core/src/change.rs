@@ -72,6 +72,19 @@ impl ChangeOp {
             ChangeOp::Truncate => "truncate",
         }
     }
+
+    /// The operation an `_op` text names ([`ChangeOp::as_str`] read back; `None` for any
+    /// other text).
+    pub fn parse(text: &str) -> Option<ChangeOp> {
+        [
+            ChangeOp::Insert,
+            ChangeOp::Update,
+            ChangeOp::Delete,
+            ChangeOp::Truncate,
+        ]
+        .into_iter()
+        .find(|op| op.as_str() == text)
+    }
 }
 
 /// The Arrow fields of the change columns.

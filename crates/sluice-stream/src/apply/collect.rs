@@ -362,11 +362,7 @@ impl Collector {
     /// the wait ends when the unit is due, see [`Collector::due_in`]), or when it has lingered
     /// and a worker is free.
     pub fn cut_due(&mut self, idle: bool) -> Result<()> {
-        let lingered = self
-            .open
-            .since
-            .is_some_and(|t| t.elapsed() >= self.limits.linger);
-        if idle || (lingered && !self.busy()) {
+        if idle || self.lingered_with_a_worker_free() {
             self.cut()?;
         }
         Ok(())
@@ -380,8 +376,14 @@ impl Collector {
             .map(|t| self.limits.linger.saturating_sub(t.elapsed()))
     }
 
-    fn busy(&self) -> bool {
-        self.busy.as_ref().is_some_and(|b| b(self.ready.len()))
+    /// The open unit's first transaction has waited its linger time and a worker could start
+    /// the unit now.
+    fn lingered_with_a_worker_free(&self) -> bool {
+        let lingered = self
+            .open
+            .since
+            .is_some_and(|t| t.elapsed() >= self.limits.linger);
+        lingered && !self.busy.as_ref().is_some_and(|b| b(self.ready.len()))
     }
 
     /// Between transactions with nothing open: a unit that only moves the applied position to
@@ -602,12 +604,12 @@ impl ChangeSink for Collector {
         }
         self.open.transactions += 1;
         self.open.end = Some(end);
-        let since = *self.open.since.get_or_insert_with(std::time::Instant::now);
+        self.open.since.get_or_insert_with(std::time::Instant::now);
         let pending = self.open.bytes + self.touched_bytes();
         if self.open.exclusive
             || self.open.transactions >= self.limits.transactions
             || pending >= self.limits.bytes
-            || (since.elapsed() >= self.limits.linger && !self.busy())
+            || self.lingered_with_a_worker_free()
         {
             self.cut()?;
         }

@@ -23,23 +23,14 @@
 use super::writeset::RowKeys;
 use arrow_array::cast::AsArray;
 use sluice_core::apply::ApplyUnit;
-use sluice_core::change::OP;
+use sluice_core::change::{ChangeOp, OP};
 use std::collections::HashMap;
 
 /// What a row does, for batching: its table (index in the unit) and operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Kind {
     table: u32,
-    op: u8,
-}
-
-fn op_code(op: &str) -> u8 {
-    match op {
-        "insert" => 0,
-        "update" => 1,
-        "delete" => 2,
-        _ => 3,
-    }
+    op: Option<ChangeOp>,
 }
 
 /// The rows of `unit` that `pick` selects (by position in `unit.order`), ordered and batched
@@ -70,7 +61,7 @@ pub(crate) fn plan(
         let op = ops.get(t as usize).copied().flatten()?;
         Some(Kind {
             table: t,
-            op: op_code(op.value(r as usize)),
+            op: ChangeOp::parse(op.value(r as usize)),
         })
     };
     let mut batches: Vec<Vec<(u32, u32)>> = Vec::new();
@@ -85,7 +76,9 @@ pub(crate) fn plan(
         let after = row_keys.iter().filter_map(|x| last.get(x).copied()).max();
         let join = k.and_then(|k| open.get(&k).copied()).filter(|&b| {
             after.is_none_or(|a| a < b)
-                && (reorder || (b + 1 == batches.len() && k.is_some_and(|k| k.op == 0)))
+                && (reorder
+                    || (b + 1 == batches.len()
+                        && k.is_some_and(|k| k.op == Some(ChangeOp::Insert))))
         });
         let b = match join {
             Some(b) => b,
