@@ -70,11 +70,11 @@ pub struct ReplConn {
 /// A read of the stream that took fewer bytes than this (with what was already there when it
 /// returned) makes the next one wait [`COALESCE_WAIT`] first. A client faster than the
 /// walsender otherwise reads each few messages the moment they land: one wake-up, one `recv`
-/// and one window update per ~1.5 KB on loopback, which cost the client more CPU (kernel time)
-/// than decoding the changes. Waiting a millisecond lets a read take tens of kilobytes
-/// (measured: 40% less client CPU draining 1 M changes). The socket's buffer holds more than a
-/// millisecond of a fast walsender, and a read that returns this much or more never waits, so
-/// the server is not held back; a change becomes visible at most that millisecond later.
+/// and one window update each time, which cost the client more CPU (kernel time) than decoding
+/// the changes. Waiting a millisecond lets a read take tens of kilobytes. The socket's buffer
+/// holds more than a millisecond of a fast walsender, and a read that returns this much or
+/// more never waits, so the server is not held back; a change becomes visible at most that
+/// millisecond later.
 const COALESCE_BELOW: usize = 16 * 1024;
 /// How long a small read makes the next one wait.
 const COALESCE_WAIT: Duration = Duration::from_millis(1);

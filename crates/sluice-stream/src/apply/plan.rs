@@ -3,8 +3,9 @@
 //!
 //! A statement per row costs the target a parse, a plan and an executor start for every
 //! change; one statement for many rows of a table (a multi-row `INSERT`, an `UPDATE … FROM
-//! (VALUES …)`, a `DELETE … USING`) costs them once, which measured 2.6× less target CPU per
-//! change on PostgreSQL and 5× less on MariaDB for the replication benchmark's mix. So the rows
+//! (VALUES …)`, a `DELETE … USING`) costs them once: with it the replication lab's drain at
+//! `--parallel 1` went from 21.0 to 10.3 s (PostgreSQL) and from 35.9 to 11.4 s (MariaDB)
+//! (`bench/results/replicate-2026-11-27-0714` and `-0744`). So the rows
 //! of a unit are gathered into *batches*: rows of one table and one operation that share no
 //! key with each other.
 //!
