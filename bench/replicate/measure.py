@@ -23,6 +23,10 @@ innodb_flush_log_at_trx_commit=1, sync_binlog=1). Per engine:
    backlog read and thrown away (`pg_recvlogical` on a slot made before the backlog,
    `mariadb-binlog --raw` from the position before it). Every target is then checked against the
    source table by table (row count and a sum of row hashes).
+
+The `pgbench` pass does the same with pgbench's own TPC-B (`pgbench -i -I dtgvpf`, then a
+rate-limited `pgbench -c 4 -j 2 -t … -R …` as the backlog): hot branch rows and an insert into
+the keyless `pgbench_history` in every transaction.
 """
 
 import datetime
@@ -232,6 +236,136 @@ def measure_pg(src_admin, tgt_admin, txs):
             "rows": rows}
 
 
+# --- PostgreSQL → PostgreSQL, pgbench's TPC-B ----------------------------------------------------
+
+PGBENCH_SCALE = int(os.environ.get("SLUICE_BENCH_PGBENCH_SCALE", "5"))
+PGBENCH_RATE = int(os.environ.get("SLUICE_BENCH_PGBENCH_RATE", "1500"))
+PGBENCH_TABLES = ("pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history")
+
+
+def pgbench_sums(c, schema):
+    """What the backlog leaves, compared between source and each target: the balances' sums,
+    the history's rows and deltas."""
+    one = lambda q: c.execute(q).fetchone()  # noqa: E731
+    return [one(f"SELECT count(*), coalesce(sum(abalance), 0) FROM {schema}.pgbench_accounts"),
+            one(f"SELECT count(*), coalesce(sum(bbalance), 0) FROM {schema}.pgbench_branches"),
+            one(f"SELECT count(*), coalesce(sum(tbalance), 0) FROM {schema}.pgbench_tellers"),
+            one(f"SELECT count(*), coalesce(sum(delta), 0) FROM {schema}.pgbench_history")]
+
+
+def measure_pgbench(src_admin, tgt_admin, transactions):
+    """pgbench's TPC-B: every transaction updates an account, a teller and one of SCALE hot
+    branch rows, and inserts into the keyless pgbench_history (REPLICA IDENTITY FULL). The
+    backlog is a rate-limited `pgbench` run written while nothing applies it."""
+    src_url = pg_url(src_admin, "pgb")
+    with pg(src_admin) as c:
+        c.execute("DROP DATABASE IF EXISTS pgb")
+        c.execute("CREATE DATABASE pgb")
+    with pg(tgt_admin) as c:
+        for stmt in ("ALTER SYSTEM SET fsync = on", "ALTER SYSTEM SET full_page_writes = on",
+                     "ALTER SYSTEM SET synchronous_commit = on"):
+            c.execute(stmt)
+        c.execute("SELECT pg_reload_conf()")
+        for db in ("pgb_target", "pgb_native"):
+            c.execute(f"DROP DATABASE IF EXISTS {db}")
+            c.execute(f"CREATE DATABASE {db}")
+        version = c.execute("SELECT version()").fetchone()[0]
+        settings = dict(c.execute(
+            "SELECT name, setting FROM pg_settings WHERE name IN "
+            "('fsync', 'synchronous_commit', 'full_page_writes', 'wal_sync_method')").fetchall())
+    tgt_url, native_url = pg_url(tgt_admin, "pgb_target"), pg_url(tgt_admin, "pgb_native")
+    for url in (src_url, native_url):
+        run_script(["pgbench", "-q", "-i", "-I", "dtgvpf", "-s", str(PGBENCH_SCALE), url], "",
+                   "pgbench -i")
+    with pg(src_url) as c:
+        c.execute("ALTER TABLE pgbench_history REPLICA IDENTITY FULL")
+        c.execute("CREATE PUBLICATION native_pub FOR TABLE " + ", ".join(PGBENCH_TABLES))
+    s = urlsplit(src_admin)
+    with pg(native_url) as c:
+        c.execute(
+            f"CREATE SUBSCRIPTION pgb_native CONNECTION 'host={s.hostname} port={s.port} "
+            f"user={s.username} dbname=pgb' PUBLICATION native_pub WITH (copy_data = false, "
+            "enabled = false, synchronous_commit = 'on')")
+    initial = {}
+    for n in PARALLEL if "sluice" in APPLIERS else []:
+        log(f"pgbench: initial load for --parallel {n}")
+        wall, _, _ = timed([SLUICE, "replicate", "-q", "--source", src_url, "--target", tgt_url,
+                            "--schema", "public", "--target-schema", f"p{n}",
+                            "--slot", f"pgb_p{n}", "--parallel", str(n), "--until-current",
+                            "--initial", "snapshot"])
+        initial[n] = wall
+    with pg(src_url) as c:
+        c.execute("SELECT pg_create_logical_replication_slot('pgb_floor', 'pgoutput')")
+        lsn0 = c.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+    clients = 4
+    per_client = max(1, transactions // clients)
+    log(f"pgbench: writing the backlog ({clients * per_client:,} transactions at "
+        f"{PGBENCH_RATE}/s)")
+    load_s = run_script(["pgbench", "-n", "-c", str(clients), "-j", "2", "-t", str(per_client),
+                         "-R", str(PGBENCH_RATE), src_url], "", "pgbench (backlog)")
+    with pg(src_url) as c:
+        # The last transaction: a row the anchor's drain waits for.
+        c.execute("INSERT INTO pgbench_history (tid, bid, aid, delta, mtime, filler) "
+                  "VALUES (1, 1, 1, 0, now(), 'sluice-end')")
+        wal = c.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn", (lsn0,)).fetchone()[0]
+        end = c.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+        source_sums = pgbench_sums(c, "public")
+    n_tx = clients * per_client + 1
+
+    def verify(url, schema, who):
+        with pg(url) as c:
+            got = pgbench_sums(c, schema)
+        if got != source_sums:
+            raise SystemExit(f"pgbench: {who} differs from the source: {got} != {source_sums}")
+
+    rows = []
+    log("pgbench: source-read floor (pg_recvlogical)")
+    load = os.getloadavg()[0]
+    wall, cpu, rss = timed(["pg_recvlogical", "-d", src_url, "--slot", "pgb_floor", "--start",
+                            "-o", "proto_version=1", "-o", "publication_names=native_pub",
+                            "--endpos", end, "-f", "/dev/null", "--no-loop"])
+    with pg(src_url) as c:
+        c.execute("SELECT pg_drop_replication_slot('pgb_floor')")
+    rows.append({"applier": "floor", "threads": 1, "wall": wall, "cpu": cpu, "rss": rss,
+                 "load": load})
+    if "native" in APPLIERS:
+        with pg(tgt_admin) as c:
+            c.execute("CHECKPOINT")
+        log("pgbench: native subscription")
+        with pg(native_url) as c:
+            load = os.getloadavg()[0]
+            t0 = time.monotonic()
+            c.execute("ALTER SUBSCRIPTION pgb_native ENABLE")
+            t1 = wait_until(lambda: c.execute(
+                "SELECT 1 FROM pgbench_history WHERE filler = 'sluice-end'").fetchone()
+                is not None,
+                "the subscription")
+            c.execute("ALTER SUBSCRIPTION pgb_native DISABLE")
+        verify(native_url, "public", "the native subscription")
+        rows.append({"applier": "native", "threads": 1, "wall": t1 - t0, "load": load})
+    for n in PARALLEL if "sluice" in APPLIERS else []:
+        with pg(tgt_admin) as c:
+            c.execute("CHECKPOINT")
+        log(f"pgbench: sluice --parallel {n}")
+        r = sluice_drain([SLUICE, "replicate", "-q", "--source", src_url, "--target", tgt_url,
+                          "--schema", "public", "--target-schema", f"p{n}",
+                          "--slot", f"pgb_p{n}", "--parallel", str(n), "--until-current"],
+                         os.path.join(RESULTS, f"pgbench-p{n}.json"),
+                         lambda: verify(tgt_url, f"p{n}", f"sluice --parallel {n}"))
+        rows.append({"applier": "sluice", "threads": n, "initial_load": initial[n], **r})
+    with pg(native_url) as c:
+        c.execute("ALTER SUBSCRIPTION pgb_native SET (slot_name = NONE)")
+        c.execute("DROP SUBSCRIPTION pgb_native")
+    with pg(src_url) as c:
+        c.execute("SELECT pg_drop_replication_slot('pgb_native')")
+        for n in PARALLEL if "sluice" in APPLIERS else []:
+            c.execute("SELECT pg_drop_replication_slot(%s)", (f"pgb_p{n}",))
+    return {"pair": f"PostgreSQL → PostgreSQL, pgbench TPC-B (scale {PGBENCH_SCALE})",
+            "engine": "pg", "workload": "pgbench", "transactions": n_tx, "server": version,
+            "target_settings": settings, "backlog_load_seconds": load_s, "wal_bytes": int(wal),
+            "rows": rows}
+
+
 # --- MariaDB → MariaDB -------------------------------------------------------------------------
 
 def measure_mariadb(src_root, tgt_root, txs):
@@ -388,6 +522,11 @@ def main():
     if "pg" in ENGINES:
         passes.append(measure_pg(os.environ["SLUICE_BENCH_SOURCE_PG"],
                                  os.environ["SLUICE_TEST_PG_URL"], txs))
+    if "pgbench" in ENGINES:
+        passes.append(measure_pgbench(os.environ["SLUICE_BENCH_SOURCE_PG"],
+                                      os.environ["SLUICE_TEST_PG_URL"],
+                                      int(os.environ.get("SLUICE_BENCH_PGBENCH_TRANSACTIONS",
+                                                         "16000"))))
     if "mariadb" in ENGINES:
         passes.append(measure_mariadb(os.environ["SLUICE_BENCH_SOURCE_MY"],
                                       os.environ["SLUICE_TEST_MYSQL_URL"], txs))

@@ -147,8 +147,17 @@ def render(data, results_dir):
         "the backlog's last row is visible.",
         "",
     ]
+    if any(p.get("workload") == "pgbench" for p in data["passes"]):
+        L += [
+            "- **pgbench pass**: pgbench's own TPC-B (`pgbench -i -I dtgvpf`, then a "
+            "rate-limited `pgbench -c 4 -j 2 -t … -R …` as the backlog): every transaction "
+            "updates an account, a teller and one of a few hot branch rows and inserts into the "
+            "keyless `pgbench_history` (REPLICA IDENTITY FULL). Same appliers and checks "
+            "(balances' sums, the history's rows and deltas).",
+            "",
+        ]
     for p in data["passes"]:
-        table, verdict = _rows(p, b["transactions"])
+        table, verdict = _rows(p, p.get("transactions") or b["transactions"])
         L += [f"## {p['pair']}", "",
               f"Backlog written on the source in {p['backlog_load_seconds']:.0f} s"
               + (f" ({p['wal_bytes'] / (1 << 20):.0f} MB of WAL)" if p.get("wal_bytes") else "")

@@ -78,3 +78,78 @@ ensure_python_test_venv() {
     "$dir/bin/python" -m pip install -q "${PYTHON_TEST_PKGS[@]}"
     printf '%s' "$want" > "$dir/stamp"
 }
+
+# MySQL 9 (Oracle's server; BASE_PACKAGES' mariadb-server is MariaDB) for the tests of that
+# flavour, under ~/.cache/sluice/mysql9 (SLUICE_MYSQL9_HOME overrides; sluice-testkit looks
+# there). Debian's stable releases carry no MySQL, so it comes from Debian unstable (sid):
+# mysql-server-core and mysql-client-core with every library they load, sid's C library and
+# loader included, fetched by apt with a private configuration and lists, unpacked with
+# dpkg-deb -x. The system's apt sources and dpkg state are not touched. Its programs run
+# through sid's own loader and libraries (bin/ holds a wrapper per program), so a newer glibc
+# than the system's is no obstacle. sid drops old versions, so nothing is pinned: the stamp
+# holds the version installed, re-runs are a no-op without the network, and deleting the
+# directory takes sid's current version. Debian (or a derivative with apt, dpkg-deb and the
+# Debian archive keyring) only.
+MYSQL9_PACKAGES=(mysql-server-core mysql-client-core)
+ensure_mysql9() {
+    local dir="${SLUICE_MYSQL9_HOME:-$HOME/.cache/sluice/mysql9}"
+    if [ -f "$dir/stamp" ] && [ -x "$dir/bin/mysqld" ]; then return 0; fi
+    ensure_debian_packages debian-archive-keyring
+    say "installing MySQL from Debian sid into $dir"
+    local work="$dir.part.$$"
+    rm -rf "$work"
+    mkdir -p "$work/apt/lists/partial" "$work/apt/cache/archives/partial" "$work/debs" "$work/root"
+    printf 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian sid main\n' \
+        > "$work/apt/sources.list"
+    # Everything apt writes goes under $work; the system's dpkg status is only read (apt-cache
+    # needs one). The sandbox user is this one: apt's own _apt user could not write here.
+    local apt_opts=(-o "Dir::Etc::SourceList=$work/apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
+        -o Dir::Etc::Preferences=/dev/null -o Dir::Etc::PreferencesParts=/dev/null
+        -o "Dir::State::Lists=$work/apt/lists" -o "Dir::Cache=$work/apt/cache"
+        -o Dir::State::status=/var/lib/dpkg/status -o "APT::Sandbox::User=$(id -un)")
+    apt-get "${apt_opts[@]}" update -qq || die "apt-get update of Debian sid failed (see above)"
+    # Every package in the dependency closure, whether or not the system has it: the system's
+    # copies are older than what sid's binaries were built against. Perl is left out: only
+    # helper scripts use it, never mysqld or the client programs.
+    local pkgs
+    pkgs=$(apt-cache "${apt_opts[@]}" depends --recurse --no-recommends --no-suggests \
+            --no-conflicts --no-breaks --no-replaces --no-enhances "${MYSQL9_PACKAGES[@]}" \
+        | grep -E '^[a-z]' | grep -vE '^(perl|libperl)' | sort -u)
+    [ -n "$pkgs" ] || die "Debian sid lists no ${MYSQL9_PACKAGES[*]}"
+    # shellcheck disable=SC2046 # one word per package
+    (cd "$work/debs" && apt-get "${apt_opts[@]}" download -qq $(printf '%s/sid\n' $pkgs)) \
+        || die "downloading MySQL's packages from Debian sid failed (see above)"
+    for d in "$work"/debs/*.deb; do dpkg-deb -x "$d" "$work/root"; done
+    local ld
+    ld=$(cd "$work/root" && ls usr/lib/*-linux-gnu/ld-linux*.so.* 2>/dev/null | head -n 1)
+    [ -n "$ld" ] || die "no dynamic loader in sid's libc6 under $work/root"
+    # A wrapper for each program (ELF files only; the Perl and shell helpers are left out),
+    # finding the tree from its own location so that the directory can be renamed.
+    mkdir -p "$work/bin"
+    local p
+    for p in "$work"/root/usr/sbin/* "$work"/root/usr/bin/*; do
+        [ "$(head -c 4 "$p" | od -An -c | tr -d ' ')" = '177ELF' ] || continue
+        local name
+        name=$(basename "$p")
+        cat > "$work/bin/$name" <<WRAPPER
+#!/bin/sh
+# $name from Debian sid, run through sid's loader and libraries.
+r=\$(dirname "\$(readlink -f "\$0")")/../root
+exec "\$r/$ld" --library-path "\$r/$(dirname "$ld")" "\$r/${p#"$work/root/"}" "\$@"
+WRAPPER
+        chmod +x "$work/bin/$name"
+    done
+    # Only the programs and libraries are needed.
+    rm -rf "$work/apt" "$work/debs" "$work"/root/usr/share/{doc,man,locale,lintian}
+    local version
+    version=$("$work/bin/mysqld" --version) || die "the unpacked mysqld does not run"
+    version="MySQL ${version#* Ver }"
+    case "$version" in
+        "MySQL 9."*) ;;
+        *) die "Debian sid's MySQL is not 9.x ($version): sluice-testkit's MySQL 9 server expects it" ;;
+    esac
+    printf '%s\n' "$version" > "$work/stamp"
+    rm -rf "$dir"
+    mv "$work" "$dir"
+    say "installed $version"
+}

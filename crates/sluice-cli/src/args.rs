@@ -3,7 +3,7 @@
 //! command line overrides the file. `sluice stream` takes the same [`Options`] plus its own
 //! settings, defined the same way in [`StreamOptions`].
 //!
-//! Length: about 550 lines, nearly all flag declarations with their help text; the three
+//! Length: about 620 lines, nearly all flag declarations with their help text; the three
 //! commands' options share [`Options`], so splitting them apart would scatter one user-facing
 //! list.
 
@@ -383,6 +383,47 @@ pub enum InitialArg {
     None,
 }
 
+/// What a change stream does with a value the export's type cannot hold (`--bad-values`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BadValuesArg {
+    /// Stop, naming the table, the column and the value.
+    Stop,
+    /// Write NULL in its place, warn, and count it in the report.
+    Null,
+}
+
+impl BadValuesArg {
+    /// The library's policy (`None`: the default, stop).
+    pub fn policy(arg: Option<BadValuesArg>) -> sluice_core::change::BadValues {
+        match arg {
+            Some(BadValuesArg::Null) => sluice_core::change::BadValues::Null,
+            Some(BadValuesArg::Stop) | None => sluice_core::change::BadValues::Stop,
+        }
+    }
+}
+
+/// What a change stream does when a captured partitioned table's partitions are truncated,
+/// detached or dropped (`--partition-changes`): the log does not carry those rows leaving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PartitionChangesArg {
+    /// Stop, naming the partition and the fix.
+    Stop,
+    /// Warn, note it with the table (state, change files' metadata) and go on.
+    Keep,
+}
+
+impl PartitionChangesArg {
+    /// The library's policy (`None`: the default, stop).
+    pub fn policy(arg: Option<PartitionChangesArg>) -> sluice_stream::LayoutChanges {
+        match arg {
+            Some(PartitionChangesArg::Keep) => sluice_stream::LayoutChanges::Keep,
+            Some(PartitionChangesArg::Stop) | None => sluice_stream::LayoutChanges::Stop,
+        }
+    }
+}
+
 /// `sluice stream`.
 #[derive(Debug, Clone, Args)]
 pub struct StreamArgs {
@@ -432,6 +473,16 @@ pub struct StreamOptions {
     /// Serve Prometheus metrics on HOST:PORT (path /metrics).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
+    /// MySQL/MariaDB: stream child tables of foreign keys with ON DELETE/UPDATE CASCADE or SET NULL although the binary log leaves out the rows those actions change (their change files then miss them; the state and the files' metadata say so). Refused without it.
+    #[arg(long)]
+    #[serde(default)]
+    pub accept_missing_cascades: bool,
+    /// stop (default): a changed value the export's type cannot hold (PostgreSQL NaN or Infinity in a numeric(p,s) column) stops the stream, naming it; null: it is written as NULL, warned about and counted in the report.
+    #[arg(long, value_enum)]
+    pub bad_values: Option<BadValuesArg>,
+    /// PostgreSQL: stop (default) when a captured partitioned table's partition is truncated, detached or dropped (the log does not carry those rows leaving); keep: warn, note it with the table and go on.
+    #[arg(long, value_enum)]
+    pub partition_changes: Option<PartitionChangesArg>,
 }
 
 /// The YAML keys of [`StreamOptions`], read apart from the export's.
@@ -445,6 +496,9 @@ pub const KEYS: &[&str] = &[
     "until_current",
     "state",
     "metrics_addr",
+    "accept_missing_cascades",
+    "bad_values",
+    "partition_changes",
 ];
 
 impl StreamOptions {
@@ -460,6 +514,9 @@ impl StreamOptions {
             until_current: self.until_current || file.until_current,
             state: self.state.or(file.state),
             metrics_addr: self.metrics_addr.or(file.metrics_addr),
+            accept_missing_cascades: self.accept_missing_cascades || file.accept_missing_cascades,
+            bad_values: self.bad_values.or(file.bad_values),
+            partition_changes: self.partition_changes.or(file.partition_changes),
         }
     }
 }
@@ -501,13 +558,13 @@ pub struct ReplicateOptions {
     /// The target database: postgres://… or mysql://… / mariadb://… (TLS and credentials as for sources).
     #[arg(long, value_name = "URL")]
     pub target: Option<String>,
-    /// The schema (PostgreSQL) or database (MySQL/MariaDB) every table goes into on the target (default: the table's schema on the source).
+    /// The schema (PostgreSQL) or database (MySQL/MariaDB) every table goes into on the target (default: the table's schema on the source; from PostgreSQL into MySQL/MariaDB, the target URL's database).
     #[arg(long, value_name = "NAME")]
     pub target_schema: Option<String>,
     /// snapshot (default): create and load the target's tables first; none: apply changes from now on to tables that already hold the source's rows.
     #[arg(long, value_enum)]
     pub initial: Option<InitialArg>,
-    /// The replication's name: the replication slot on PostgreSQL and the key of its state on the target (default: derived from the source and the selection, so the same command continues the same replication).
+    /// The replication's name: the replication slot on PostgreSQL and the key of its state on the target (default: derived from the source, the target, the target schema and the selection, so the same command continues the same replication).
     #[arg(long, value_name = "NAME")]
     pub slot: Option<String>,
     /// Publication name (PostgreSQL; default: the slot's name).
@@ -523,6 +580,12 @@ pub struct ReplicateOptions {
     /// Apply at most N source transactions in one target transaction (default 10000; they are grouped only while every session is busy). Lower it to keep target transactions short.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_grouped: Option<u64>,
+    /// stop (default): a changed value the export's type cannot hold (PostgreSQL NaN or Infinity in a numeric(p,s) column) stops the replication, naming it; null: it is applied as NULL, warned about and counted in the report.
+    #[arg(long, value_enum)]
+    pub bad_values: Option<BadValuesArg>,
+    /// PostgreSQL: stop (default) when a captured partitioned table's partition is truncated, detached or dropped (the log does not carry those rows leaving); keep: warn, note it with the table and go on.
+    #[arg(long, value_enum)]
+    pub partition_changes: Option<PartitionChangesArg>,
 }
 
 /// The YAML keys of [`ReplicateOptions`], read apart from the export's.
@@ -535,6 +598,8 @@ pub const REPLICATE_KEYS: &[&str] = &[
     "server_id",
     "until_current",
     "max_grouped",
+    "bad_values",
+    "partition_changes",
 ];
 
 impl ReplicateOptions {
@@ -549,6 +614,8 @@ impl ReplicateOptions {
             server_id: self.server_id.or(file.server_id),
             until_current: self.until_current || file.until_current,
             max_grouped: self.max_grouped.or(file.max_grouped),
+            bad_values: self.bad_values.or(file.bad_values),
+            partition_changes: self.partition_changes.or(file.partition_changes),
         }
     }
 }

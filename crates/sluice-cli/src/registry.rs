@@ -102,9 +102,11 @@ pub fn open_change_source(
     url: &str,
     server_id: Option<u32>,
     locking: Option<sluice_mysql::Locking>,
+    bad_values: sluice_core::change::BadValues,
 ) -> Result<Arc<dyn sluice_core::change::ChangeSource>> {
     if sluice_mysql::MySource::handles(url) {
-        let capture = sluice_mysql::replication::MyCapture::new(url, server_id)?;
+        let capture =
+            sluice_mysql::replication::MyCapture::new(url, server_id)?.with_bad_values(bad_values);
         return Ok(Arc::new(match locking {
             Some(l) => capture.with_locking(l),
             None => capture,
@@ -119,7 +121,9 @@ pub fn open_change_source(
         )));
     }
     if sluice_postgres::PgSource::handles(url) {
-        return Ok(Arc::new(sluice_postgres::replication::PgCapture::new(url)?));
+        return Ok(Arc::new(
+            sluice_postgres::replication::PgCapture::new(url)?.with_bad_values(bad_values),
+        ));
     }
     Err(Error::config(format!(
         "sluice stream captures changes from PostgreSQL (postgres://…) and MySQL/MariaDB \

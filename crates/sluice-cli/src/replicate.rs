@@ -49,6 +49,7 @@ fn job(o: &Options, r: &ReplicateOptions) -> Result<ReplicateJob> {
         o.source.as_deref().unwrap_or_default(),
         r.server_id,
         config::locking(o, sluice_core::Consistency::Snapshot)?,
+        sluice_cli::args::BadValuesArg::policy(r.bad_values),
     )?;
     let (selection, memory) = (template.selection.clone(), template.memory);
     let export = sluice_stream::export_builder(template);
@@ -67,6 +68,7 @@ fn job(o: &Options, r: &ReplicateOptions) -> Result<ReplicateJob> {
         export,
         progress: Arc::new(sluice_engine::Silent),
         counters: Arc::default(),
+        partition_changes: sluice_cli::args::PartitionChangesArg::policy(r.partition_changes),
     })
 }
 
@@ -75,7 +77,7 @@ pub async fn run(args: ReplicateArgs, quiet: bool, format: LogFormat) -> anyhow:
     let (options, own) = merged(&args)?;
     let mut job = job(&options, &own)?;
     if args.drop {
-        let removed = sluice_stream::apply::drop_replication(&job).await?;
+        let removed = sluice_stream::apply::drop_replication(job).await?;
         crate::print_dropped(&removed, quiet);
         return Ok(());
     }
@@ -129,6 +131,10 @@ async fn progress(c: Arc<sluice_stream::apply::ApplyCounters>) {
 
 fn report_text(r: &ReplicateReport) -> String {
     let mut s = format!("replicate {} → {} ({})\n", r.source, r.target, r.name);
+    match &r.target_schema {
+        Some(schema) => s.push_str(&format!("  tables on the target in {schema}\n")),
+        None => s.push_str("  tables on the target in their source schemas\n"),
+    }
     if let Some(snap) = &r.snapshot {
         s.push_str(&format!(
             "  initial load: {} rows at {}\n",
@@ -137,6 +143,9 @@ fn report_text(r: &ReplicateReport) -> String {
     }
     for n in &r.not_carried {
         s.push_str(&format!("  not carried: {n}\n"));
+    }
+    for n in &r.foreign_keys {
+        s.push_str(&format!("  {n}\n"));
     }
     s.push_str(&format!(
         "  applied: {} transactions ({} changes) in {} target transactions on {} sessions, \
@@ -151,6 +160,13 @@ fn report_text(r: &ReplicateReport) -> String {
         r.conflicts,
         r.aborts
     ));
+    if r.unmatched > 0 {
+        s.push_str(&format!(
+            "  WARNING: {} update(s) or delete(s) matched no row on the target: it does not \
+             hold rows the source changed, so it differs from the source\n",
+            r.unmatched
+        ));
+    }
     s.push_str(&format!(
         "  position: {}; peak lag {:.1} s, {} transactions behind at the end; log retained on the \
          source at most {:.1} MB; {:.1} s, peak RSS {} MB; stopped: {}\n",
@@ -165,5 +181,20 @@ fn report_text(r: &ReplicateReport) -> String {
             Stopped::Signal => "signal",
         }
     ));
+    if r.nulled_values > 0 {
+        s.push_str(&format!(
+            "  WARNING: {} changed value(s) could not be written and were applied as NULL \
+             (--bad-values null)\n",
+            r.nulled_values
+        ));
+    }
+    if r.ignored_changes > 0 {
+        s.push_str(&format!(
+            "  WARNING: {} change(s) of tables this run does not capture were left out (a \
+             captured table renamed on the source)\n",
+            r.ignored_changes
+        ));
+    }
+    s.push_str(&format!("  {}\n", r.while_stopped));
     s
 }

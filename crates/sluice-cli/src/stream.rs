@@ -106,6 +106,7 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
         o.source.as_deref().unwrap_or_default(),
         s.server_id,
         config::locking(o, sluice_core::Consistency::Snapshot)?,
+        sluice_cli::args::BadValuesArg::policy(s.bad_values),
     )?;
     let (selection, format, memory) = (
         template.selection.clone(),
@@ -130,6 +131,8 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
         export,
         progress: Arc::new(sluice_engine::Silent),
         metrics: Arc::default(),
+        accept_missing_cascades: s.accept_missing_cascades,
+        partition_changes: sluice_cli::args::PartitionChangesArg::policy(s.partition_changes),
     })
 }
 
@@ -196,10 +199,14 @@ async fn progress(m: Arc<sluice_stream::Metrics>) {
 
 fn report_text(r: &StreamReport) -> String {
     let mut s = String::new();
-    s.push_str(&format!(
-        "stream {} → {} (slot {}, publication {})\n",
-        r.source, r.destination, r.slot, r.publication
-    ));
+    if r.engine == "postgres" {
+        s.push_str(&format!(
+            "stream {} → {} (slot {}, publication {})\n",
+            r.source, r.destination, r.slot, r.publication
+        ));
+    } else {
+        s.push_str(&format!("stream {} → {}\n", r.source, r.destination));
+    }
     if let Some(snap) = &r.snapshot {
         s.push_str(&format!(
             "  initial snapshot: {} rows in {} parts at {}\n",
@@ -215,8 +222,12 @@ fn report_text(r: &StreamReport) -> String {
         r.position, r.last_seq, r.state
     ));
     s.push_str(&format!(
-        "  harm: peak WAL retained by the slot {:.1} MB, peak lag {:.1} s, last confirmed {:.1} s \
-         before the end\n",
+        "  harm: peak {} {:.1} MB, peak lag {:.1} s, last confirmed {:.1} s before the end\n",
+        if r.engine == "postgres" {
+            "WAL retained by the slot"
+        } else {
+            "binary log still needed"
+        },
         r.peak_retained_bytes as f64 / (1u64 << 20) as f64,
         r.peak_lag_seconds,
         r.seconds_since_confirm
@@ -230,10 +241,21 @@ fn report_text(r: &StreamReport) -> String {
             sluice_stream::Stopped::Signal => "signal",
         }
     ));
-    s.push_str(
-        "  The slot keeps WAL on the server until the stream runs again; sluice stream --drop \
-         removes it.\n",
-    );
+    if r.nulled_values > 0 {
+        s.push_str(&format!(
+            "  WARNING: {} changed value(s) could not be written and were written as NULL \
+             (--bad-values null)\n",
+            r.nulled_values
+        ));
+    }
+    if r.ignored_changes > 0 {
+        s.push_str(&format!(
+            "  WARNING: {} change(s) of tables this run does not capture were left out (a \
+             captured table renamed on the source)\n",
+            r.ignored_changes
+        ));
+    }
+    s.push_str(&format!("  {}\n", r.while_stopped));
     s
 }
 

@@ -14,6 +14,10 @@
 //! [`crate::change::change_schema`] (`_op`, `_absent`, …), so the target reads values with the
 //! export's Arrow types; a column named in `_absent` was not sent by the source (an unchanged
 //! TOAST value) and must keep its value: an update leaves it out of its `SET` list.
+//!
+//! Length: about 530 lines, nearly all type declarations with the documentation of what each
+//! field promises (keys, foreign keys and their actions, generated columns, units, barriers,
+//! positions, the target trait); adapters and the runner read them as one vocabulary.
 
 use crate::error::{Error, Result};
 use crate::table::{ColumnDesc, TableRef};
@@ -22,29 +26,175 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
+/// What a foreign key does to the rows referencing a parent row that is deleted, or whose key
+/// is updated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RefAction {
+    /// Refuse it while references exist (checked at the statement's end).
+    #[default]
+    NoAction,
+    /// Refuse it while references exist (checked at once).
+    Restrict,
+    /// Delete or update the referencing rows with it.
+    Cascade,
+    /// Set the referencing columns to NULL.
+    SetNull,
+    /// Set the referencing columns to their default.
+    SetDefault,
+}
+
+impl RefAction {
+    /// The action a catalog's rule names (`CASCADE`, `SET NULL`, … as in
+    /// `information_schema.REFERENTIAL_CONSTRAINTS`; PostgreSQL's one-letter codes `a r c n
+    /// d`).
+    pub fn parse(rule: &str) -> RefAction {
+        match rule.trim().to_ascii_uppercase().as_str() {
+            "CASCADE" | "C" => RefAction::Cascade,
+            "SET NULL" | "N" => RefAction::SetNull,
+            "SET DEFAULT" | "D" => RefAction::SetDefault,
+            "RESTRICT" | "R" => RefAction::Restrict,
+            _ => RefAction::NoAction,
+        }
+    }
+
+    /// The SQL of the action.
+    pub fn sql(self) -> &'static str {
+        match self {
+            RefAction::NoAction => "NO ACTION",
+            RefAction::Restrict => "RESTRICT",
+            RefAction::Cascade => "CASCADE",
+            RefAction::SetNull => "SET NULL",
+            RefAction::SetDefault => "SET DEFAULT",
+        }
+    }
+
+    /// True when the action changes referencing rows (rather than refuse the parent's change).
+    pub fn changes_children(self) -> bool {
+        matches!(
+            self,
+            RefAction::Cascade | RefAction::SetNull | RefAction::SetDefault
+        )
+    }
+}
+
 /// A foreign key of a captured table: its rows reference `parent`'s `parent_columns`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForeignKey {
+    /// The constraint's name (for messages).
+    #[serde(default)]
+    pub name: String,
     /// Referencing columns of this table, in the constraint's order.
     pub columns: Vec<String>,
     /// The referenced table.
     pub parent: TableRef,
     /// Referenced columns (the parent's primary key or a unique key), in the same order.
     pub parent_columns: Vec<String>,
+    /// What a delete of the parent row does to this table's rows.
+    #[serde(default)]
+    pub on_delete: RefAction,
+    /// What an update of the parent's key does to this table's rows.
+    #[serde(default)]
+    pub on_update: RefAction,
 }
 
-/// The keys of one captured table, read from the source catalog: what writesets hash.
+impl ForeignKey {
+    /// The actions of this key that change this table's rows, as SQL (`ON DELETE CASCADE`),
+    /// empty when none does.
+    pub fn child_actions(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.on_delete.changes_children() {
+            out.push(format!("ON DELETE {}", self.on_delete.sql()));
+        }
+        if self.on_update.changes_children() {
+            out.push(format!("ON UPDATE {}", self.on_update.sql()));
+        }
+        out
+    }
+
+    /// How the key reads in messages: `name (cols) → parent (cols) ON DELETE CASCADE`.
+    pub fn describe(&self) -> String {
+        let actions = self.child_actions();
+        format!(
+            "foreign key {}({}) → {} ({}){}",
+            if self.name.is_empty() {
+                String::new()
+            } else {
+                format!("{} ", self.name)
+            },
+            self.columns.join(", "),
+            self.parent,
+            self.parent_columns.join(", "),
+            if actions.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", actions.join(" "))
+            }
+        )
+    }
+}
+
+/// A column as the source described it when the target last followed it: what a column
+/// barrier compares, and what the target keeps (see [`ApplySession::columns`]) so a restart
+/// knows the columns the target follows even when the source's catalog has moved on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceColumn {
+    /// The column.
+    pub name: String,
+    /// The source's type text (`ColumnDesc::source_type`): a change is a retype.
+    pub source_type: String,
+}
+
+impl SourceColumn {
+    /// The columns `columns` as a barrier compares them.
+    pub fn of(columns: &[ColumnDesc]) -> Vec<SourceColumn> {
+        columns
+            .iter()
+            .map(|c| SourceColumn {
+                name: c.name.clone(),
+                source_type: c.source_type.clone(),
+            })
+            .collect()
+    }
+}
+
+/// A column the source computes from the row's other columns (`GENERATED ALWAYS AS (…)
+/// STORED` on PostgreSQL; stored or virtual generated columns on MySQL/MariaDB).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GeneratedColumn {
+    /// The column.
+    pub name: String,
+    /// Its expression as the source prints it (`pg_get_expr`, `GENERATION_EXPRESSION`): only a
+    /// target of the same engine can create the column with it.
+    pub expression: String,
+    /// Stored on the source (a virtual column is computed when read).
+    pub stored: bool,
+}
+
+/// What the source's catalog says about one captured table that its change stream does not:
+/// the keys writesets hash, the key updates and deletes are matched by, and the columns the
+/// source computes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TableKeys {
     /// The table.
     pub table: TableRef,
-    /// Primary key columns in key order (empty: no primary key; the table's changes are
-    /// barriers).
+    /// Primary key columns in key order (empty: no primary key; the table's updates and
+    /// deletes are barriers).
     pub primary: Vec<String>,
     /// Every other unique constraint or unique index without a predicate, columns in order.
     pub unique: Vec<Vec<String>>,
     /// Foreign keys whose parent is any table (captured or not).
     pub foreign: Vec<ForeignKey>,
+    /// The columns an update or delete is matched by on the target when they are not the
+    /// primary key: the source's log identifies old rows by them (PostgreSQL's `REPLICA
+    /// IDENTITY USING INDEX` on another unique index, whose old tuples carry only its
+    /// columns). Empty: the primary key.
+    #[serde(default)]
+    pub match_by: Vec<String>,
+    /// Generated columns. The change stream leaves them out (PostgreSQL's logical
+    /// replication does not send them), so a target computes them itself: a same-engine
+    /// target creates them with the source's expression, another leaves them out (noted).
+    #[serde(default)]
+    pub generated: Vec<GeneratedColumn>,
 }
 
 impl TableKeys {
@@ -55,7 +205,24 @@ impl TableKeys {
             primary,
             unique: Vec::new(),
             foreign: Vec::new(),
+            match_by: Vec::new(),
+            generated: Vec::new(),
         }
+    }
+
+    /// The columns updates and deletes are matched by: [`TableKeys::match_by`], else the
+    /// primary key.
+    pub fn apply_key(&self) -> &[String] {
+        if self.match_by.is_empty() {
+            &self.primary
+        } else {
+            &self.match_by
+        }
+    }
+
+    /// True when `column` is generated on the source.
+    pub fn is_generated(&self, column: &str) -> bool {
+        self.generated.iter().any(|g| g.name == column)
     }
 }
 
@@ -65,7 +232,8 @@ pub struct TargetTable {
     /// The name on the source; the target uses the same schema (database) and table name.
     pub table: TableRef,
     /// Columns in source order, with the source's type text (`ColumnDesc::source_type`) and
-    /// Arrow field (nullability included).
+    /// Arrow field (nullability included). Generated columns are among them
+    /// ([`TableKeys::generated`] says which).
     pub columns: Vec<ColumnDesc>,
     /// Keys to create (primary and unique; foreign keys are not created, see
     /// [`ApplyTarget::create_tables`]).
@@ -91,6 +259,11 @@ pub struct UnitTable {
     pub batch: RecordBatch,
     /// The source engine (`postgres`, `mysql`), as in [`TargetTable::source_engine`].
     pub source_engine: &'static str,
+    /// [`UnitTable::key`] is the table's only key (no other unique key, no foreign key to a
+    /// parent): changes of different rows never constrain each other on the target, so an
+    /// update that a later change of the same row in the same target transaction replaces
+    /// may be left out (`sluice-stream`'s `apply/plan.rs`). False when not known.
+    pub sole_key: bool,
 }
 
 impl UnitTable {
@@ -172,6 +345,11 @@ pub enum Barrier {
     Columns {
         /// The table.
         table: TableRef,
+        /// Its columns until now, as the source sent them: a target drops only a column the
+        /// source had and no longer has, never one the source never sent (a column of the
+        /// target's own, a generated column), and retypes only a column whose source type
+        /// changed.
+        before: Vec<SourceColumn>,
         /// Its columns from now on.
         columns: Vec<ColumnDesc>,
         /// The source engine (`postgres`, `mysql`): a same-engine target keeps the source's
@@ -193,6 +371,12 @@ pub struct AppliedPosition {
     pub pos: String,
     /// Commit time of that transaction on the source, microseconds since 1970 (UTC).
     pub commit_ts: Option<i64>,
+    /// Changes of the transaction after `restart` already applied, when a unit was committed
+    /// in two target transactions around a barrier whose DDL commits by itself (see
+    /// [`ApplySession::barrier`]); `pos` is then that transaction's. 0 between transactions.
+    /// A restart skips that many changes of that transaction (and the barriers among them).
+    #[serde(default)]
+    pub skip: u64,
 }
 
 /// A target database that replicated changes are applied to. Implemented per engine.
@@ -221,6 +405,12 @@ pub trait ApplyTarget: Send + Sync {
     /// fails with its name.
     async fn create_tables(&self, tables: &[TargetTable]) -> Result<Vec<String>>;
 
+    /// Create foreign keys with their actions (`(child, key)`, names as on the target), where
+    /// the target must apply cascades the source's log leaves out (see `ChangeSource::
+    /// logs_cascades`); one that exists by its name is left as it is. Called once the initial
+    /// load is in, so the parallel load does not trip them. Returns a note per key created.
+    async fn add_foreign_keys(&self, keys: &[(TableRef, ForeignKey)]) -> Result<Vec<String>>;
+
     /// Tables among `tables` that hold rows (an initial load refuses to load into them).
     async fn non_empty(&self, tables: &[TableRef]) -> Result<Vec<TableRef>>;
 
@@ -236,8 +426,36 @@ pub trait ApplyTarget: Send + Sync {
     /// Save the replication's state (outside any unit: the snapshot's progress and the tables).
     async fn save_state(&self, name: &str, state: &[u8]) -> Result<()>;
 
-    /// Forget the replication: its state and applied positions.
+    /// Forget the replication: its state, applied positions and followed columns.
     async fn clear_state(&self, name: &str) -> Result<()>;
+
+    /// The source columns each target table of replication `name` follows (recorded by
+    /// [`ApplyTarget::save_columns`] after the initial load and by [`ApplySession::columns`]
+    /// with every column barrier); empty for a replication that recorded none.
+    async fn followed_columns(&self, name: &str) -> Result<Vec<(TableRef, Vec<SourceColumn>)>>;
+
+    /// Record the source columns the target tables follow (after the initial load).
+    async fn save_columns(
+        &self,
+        name: &str,
+        tables: &[(TableRef, Vec<SourceColumn>)],
+    ) -> Result<()>;
+
+    /// Hold the replication `name` for this run: a second run of the same replication (any
+    /// host) is refused, naming the holder, until the returned lock is released or its
+    /// session ends (a run that dies releases it). Needed because a MySQL/MariaDB source keeps
+    /// no server-side object that only one reader can use (a PostgreSQL slot does).
+    async fn lock(&self, name: &str) -> Result<Box<dyn ReplicationLock>>;
+
+    /// Where tables go when the source is of another engine and no target schema was
+    /// given: MySQL/MariaDB, the database the URL names (a PostgreSQL source's `public` is no
+    /// database there); `None` keeps each table's source schema.
+    fn default_schema(&self) -> Option<String>;
+
+    /// The target's identity for the replication's default name: engine, hosts and ports,
+    /// database — what decides where rows land, not how the URL spells it (no user, no TLS
+    /// options, no parameter order).
+    fn identity(&self) -> String;
 
     /// The applied position: the highest recorded for `name` by any worker, or `None`.
     async fn applied(&self, name: &str) -> Result<Option<AppliedPosition>>;
@@ -245,6 +463,13 @@ pub trait ApplyTarget: Send + Sync {
     /// An apply session for worker `worker` of replication `name` (each worker records its
     /// position in a row of its own, so parallel commits do not wait on one row).
     async fn session(&self, name: &str, worker: u32) -> Result<Box<dyn ApplySession>>;
+}
+
+/// A replication held by one run (see [`ApplyTarget::lock`]).
+#[async_trait]
+pub trait ReplicationLock: Send {
+    /// Let another run take the replication.
+    async fn release(self: Box<Self>) -> Result<()>;
 }
 
 /// One target session of the initial load.
@@ -273,9 +498,14 @@ pub trait ApplySession: Send {
     /// Apply the rows of `unit` in order inside the open transaction.
     async fn apply(&mut self, unit: &ApplyUnit) -> Result<()>;
 
-    /// Apply a barrier inside the open transaction (DDL may commit implicitly on MySQL; the
-    /// runner records the position in a transaction of its own after it).
-    async fn barrier(&mut self, barrier: &Barrier) -> Result<()>;
+    /// Apply a barrier inside the open transaction. `before` is the position once every
+    /// change before the barrier is applied. A target whose DDL commits by itself (MySQL,
+    /// MariaDB) first records `before` and commits what the transaction holds, so an
+    /// implicit commit never makes changes durable without their position; it returns `true`
+    /// then, and the unit may not be rolled back and applied again in place (a restart from
+    /// `before` continues it). A target with transactional DDL applies it in the transaction
+    /// and returns `false`.
+    async fn barrier(&mut self, barrier: &Barrier, before: &AppliedPosition) -> Result<bool>;
 
     /// Send the statements buffered so far, inside the open transaction, and wait for their
     /// results: the runner is about to wait (for an earlier unit, or for its turn to commit).
@@ -290,4 +520,15 @@ pub trait ApplySession: Send {
 
     /// Roll the open transaction back (nothing of it stays).
     async fn rollback(&mut self) -> Result<()>;
+
+    /// Record, inside the open transaction, that target table `table` now follows the source
+    /// columns `columns` (after a column barrier): a restart compares the source's next
+    /// column change with these, not with the source's catalog, which may be ahead.
+    async fn columns(&mut self, table: &TableRef, columns: &[SourceColumn]) -> Result<()>;
+
+    /// Updates and deletes of the last committed transaction that matched no row on the
+    /// target: the source changed a row the target does not hold, so the target has
+    /// diverged (rows changed or removed there, or a load that missed them). Counted in the
+    /// report; not an error, since applying it again cannot help.
+    fn unmatched(&self) -> u64;
 }

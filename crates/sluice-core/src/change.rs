@@ -21,6 +21,10 @@
 //!
 //! The adapter implements [`ChangeStream`] and feeds a [`ChangeSink`]; the runner implements the
 //! sink (batching, files, state). Neither knows the other's side.
+//!
+//! Length: about 590 lines: the change columns, the row builders, the source and sink traits
+//! with what each method promises, and the small policies a source applies while decoding
+//! (bad values, layout changes); one vocabulary that every capture adapter implements.
 
 use crate::columns::{BatchBuilder, ColumnBuilder};
 use crate::error::{Error, Result};
@@ -48,6 +52,68 @@ pub const XID: &str = "_xid";
 pub const ABSENT: &str = "_absent";
 /// Every change column, in the order they follow the table's columns.
 pub const CHANGE_COLUMNS: [&str; 6] = [OP, POS, SEQ, COMMIT_TS, XID, ABSENT];
+
+/// One change of a captured table's layout that the source's log does not carry
+/// ([`ChangeSource::layout_changes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayoutChange {
+    /// The captured table, `schema.table`.
+    pub table: String,
+    /// What happened, in words.
+    pub what: String,
+    /// Rows left the table without a change in the log (a partition truncated, detached or
+    /// dropped): the run stops, or keeps them with a note. `false`: said only (a new
+    /// partition, empty when created, fills through the log).
+    pub missing: bool,
+}
+
+/// What a change stream does with a value the export's Arrow type cannot hold — PostgreSQL
+/// `NaN` or `Infinity` in a `numeric(p,s)` column, which the export refuses too — met after
+/// the snapshot, where refusing stops the stream at that change for good (`--bad-values`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BadValues {
+    /// Stop, naming the table, the column and the value (the default).
+    #[default]
+    Stop,
+    /// Write NULL in its place, warn, and count it ([`ChangeSource::nulled_values`]).
+    Null,
+}
+
+/// How a stream applies [`BadValues`]: the policy and the count of values written as NULL.
+#[derive(Debug, Clone, Default)]
+pub struct BadValuePolicy {
+    /// What to do.
+    pub policy: BadValues,
+    /// Values written as NULL so far (shared by the capture's streams).
+    pub nulled: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl BadValuePolicy {
+    /// A value of `what` (`table.column`) at `pos` cannot be written (`why`): `Ok(())` when it
+    /// is to be written as NULL (counted, warned about), else the stream's error.
+    pub fn handle(&self, what: &str, pos: &str, why: &str) -> Result<()> {
+        match self.policy {
+            BadValues::Stop => Err(Error::data(format!(
+                "{what}: a changed value at position {pos} cannot be written: {why}. The \
+                 export refuses such values too; to write them as NULL instead (counted in \
+                 the report), run with --bad-values null."
+            ))),
+            BadValues::Null => {
+                let n = self
+                    .nulled
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if n < 10 || n.is_power_of_two() {
+                    tracing::warn!(
+                        "{what}: a changed value at position {pos} cannot be written ({why}); \
+                         written as NULL (--bad-values null), {} so far",
+                        n + 1
+                    );
+                }
+                Ok(())
+            }
+        }
+    }
+}
 
 /// What a change did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -335,6 +401,37 @@ pub trait ChangeSource: Send + Sync {
     /// The source location with secrets redacted.
     fn display_url(&self) -> String;
 
+    /// Values written as NULL because they could not be written (see [`BadValues`]).
+    fn nulled_values(&self) -> u64 {
+        0
+    }
+
+    /// False when the source's log leaves out the rows a foreign key's action changes (a
+    /// cascaded delete, `SET NULL`): InnoDB applies those inside the storage engine, and
+    /// MySQL (before 9.6) and MariaDB write them to no binary log. The runner then refuses,
+    /// or handles, captured tables with such keys (see [`crate::apply::ForeignKey`]).
+    fn logs_cascades(&self) -> bool {
+        true
+    }
+
+    /// False when the source's log leaves generated columns out of its rows (PostgreSQL
+    /// before 18 does not publish them): change files then lack those columns, which the
+    /// runner says at start, naming them (the snapshot has them; a reader computes them from
+    /// the expression, which [`crate::apply::GeneratedColumn`] carries).
+    fn sends_generated(&self) -> bool {
+        true
+    }
+
+    /// The source's identity for a replication's default name: engine, hosts and ports,
+    /// database — what decides which log is read, not how the URL spells it (no user, no TLS
+    /// options, no parameter order).
+    fn identity(&self) -> String;
+
+    /// What the source keeps for a capture that is not running, in the engine's words, for
+    /// the end of a run and for errors that leave it stopped (`command`: the command that
+    /// continues it, `sluice stream` or `sluice replicate`).
+    fn while_stopped(&self, names: &CaptureNames, command: &str) -> String;
+
     /// The source an export reads from, under `snapshot` when given (a snapshot taken by
     /// [`ChangeSource::create`] or [`ChangeSource::snapshot`]).
     fn export_source(&self, snapshot: Option<&SnapshotInfo>) -> Arc<dyn Source>;
@@ -372,6 +469,31 @@ pub trait ChangeSource: Send + Sync {
 
     /// Refuse, with the fix, datasets or a server that cannot stream.
     async fn check(&self, datasets: &[Dataset]) -> Result<()>;
+
+    /// What of the captured tables' layout changes without a change in the log, as the
+    /// adapter's JSON, kept with the stream's state and compared by
+    /// [`ChangeSource::layout_changes`] (PostgreSQL: each partitioned table's partitions and the
+    /// file each is in — a truncate of one partition is not published under its root, a
+    /// detach produces no change). `None`: nothing to watch.
+    async fn layout(&self, datasets: &[Dataset]) -> Result<Option<String>> {
+        let _ = datasets;
+        Ok(None)
+    }
+
+    /// What happened since `saved` (a [`ChangeSource::layout`]) that the log does not carry;
+    /// empty when nothing.
+    async fn layout_changes(&self, saved: &str, datasets: &[Dataset]) -> Result<Vec<LayoutChange>> {
+        let _ = (saved, datasets);
+        Ok(Vec::new())
+    }
+
+    /// Refuse, with the fix, a log whose row images may lack columns a target needs to apply
+    /// them: a key update arrives as a delete and an insert, and an insert without its
+    /// unchanged columns cannot be applied (MySQL/MariaDB `binlog_row_image=MINIMAL` or
+    /// `NOBLOB`). `sluice replicate` asks this; change files mark such columns `_absent`.
+    async fn check_whole_rows(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// True when the capture's server-side objects exist; fails when another session is
     /// streaming from them.

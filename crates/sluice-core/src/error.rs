@@ -79,6 +79,7 @@ pub struct Error {
     retry: Retry,
     message: String,
     conflict: bool,
+    blocked: bool,
     cause: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
@@ -91,6 +92,7 @@ impl Error {
             retry,
             message: message.into(),
             conflict: false,
+            blocked: false,
             cause: None,
         }
     }
@@ -105,9 +107,24 @@ impl Error {
         e
     }
 
-    /// True for [`Error::apply_conflict`].
+    /// True for [`Error::apply_conflict`] (and [`Error::apply_blocked`]).
     pub fn is_apply_conflict(&self) -> bool {
         self.conflict
+    }
+
+    /// An [`Error::apply_conflict`] that is a lock wait given up: another session holds a
+    /// lock the change needs. When the unit already runs alone, that session is not sluice's
+    /// and the applier waits for it (retrying, naming it) rather than fail: the message says
+    /// who holds the lock.
+    pub fn apply_blocked(message: impl Into<String>) -> Self {
+        let mut e = Self::apply_conflict(message);
+        e.blocked = true;
+        e
+    }
+
+    /// True for [`Error::apply_blocked`].
+    pub fn is_apply_blocked(&self) -> bool {
+        self.blocked
     }
 
     /// A permanent configuration error.
@@ -156,6 +173,18 @@ impl Error {
     /// kind and retry class.
     pub fn context(mut self, prefix: impl fmt::Display) -> Self {
         self.message = format!("{prefix}: {}", self.message);
+        self
+    }
+
+    /// The same failure seen from a target database's side: connection code shared by
+    /// sources and targets reports a source's error (exit code 3, "source URL"); a target
+    /// adapter passes it through this so it exits as a destination error and names the
+    /// target URL. Retry class and cause are kept.
+    pub fn as_target(mut self) -> Self {
+        if self.kind == ErrorKind::Source {
+            self.kind = ErrorKind::Destination;
+        }
+        self.message = self.message.replacen("source URL", "target URL", 1);
         self
     }
 

@@ -75,9 +75,14 @@ async fn timed_export(
     job.destination.check_writable().await?;
     let run_id = new_run_id();
     // One run at a time per output: a second one would remove the first one's temporaries.
-    let lock = job.destination.lock(&LockHolder::now(&run_id)).await?;
+    let (lock, own) = match &job.held_lock {
+        Some(l) => (l.clone(), false),
+        None => (job.destination.lock(&LockHolder::now(&run_id)).await?, true),
+    };
     let result = locked(&job, &lock, run_id, started, progress, cancel, phases).await;
-    lock.release().await;
+    if own {
+        lock.release().await;
+    }
     result
 }
 

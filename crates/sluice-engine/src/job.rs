@@ -3,7 +3,7 @@
 
 use crate::retry::RetryPolicy;
 use sluice_core::{ChunkStrategy, Consistency, Selection, Source};
-use sluice_sink::{Destination, FormatOptions};
+use sluice_sink::{Destination, FormatOptions, OutputLock};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +46,10 @@ pub struct ExportJob {
     pub retry: RetryPolicy,
     /// How often the harm monitor samples.
     pub harm_interval: Duration,
+    /// The output's lock, already held by the caller (a stream locks its output before it
+    /// inspects it and keeps it across its initial snapshot and the streaming after it): the
+    /// export uses it instead of taking its own, and leaves releasing it to the caller.
+    pub held_lock: Option<Arc<dyn OutputLock>>,
 }
 
 impl ExportJob {
@@ -74,6 +78,7 @@ impl ExportJob {
             enable_row_security: false,
             retry: RetryPolicy::default(),
             harm_interval: Duration::from_millis(100),
+            held_lock: None,
         }
     }
 }

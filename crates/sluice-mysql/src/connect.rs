@@ -130,6 +130,9 @@ pub struct MyTarget {
     pub zero_dates: ZeroDates,
     /// Row protocol (`?protocol=binary|text`).
     pub protocol: Protocol,
+    /// Sessions ask for `CLIENT_FOUND_ROWS`: an update's affected rows are the rows it
+    /// matched, not those it changed (an apply target counts updates that matched none).
+    found_rows: bool,
 }
 
 impl std::fmt::Debug for MyTarget {
@@ -219,6 +222,7 @@ impl MyTarget {
             },
             zero_dates: ZeroDates::Null,
             protocol: Protocol::Binary,
+            found_rows: false,
         };
         let mut mode = None;
         let (mut cert, mut key) = (None, None);
@@ -358,6 +362,23 @@ impl MyTarget {
     /// The URL with the password redacted.
     pub fn display(&self) -> &str {
         &self.display
+    }
+
+    /// This target with sessions whose updates report the rows they matched
+    /// (`CLIENT_FOUND_ROWS`).
+    pub fn with_found_rows(mut self) -> Self {
+        self.found_rows = true;
+        self
+    }
+
+    /// Where this target's sessions land, independent of how the URL spells it (`mysql://`
+    /// or `mariadb://`, user, TLS options): host and port (or the socket) and the database.
+    /// What a replication's default name is derived from.
+    pub fn identity(&self) -> String {
+        match &self.socket {
+            Some(s) => format!("mysql://{s}/{}", self.database),
+            None => format!("mysql://{}:{}/{}", self.host, self.port, self.database),
+        }
     }
 
     /// The database named in the URL: where unqualified table names are looked up.
@@ -514,6 +535,7 @@ impl MyTarget {
             .stmt_cache_size(16)
             .connect_attribute("program_name", "sluice")
             .ssl_opts(ssl)
+            .client_found_rows(self.found_rows)
             .init(SESSION_INIT.to_vec());
         tokio::time::timeout(Duration::from_secs(10), Conn::new(opts))
             .await

@@ -145,11 +145,12 @@ impl Locking {
     /// timeout of at least a week — the spare session and the session holding
     /// `--lock-non-transactional`'s locks sit idle for the whole run, and a server closing
     /// them at its `wait_timeout` (8 hours by default) would lose the spare or, silently, the
-    /// locks.
+    /// locks. The `CAST`: MySQL 9 reads `@@wait_timeout` as `bigint unsigned`, makes the
+    /// `GREATEST` a decimal and refuses to assign that to the variable (error 1232).
     pub fn session_sql(&self) -> String {
         format!(
             "SET SESSION lock_wait_timeout = {}, \
-             SESSION wait_timeout = GREATEST(@@SESSION.wait_timeout, 604800)",
+             SESSION wait_timeout = CAST(GREATEST(@@SESSION.wait_timeout, 604800) AS UNSIGNED)",
             self.wait_seconds()
         )
     }

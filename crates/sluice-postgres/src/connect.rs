@@ -118,6 +118,21 @@ impl PgTarget {
         &self.display
     }
 
+    /// Where this target's sessions land, independent of how the URL spells it: the hosts
+    /// and ports (sorted) and the database, without user, TLS or other parameters. What a
+    /// replication's default name is derived from.
+    pub fn identity(&self) -> String {
+        let mut hosts: Vec<String> = self
+            .params
+            .hosts
+            .iter()
+            .map(|h| format!("{}:{}", h.host_str(), h.port))
+            .collect();
+        hosts.sort();
+        hosts.dedup();
+        format!("postgres://{}/{}", hosts.join(","), self.params.dbname)
+    }
+
     /// The resolved parameters (for connections sluice makes outside tokio-postgres).
     pub fn params(&self) -> &PgParams {
         &self.params

@@ -17,6 +17,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression as PqCompression, ZstdLevel};
+use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterPropertiesBuilder};
 use parquet::schema::types::ColumnPath;
 use sluice_core::{Error, Result};
@@ -144,10 +145,25 @@ impl ParquetPart {
                 .out
                 .take()
                 .ok_or_else(|| Error::internal("write after finish"))?;
-            let props = match first {
+            let mut props = match first {
                 Some(b) => writer_properties_for(&self.options, b)?,
                 None => writer_properties(&self.options, self.schema.fields().len())?,
             };
+            let own: Vec<KeyValue> = self
+                .schema
+                .metadata()
+                .iter()
+                .filter(|(k, _)| k.starts_with("sluice."))
+                .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
+                .collect();
+            if !own.is_empty() {
+                // sluice's own schema metadata (what change files miss, …) as Parquet
+                // key-value metadata too: readers that do not decode the Arrow schema see it.
+                props = props
+                    .into_builder()
+                    .set_key_value_metadata(Some(own))
+                    .build();
+            }
             let w = ArrowWriter::try_new(out, self.schema.clone(), Some(props)).map_err(|e| {
                 Error::internal(format!("cannot write Parquet for {}: {e}", self.path))
             })?;

@@ -67,6 +67,9 @@ pub struct Budgets {
     pub flush_bytes: usize,
 }
 
+/// The change files' metadata key that says which changes they miss.
+pub const MISSING_KEY: &str = "sluice.missing_changes";
+
 /// What the last cut committed, for the log line and the report.
 #[derive(Debug, Clone, Default)]
 pub struct CutInfo {
@@ -387,6 +390,7 @@ impl ChangeSink for Batcher {
         let h = match self.by_ref.get(table) {
             Some(h) => *h,
             None => {
+                tracing::warn!("{}", crate::run::uncaptured(table));
                 self.by_ref.insert(table.clone(), self.tables.len());
                 self.tables.push(Table {
                     dataset: table.dataset_name(),
@@ -412,7 +416,18 @@ impl ChangeSink for Batcher {
             // One schema per file: the changes so far go out with the old one.
             self.cut()?;
         }
-        let schema = change_schema(table, columns)?;
+        let mut schema = change_schema(table, columns)?;
+        let missing = self
+            .state
+            .tables
+            .get(&self.tables[h].dataset)
+            .map(|t| t.missing.join("; "))
+            .unwrap_or_default();
+        if !missing.is_empty() {
+            // Readers of the files see what they miss (Parquet key-value metadata).
+            let meta = HashMap::from([(MISSING_KEY.to_string(), missing)]);
+            schema = Arc::new(schema.as_ref().clone().with_metadata(meta));
+        }
         let t = &mut self.tables[h];
         t.rows = Some(ChangeRows::new(schema, columns.len())?);
         t.version = version;
@@ -422,7 +437,11 @@ impl ChangeSink for Batcher {
     fn row(&mut self, table: usize, op: ChangeOp) -> Result<Option<&mut ChangeRows>> {
         self.cur = None;
         let t = &self.tables[table];
-        if t.ignored || in_table_snapshot(t.snapshot_position.as_deref(), &self.tx.pos) {
+        if t.ignored {
+            self.metrics.ignored_changes.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        }
+        if in_table_snapshot(t.snapshot_position.as_deref(), &self.tx.pos) {
             return Ok(None);
         }
         let seq = self.next_seq;

@@ -13,11 +13,17 @@
 //! | `pump`    | streaming: batches, confirms, restarts after transient errors       |
 //! | `batch`   | the change sink: builders, change files, batches, intents          |
 //! | `state`   | the saved state and where it is kept (`redis`: in Redis)           |
+//! | `claim`   | the state store's claim kept alive for the whole run               |
+//! | `cascades`| foreign-key actions whose changes the source's log leaves out      |
+//! | `layout`  | partition maintenance the source's log does not carry              |
 //! | `metrics` | Prometheus metrics                                                 |
 //! | `apply`   | `sluice replicate`: changes applied to a target database in parallel |
 
 pub mod apply;
 pub mod batch;
+mod cascades;
+mod claim;
+pub mod layout;
 pub mod metrics;
 mod pump;
 pub mod redis;
@@ -25,6 +31,7 @@ pub mod run;
 mod snapshot;
 pub mod state;
 
+pub use layout::LayoutChanges;
 pub use metrics::Metrics;
 pub use redis::RedisState;
 pub use run::{

@@ -37,6 +37,9 @@ pub struct Metrics {
     pub since_confirm_millis: AtomicU64,
     /// Errors that ended or interrupted streaming.
     pub errors: AtomicU64,
+    /// Changes the source sent for tables the stream does not capture (a captured table
+    /// renamed on the source: its changes arrive under the new name), left out.
+    pub ignored_changes: AtomicU64,
     /// Reconnects after transient errors.
     pub retries: AtomicU64,
     /// The largest lag seen, milliseconds.
@@ -132,6 +135,13 @@ impl Metrics {
             "counter",
             "Reconnects after transient errors.",
             g(&self.retries).to_string(),
+        );
+        one(
+            "ignored_changes_total",
+            "counter",
+            "Changes of tables the stream does not capture (a captured table renamed on the \
+             source), left out.",
+            g(&self.ignored_changes).to_string(),
         );
         out
     }

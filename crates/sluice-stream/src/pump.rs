@@ -9,7 +9,7 @@ use sluice_core::change::{CaptureNames, ChangeStream, Step};
 use sluice_core::{Dataset, Error, Result, failpoint};
 use sluice_engine::Report;
 use sluice_sink::layout::dataset_dir;
-use sluice_sink::{Destination, FormatOptions, LockHolder, ParquetOptions};
+use sluice_sink::{Destination, FormatOptions, ParquetOptions};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -80,25 +80,6 @@ fn budgets(job: &StreamJob) -> (Budgets, FormatOptions) {
 
 pub(crate) async fn stream(
     job: &StreamJob,
-    state: StreamState,
-    datasets: &[Dataset],
-    metrics: Arc<Metrics>,
-    cancel: watch::Receiver<bool>,
-    started: Instant,
-    snapshot: Option<Report>,
-) -> Result<StreamReport> {
-    let lock = {
-        let d = job.destination.clone();
-        let holder = LockHolder::now(&format!("stream-{}", state.names.slot));
-        d.lock(&holder).await?
-    };
-    let result = streaming(job, state, datasets, metrics, cancel, started, snapshot).await;
-    lock.release().await;
-    result
-}
-
-async fn streaming(
-    job: &StreamJob,
     mut state: StreamState,
     datasets: &[Dataset],
     metrics: Arc<Metrics>,
@@ -140,6 +121,7 @@ async fn streaming(
                 let r = pump(
                     job,
                     &names,
+                    datasets,
                     stream.as_mut(),
                     &mut batcher,
                     &metrics,
@@ -211,12 +193,18 @@ async fn streaming(
         stopped,
         wall_seconds: started.elapsed().as_secs_f64(),
         peak_rss_bytes: sluice_engine::rss::peak_rss_bytes(),
+        engine: job.source.engine().to_string(),
+        while_stopped: job.source.while_stopped(&names, "sluice stream"),
+        nulled_values: job.source.nulled_values(),
+        ignored_changes: metrics.ignored_changes.load(Ordering::Relaxed),
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn pump(
     job: &StreamJob,
     names: &CaptureNames,
+    datasets: &[Dataset],
     stream: &mut dyn ChangeStream,
     batcher: &mut Batcher,
     metrics: &Metrics,
@@ -228,6 +216,7 @@ async fn pump(
     let mut last_advance = Instant::now();
     let budget_time = Duration::from_secs_f64(job.batch_seconds.max(0.01));
     let mut last_harm: Option<Instant> = None;
+    let mut last_layout = Instant::now();
     let mut peak_retained = 0u64;
     loop {
         if *cancel.borrow() {
@@ -255,10 +244,20 @@ async fn pump(
         metrics
             .since_confirm_millis
             .store(last_confirm.elapsed().as_millis() as u64, Ordering::Relaxed);
+        if last_layout.elapsed() >= crate::layout::CHECK_EVERY {
+            last_layout = Instant::now();
+            // Noted changes reach the state at the next cut.
+            crate::layout::check(
+                job.source.as_ref(),
+                datasets,
+                &mut batcher.state,
+                job.partition_changes,
+                "sluice stream",
+            )
+            .await?;
+        }
         if last_harm.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
             last_harm = Some(Instant::now());
-            let store = job.state.clone();
-            blocking(move || store.refresh()).await?;
             if let Ok(Some(h)) = job.source.harm(names).await {
                 peak_retained = peak_retained.max(h.retained_bytes);
                 metrics

@@ -1,10 +1,12 @@
-//! The stream state in Redis (`--state redis://[user:password@]host:port[/db][?key=NAME]`), for
+//! The stream state in Redis
+//! (`--state redis://[user:password@]host:port[/db][?key=NAME][&claim_ttl=SECONDS]`), for
 //! deployments that keep state apart from data.
 //!
 //! A small RESP client over one TCP connection (reconnected when it breaks): the state is one
 //! string key (default `sluice:stream:<output>`), written with `SET`, and a second key
-//! `<key>:lock` holds the running stream's identity with a TTL refreshed while it runs, so a
-//! second streamer on the same state is refused. The state is as durable as the server's
+//! `<key>:lock` holds the running stream's identity with a TTL (`claim_ttl`, 60 s by default)
+//! refreshed while it runs (`claim.rs`), so a second streamer on the same state is refused, and
+//! a stream that died frees the state once the TTL has passed. The state is as durable as the server's
 //! persistence: run Redis with `appendonly yes` (and `appendfsync always` for the same crash
 //! guarantee as a file). `rediss://` (TLS) is not supported.
 
@@ -17,8 +19,10 @@ use std::net::TcpStream;
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// How long a stream's lock lives without a refresh.
+/// How long a stream's lock lives without a refresh, unless the URL says (`claim_ttl`).
 const LOCK_TTL_MS: u64 = 60_000;
+/// The shortest `claim_ttl`: refreshes must be able to keep up.
+const MIN_TTL_MS: u64 = 3_000;
 
 /// A reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +42,7 @@ pub struct RedisState {
     db: u32,
     key: String,
     display: String,
+    ttl_ms: u64,
     conn: Mutex<Option<BufReader<TcpStream>>>,
     holder: Mutex<Option<String>>,
 }
@@ -78,6 +83,15 @@ impl RedisState {
             .find(|(k, _)| k == "key")
             .map(|(_, v)| v.into_owned())
             .unwrap_or_else(|| default_key.to_string());
+        let ttl_ms = match u.query_pairs().find(|(k, _)| k == "claim_ttl") {
+            None => LOCK_TTL_MS,
+            Some((_, v)) => v
+                .parse::<f64>()
+                .ok()
+                .map(|s| (s * 1000.0) as u64)
+                .filter(|ms| *ms >= MIN_TTL_MS)
+                .ok_or_else(|| bad("claim_ttl must be a number of seconds, at least 3"))?,
+        };
         Ok(RedisState {
             host,
             port,
@@ -86,6 +100,7 @@ impl RedisState {
             db,
             display: format!("{display} key {key}"),
             key,
+            ttl_ms,
             conn: Mutex::new(None),
             holder: Mutex::new(None),
         })
@@ -178,8 +193,12 @@ impl StateStore for RedisState {
         Ok(())
     }
 
+    fn claim_ttl(&self) -> Option<Duration> {
+        Some(Duration::from_millis(self.ttl_ms))
+    }
+
     fn acquire(&self, holder: &str) -> Result<()> {
-        let ttl = LOCK_TTL_MS.to_string();
+        let ttl = self.ttl_ms.to_string();
         let lock = self.lock_key();
         let r = self.call(&[
             b"SET",
@@ -198,7 +217,7 @@ impl StateStore for RedisState {
                 "the stream state {} is held by {by}: another stream is running on it. Stop it \
                  first (its lock expires {} s after it stops refreshing it).",
                 self.display,
-                LOCK_TTL_MS / 1000
+                self.ttl_ms / 1000
             )));
         }
         if let Ok(mut h) = self.holder.lock() {
@@ -214,7 +233,7 @@ impl StateStore for RedisState {
         let script = b"if redis.call('get', KEYS[1]) == ARGV[1] then \
             return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
         let lock = self.lock_key();
-        let ttl = LOCK_TTL_MS.to_string();
+        let ttl = self.ttl_ms.to_string();
         match self.call(&[
             b"EVAL",
             script,

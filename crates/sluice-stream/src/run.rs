@@ -5,24 +5,26 @@
 //!              ─▶ export under the slot's snapshot ─▶ per-table snapshot positions saved
 //!           interrupted snapshot: unfinished tables cleared ─▶ export resumed under a new
 //!              exact snapshot (temporary slot) ─▶ per-table positions from the manifest
-//!   ─▶ lock output ─▶ stream from the committed position: batches ─▶ files ─▶ state ─▶ confirm
+//!   ─▶ stream from the committed position: batches ─▶ files ─▶ state ─▶ confirm
 //!   ─▶ stop at --until-current's position or on SIGINT/SIGTERM, after committing the batch
 //! ```
 //!
 //! The initial snapshot is in `snapshot.rs` (with why the hand-off is exact), streaming in
 //! `pump.rs`.
 
+use crate::claim::{Keeper, unless_lost};
 use crate::metrics::{Metrics, serve};
 use crate::pump::stream;
 use crate::snapshot::{resume_snapshot, snapshot_phase};
 use crate::state::{Committed, SnapshotState, StateStore, StreamState, TableState};
 use serde::Serialize;
 use sluice_core::change::{CaptureNames, ChangeSource};
+use sluice_core::table::TableRef;
 use sluice_core::{
     Consistency, Dataset, Error, Result, Selection, Source, SourceOptions, failpoint,
 };
 use sluice_engine::{ExportJob, Report};
-use sluice_sink::{Destination, FormatOptions};
+use sluice_sink::{Destination, FormatOptions, OutputLock};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -86,6 +88,12 @@ pub struct StreamJob {
     pub progress: Arc<dyn sluice_engine::Progress>,
     /// The stream's counters (also served by `--metrics-addr`, and read by a progress display).
     pub metrics: Arc<Metrics>,
+    /// Stream child tables of foreign keys whose actions' changes the source's log leaves
+    /// out (`--accept-missing-cascades`; see `cascades.rs`).
+    pub accept_missing_cascades: bool,
+    /// What a partition truncated, detached or dropped on the source does to the run
+    /// (`--partition-changes`; see `layout.rs`).
+    pub partition_changes: crate::layout::LayoutChanges,
 }
 
 /// Why the stream stopped.
@@ -139,6 +147,27 @@ pub struct StreamReport {
     pub wall_seconds: f64,
     /// Peak resident memory, bytes.
     pub peak_rss_bytes: u64,
+    /// The source engine (`postgres`, `mysql`).
+    pub engine: String,
+    /// What the source keeps for the stream until it runs again, in the engine's words.
+    pub while_stopped: String,
+    /// Changed values written as NULL because their type could not hold them
+    /// (`--bad-values null`).
+    pub nulled_values: u64,
+    /// Changes of tables this run does not capture (a captured table renamed on the source),
+    /// left out.
+    pub ignored_changes: u64,
+}
+
+/// The warning for changes of a table the run does not capture: a captured table renamed on
+/// the source (its changes now arrive under the new name), whose changes are left out.
+pub(crate) fn uncaptured(table: &TableRef) -> String {
+    format!(
+        "the source sends changes of {table}, which this run does not capture: a captured \
+         table renamed on the source (its changes arrive under its new name). They are left \
+         out and counted (ignored changes in the report and metrics); to follow the table \
+         under its new name, select it and take a new snapshot of it"
+    )
 }
 
 pub(crate) async fn blocking<T: Send + 'static>(
@@ -208,30 +237,65 @@ pub async fn run_stream(job: StreamJob, cancel: watch::Receiver<bool>) -> Result
         let who = holder.describe();
         blocking(move || store.acquire(&who)).await?;
     }
-    let result = claimed(&job, metrics, cancel, started).await;
+    // The output's lock before anything of it is inspected or removed (an interrupted
+    // snapshot's unfinished parts), kept across the snapshot (the export uses it) and the
+    // streaming: a second run on this output is refused before it can touch the first's files.
+    let lock = match job.destination.lock(&holder).await {
+        Ok(l) => l,
+        Err(e) => {
+            release(&job).await;
+            return Err(e);
+        }
+    };
+    let (keeper, cancel) = Keeper::start(job.state.clone(), cancel);
+    let result = claimed(&job, &lock, metrics, cancel, started).await;
+    let result = unless_lost(result, keeper.stop().await);
+    lock.release().await;
+    release(&job).await;
+    result
+}
+
+/// Give the state store's claim up.
+async fn release(job: &StreamJob) {
     let store = job.state.clone();
     let _ = blocking(move || {
         store.release();
         Ok(())
     })
     .await;
-    result
 }
 
 async fn claimed(
     job: &StreamJob,
+    lock: &Arc<dyn OutputLock>,
     metrics: Arc<Metrics>,
     cancel: watch::Receiver<bool>,
     started: Instant,
 ) -> Result<StreamReport> {
     let datasets = discover(job.source.as_ref(), &job.selection).await?;
+    let keys = job.source.table_keys(&datasets).await?;
+    if !job.source.sends_generated() {
+        for k in &keys {
+            for g in &k.generated {
+                tracing::warn!(
+                    "{}.{} is a generated column ({}): the source's log does not carry it, so \
+                     the change files leave it out (the snapshot has it)",
+                    k.table,
+                    g.name,
+                    g.expression
+                );
+            }
+        }
+    }
+    let unlogged = crate::cascades::unlogged(job.source.as_ref(), &keys);
+    crate::cascades::check_stream(job.source.as_ref(), &unlogged, job.accept_missing_cascades)?;
     let store = job.state.clone();
     let saved = blocking(move || store.load()).await?;
     let names = names_of(job, saved.as_ref())?;
     let mut snapshot_report = None;
     let mut state = match saved {
         None => {
-            let (state, report) = first_start(job, &names, &datasets, &cancel).await?;
+            let (state, report) = first_start(job, lock, &names, &datasets, &cancel).await?;
             snapshot_report = report;
             state
         }
@@ -248,13 +312,29 @@ async fn claimed(
                 )));
             }
             if !s.snapshot.done {
-                snapshot_report = Some(resume_snapshot(job, &mut s, &cancel).await?);
+                snapshot_report = Some(resume_snapshot(job, lock, &mut s, &cancel).await?);
             }
             s
         }
     };
     state.source = job.source.display_url();
-    stream(
+    crate::layout::check(
+        job.source.as_ref(),
+        &datasets,
+        &mut state,
+        job.partition_changes,
+        "sluice stream",
+    )
+    .await?;
+    for t in state.tables.values_mut() {
+        for (_, fk) in unlogged.iter().filter(|(child, _)| *child == t.table) {
+            let note = crate::cascades::missing_note(job.source.as_ref(), fk);
+            if !t.missing.contains(&note) {
+                t.missing.push(note);
+            }
+        }
+    }
+    let result = stream(
         job,
         state,
         &datasets,
@@ -263,7 +343,10 @@ async fn claimed(
         started,
         snapshot_report,
     )
-    .await
+    .await;
+    // An object store's lock may have been taken over while the run was away (its refresh
+    // stopped): say so rather than report a stream that could not keep its output.
+    result.and_then(|r| lock.check().map(|()| r))
 }
 
 fn same_tables(job: &StreamJob, s: &StreamState, datasets: &[Dataset]) -> Result<()> {
@@ -295,6 +378,7 @@ fn same_tables(job: &StreamJob, s: &StreamState, datasets: &[Dataset]) -> Result
 
 async fn first_start(
     job: &StreamJob,
+    lock: &Arc<dyn OutputLock>,
     names: &CaptureNames,
     datasets: &[Dataset],
     cancel: &watch::Receiver<bool>,
@@ -321,6 +405,7 @@ async fn first_start(
                     table: t.clone(),
                     snapshot_position: snapshot.then(|| created.position.clone()),
                     versions: Vec::new(),
+                    missing: Vec::new(),
                 },
             );
         }
@@ -347,6 +432,7 @@ async fn first_start(
         },
         intent: None,
         updated_at: chrono::Utc::now().to_rfc3339(),
+        layout: job.source.layout(datasets).await?,
     };
     let saved = {
         let store = job.state.clone();
@@ -387,7 +473,7 @@ async fn first_start(
         );
     }
     let report = match created.snapshot {
-        Some(held) => Some(snapshot_phase(job, &mut state, held, false, cancel).await?),
+        Some(held) => Some(snapshot_phase(job, lock, &mut state, held, false, cancel).await?),
         None => None,
     };
     Ok((state, report))

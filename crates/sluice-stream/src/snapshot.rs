@@ -26,9 +26,10 @@ use sluice_core::change::{ChangeSource, HeldSnapshot};
 use sluice_core::{Error, Position, Result};
 use sluice_engine::Report;
 use sluice_engine::manifest::Manifest;
-use sluice_sink::Destination;
 use sluice_sink::layout::{MANIFEST, RUN_STATE, dataset_dir};
+use sluice_sink::{Destination, OutputLock};
 use std::collections::HashMap;
+use std::sync::Arc;
 use tokio::sync::watch;
 
 /// Remove the parts and receipts of datasets the interrupted export started but did not
@@ -74,6 +75,7 @@ async fn clear_unfinished(dest: &dyn Destination, ext: &str) -> Result<Vec<Strin
 
 pub(crate) async fn resume_snapshot(
     job: &StreamJob,
+    lock: &Arc<dyn OutputLock>,
     state: &mut StreamState,
     cancel: &watch::Receiver<bool>,
 ) -> Result<Report> {
@@ -85,11 +87,14 @@ pub(crate) async fn resume_snapshot(
         );
     }
     let held = job.source.snapshot().await?;
-    snapshot_phase(job, state, held, true, cancel).await
+    snapshot_phase(job, lock, state, held, true, cancel).await
 }
 
+/// Write the initial snapshot (or finish an interrupted one) under `held`, with the output's
+/// lock the run holds (`lock`).
 pub(crate) async fn snapshot_phase(
     job: &StreamJob,
+    lock: &Arc<dyn OutputLock>,
     state: &mut StreamState,
     held: HeldSnapshot,
     resume: bool,
@@ -105,6 +110,7 @@ pub(crate) async fn snapshot_phase(
     let mut export = (job.export)(source);
     export.destination = job.destination.clone();
     export.resume = resume;
+    export.held_lock = Some(lock.clone());
     let result = sluice_engine::run_export(export, job.progress.clone(), cancel.clone()).await;
     let _ = held.hold.release().await;
     let report = result.map_err(|e| {
@@ -113,11 +119,11 @@ pub(crate) async fn snapshot_phase(
             kind,
             e.retry(),
             format!(
-                "{} The initial snapshot is unfinished; the replication slot {} keeps WAL on \
-                 the server meanwhile. Run the same sluice stream command again to finish it \
-                 (only unfinished tables are read again), or sluice stream --drop to give up.",
+                "{} The initial snapshot is unfinished: run the same sluice stream command \
+                 again to finish it (only unfinished tables are read again), or sluice stream \
+                 --drop to give up. {}",
                 e.message(),
-                state.names.slot
+                job.source.while_stopped(&state.names, "sluice stream")
             ),
         )
     })?;

@@ -49,6 +49,11 @@ pub struct TableState {
     pub snapshot_position: Option<String>,
     /// Schema versions, oldest first.
     pub versions: Vec<SchemaVersion>,
+    /// Changes its change files miss, in words (a foreign key's cascades the source's log
+    /// leaves out, streamed with `--accept-missing-cascades`); also in each Parquet change
+    /// file's metadata as `sluice.missing_changes`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
 }
 
 impl StreamState {
@@ -137,6 +142,10 @@ pub struct StreamState {
     pub intent: Option<Intent>,
     /// When the state was written (RFC 3339).
     pub updated_at: String,
+    /// The source's layout as last checked (`layout.rs`): what a partition truncated,
+    /// detached or dropped is measured against. `None`: nothing to watch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<String>,
 }
 
 /// Where the state is kept. Synchronous (the Redis store speaks over a blocking socket):
@@ -156,6 +165,11 @@ pub trait StateStore: Send + Sync {
     fn acquire(&self, holder: &str) -> Result<()> {
         let _ = holder;
         Ok(())
+    }
+    /// How long the claim lives without a refresh (`None`: the store holds no claim; the
+    /// output's lock does it).
+    fn claim_ttl(&self) -> Option<std::time::Duration> {
+        None
     }
     /// Keep the claim alive; fails when it was lost.
     fn refresh(&self) -> Result<()> {

@@ -1,11 +1,13 @@
 //! Test harness of sluice: real servers on loopback, never mocks.
 //!
 //! - [`server`] starts throwaway database servers in temporary directories on free loopback
-//!   ports (PostgreSQL; MariaDB in [`mariadb`]), used by `sluice-testkit run`, which the test, demo and bench
-//!   scripts call to wrap a command with servers around it.
+//!   ports (PostgreSQL; MariaDB in [`mariadb`]; MySQL 9 in [`mysql9`]), used by
+//!   `sluice-testkit run`, which the test, demo and bench scripts call to wrap a command with
+//!   servers around it.
 //! - [`pg`] is what tests use: the server URL from the environment (a test that needs a server
 //!   and finds none fails loudly, never skips), a fresh database per test, and helpers.
-//! - [`mysql`] is the same for MariaDB/MySQL (`SLUICE_TEST_MYSQL_URL`).
+//! - [`mysql`] is the same for MariaDB (`SLUICE_TEST_MYSQL_URL`) and, through [`mysql9`]'s
+//!   [`mysql9::test_db`], for MySQL 9 (`SLUICE_TEST_MYSQL9_URL`).
 //! - [`files`] reads exported Parquet and CSV back for comparison; [`changes`] replays change
 //!   files over a snapshot (change-capture tests).
 //! - [`firebird`] prepares an embedded Firebird runtime (no server) and test databases;
@@ -23,6 +25,7 @@ pub mod firebird;
 pub mod firebird_writer;
 pub mod mariadb;
 pub mod mysql;
+pub mod mysql9;
 pub mod objstore;
 pub mod pg;
 pub mod process;

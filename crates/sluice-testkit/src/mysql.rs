@@ -1,15 +1,28 @@
 //! MariaDB/MySQL for tests: the server from the environment and a fresh database per test.
+//! [`TestDb::new`] uses the MariaDB of `SLUICE_TEST_MYSQL_URL`; [`TestDb::new_on`] any other
+//! server, such as the MySQL 9 of [`crate::mysql9`].
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Row, Value};
-use std::sync::{Arc, LazyLock};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 
-/// Turns on the test server, which every test of a process shares: a test that hurts the whole
-/// server (a long MyISAM write holds back every global lock) runs [`TestDb::alone`], the others
-/// [`TestDb::new`] side by side. All integration tests are one process, so this is what keeps
-/// one topic's server-wide harm out of another topic's runs.
-static SERVER: LazyLock<Arc<RwLock<()>>> = LazyLock::new(|| Arc::new(RwLock::new(())));
+/// Turns on each test server (by URL), which every test of a process shares: a test that hurts
+/// the whole server (a long MyISAM write holds back every global lock) runs [`TestDb::alone`],
+/// the others [`TestDb::new`] side by side. All integration tests are one process, so this is
+/// what keeps one topic's server-wide harm out of another topic's runs. One server's harm
+/// does not reach another, so each server has turns of its own.
+static SERVERS: LazyLock<Mutex<HashMap<String, Arc<RwLock<()>>>>> = LazyLock::new(Default::default);
+
+fn turns(server: &str) -> Arc<RwLock<()>> {
+    SERVERS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .entry(server.to_string())
+        .or_default()
+        .clone()
+}
 
 /// A test's turn on the server, held as long as its database.
 #[allow(dead_code)]
@@ -39,7 +52,7 @@ pub async fn connect(url: &str) -> Conn {
     let opts = Opts::from_url(url).unwrap_or_else(|e| panic!("bad test URL: {e}"));
     Conn::new(opts)
         .await
-        .unwrap_or_else(|e| panic!("connecting to the test MariaDB: {e}"))
+        .unwrap_or_else(|e| panic!("connecting to the test server: {e}"))
 }
 
 /// A database created for one test, on the test server.
@@ -50,6 +63,8 @@ pub struct TestDb {
     pub url: String,
     /// A session on it.
     pub conn: Conn,
+    /// The server's URL (without this database).
+    server: String,
     /// This test's turn on the shared server.
     _turn: Turn,
 }
@@ -58,32 +73,42 @@ impl TestDb {
     /// Create a database with a random name; other tests' databases may be in use at the same
     /// time, but not one of a test running [`TestDb::alone`].
     pub async fn new() -> TestDb {
-        let turn = Turn::Shared(SERVER.clone().read_owned().await);
-        TestDb::create(turn).await
+        TestDb::new_on(&server_url()).await
+    }
+
+    /// [`TestDb::new`] on the server of `server` (a URL like [`server_url`]'s).
+    pub async fn new_on(server: &str) -> TestDb {
+        let turn = Turn::Shared(turns(server).read_owned().await);
+        TestDb::create(turn, server).await
     }
 
     /// Create a database with a random name for a test that hurts the whole server (a long
     /// write that every global lock must wait for): it waits until no other test uses the
     /// server, and none starts until it is done.
     pub async fn alone() -> TestDb {
-        let turn = Turn::Alone(SERVER.clone().write_owned().await);
-        TestDb::create(turn).await
+        TestDb::alone_on(&server_url()).await
     }
 
-    async fn create(turn: Turn) -> TestDb {
-        let server = server_url();
+    /// [`TestDb::alone`] on the server of `server`.
+    pub async fn alone_on(server: &str) -> TestDb {
+        let turn = Turn::Alone(turns(server).write_owned().await);
+        TestDb::create(turn, server).await
+    }
+
+    async fn create(turn: Turn, server: &str) -> TestDb {
         let name = format!("t_{:016x}", rand::random::<u64>());
-        let mut admin = connect(&server).await;
+        let mut admin = connect(server).await;
         admin
             .query_drop(format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4"))
             .await
             .unwrap_or_else(|e| panic!("CREATE DATABASE: {e}"));
-        let url = with_database(&server, &name);
+        let url = with_database(server, &name);
         let conn = connect(&url).await;
         TestDb {
             name,
             url,
             conn,
+            server: server.to_string(),
             _turn: turn,
         }
     }
@@ -116,7 +141,7 @@ impl TestDb {
 
     /// The URL of this database for another user and password.
     pub fn url_as(&self, user: &str, password: &str) -> String {
-        let base = with_database(&server_url(), &self.name);
+        let base = with_database(&self.server, &self.name);
         let after = base.split_once('@').map(|(_, h)| h).unwrap_or(&base);
         format!("mysql://{user}:{password}@{after}")
     }

@@ -14,7 +14,8 @@ use arrow_array::builder::{ListBuilder, StringBuilder};
 use arrow_array::{ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array};
 use mysql_async::prelude::Queryable;
 use sluice_core::apply::{
-    AppliedPosition, ApplyTarget, ApplyUnit, Barrier, TableKeys, TargetTable, UnitTable,
+    AppliedPosition, ApplyTarget, ApplyUnit, Barrier, SourceColumn, TableKeys, TargetTable,
+    UnitTable,
 };
 use sluice_core::change::{ChangeSource, change_schema};
 use sluice_core::table::{ColumnDesc, Dataset, TableRef};
@@ -254,6 +255,7 @@ fn rows(t: &TargetTable, key: &[&str], changes: &[Change]) -> UnitTable {
         key: Arc::new(key.iter().map(|k| k.to_string()).collect()),
         batch: RecordBatch::try_new(schema, arrays).unwrap(),
         source_engine: "mysql",
+        sole_key: false,
     }
 }
 
@@ -281,6 +283,7 @@ fn exported(t: &TargetTable, mut columns: Vec<ArrayRef>, op: &'static str) -> Un
         key: Arc::new(vec!["id".into()]),
         batch: RecordBatch::try_new(change_schema(&t.table, &t.columns).unwrap(), columns).unwrap(),
         source_engine: "mysql",
+        sole_key: false,
     }
 }
 
@@ -304,6 +307,7 @@ fn position(unit: u64) -> AppliedPosition {
         restart: format!("restart-{unit}"),
         pos: format!("pos-{unit}"),
         commit_ts: Some(1_700_000_000_000_000 + unit as i64),
+        skip: 0,
     }
 }
 
@@ -523,6 +527,7 @@ async fn barriers_applied_twice_give_the_same_table() {
     let now = describe(&db.url, &db.name, "acct").await.columns;
     let columns = Barrier::Columns {
         table: acct.table.clone(),
+        before: SourceColumn::of(&acct.columns),
         columns: now,
         source_engine: "mysql",
     };
@@ -533,7 +538,8 @@ async fn barriers_applied_twice_give_the_same_table() {
     let mut shapes = Vec::new();
     for _ in 0..2 {
         s.begin().await.unwrap();
-        s.barrier(&columns).await.unwrap();
+        // The DDL commits by itself: what precedes it is committed first, with its position.
+        assert!(s.barrier(&columns, &position(1)).await.unwrap());
         s.record(&position(2)).await.unwrap();
         s.commit().await.unwrap();
         shapes.push(db.row_strings(&shape).await);
@@ -552,9 +558,11 @@ async fn barriers_applied_twice_give_the_same_table() {
     // Truncate, twice.
     for _ in 0..2 {
         s.begin().await.unwrap();
-        s.barrier(&Barrier::Truncate(vec![acct.table.clone()]))
-            .await
-            .unwrap();
+        assert!(
+            s.barrier(&Barrier::Truncate(vec![acct.table.clone()]), &position(2))
+                .await
+                .unwrap()
+        );
         s.record(&position(3)).await.unwrap();
         s.commit().await.unwrap();
         assert!(
@@ -737,6 +745,8 @@ async fn postgres_types_land_in_their_mapped_types() {
             primary: vec!["id".into()],
             unique: vec![vec!["code".into()]],
             foreign: vec![],
+            match_by: vec![],
+            generated: vec![],
         },
         source_engine: "postgres",
     };
@@ -867,11 +877,15 @@ async fn postgres_types_land_in_their_mapped_types() {
     let mut s = target.session(&name, 0).await.unwrap();
     for _ in 0..2 {
         s.begin().await.unwrap();
-        s.barrier(&Barrier::Columns {
-            table: t.table.clone(),
-            columns: wider.clone(),
-            source_engine: "postgres",
-        })
+        s.barrier(
+            &Barrier::Columns {
+                table: t.table.clone(),
+                before: SourceColumn::of(&columns),
+                columns: wider.clone(),
+                source_engine: "postgres",
+            },
+            &position(0),
+        )
         .await
         .unwrap();
         s.record(&position(1)).await.unwrap();
@@ -882,4 +896,25 @@ async fn postgres_types_land_in_their_mapped_types() {
         assert_eq!(db.row_strings(&shape).await, want);
     }
     target.clear_state(&name).await.unwrap();
+}
+
+/// Bookkeeping an earlier release created (no `skip` column, no `sluice.columns`) is brought up
+/// to date by the next run. The bookkeeping database is the server's, so the test takes the
+/// server alone while it changes it.
+#[tokio::test]
+async fn bookkeeping_of_an_earlier_release_is_brought_up_to_date() {
+    let mut db = TestDb::alone().await;
+    let target = MyApplyTarget::new(&db.url).unwrap();
+    target.prepare().await.unwrap();
+    db.exec("ALTER TABLE sluice.applied DROP COLUMN skip; DROP TABLE sluice.columns")
+        .await;
+    target.prepare().await.unwrap();
+    let shape = db
+        .row_strings(
+            "SELECT COLUMN_NAME FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = 'sluice' AND TABLE_NAME IN ('applied', 'columns') \
+               AND COLUMN_NAME IN ('skip', 'columns') ORDER BY COLUMN_NAME",
+        )
+        .await;
+    assert_eq!(shape, ["columns", "skip"]);
 }

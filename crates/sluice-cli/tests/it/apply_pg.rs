@@ -14,8 +14,8 @@ use arrow_array::{
 };
 use arrow_schema::{Field, Schema};
 use sluice_core::apply::{
-    AppliedPosition, ApplySession, ApplyTarget, ApplyUnit, Barrier, TableKeys, TargetTable,
-    UnitTable,
+    AppliedPosition, ApplySession, ApplyTarget, ApplyUnit, Barrier, SourceColumn, TableKeys,
+    TargetTable, UnitTable,
 };
 use sluice_core::change::{ChangeSource, change_fields};
 use sluice_core::ident::QualifiedName;
@@ -95,6 +95,7 @@ fn unit_table(
         key: Arc::new(key.iter().map(|k| k.to_string()).collect()),
         batch: RecordBatch::try_new(Arc::new(Schema::new(all)), columns).unwrap(),
         source_engine: "postgres",
+        sole_key: false,
     }
 }
 
@@ -130,6 +131,7 @@ fn position(unit: u64) -> AppliedPosition {
         restart: format!("{unit:016X}"),
         pos: format!("{:016X}", unit + 1),
         commit_ts: Some(1_700_000_000_000_000 + unit as i64),
+        skip: 0,
     }
 }
 
@@ -674,6 +676,7 @@ async fn barriers_applied_twice_give_the_same_result() {
     let now = discover(&src.url, &["public.acct"]).await;
     let barrier = Barrier::Columns {
         table: table.clone(),
+        before: SourceColumn::of(&acct.columns),
         columns: now[0].columns.clone(),
         source_engine: "postgres",
     };
@@ -682,7 +685,7 @@ async fn barriers_applied_twice_give_the_same_result() {
     let mut after = Vec::new();
     for round in 0..2u64 {
         s.begin().await.unwrap();
-        s.barrier(&barrier).await.unwrap();
+        assert!(!s.barrier(&barrier, &position(1)).await.unwrap());
         s.record(&position(2 + round)).await.unwrap();
         s.commit().await.unwrap();
         after.push(dst.row_strings(columns).await);
@@ -697,7 +700,7 @@ async fn barriers_applied_twice_give_the_same_result() {
     let truncate = Barrier::Truncate(vec![table.clone()]);
     for round in 0..2u64 {
         s.begin().await.unwrap();
-        s.barrier(&truncate).await.unwrap();
+        assert!(!s.barrier(&truncate, &position(3)).await.unwrap());
         s.record(&position(4 + round)).await.unwrap();
         s.commit().await.unwrap();
         assert_eq!(dst.row_strings("SELECT count(*) FROM acct").await, ["0"]);
@@ -747,7 +750,8 @@ async fn a_role_without_create_is_told_the_grant() {
     );
     dst.exec(&format!(
         "GRANT USAGE ON SCHEMA sluice TO {role};
-         GRANT SELECT, INSERT, UPDATE, DELETE ON sluice.applied, sluice.state TO {role}"
+         GRANT SELECT, INSERT, UPDATE, DELETE ON sluice.applied, sluice.state, sluice.columns
+           TO {role}"
     ))
     .await;
     target.prepare().await.unwrap();
@@ -948,4 +952,36 @@ async fn a_mysql_table_lands_with_mapped_types() {
         assert!(other[3].ends_with("|-1.500000"), "{other:?}");
         assert!(other[4].ends_with("|360000.000001"), "{other:?}");
     }
+}
+
+/// Bookkeeping an earlier release created (no `skip` column, no `sluice.columns`) is brought up
+/// to date by the next run, its rows kept: a replication continues across the upgrade.
+#[tokio::test]
+async fn bookkeeping_of_an_earlier_release_is_brought_up_to_date() {
+    let dst = TestDb::new().await;
+    dst.exec(
+        "CREATE SCHEMA sluice;
+         CREATE TABLE sluice.applied (name text NOT NULL, worker integer NOT NULL,
+           unit bigint NOT NULL, restart text NOT NULL, pos text NOT NULL, commit_ts bigint,
+           updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (name, worker));
+         CREATE TABLE sluice.state (name text PRIMARY KEY, state bytea NOT NULL,
+           updated_at timestamptz NOT NULL DEFAULT now());
+         INSERT INTO sluice.applied (name, worker, unit, restart, pos)
+           VALUES ('r', 0, 4, '0000000000000010', '000000000000000F');",
+    )
+    .await;
+    let target = PgApplyTarget::new(&dst.url).unwrap();
+    target.prepare().await.unwrap();
+    let applied = target.applied("r").await.unwrap().unwrap();
+    assert_eq!((applied.unit, applied.skip), (4, 0));
+    assert!(target.followed_columns("r").await.unwrap().is_empty());
+    let followed = vec![(
+        TableRef::new("public", "t"),
+        vec![SourceColumn {
+            name: "id".into(),
+            source_type: "integer".into(),
+        }],
+    )];
+    target.save_columns("r", &followed).await.unwrap();
+    assert_eq!(target.followed_columns("r").await.unwrap(), followed);
 }

@@ -26,13 +26,13 @@ const TABLES: [(&str, &str); 4] = [
 ];
 
 /// A test database of either engine.
-enum Db {
+pub(crate) enum Db {
     Pg(sluice_testkit::pg::TestDb),
     My(tokio::sync::Mutex<sluice_testkit::mysql::TestDb>),
 }
 
 impl Db {
-    async fn new(pg: bool) -> Db {
+    pub(crate) async fn new(pg: bool) -> Db {
         match pg {
             true => Db::Pg(sluice_testkit::pg::TestDb::new().await),
             false => Db::My(tokio::sync::Mutex::new(
@@ -41,28 +41,28 @@ impl Db {
         }
     }
 
-    async fn url(&self) -> String {
+    pub(crate) async fn url(&self) -> String {
         match self {
             Db::Pg(d) => d.url.clone(),
             Db::My(d) => d.lock().await.url.clone(),
         }
     }
 
-    async fn name(&self) -> String {
+    pub(crate) async fn name(&self) -> String {
         match self {
             Db::Pg(d) => d.name.clone(),
             Db::My(d) => d.lock().await.name.clone(),
         }
     }
 
-    async fn exec(&self, sql: &str) {
+    pub(crate) async fn exec(&self, sql: &str) {
         match self {
             Db::Pg(d) => d.exec(sql).await,
             Db::My(d) => d.lock().await.exec(sql).await,
         }
     }
 
-    async fn rows(&self, sql: &str) -> Vec<String> {
+    pub(crate) async fn rows(&self, sql: &str) -> Vec<String> {
         match self {
             Db::Pg(d) => d.row_strings(sql).await,
             Db::My(d) => d.lock().await.row_strings(sql).await,
@@ -70,7 +70,7 @@ impl Db {
     }
 
     /// The schema (PostgreSQL) or database (MariaDB) the tables are in.
-    async fn schema(&self) -> String {
+    pub(crate) async fn schema(&self) -> String {
         match self {
             Db::Pg(_) => "public".into(),
             Db::My(_) => self.name().await,
@@ -79,13 +79,13 @@ impl Db {
 }
 
 /// A session that runs the writer's SQL on either engine.
-enum Session {
+pub(crate) enum Session {
     Pg(tokio_postgres::Client),
     My(mysql_async::Conn),
 }
 
 impl Session {
-    async fn open(db: &Db) -> Session {
+    pub(crate) async fn open(db: &Db) -> Session {
         match db {
             Db::Pg(d) => Session::Pg(sluice_testkit::pg::connect(&d.url).await),
             Db::My(d) => {
@@ -107,7 +107,7 @@ impl Session {
 
     /// Run a transaction as an application would: rolled back and tried again when the
     /// server gives up on it (a deadlock or a lock wait against another test's session).
-    async fn exec(&mut self, sql: &str) {
+    pub(crate) async fn exec(&mut self, sql: &str) {
         let mut last = String::new();
         for _ in 0..5 {
             match self.try_exec(sql).await {
@@ -297,7 +297,7 @@ impl Sampler {
     }
 }
 
-async fn replicate(source: &Db, target: &Db, extra: &[&str]) -> Command {
+pub(crate) async fn replicate(source: &Db, target: &Db, extra: &[&str]) -> Command {
     let mut c = sluice();
     c.arg("replicate")
         .arg("--source")
@@ -322,7 +322,7 @@ async fn assert_same(source: &Db, target: &Db) {
     }
 }
 
-async fn drop_replication(source: &Db, target: &Db) {
+pub(crate) async fn drop_replication(source: &Db, target: &Db) {
     let r = run(&mut replicate(source, target, &["--drop"]).await);
     r.ok();
 }

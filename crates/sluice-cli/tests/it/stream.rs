@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 const TABLE: &str = "public.acct";
 
-async fn create_acct(db: &TestDb, rows: i64) {
+pub(crate) async fn create_acct(db: &TestDb, rows: i64) {
     db.exec(&format!(
         "CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL, pad text NOT NULL);
          INSERT INTO acct SELECT g, 0, md5(g::text) FROM generate_series(1, {rows}) g;
@@ -62,7 +62,7 @@ impl ChangeWriter {
     }
 }
 
-fn stream(url: &str, to: &Path, extra: &[&str]) -> Command {
+pub(crate) fn stream(url: &str, to: &Path, extra: &[&str]) -> Command {
     let mut c = sluice();
     c.arg("stream")
         .arg("--source")
@@ -77,7 +77,10 @@ fn stream(url: &str, to: &Path, extra: &[&str]) -> Command {
 }
 
 /// Replay the output over its snapshot and compare with the table; returns the replay.
-async fn assert_replay_equals_table(db: &TestDb, to: &Path) -> sluice_testkit::changes::Replayed {
+pub(crate) async fn assert_replay_equals_table(
+    db: &TestDb,
+    to: &Path,
+) -> sluice_testkit::changes::Replayed {
     assert_replay_equals(db, to, "SELECT id, v, pad FROM acct").await
 }
 
@@ -107,7 +110,7 @@ async fn assert_replay_equals(
     r
 }
 
-async fn slots_and_publications(db: &TestDb) -> (i64, i64) {
+pub(crate) async fn slots_and_publications(db: &TestDb) -> (i64, i64) {
     let row = db
         .client
         .query_one(

@@ -2,17 +2,17 @@
 //!
 //! | file         | what it does                                                          |
 //! |--------------|-----------------------------------------------------------------------|
-//! | `mod.rs`     | the target: sessions, bookkeeping in database `sluice`, errors         |
+//! | `mod.rs`     | the target: sessions, errors                                           |
+//! | `bookkeeping.rs` | database `sluice`: positions, state, followed columns, the run's lock |
 //! | `ddl.rs`     | column types, `CREATE TABLE`, the column barrier's `ALTER TABLE`       |
 //! | `render.rs`  | Arrow values → SQL literals                                           |
 //! | `session.rs` | apply sessions: a unit's statements in at most two round trips        |
 //! | `batch.rs`   | rows prepared for statements; many updates or deletes in one statement |
 //! | `load.rs`    | the initial load: multi-row `INSERT`s sized under `max_allowed_packet` |
 //!
-//! Bookkeeping: database `sluice`, table `applied` (one row per replication name and worker:
-//! the last unit that worker committed, written in the unit's own transaction) and table
-//! `state` (one row per replication name: the runner's JSON). MySQL DDL commits by itself, so
-//! barriers are written to be idempotent (see [`sluice_core::apply::Barrier`]).
+//! Bookkeeping lives in database `sluice` (`bookkeeping.rs`). MySQL DDL commits by itself, so
+//! barriers are written to be idempotent and a session commits what precedes a barrier with
+//! its position first (see [`sluice_core::apply::ApplySession::barrier`]).
 //!
 //! Sessions connect with the source's URL options (`ssl-mode`, `ssl-ca`, client certificates,
 //! `socket`) and run read committed, `innodb_lock_wait_timeout = 2` (a lock held by a later
@@ -22,6 +22,7 @@
 //! auto-increment column).
 
 mod batch;
+mod bookkeeping;
 mod ddl;
 mod load;
 pub mod render;
@@ -34,25 +35,12 @@ use crate::sql::{quote_ident, quote_table};
 use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
-use sluice_core::apply::{AppliedPosition, ApplySession, ApplyTarget, BulkLoad, TargetTable};
+use sluice_core::apply::{
+    AppliedPosition, ApplySession, ApplyTarget, BulkLoad, ForeignKey, ReplicationLock,
+    SourceColumn, TargetTable,
+};
 use sluice_core::table::TableRef;
 use sluice_core::{Error, ErrorKind, Result, Retry};
-
-/// The database sluice keeps its bookkeeping in.
-pub const BOOKKEEPING_DB: &str = "sluice";
-
-/// The applied-position table: one row per (replication, worker).
-const CREATE_APPLIED: &str = "CREATE TABLE IF NOT EXISTS `sluice`.`applied` (\
-     `name` varchar(190) NOT NULL, `worker` int unsigned NOT NULL, \
-     `unit` bigint unsigned NOT NULL, `restart` text NOT NULL, `pos` text NOT NULL, \
-     `commit_ts` bigint NULL, `updated` datetime(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), \
-     PRIMARY KEY (`name`, `worker`)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4";
-
-/// The state table: one row per replication.
-const CREATE_STATE: &str = "CREATE TABLE IF NOT EXISTS `sluice`.`state` (\
-     `name` varchar(190) NOT NULL PRIMARY KEY, `state` longblob NOT NULL, \
-     `updated` datetime(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) \
-     ENGINE=InnoDB DEFAULT CHARSET=utf8mb4";
 
 /// What every apply and load session sets after connecting (besides the connection's UTC
 /// and utf8mb4).
@@ -72,7 +60,9 @@ impl MyApplyTarget {
     /// no connection is made yet.
     pub fn new(url: &str) -> Result<Self> {
         Ok(MyApplyTarget {
-            target: MyTarget::parse(url)?,
+            target: MyTarget::parse(url)
+                .map_err(Error::as_target)?
+                .with_found_rows(),
             sessions: Sessions::default(),
         })
     }
@@ -83,7 +73,11 @@ impl MyApplyTarget {
 
     /// A session with the apply settings; `lock_wait`: `innodb_lock_wait_timeout` in seconds.
     async fn open(&self, lock_wait: u32) -> Result<(Conn, ServerInfo)> {
-        let mut conn = self.target.connect(&self.sessions).await?;
+        let mut conn = self
+            .target
+            .connect(&self.sessions)
+            .await
+            .map_err(Error::as_target)?;
         let server = server_info(&mut conn, self.display()).await?;
         let limits = match server.flavor {
             Flavor::Mariadb if server.at_least((10, 3, 0)) => {
@@ -93,8 +87,13 @@ impl MyApplyTarget {
             Flavor::Mariadb => "max_statement_time = 0",
             Flavor::Mysql => "max_execution_time = 0",
         };
+        // An apply session's DDL (a barrier) waits at most this long for a metadata lock
+        // another session holds (the server's default is a year): it gives up, names the
+        // holder and is retried, rather than hang unseen.
+        let mdl = if lock_wait <= 2 { 10 } else { 31_536_000 };
         let sql = format!(
-            "{SESSION_COMMON}, innodb_lock_wait_timeout = {lock_wait}; SET SESSION {limits}"
+            "{SESSION_COMMON}, innodb_lock_wait_timeout = {lock_wait}, lock_wait_timeout = {mdl}; \
+             SET SESSION {limits}"
         );
         conn.query_drop(sql)
             .await
@@ -123,9 +122,11 @@ pub(crate) fn fail(e: mysql_async::Error, target: &str, what: &str) -> Error {
             match s.code {
                 // Duplicate key, foreign key parent missing or child present, deadlock, lock
                 // wait timeout, MariaDB's "record changed since last read".
-                1062 | 1586 | 1451 | 1452 | 1216 | 1217 | 1213 | 1205 | 1020 => {
+                1062 | 1586 | 1451 | 1452 | 1216 | 1217 | 1213 | 1020 => {
                     Error::apply_conflict(msg).with_cause(e)
                 }
+                // A lock wait given up: another session holds what the change needs.
+                1205 => Error::apply_blocked(msg).with_cause(e),
                 code::ER_DBACCESS_DENIED_ERROR
                 | code::ER_TABLEACCESS_DENIED_ERROR
                 | code::ER_COLUMNACCESS_DENIED_ERROR
@@ -169,7 +170,7 @@ pub(crate) fn fail(e: mysql_async::Error, target: &str, what: &str) -> Error {
 }
 
 /// True for the privilege errors, which get a `GRANT` in their message.
-fn denied(e: &mysql_async::Error) -> bool {
+pub(super) fn denied(e: &mysql_async::Error) -> bool {
     matches!(
         crate::error::server_code(e),
         Some(
@@ -183,13 +184,13 @@ fn denied(e: &mysql_async::Error) -> bool {
 }
 
 /// `'user'@'host'` from `CURRENT_USER()`'s `user@host`, for the `GRANT` in a message.
-fn grantee(server: &ServerInfo) -> String {
+pub(super) fn grantee(server: &ServerInfo) -> String {
     let (u, h) = server.user.rsplit_once('@').unwrap_or((&server.user, "%"));
     format!("'{}'@'{}'", u.replace('\'', "''"), h.replace('\'', "''"))
 }
 
 /// A privilege error with the `GRANT` that fixes it.
-fn needs_grant(e: mysql_async::Error, target: &str, what: &str, grant: String) -> Error {
+pub(super) fn needs_grant(e: mysql_async::Error, target: &str, what: &str, grant: String) -> Error {
     let server = match &e {
         mysql_async::Error::Server(s) => format!(
             "MySQL error {} ({}): {}",
@@ -210,7 +211,7 @@ fn needs_grant(e: mysql_async::Error, target: &str, what: &str, grant: String) -
     .with_cause(e)
 }
 
-async fn exists_schema(conn: &mut Conn, db: &str, target: &str) -> Result<bool> {
+pub(super) async fn exists_schema(conn: &mut Conn, db: &str, target: &str) -> Result<bool> {
     let r: Option<Row> = conn
         .exec_first(
             "SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
@@ -221,7 +222,7 @@ async fn exists_schema(conn: &mut Conn, db: &str, target: &str) -> Result<bool> 
     Ok(r.is_some())
 }
 
-async fn exists_table(conn: &mut Conn, t: &TableRef, target: &str) -> Result<bool> {
+pub(super) async fn exists_table(conn: &mut Conn, t: &TableRef, target: &str) -> Result<bool> {
     let r: Option<Row> = conn
         .exec_first(
             "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
@@ -264,52 +265,6 @@ impl ApplyTarget for MyApplyTarget {
 
     fn display_url(&self) -> String {
         self.display().to_string()
-    }
-
-    async fn prepare(&self) -> Result<()> {
-        let (mut conn, server) = self.plain().await?;
-        let d = self.display();
-        let grant = format!(
-            "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON `{BOOKKEEPING_DB}`.* TO {}",
-            grantee(&server)
-        );
-        let what = "creating sluice's bookkeeping (database sluice) on";
-        if !exists_schema(&mut conn, BOOKKEEPING_DB, d).await? {
-            conn.query_drop("CREATE DATABASE IF NOT EXISTS `sluice` CHARACTER SET utf8mb4")
-                .await
-                .map_err(|e| match denied(&e) {
-                    true => needs_grant(e, d, what, grant.clone()),
-                    false => fail(e, d, what),
-                })?;
-        }
-        for (table, sql) in [("applied", CREATE_APPLIED), ("state", CREATE_STATE)] {
-            let t = TableRef {
-                schema: BOOKKEEPING_DB.into(),
-                name: table.into(),
-            };
-            if !exists_table(&mut conn, &t, d).await? {
-                conn.query_drop(sql).await.map_err(|e| match denied(&e) {
-                    true => needs_grant(e, d, what, grant.clone()),
-                    false => fail(e, d, what),
-                })?;
-            }
-        }
-        // The privileges every unit needs on the bookkeeping, tried in a transaction that is
-        // rolled back.
-        let probe = "START TRANSACTION; \
-             INSERT INTO `sluice`.`state` (`name`, `state`) VALUES ('', '') \
-             ON DUPLICATE KEY UPDATE `state` = VALUES(`state`); \
-             DELETE FROM `sluice`.`state` WHERE `name` = ''; \
-             SELECT 1 FROM `sluice`.`applied` LIMIT 0; \
-             UPDATE `sluice`.`applied` SET `unit` = `unit` WHERE `name` = '' LIMIT 0";
-        let probed = conn.query_drop(probe).await;
-        let rolled = conn.query_drop("ROLLBACK").await;
-        probed.map_err(|e| match denied(&e) {
-            true => needs_grant(e, d, "checking the privileges on database sluice of", grant),
-            false => fail(e, d, "checking the privileges on database sluice of"),
-        })?;
-        rolled.map_err(|e| fail(e, d, "checking the privileges on database sluice of"))?;
-        Ok(())
     }
 
     async fn create_tables(&self, tables: &[TargetTable]) -> Result<Vec<String>> {
@@ -366,6 +321,14 @@ impl ApplyTarget for MyApplyTarget {
         Ok(notes)
     }
 
+    async fn add_foreign_keys(&self, keys: &[(TableRef, ForeignKey)]) -> Result<Vec<String>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (mut conn, _) = self.plain().await?;
+        ddl::add_foreign_keys(&mut conn, keys, self.display()).await
+    }
+
     async fn non_empty(&self, tables: &[TableRef]) -> Result<Vec<TableRef>> {
         let (mut conn, _) = self.plain().await?;
         let mut out = Vec::new();
@@ -400,56 +363,57 @@ impl ApplyTarget for MyApplyTarget {
         ))
     }
 
+    async fn prepare(&self) -> Result<()> {
+        let (mut conn, server) = self.plain().await?;
+        bookkeeping::prepare(&mut conn, &server, self.display()).await
+    }
+
     async fn load_state(&self, name: &str) -> Result<Option<Vec<u8>>> {
         let (mut conn, _) = self.plain().await?;
-        let r: Option<Row> = conn
-            .exec_first(
-                "SELECT `state` FROM `sluice`.`state` WHERE `name` = ?",
-                (name,),
-            )
-            .await
-            .map_err(|e| fail(e, self.display(), "reading the replication state on"))?;
-        Ok(r.and_then(|r| r.get::<Vec<u8>, _>(0)))
+        bookkeeping::load_state(&mut conn, self.display(), name).await
     }
 
     async fn save_state(&self, name: &str, state: &[u8]) -> Result<()> {
         let (mut conn, _) = self.plain().await?;
-        conn.exec_drop(
-            "INSERT INTO `sluice`.`state` (`name`, `state`) VALUES (?, ?) \
-             ON DUPLICATE KEY UPDATE `state` = VALUES(`state`), `updated` = CURRENT_TIMESTAMP(6)",
-            (name, state),
-        )
-        .await
-        .map_err(|e| fail(e, self.display(), "saving the replication state on"))
+        bookkeeping::save_state(&mut conn, self.display(), name, state).await
     }
 
     async fn clear_state(&self, name: &str) -> Result<()> {
         let (mut conn, _) = self.plain().await?;
-        conn.exec_drop("DELETE FROM `sluice`.`state` WHERE `name` = ?", (name,))
-            .await
-            .and(Ok(()))
-            .map_err(|e| fail(e, self.display(), "clearing the replication state on"))?;
-        conn.exec_drop("DELETE FROM `sluice`.`applied` WHERE `name` = ?", (name,))
-            .await
-            .map_err(|e| fail(e, self.display(), "clearing the replication state on"))
+        bookkeeping::clear_state(&mut conn, self.display(), name).await
+    }
+
+    async fn followed_columns(&self, name: &str) -> Result<Vec<(TableRef, Vec<SourceColumn>)>> {
+        let (mut conn, _) = self.plain().await?;
+        bookkeeping::followed_columns(&mut conn, self.display(), name).await
+    }
+
+    async fn save_columns(
+        &self,
+        name: &str,
+        tables: &[(TableRef, Vec<SourceColumn>)],
+    ) -> Result<()> {
+        let (mut conn, _) = self.plain().await?;
+        bookkeeping::save_columns(&mut conn, self.display(), name, tables).await
     }
 
     async fn applied(&self, name: &str) -> Result<Option<AppliedPosition>> {
         let (mut conn, _) = self.plain().await?;
-        let r: Option<Row> = conn
-            .exec_first(
-                "SELECT `unit`, `restart`, `pos`, `commit_ts` FROM `sluice`.`applied` \
-                 WHERE `name` = ? ORDER BY `unit` DESC LIMIT 1",
-                (name,),
-            )
-            .await
-            .map_err(|e| fail(e, self.display(), "reading the applied position on"))?;
-        Ok(r.map(|r| AppliedPosition {
-            unit: crate::catalog::number(&r, 0),
-            restart: text(&r, 1),
-            pos: text(&r, 2),
-            commit_ts: r.get::<Option<i64>, _>(3).flatten(),
-        }))
+        bookkeeping::applied(&mut conn, self.display(), name).await
+    }
+
+    async fn lock(&self, name: &str) -> Result<Box<dyn ReplicationLock>> {
+        let (conn, _) = self.plain().await?;
+        bookkeeping::lock(conn, self.display(), name).await
+    }
+
+    fn default_schema(&self) -> Option<String> {
+        let db = self.target.database();
+        (!db.is_empty()).then(|| db.to_string())
+    }
+
+    fn identity(&self) -> String {
+        self.target.identity()
     }
 
     async fn session(&self, name: &str, worker: u32) -> Result<Box<dyn ApplySession>> {

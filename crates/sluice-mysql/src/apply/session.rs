@@ -14,9 +14,9 @@
 //! `<=>` (NULL matches NULL) and touches at most one row (`LIMIT 1`). An update or delete that
 //! matches no row changes nothing: the source said the row existed, so it is not an error.
 //!
-//! Length: about 330 lines of code plus unit tests of the SQL text (a unit's statements and a
-//! batch's); the statement builder ([`Script`]) and the session that sends it share the buffer
-//! and its bound.
+//! Length: about 560 lines of code plus unit tests of the SQL text (a unit's statements and a
+//! batch's); the statement builder ([`Script`]) and the session that sends it share the buffer,
+//! its bound and the expected row counts that tell an update or delete that matched nothing.
 
 use super::batch::{self, DELETE_ROWS, Prepared, UPDATE_ROWS};
 use super::fail;
@@ -26,7 +26,8 @@ use arrow_array::Array;
 use async_trait::async_trait;
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
-use sluice_core::apply::{AppliedPosition, ApplySession, ApplyUnit, Barrier};
+use sluice_core::apply::{AppliedPosition, ApplySession, ApplyUnit, Barrier, SourceColumn};
+use sluice_core::table::TableRef;
 use sluice_core::{Error, Result};
 
 /// A buffer of statements past this many bytes is sent before the unit ends.
@@ -44,6 +45,10 @@ pub struct MySession {
     sent: bool,
     /// Tables of the open transaction, for messages.
     tables: Vec<String>,
+    /// Updates and deletes of the open transaction that matched no row.
+    missed: u64,
+    /// The same for the last committed transaction.
+    committed_missed: u64,
 }
 
 impl MySession {
@@ -62,6 +67,8 @@ impl MySession {
             script: Script::new(mysql_json),
             sent: false,
             tables: Vec::new(),
+            missed: 0,
+            committed_missed: 0,
         }
     }
 
@@ -77,12 +84,40 @@ impl MySession {
             return Ok(());
         }
         let sql = std::mem::take(&mut self.script.buf);
+        let expect = std::mem::take(&mut self.script.expect);
         self.sent = true;
-        let r = self.conn.query_drop(sql.as_str()).await;
+        let r = counted(&mut self.conn, sql.as_str()).await;
         // Keep the allocation for the next unit.
         self.script.buf = sql;
         self.script.buf.clear();
-        r.map_err(|e| fail(e, &self.display, &self.what()))
+        let counts = match r {
+            Ok(c) => c,
+            Err(e) => {
+                let e = fail(e, &self.display, &self.what());
+                if !e.is_apply_blocked() {
+                    return Err(e);
+                }
+                // Name who holds the lock; the transaction is lost anyway.
+                self.sent = false;
+                let _ = self.conn.query_drop("ROLLBACK").await;
+                let who = holders(&mut self.conn).await;
+                return Err(Error::apply_blocked(format!("{} {who}", e.message())));
+            }
+        };
+        if counts.len() != expect.len() {
+            tracing::debug!(
+                "{} statement results for {} statements sent",
+                counts.len(),
+                expect.len()
+            );
+        }
+        let missed: u64 = expect
+            .iter()
+            .zip(&counts)
+            .filter_map(|(want, got)| want.map(|w| w.saturating_sub(*got)))
+            .sum();
+        self.missed += missed;
+        Ok(())
     }
 
     /// A batch of updates or deletes of a keyed table (rows sharing no key): one statement per
@@ -108,10 +143,14 @@ impl MySession {
                 DELETE_ROWS
             };
             for chunk in group.chunks(size) {
+                let n = chunk.len() as u64;
                 if op == "update" {
-                    batch::update(p, chunk, present, &mut self.script.buf)?;
+                    if batch::update(p, chunk, present, &mut self.script.buf)? {
+                        self.script.expect.push(Some(n));
+                    }
                 } else {
                     batch::delete(p, chunk, &mut self.script.buf)?;
+                    self.script.expect.push(Some(n));
                 }
                 if self.script.buf.len() > FLUSH_BYTES {
                     self.flush().await?;
@@ -122,6 +161,51 @@ impl MySession {
     }
 }
 
+/// Run `sql` (statements separated by `;`) and return each statement's affected rows, in
+/// order: with the session's `CLIENT_FOUND_ROWS`, the rows an update matched.
+///
+/// The server stops at the first statement that fails; its error is what this returns
+/// (reading on past the last result set, as `drop_result` does, is what surfaces it).
+async fn counted(conn: &mut Conn, sql: &str) -> mysql_async::Result<Vec<u64>> {
+    let mut result = conn.query_iter(sql).await?;
+    let mut counts = vec![result.affected_rows()];
+    while !result.is_empty() {
+        if result.next().await?.is_some() {
+            continue;
+        }
+        counts.push(result.affected_rows());
+    }
+    result.drop_result().await?;
+    Ok(counts)
+}
+
+/// Sessions in open transactions on the target (who may hold the lock a statement gave up
+/// waiting for), for the message.
+async fn holders(conn: &mut Conn) -> String {
+    /// Connection id, user, host, seconds in its state, statement.
+    type Holder = (u64, String, String, u64, String);
+    let rows: std::result::Result<Vec<Holder>, _> = conn
+        .query(
+            "SELECT p.ID, p.USER, p.HOST, p.TIME, LEFT(COALESCE(p.INFO, ''), 80) \
+             FROM information_schema.INNODB_TRX t \
+             JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
+             WHERE p.ID <> CONNECTION_ID() ORDER BY t.trx_started",
+        )
+        .await;
+    match rows {
+        Ok(rows) if !rows.is_empty() => {
+            let list: Vec<String> = rows
+                .iter()
+                .map(|(id, user, host, time, info)| {
+                    format!("id {id} ({user}@{host}, {time} s in its state, {info:?})")
+                })
+                .collect();
+            format!("Sessions with open transactions: {}.", list.join("; "))
+        }
+        _ => "Another session holds the lock (SHOW PROCESSLIST lists it).".into(),
+    }
+}
+
 /// The SQL text of units, built without a connection.
 struct Script {
     buf: String,
@@ -129,6 +213,9 @@ struct Script {
     mysql_json: bool,
     /// The insert being extended: (table, the columns its rows carry).
     open: Option<(u32, Vec<bool>)>,
+    /// Per statement of `buf`, the rows an update or delete should match (`None` for the
+    /// others), to count those that matched none.
+    expect: Vec<Option<u64>>,
 }
 
 impl Script {
@@ -137,6 +224,7 @@ impl Script {
             buf: String::new(),
             mysql_json,
             open: None,
+            expect: Vec::new(),
         }
     }
 
@@ -144,7 +232,15 @@ impl Script {
     fn close(&mut self) {
         if self.open.take().is_some() {
             self.buf.push(';');
+            self.expect.push(None);
         }
+    }
+
+    /// A statement that is no update or delete of a row (`sql` ends with `;`, or is the
+    /// buffer's last).
+    fn other(&mut self, sql: &str) {
+        self.buf.push_str(sql);
+        self.expect.push(None);
     }
 
     /// Row `r` of table `ti` (prepared as `p`): a statement, or one more row of the insert
@@ -253,6 +349,7 @@ impl Script {
             self.buf.push_str(" LIMIT 1");
         }
         self.buf.push(';');
+        self.expect.push(Some(1));
         Ok(())
     }
 
@@ -278,9 +375,11 @@ impl Script {
 impl ApplySession for MySession {
     async fn begin(&mut self) -> Result<()> {
         self.script.buf.clear();
+        self.script.expect.clear();
         self.tables.clear();
         self.sent = false;
-        self.script.buf.push_str("START TRANSACTION;");
+        self.missed = 0;
+        self.script.other("START TRANSACTION;");
         Ok(())
     }
 
@@ -328,8 +427,15 @@ impl ApplySession for MySession {
         Ok(())
     }
 
-    async fn barrier(&mut self, barrier: &Barrier) -> Result<()> {
+    /// DDL commits by itself on MySQL/MariaDB: what the transaction holds is committed first
+    /// together with `before`, so a crash between here and the unit's end restarts exactly
+    /// after the changes already applied (and applies the barrier again: it is idempotent).
+    async fn barrier(&mut self, barrier: &Barrier, before: &AppliedPosition) -> Result<bool> {
+        self.script.close();
+        self.record(before).await?;
+        self.script.other("COMMIT");
         self.flush().await?;
+        self.sent = false;
         match barrier {
             Barrier::Truncate(tables) => {
                 for t in tables {
@@ -342,6 +448,7 @@ impl ApplySession for MySession {
             }
             Barrier::Columns {
                 table,
+                before,
                 columns,
                 source_engine,
             } => {
@@ -353,9 +460,13 @@ impl ApplySession for MySession {
                         self.display
                     )));
                 }
-                if let Some(sql) =
-                    super::ddl::alter_columns(table, &have, columns, *source_engine == "mysql")
-                {
+                if let Some(sql) = super::ddl::alter_columns(
+                    table,
+                    &have,
+                    before,
+                    columns,
+                    *source_engine == "mysql",
+                ) {
                     self.conn
                         .query_drop(sql)
                         .await
@@ -364,8 +475,8 @@ impl ApplySession for MySession {
             }
         }
         // The DDL committed; what follows runs in a transaction of its own.
-        self.script.buf.push_str("START TRANSACTION;");
-        Ok(())
+        self.script.other("START TRANSACTION;");
+        Ok(true)
     }
 
     async fn record(&mut self, position: &AppliedPosition) -> Result<()> {
@@ -373,7 +484,7 @@ impl ApplySession for MySession {
         let _ = write!(
             self.script.buf,
             "INSERT INTO `sluice`.`applied` (`name`,`worker`,`unit`,`restart`,`pos`,\
-             `commit_ts`) VALUES ("
+             `commit_ts`,`skip`) VALUES ("
         );
         render::push_text(&mut self.script.buf, &self.name);
         let _ = write!(self.script.buf, ",{},{},", self.worker, position.unit);
@@ -382,13 +493,15 @@ impl ApplySession for MySession {
         render::push_text(&mut self.script.buf, &position.pos);
         match position.commit_ts {
             Some(ts) => {
-                let _ = write!(self.script.buf, ",{ts})");
+                let _ = write!(self.script.buf, ",{ts}");
             }
-            None => self.script.buf.push_str(",NULL)"),
+            None => self.script.buf.push_str(",NULL"),
         }
-        self.script.buf.push_str(
+        let _ = write!(self.script.buf, ",{})", position.skip);
+        self.script.other(
             " ON DUPLICATE KEY UPDATE `unit`=VALUES(`unit`),`restart`=VALUES(`restart`),\
-             `pos`=VALUES(`pos`),`commit_ts`=VALUES(`commit_ts`),`updated`=CURRENT_TIMESTAMP(6);",
+             `pos`=VALUES(`pos`),`commit_ts`=VALUES(`commit_ts`),`skip`=VALUES(`skip`),\
+             `updated`=CURRENT_TIMESTAMP(6);",
         );
         Ok(())
     }
@@ -400,14 +513,47 @@ impl ApplySession for MySession {
 
     async fn commit(&mut self) -> Result<()> {
         self.script.close();
-        self.script.buf.push_str("COMMIT");
+        self.script.other("COMMIT");
         self.flush().await?;
         self.sent = false;
+        self.committed_missed = std::mem::take(&mut self.missed);
+        Ok(())
+    }
+
+    fn unmatched(&self) -> u64 {
+        self.committed_missed
+    }
+
+    async fn columns(&mut self, table: &TableRef, columns: &[SourceColumn]) -> Result<()> {
+        self.script.close();
+        self.script.buf.push_str(
+            "INSERT INTO `sluice`.`columns` (`name`,`table_schema`,`table_name`,`columns`) \
+             VALUES (",
+        );
+        for (i, v) in [
+            self.name.as_str(),
+            table.schema.as_str(),
+            table.name.as_str(),
+            super::bookkeeping::columns_json(columns).as_str(),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if i > 0 {
+                self.script.buf.push(',');
+            }
+            render::push_text(&mut self.script.buf, v);
+        }
+        self.script.other(
+            ") ON DUPLICATE KEY UPDATE `columns`=VALUES(`columns`),\
+             `updated`=CURRENT_TIMESTAMP(6);",
+        );
         Ok(())
     }
 
     async fn rollback(&mut self) -> Result<()> {
         self.script.buf.clear();
+        self.script.expect.clear();
         if !self.sent {
             return Ok(());
         }
@@ -483,6 +629,7 @@ mod tests {
             key: Arc::new(key.iter().map(|k| k.to_string()).collect()),
             batch,
             source_engine: "mysql",
+            sole_key: false,
         }
     }
 

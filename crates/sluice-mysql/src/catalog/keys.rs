@@ -1,11 +1,12 @@
 //! The keys of captured tables for `sluice replicate`'s writesets: primary key, every other
-//! unique index, and foreign keys with the parent's columns, read from `information_schema`
+//! unique index, and foreign keys with the parent's columns and their actions (whose cascades
+//! the binary log does not carry), and generated columns, read from `information_schema`
 //! with the names bound as parameters.
 
 use super::{err, text};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
-use sluice_core::apply::{ForeignKey, TableKeys};
+use sluice_core::apply::{ForeignKey, GeneratedColumn, RefAction, TableKeys};
 use sluice_core::table::TableRef;
 use sluice_core::{Dataset, Result};
 
@@ -63,11 +64,16 @@ async fn keys_of(conn: &mut Conn, t: TableRef, target: &str) -> Result<TableKeys
     }
     let rows: Vec<Row> = conn
         .exec(
-            "SELECT CONSTRAINT_NAME, COLUMN_NAME, REFERENCED_TABLE_SCHEMA, \
-                    REFERENCED_TABLE_NAME, REFERENCED_COLUMN_NAME \
-             FROM information_schema.KEY_COLUMN_USAGE \
-             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND REFERENCED_TABLE_NAME IS NOT NULL \
-             ORDER BY CONSTRAINT_NAME, ORDINAL_POSITION",
+            "SELECT k.CONSTRAINT_NAME, k.COLUMN_NAME, k.REFERENCED_TABLE_SCHEMA, \
+                    k.REFERENCED_TABLE_NAME, k.REFERENCED_COLUMN_NAME, \
+                    COALESCE(r.DELETE_RULE, ''), COALESCE(r.UPDATE_RULE, '') \
+             FROM information_schema.KEY_COLUMN_USAGE k \
+             LEFT JOIN information_schema.REFERENTIAL_CONSTRAINTS r \
+               ON r.CONSTRAINT_SCHEMA = k.CONSTRAINT_SCHEMA \
+              AND r.CONSTRAINT_NAME = k.CONSTRAINT_NAME AND r.TABLE_NAME = k.TABLE_NAME \
+             WHERE k.TABLE_SCHEMA = ? AND k.TABLE_NAME = ? \
+               AND k.REFERENCED_TABLE_NAME IS NOT NULL \
+             ORDER BY k.CONSTRAINT_NAME, k.ORDINAL_POSITION",
             (t.schema.clone(), t.name.clone()),
         )
         .await
@@ -85,19 +91,43 @@ async fn keys_of(conn: &mut Conn, t: TableRef, target: &str) -> Result<TableKeys
                 fk.parent_columns.push(text(r, 4));
             }
             _ => foreign.push((
-                name,
+                name.clone(),
                 ForeignKey {
+                    name,
                     columns: vec![text(r, 1)],
                     parent,
                     parent_columns: vec![text(r, 4)],
+                    on_delete: RefAction::parse(&text(r, 5)),
+                    on_update: RefAction::parse(&text(r, 6)),
                 },
             )),
         }
     }
+    // Generated columns with their expression (MySQL: '' for a plain column, MariaDB: NULL).
+    let rows: Vec<Row> = conn
+        .exec(
+            "SELECT COLUMN_NAME, GENERATION_EXPRESSION, EXTRA FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
+               AND COALESCE(GENERATION_EXPRESSION, '') <> '' ORDER BY ORDINAL_POSITION",
+            (t.schema.clone(), t.name.clone()),
+        )
+        .await
+        .map_err(err(target))?;
+    let generated = rows
+        .iter()
+        .map(|r| GeneratedColumn {
+            name: text(r, 0),
+            expression: text(r, 1),
+            stored: text(r, 2).to_ascii_uppercase().contains("STORED")
+                || text(r, 2).to_ascii_uppercase().contains("PERSISTENT"),
+        })
+        .collect();
     Ok(TableKeys {
         table: t,
         primary,
         unique,
         foreign: foreign.into_iter().map(|(_, fk)| fk).collect(),
+        match_by: Vec::new(),
+        generated,
     })
 }

@@ -27,6 +27,7 @@
 //! **GTIDs** go into `_xid`: MariaDB `domain-server-sequence` (event 162, parsed here: it is not
 //! in `mysql_common`), MySQL `uuid:number`.
 
+use super::xa::Pending;
 use sluice_core::{Error, Result};
 
 /// MariaDB `ANNOTATE_ROWS_EVENT`.
@@ -86,7 +87,8 @@ impl BinPos {
     }
 }
 
-/// A restart position: the coordinate and, where GTIDs are on, the GTID state there.
+/// A restart position: the coordinate and, where GTIDs are on, the GTID state there; and the
+/// XA transactions prepared before it whose end has not come (`xa.rs`), after `!`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Restart {
     /// The coordinate.
@@ -95,11 +97,23 @@ pub struct Restart {
     pub gtid: Option<String>,
     /// MySQL: the `server_uuid` of the server whose log the coordinate is in.
     pub server: Option<String>,
+    /// Prepared XA transactions whose groups a restart reads again.
+    pub xa: Vec<Pending>,
 }
 
 impl Restart {
     /// Parse a restart position's text.
     pub fn parse(s: &str) -> Result<Restart> {
+        let (s, xa) = match s.split_once('!') {
+            None => (s, Vec::new()),
+            Some((main, list)) => (
+                main,
+                list.split(',')
+                    .filter(|p| !p.is_empty())
+                    .map(Pending::parse)
+                    .collect::<Result<Vec<_>>>()?,
+            ),
+        };
         let pos = BinPos::parse(s)?;
         let (gtid, server) = match s.split_once('~') {
             None => (None, None),
@@ -108,7 +122,12 @@ impl Restart {
                 None => (Some(d.to_string()), None),
             },
         };
-        Ok(Restart { pos, gtid, server })
+        Ok(Restart {
+            pos,
+            gtid,
+            server,
+            xa,
+        })
     }
 
     /// The text (see the module documentation).
@@ -121,6 +140,11 @@ impl Restart {
                 t.push('@');
                 t.push_str(u);
             }
+        }
+        if !self.xa.is_empty() {
+            t.push('!');
+            let list: Vec<String> = self.xa.iter().map(Pending::text).collect();
+            t.push_str(&list.join(","));
         }
         t
     }
@@ -182,6 +206,11 @@ impl MariaGtid {
         self.flags & 1 != 0
     }
 
+    /// True when the group is an XA transaction being prepared (`FL_PREPARED_XA`).
+    pub fn prepared_xa(&self) -> bool {
+        self.flags & 0x40 != 0
+    }
+
     /// `domain-server-sequence`.
     pub fn text(&self, server_id: u32) -> String {
         format!("{}-{}-{}", self.domain, server_id, self.seq_no)
@@ -214,6 +243,8 @@ pub enum Statement {
     Dml,
     /// `TRUNCATE`.
     Truncate,
+    /// An XA statement (`XA START`, `XA END`, `XA COMMIT`, `XA ROLLBACK`; see `xa.rs`).
+    Xa,
     /// Anything else: DDL, `SAVEPOINT`, grants.
     Other,
 }
@@ -226,8 +257,29 @@ pub fn classify(sql: &str) -> Statement {
         "ROLLBACK" => Statement::Rollback,
         "INSERT" | "UPDATE" | "DELETE" | "REPLACE" | "LOAD" => Statement::Dml,
         "TRUNCATE" => Statement::Truncate,
+        "XA" => Statement::Xa,
         _ => Statement::Other,
     }
+}
+
+/// The partition or tablespace maintenance of an `ALTER TABLE` that moves rows with no row
+/// events in the binary log (`TRUNCATE`, `DROP`, `EXCHANGE`, `IMPORT` of a partition, `IMPORT
+/// TABLESPACE`), as the statement names it; `None` for every other statement.
+pub(crate) fn unlogged_rows(sql: &str) -> Option<String> {
+    if crate::sql::first_keyword(sql) != "ALTER" {
+        return None;
+    }
+    let words: Vec<String> = sql
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|w| !w.is_empty())
+        .map(str::to_ascii_uppercase)
+        .collect();
+    words.windows(2).find_map(|w| {
+        let verb = matches!(w[0].as_str(), "TRUNCATE" | "DROP" | "EXCHANGE" | "IMPORT");
+        let what = matches!(w[1].as_str(), "PARTITION" | "TABLESPACE");
+        (verb && what && !(w[0] == "DROP" && w[1] == "TABLESPACE"))
+            .then(|| format!("{} {}", w[0], w[1]))
+    })
 }
 
 #[cfg(test)]
@@ -267,6 +319,7 @@ mod tests {
             pos: p,
             gtid: Some("0-1-100,1-2-7".into()),
             server: None,
+            xa: Vec::new(),
         };
         assert_eq!(Restart::parse(&r.text()).unwrap(), r);
         assert_eq!(BinPos::parse(&r.text()).unwrap(), p);
@@ -275,8 +328,13 @@ mod tests {
             pos: p,
             gtid: Some("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5".into()),
             server: Some("4e11fa47-71ca-11e1-9e33-c80aa9429562".into()),
+            xa: vec![Pending {
+                at: BinPos { offset: 900, ..p },
+                id: "X'61',X'',1".into(),
+            }],
         };
         assert_eq!(Restart::parse(&m.text()).unwrap(), m);
+        assert!(m.text() > p.text() && m.text() < BinPos { offset: 1235, ..p }.text());
         let plain = Restart::parse(&p.text()).unwrap();
         assert_eq!((plain.gtid, plain.server), (None, None));
     }
@@ -299,6 +357,19 @@ mod tests {
         assert_eq!(classify("insert into t values (1)"), Statement::Dml);
         assert_eq!(classify("TRUNCATE TABLE t"), Statement::Truncate);
         assert_eq!(classify("ALTER TABLE t ADD c int"), Statement::Other);
+        assert_eq!(
+            unlogged_rows("alter table t truncate partition p0, p1").as_deref(),
+            Some("TRUNCATE PARTITION")
+        );
+        assert_eq!(
+            unlogged_rows("ALTER TABLE t EXCHANGE PARTITION p0 WITH TABLE u").as_deref(),
+            Some("EXCHANGE PARTITION")
+        );
+        assert_eq!(
+            unlogged_rows("ALTER TABLE t ADD PARTITION (PARTITION p9 VALUES LESS THAN (9))"),
+            None
+        );
+        assert_eq!(unlogged_rows("ALTER TABLE t REMOVE PARTITIONING"), None);
         assert_eq!(
             mysql_gtid([0x3e; 16], 5),
             "3e3e3e3e-3e3e-3e3e-3e3e-3e3e3e3e3e3e:5"

@@ -3,8 +3,9 @@
 //! publication, so there is nothing to create or drop here.)
 //!
 //! Checks, each refused with the fix: binary logging on, `binlog_format=ROW` (statement-based
-//! events carry SQL, not rows), no compressed binary log (MariaDB `log_bin_compress`), no
-//! partial JSON updates (MySQL `binlog_row_value_options`), a primary key on every table, the
+//! events carry SQL, not rows), no compressed binary log events (MariaDB `log_bin_compress`;
+//! MySQL's `binlog_transaction_compression` is read: `stream.rs`), no partial JSON updates (MySQL
+//! `binlog_row_value_options`), no prepared XA transaction pending (`XA RECOVER`), a primary key on every table, the
 //! account's right to read the binary log status (REPLICATION CLIENT, MariaDB 10.5+: BINLOG
 //! MONITOR) and to read the log itself (REPLICATION SLAVE, proved by a short dump), and column
 //! types whose binary log values can be decoded (`values.rs`). `binlog_row_image=MINIMAL` or
@@ -117,13 +118,50 @@ pub async fn preflight(
              do not carry the new value. Set binlog_row_value_options=''."
         )));
     }
+    if get("binlog_row_metadata") != "FULL" {
+        tracing::warn!(
+            "{target} logs binlog_row_metadata={}: its table maps do not say how a table's values \
+             were stored, so a change of a column's type between a stop and a restart of the \
+             stream (enum members reordered, signed to unsigned, another character set) cannot \
+             be seen and older events would be read with today's definition. Set \
+             binlog_row_metadata=FULL (MySQL 8.0.1+, MariaDB 10.5+).",
+            get("binlog_row_metadata")
+        );
+    }
     let image = get("binlog_row_image");
     if image == "MINIMAL" || image == "NOBLOB" {
         tracing::warn!(
             "{target} logs binlog_row_image={image}: updates and deletes carry only some \
              columns; the others are named in _absent (they kept their value), never written \
-             as NULL"
+             as NULL. An update of a primary key is written as a delete and an insert that \
+             carry only the key and the changed columns: a replay cannot rebuild such a row, \
+             and sluice replicate refuses this setting. Set binlog_row_image=FULL where keys \
+             change."
         );
+    }
+    // A prepared XA transaction is seen by no consistent snapshot and is in the binary log
+    // before the stream's start: committed later, its changes would be in neither.
+    let prepared: Vec<Row> = match conn.query("XA RECOVER").await {
+        Ok(rows) => rows,
+        Err(e) => {
+            // MySQL 8 asks for XA_RECOVER_ADMIN.
+            tracing::warn!(
+                "prepared XA transactions on {target} cannot be listed ({e}): one prepared \
+                 before the stream starts and committed after would be missed. Grant \
+                 XA_RECOVER_ADMIN to check."
+            );
+            Vec::new()
+        }
+    };
+    if !prepared.is_empty() {
+        let ids: Vec<String> = prepared.iter().map(|r| text(r, 3)).collect();
+        return Err(Error::source_permanent(format!(
+            "{target} has prepared XA transactions that are not committed or rolled back yet \
+             ({}): the initial snapshot does not see them and their changes are in the binary \
+             log before the stream's start, so if committed later they would be in neither. \
+             Commit or roll them back (XA COMMIT / XA ROLLBACK), then start the stream.",
+            ids.join(", ")
+        )));
     }
     for d in datasets {
         let Some(t) = &d.object else {

@@ -17,8 +17,10 @@
 //! arrives, and again after a DDL statement in the log names the table (a new schema version if
 //! they changed). The catalog is read now, not as of the position: a table map whose column
 //! count differs from the catalog's (a later `ALTER TABLE` not reached yet) stops the stream
-//! with an error rather than decoding values into the wrong columns (under
-//! `binlog_row_metadata=FULL` the table map's own definition is used instead, `table_map.rs`).
+//! with an error rather than decoding values into the wrong columns. Under
+//! `binlog_row_metadata=FULL` the table map says how its values are stored (enum and set
+//! members, signedness, character sets): where that differs from the catalog's, or the count
+//! does, the table map's own definition is used instead (`table_map.rs`).
 //!
 //! Over 500 lines: event groups, table maps and row images all read and change one stream's
 //! state (the open group, the table ids, each table's decoders and runner handle); the value
@@ -31,6 +33,7 @@ use super::binlog::{
 use super::gtid::{Gtid, GtidState};
 use super::rows::{Cell, Layout, read_image};
 use super::values::{Codec, column_facts};
+use super::xa::Xa;
 use crate::catalog::{self, Resolved, ServerInfo};
 use crate::connect::{MyTarget, ZeroDates};
 use crate::decode::ValueDecoder;
@@ -38,10 +41,13 @@ use async_trait::async_trait;
 use futures_util::{FutureExt, StreamExt};
 use mysql_async::binlog::events::{
     Event, EventData, GtidEvent, QueryEvent, RotateEvent, RowsEventData, TableMapEvent,
+    TransactionPayloadEvent,
 };
 use mysql_async::{BinlogStream, Conn};
+use mysql_common::binlog::EventStreamReader;
+use mysql_common::binlog::consts::BinlogVersion;
 use mysql_common::io::ParseBuf;
-use sluice_core::change::{ChangeOp, ChangeSink, ChangeStream, Step, TxMeta};
+use sluice_core::change::{BadValuePolicy, ChangeOp, ChangeSink, ChangeStream, Step, TxMeta};
 use sluice_core::table::TableRef;
 use sluice_core::{ColumnDesc, Dataset, Error, ErrorKind, Result, Retry};
 use std::collections::HashMap;
@@ -59,6 +65,8 @@ const HEARTBEAT_EVENT: u8 = 27;
 const MYSQL_GTID: u8 = 33;
 const MYSQL_ANONYMOUS_GTID: u8 = 34;
 const PARTIAL_UPDATE_ROWS: u8 = 39;
+const XA_PREPARE_EVENT: u8 = 38;
+const TRANSACTION_PAYLOAD: u8 = 40;
 const LOG_EVENT_ARTIFICIAL_F: u16 = 0x20;
 
 /// A captured table's decoding state.
@@ -105,6 +113,11 @@ pub struct Setup {
     pub base: String,
     /// Shared with the capture: the last position confirmed durable (for the harm figures).
     pub confirmed: Arc<Mutex<Option<BinPos>>>,
+    /// Opened before the saved position to read prepared XA transactions' groups again: the
+    /// saved position and the transactions (see `xa.rs`).
+    pub xa: Option<(BinPos, Vec<super::xa::Pending>)>,
+    /// What to do with a value that cannot be written (`--bad-values`).
+    pub bad_values: BadValuePolicy,
 }
 
 /// A binary log stream from one position.
@@ -130,6 +143,10 @@ pub struct MyStream {
     epoch: u32,
     received: BinPos,
     confirmed: Arc<Mutex<Option<BinPos>>>,
+    xa: Xa,
+    bad_values: BadValuePolicy,
+    /// `_pos` of the open group, for messages.
+    group_pos: String,
 }
 
 fn malformed(display: &str, e: impl std::fmt::Display) -> Error {
@@ -205,6 +222,12 @@ impl MyStream {
             epoch: setup.from.epoch,
             received: setup.from,
             confirmed: setup.confirmed,
+            xa: match &setup.xa {
+                Some((saved, pending)) => Xa::resuming(*saved, pending),
+                None => Xa::default(),
+            },
+            bad_values: setup.bad_values,
+            group_pos: String::new(),
         })
     }
 
@@ -223,6 +246,7 @@ impl MyStream {
             pos: p,
             gtid: self.gtid.as_ref().map(GtidState::text),
             server: self.server_uuid.clone(),
+            xa: self.xa.pending(),
         }
         .text()
     }
@@ -267,6 +291,7 @@ impl MyStream {
         }
         self.pending = gtid;
         self.group = Some(group);
+        self.group_pos = at.text();
         sink.begin(TxMeta {
             pos: at.text(),
             xid,
@@ -328,6 +353,66 @@ impl MyStream {
         }
         let at = self.at(end.saturating_sub(h.event_size() as u64));
         let after = self.at(end);
+        let counts = if kind == TRANSACTION_PAYLOAD {
+            // A transaction compressed by MySQL (`binlog_transaction_compression`): its events,
+            // whose own positions are 0, all stand at the payload event's position.
+            let p: TransactionPayloadEvent<'_> =
+                e.read_event().map_err(|x| malformed(&self.display, x))?;
+            let mut payload = p.decompressed().map_err(|x| malformed(&self.display, x))?;
+            let mut reader = EventStreamReader::new(BinlogVersion::Version4);
+            let mut counts = true;
+            while let Some(inner) = reader
+                .read_decompressed(&mut payload)
+                .map_err(|x| malformed(&self.display, x))?
+            {
+                let h = inner.header();
+                let (kind, ts) = (h.event_type_raw(), h.timestamp() as i64 * 1_000_000);
+                counts = self.event(inner, kind, (at, after), ts, sink).await?;
+            }
+            counts
+        } else {
+            self.event(e, kind, (at, after), ts, sink).await?
+        };
+        if counts && self.group.is_none() {
+            self.received = after;
+        }
+        Ok(true)
+    }
+
+    /// One event standing at `at` and ending at `after` (the events of a compressed
+    /// transaction all stand at its payload's position). False when the received position
+    /// does not move past it: an event read again for prepared XA transactions only, or one
+    /// kept inside a prepare group.
+    async fn event(
+        &mut self,
+        e: Event,
+        kind: u8,
+        (at, after): (BinPos, BinPos),
+        ts: i64,
+        sink: &mut dyn ChangeSink,
+    ) -> Result<bool> {
+        let h = e.header();
+        if self.xa.recovering(at) {
+            self.recover(&e, kind)?;
+            return Ok(false);
+        }
+        if self.xa.capturing() {
+            match kind {
+                TABLE_MAP_EVENT | 23..=25 | 30..=32 => {
+                    self.xa.keep(&e, &self.display)?;
+                    return Ok(false);
+                }
+                XA_PREPARE_EVENT => {
+                    // The position after the prepare carries the transaction as pending, so
+                    // the stream has received through it (an idle log after a prepare must
+                    // not keep `--until-current` waiting).
+                    self.xa.prepared();
+                    self.close_group(sink, after)?;
+                    return Ok(true);
+                }
+                _ => {}
+            }
+        }
         match kind {
             MARIADB_GTID => {
                 let g = MariaGtid::parse(e.data())?;
@@ -341,6 +426,9 @@ impl MyStream {
                     seq: g.seq_no,
                 };
                 self.open_group(sink, at, g.text(h.server_id()), Some(gtid), ts, group)?;
+                if g.prepared_xa() {
+                    self.xa.start(at);
+                }
             }
             MYSQL_GTID | MYSQL_ANONYMOUS_GTID => {
                 let g: GtidEvent = e.read_event().map_err(|x| malformed(&self.display, x))?;
@@ -387,9 +475,6 @@ impl MyStream {
             23..=25 | 30..=32 => self.rows(&e, sink)?,
             _ => {}
         }
-        if self.group.is_none() {
-            self.received = after;
-        }
         Ok(true)
     }
 
@@ -418,6 +503,8 @@ impl MyStream {
                 return Ok(());
             }
             Statement::Commit | Statement::Rollback => return self.close_group(sink, after),
+            // The group-end rules below apply to it as to any statement.
+            Statement::Xa => self.xa_statement(sink, sql, at).await?,
             _ => {}
         }
         if self.group.is_none() {
@@ -449,6 +536,30 @@ impl MyStream {
                 Statement::Truncate => {
                     self.truncate(&t, sink).await?;
                 }
+                Statement::Other if super::binlog::unlogged_rows(sql).is_some() => {
+                    return Err(Error::config(format!(
+                        "the binary log of {} holds `{}` of captured table {t} at {}: the rows \
+                         it removes or brings in are not in the log, so the change files or \
+                         the target would differ from the table from here on. Take a new \
+                         snapshot of the table (sluice stream or replicate --drop, then start \
+                         again).",
+                        self.display,
+                        super::binlog::unlogged_rows(sql).unwrap_or_default(),
+                        at.text()
+                    )));
+                }
+                Statement::Other
+                    if crate::sql::first_keyword(sql) == "DROP"
+                        || sql.to_ascii_uppercase().contains("RENAME") =>
+                {
+                    tracing::warn!(
+                        "the binary log of {} renames or drops captured table {t} at {}: its \
+                         changes after that, under another name, are not captured (select the \
+                         table by its new name and take a new snapshot of it)",
+                        self.display,
+                        at.text()
+                    );
+                }
                 _ => {}
             }
             if let Some(tab) = self.tables.get_mut(&t) {
@@ -461,6 +572,73 @@ impl MyStream {
             .is_some_and(|g| g.standalone || g.await_begin);
         if ends {
             self.close_group(sink, after)?;
+        }
+        Ok(())
+    }
+
+    /// An XA statement: `XA START` (MySQL) opens a prepare group, `XA END` names it, `XA
+    /// COMMIT` decodes its kept events into this group, `XA ROLLBACK` drops them.
+    async fn xa_statement(
+        &mut self,
+        sink: &mut dyn ChangeSink,
+        sql: &str,
+        at: BinPos,
+    ) -> Result<()> {
+        let Some((verb, id)) = super::xa::id_of(sql) else {
+            return Ok(());
+        };
+        match verb.as_str() {
+            "START" | "BEGIN" => {
+                // MySQL: the transaction's statements follow, as after a BEGIN.
+                if let Some(g) = self.group.as_mut() {
+                    g.await_begin = false;
+                }
+                self.xa.start(at);
+            }
+            "END" => self.xa.named(&id),
+            "COMMIT" => {
+                for e in self.xa.commit(&id, at, &self.display)? {
+                    match e.header().event_type_raw() {
+                        TABLE_MAP_EVENT => self.table_map(&e, sink).await?,
+                        23..=25 | 30..=32 => self.rows(&e, sink)?,
+                        _ => {}
+                    }
+                }
+            }
+            "ROLLBACK" => self.xa.rollback(&id),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// An event before the position the stream was opened at, read again for prepared XA
+    /// groups only: nothing reaches the change sink.
+    fn recover(&mut self, e: &Event, kind: u8) -> Result<()> {
+        match kind {
+            MARIADB_GTID if MariaGtid::parse(e.data())?.prepared_xa() => {
+                let h = e.header();
+                let start = h.log_pos().saturating_sub(h.event_size()) as u64;
+                self.xa.start(self.at(start));
+            }
+            QUERY_EVENT => {
+                let q: QueryEvent<'_> = e.read_event().map_err(|x| malformed(&self.display, x))?;
+                let sql = q.query();
+                if let Some((verb, id)) = super::xa::id_of(&sql) {
+                    let h = e.header();
+                    let start = h.log_pos().saturating_sub(h.event_size()) as u64;
+                    match verb.as_str() {
+                        "START" | "BEGIN" => self.xa.start(self.at(start)),
+                        "END" => self.xa.named(&id),
+                        "COMMIT" | "ROLLBACK" => self.xa.rollback(&id),
+                        _ => {}
+                    }
+                }
+            }
+            TABLE_MAP_EVENT | 23..=25 | 30..=32 if self.xa.capturing() => {
+                self.xa.keep(e, &self.display)?;
+            }
+            XA_PREPARE_EVENT => self.xa.prepared(),
+            _ => {}
         }
         Ok(())
     }
@@ -537,6 +715,10 @@ impl MyStream {
         }
         self.relation(&t, sink).await?;
         let from_map = super::table_map::columns(&t, &tme)?;
+        // The definition decoded with must be the one the event was written with: same
+        // columns, and (under full row metadata, which says) the same binary log facts —
+        // enum and set members in order, signedness, character set — or old events would
+        // decode into wrong values without an error.
         let fits = |tab: &Table| {
             tab.columns.len() == count
                 && from_map.as_ref().is_none_or(|m| {
@@ -544,6 +726,10 @@ impl MyStream {
                         .iter()
                         .map(|c| &c.name)
                         .eq(tab.columns.iter().map(|c| &c.name))
+                        && m.facts
+                            .iter()
+                            .map(|f| &f.fix)
+                            .eq(tab.codec.facts.iter().map(|f| &f.fix))
                 })
         };
         if !self.tables.get(&t).is_some_and(fits) {
@@ -656,6 +842,7 @@ impl MyStream {
         let mut buf = ParseBuf(r.rows_data());
         let (mut b, mut a) = (Vec::with_capacity(n), Vec::with_capacity(n));
         let display = &self.display;
+        let bad = (&self.bad_values, self.group_pos.as_str());
         while !buf.is_empty() {
             if has_before {
                 read_image(&mut buf, &layout, before_cols, n, &mut b)
@@ -666,8 +853,8 @@ impl MyStream {
                     .map_err(|x| malformed(display, x))?;
             }
             match op {
-                ChangeOp::Insert => emit(tab, handle, &t, ChangeOp::Insert, &mut a, sink)?,
-                ChangeOp::Delete => emit(tab, handle, &t, ChangeOp::Delete, &mut b, sink)?,
+                ChangeOp::Insert => emit(tab, handle, &t, ChangeOp::Insert, &mut a, sink, bad)?,
+                ChangeOp::Delete => emit(tab, handle, &t, ChangeOp::Delete, &mut b, sink, bad)?,
                 _ => {
                     let moved = tab
                         .key
@@ -679,10 +866,10 @@ impl MyStream {
                         }
                     }
                     if moved {
-                        emit(tab, handle, &t, ChangeOp::Delete, &mut b, sink)?;
-                        emit(tab, handle, &t, ChangeOp::Insert, &mut a, sink)?;
+                        emit(tab, handle, &t, ChangeOp::Delete, &mut b, sink, bad)?;
+                        emit(tab, handle, &t, ChangeOp::Insert, &mut a, sink, bad)?;
                     } else {
-                        emit(tab, handle, &t, ChangeOp::Update, &mut a, sink)?;
+                        emit(tab, handle, &t, ChangeOp::Update, &mut a, sink, bad)?;
                     }
                 }
             }
@@ -691,7 +878,9 @@ impl MyStream {
     }
 }
 
-/// One change into the runner's builders: values present are decoded, the others absent.
+/// One change into the runner's builders: values present are decoded, the others absent; a
+/// value that cannot be written goes by the bad-value policy (`bad`, with the group's `_pos`).
+#[allow(clippy::too_many_arguments)]
 fn emit(
     tab: &mut Table,
     handle: usize,
@@ -699,20 +888,17 @@ fn emit(
     op: ChangeOp,
     values: &mut [Option<Cell<'_>>],
     sink: &mut dyn ChangeSink,
+    (bad, pos): (&BadValuePolicy, &str),
 ) -> Result<()> {
     if let Some(rows) = sink.row(handle, op)? {
         for (i, v) in values.iter_mut().enumerate() {
             match v.take() {
-                Some(v) => tab
-                    .codec
-                    .push_cell(i, &mut rows.columns()[i], v)
-                    .map_err(|e| {
-                        Error::new(
-                            ErrorKind::Data,
-                            Retry::Permanent,
-                            format!("{t}.{}: {}", tab.columns[i].name, e.0),
-                        )
-                    })?,
+                Some(v) => {
+                    if let Err(e) = tab.codec.push_cell(i, &mut rows.columns()[i], v) {
+                        bad.handle(&format!("{t}.{}", tab.columns[i].name), pos, &e.0)?;
+                        rows.columns()[i].push_null();
+                    }
+                }
                 None => {
                     rows.columns()[i].push_null();
                     rows.absent(i)?;

@@ -17,7 +17,7 @@
 //! | `year`: 1900 + the stored byte              | the year; the zero year is 0               |
 //! | `binary(n)`: trailing zero bytes stripped   | padded back to n bytes                     |
 //! | text in `latin1` (MySQL's cp1252)           | UTF-8, as the export's utf8mb4 session gets it |
-//! | MySQL `json`: the binary JSON format        | JSON text                                  |
+//! | MySQL `json`: the binary JSON format        | JSON text as MySQL prints it (`json.rs`)   |
 //!
 //! Other character sets than utf8mb3/utf8mb4/ascii/latin1/binary, and columns the export
 //! reads through a cast (`inet6`, `uuid`, … as text), are refused when the stream starts, naming
@@ -238,10 +238,10 @@ pub fn normalize(fix: &Fix, v: BinlogValue<'_>) -> std::result::Result<Value, De
     let v = match v {
         BinlogValue::Value(v) => v,
         BinlogValue::Jsonb(j) => {
-            let json: serde_json::Value = j
-                .try_into()
+            let dom = j
+                .parse()
                 .map_err(|e| bad(format!("a binary JSON value cannot be read: {e}")))?;
-            return Ok(Value::Bytes(json.to_string().into_bytes()));
+            return Ok(Value::Bytes(super::json::text(&dom).into_bytes()));
         }
         BinlogValue::JsonDiff(_) => {
             return Err(bad(

@@ -10,7 +10,7 @@ use super::render::Kind;
 use crate::sql::{quote_ident, quote_table};
 use arrow_schema::extension::{ExtensionType, Json};
 use arrow_schema::{DataType, Field};
-use sluice_core::apply::TargetTable;
+use sluice_core::apply::{ForeignKey, SourceColumn, TargetTable};
 use sluice_core::table::{ColumnDesc, TableRef};
 use sluice_core::{Error, Result};
 use std::collections::{HashMap, HashSet};
@@ -119,19 +119,35 @@ pub async fn target_columns(
     ))
 }
 
-/// `CREATE TABLE` for `t` with the given column types: not-null, primary key, unique keys.
+/// Whether the target creates column `name` of `t`: every column but a generated one of
+/// another engine's source, whose expression is not PostgreSQL's (the change stream does not
+/// carry generated columns, so a plain column would go stale).
+pub fn carried(t: &TargetTable, name: &str) -> bool {
+    t.source_engine == "postgres" || !t.keys.is_generated(name)
+}
+
+/// `CREATE TABLE` for `t` with the given column types: not-null, primary key, unique keys,
+/// and a PostgreSQL source's generated columns with their expression.
 pub fn create_sql(t: &TargetTable, types: &[String]) -> String {
     let mut parts: Vec<String> = t
         .columns
         .iter()
         .zip(types)
+        .filter(|(c, _)| carried(t, &c.name))
         .map(|(c, ty)| {
             let not_null = if c.field.is_nullable() {
                 ""
             } else {
                 " NOT NULL"
             };
-            format!("{} {ty}{not_null}", quote_ident(&c.name))
+            let generated = t
+                .keys
+                .generated
+                .iter()
+                .find(|g| g.name == c.name)
+                .map(|g| format!(" GENERATED ALWAYS AS ({}) STORED", g.expression))
+                .unwrap_or_default();
+            format!("{} {ty}{generated}{not_null}", quote_ident(&c.name))
         })
         .collect();
     let list = |cols: &[String]| {
@@ -177,7 +193,11 @@ pub async fn create_tables(
     for t in tables {
         if let Some(existing) = target_columns(client, &t.table, display).await? {
             let have: HashSet<&str> = existing.iter().map(|(n, _)| n.as_str()).collect();
-            if let Some(c) = t.columns.iter().find(|c| !have.contains(c.name.as_str())) {
+            if let Some(c) = t
+                .columns
+                .iter()
+                .find(|c| !have.contains(c.name.as_str()) && !t.keys.is_generated(&c.name))
+            {
                 return Err(Error::config(format!(
                     "table {} on the target {display} has no column {}, which the source \
                      sends: add it (ALTER TABLE … ADD COLUMN) or drop the target table so \
@@ -230,6 +250,13 @@ pub async fn create_tables(
             )
         })?;
         created_any = true;
+        for g in t.keys.generated.iter().filter(|g| !carried(t, &g.name)) {
+            notes.push(format!(
+                "{}.{}: a generated column of the source ({}), which its change stream does \
+                 not carry and whose expression is not PostgreSQL's: not created",
+                t.table, g.name, g.expression
+            ));
+        }
         for fk in &t.keys.foreign {
             notes.push(format!(
                 "{}: foreign key ({}) → {} ({}) not created (parallel loading and applying \
@@ -243,9 +270,9 @@ pub async fn create_tables(
     }
     if created_any {
         notes.push(
-            "created tables carry columns, types, NOT NULL, primary and unique keys only: \
-             defaults, check constraints, triggers, generated-column expressions, other \
-             indexes, comments and grants are not carried"
+            "created tables carry columns, types, NOT NULL, primary and unique keys and a \
+             PostgreSQL source's generated columns only: defaults, check constraints, \
+             triggers, other indexes, comments and grants are not carried"
                 .into(),
         );
     }
@@ -269,12 +296,18 @@ async fn may_create(client: &Client, schema: &str, display: &str) -> Result<(boo
     Ok((row.get(0), row.get(1)))
 }
 
-/// The statements that make `table`'s columns match `columns` (added, dropped, retyped),
-/// comparing with the target's current columns: nothing when they already match, so a barrier
-/// applied twice changes nothing the second time. `same_engine` as in [`column_type`].
+/// The statements that carry the source's column change from `before` to `columns` over to
+/// `table`: a column the source added and the target lacks is added; one the source dropped
+/// (in `before`, not in `columns`) is dropped where the target has it; one the source retyped
+/// (its type differs between `before` and `columns`) is retyped where the target's differs.
+/// Columns the source never sent — the target's own, generated ones — are left alone, and so
+/// is a type the target chose for a column the source did not retype. Compared with the
+/// target's current columns, so a barrier applied twice changes nothing the second time.
+/// `same_engine` as in [`column_type`].
 pub async fn alter_sql(
     client: &Client,
     table: &TableRef,
+    before: &[SourceColumn],
     columns: &[ColumnDesc],
     same_engine: bool,
     display: &str,
@@ -299,11 +332,15 @@ pub async fn alter_sql(
         .collect();
     let mut notes = Vec::new();
     let mut actions = Vec::new();
+    let was: HashMap<&str, &SourceColumn> = before.iter().map(|c| (c.name.as_str(), c)).collect();
     for c in columns {
         let ty = column_type(table, c, same_engine, &known, &mut notes);
+        let retyped = was
+            .get(c.name.as_str())
+            .is_some_and(|b| b.source_type != c.source_type);
         match have.get(c.name.as_str()) {
             None => actions.push(format!("ADD COLUMN {} {ty}", quote_ident(&c.name))),
-            Some(cur) if !same_type(cur, &ty) => actions.push(format!(
+            Some(cur) if retyped && !same_type(cur, &ty) => actions.push(format!(
                 "ALTER COLUMN {0} TYPE {ty} USING {0}::text::{ty}",
                 quote_ident(&c.name)
             )),
@@ -312,7 +349,7 @@ pub async fn alter_sql(
     }
     let wanted: HashSet<&str> = columns.iter().map(|c| c.name.as_str()).collect();
     for (name, _) in &existing {
-        if !wanted.contains(name.as_str()) {
+        if was.contains_key(name.as_str()) && !wanted.contains(name.as_str()) {
             actions.push(format!("DROP COLUMN {}", quote_ident(name)));
         }
     }
@@ -348,6 +385,72 @@ fn same_type(current: &str, wanted: &str) -> bool {
         format!("{base}{arr}")
     };
     long(current) == long(wanted)
+}
+
+/// The name a foreign key gets on a target: the source's, else one derived from the child and
+/// its columns (PostgreSQL names are at most 63 bytes).
+fn foreign_key_name(child: &TableRef, fk: &ForeignKey) -> String {
+    let name = if fk.name.is_empty() {
+        format!("{}_{}_fkey", child.name, fk.columns.join("_"))
+    } else {
+        fk.name.clone()
+    };
+    let mut end = name.len().min(63);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name[..end].to_string()
+}
+
+/// Create the foreign keys a target must hold to apply cascades itself (see
+/// `ApplyTarget::add_foreign_keys`); one that exists by its name is left.
+pub async fn add_foreign_keys(
+    client: &Client,
+    keys: &[(TableRef, ForeignKey)],
+    display: &str,
+) -> Result<Vec<String>> {
+    let list = |cols: &[String]| {
+        cols.iter()
+            .map(|c| quote_ident(c))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut notes = Vec::new();
+    for (child, fk) in keys {
+        let name = foreign_key_name(child, fk);
+        let exists = client
+            .query_opt(
+                "SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass($1) AND conname = $2",
+                &[&quote_table(child), &name],
+            )
+            .await
+            .map_err(|e| super::failed(e, display, &format!("reading the keys of {child}")))?;
+        if exists.is_some() {
+            continue;
+        }
+        let sql = format!(
+            "ALTER TABLE {} ADD CONSTRAINT {} FOREIGN KEY ({}) REFERENCES {} ({}) {}",
+            quote_table(child),
+            quote_ident(&name),
+            list(&fk.columns),
+            quote_table(&fk.parent),
+            list(&fk.parent_columns),
+            fk.child_actions().join(" ")
+        );
+        client.batch_execute(&sql).await.map_err(|e| {
+            super::failed(
+                e,
+                display,
+                &format!("creating {} on the target", fk.describe()),
+            )
+        })?;
+        notes.push(format!(
+            "{child}: {} created on the target, so it applies the cascades the source's log \
+             leaves out",
+            fk.describe()
+        ));
+    }
+    Ok(notes)
 }
 
 /// `TRUNCATE` of `tables` in one statement.

@@ -3,7 +3,8 @@
 //!
 //! | file         | what it does                                                          |
 //! |--------------|-----------------------------------------------------------------------|
-//! | `mod.rs`     | the target: sessions' settings, bookkeeping in schema `sluice`, errors |
+//! | `mod.rs`     | the target: sessions' settings, errors                                 |
+//! | `bookkeeping.rs` | schema `sluice`: positions, state, followed columns, the run's lock |
 //! | `ddl.rs`     | column types, `CREATE TABLE`, the column barrier's `ALTER TABLE`       |
 //! | `render.rs`  | Arrow values → PostgreSQL input text (SQL literals, `COPY` fields)     |
 //! | `session.rs` | apply sessions: a unit's statements in one or two round trips         |
@@ -11,14 +12,14 @@
 //! | `encode.rs`  | Arrow values → binary `COPY` fields, for the target types it knows     |
 //! | `load.rs`    | the initial load: one `COPY … FROM STDIN` per batch (binary or text)   |
 //!
-//! Bookkeeping lives in schema `sluice`: `sluice.applied` holds one row per (replication,
-//! worker) with the last unit that worker committed, written in the same transaction as the
-//! unit's rows; `sluice.state` one row per replication with the runner's JSON.
+//! Bookkeeping lives in schema `sluice` (`bookkeeping.rs`); DDL is transactional here, so a
+//! barrier commits with the unit around it.
 //!
 //! Connections are made by [`PgTarget`], so a target URL means what it means to libpq (TLS,
 //! `~/.pgpass`, `PG*` variables), as for sources.
 
 mod batch;
+mod bookkeeping;
 mod ddl;
 mod encode;
 mod load;
@@ -27,9 +28,12 @@ mod session;
 
 use crate::connect::PgTarget;
 use async_trait::async_trait;
-use sluice_core::apply::{AppliedPosition, ApplySession, ApplyTarget, BulkLoad, TargetTable};
+use sluice_core::apply::{
+    AppliedPosition, ApplySession, ApplyTarget, BulkLoad, ForeignKey, ReplicationLock,
+    SourceColumn, TargetTable,
+};
 use sluice_core::table::TableRef;
-use sluice_core::{Error, ErrorKind, Result, Retry};
+use sluice_core::{Error, Result, Retry};
 use tokio_postgres::Client;
 
 pub use ddl::mapped_type;
@@ -56,13 +60,7 @@ pub struct PgApplyTarget {
 impl PgApplyTarget {
     /// Parse the URL (libpq's conventions); no connection is made yet.
     pub fn new(url: &str) -> Result<Self> {
-        let target = PgTarget::parse(url).map_err(|e| {
-            Error::new(
-                e.kind(),
-                Retry::Permanent,
-                e.message().replacen("source URL", "target URL", 1),
-            )
-        })?;
+        let target = PgTarget::parse(url).map_err(Error::as_target)?;
         Ok(PgApplyTarget { target })
     }
 
@@ -72,10 +70,7 @@ impl PgApplyTarget {
 
     /// A session with the apply settings.
     async fn connect(&self) -> Result<Client> {
-        let client =
-            self.target.connect(TAG).await.map_err(|e| {
-                Error::new(ErrorKind::Destination, e.retry(), e.message().to_string())
-            })?;
+        let client = self.target.connect(TAG).await.map_err(Error::as_target)?;
         client
             .batch_execute(&format!("{SETUP}; {}", crate::replication::TIMEOUTS_OFF))
             .await
@@ -119,7 +114,8 @@ pub(crate) fn failed(e: tokio_postgres::Error, display: &str, what: &str) -> Err
     }
     match code {
         // unique and foreign-key violations, serialization failure, deadlock, lock wait.
-        "23505" | "23503" | "40001" | "40P01" | "55P03" => Error::apply_conflict(msg),
+        "23505" | "23503" | "40001" | "40P01" => Error::apply_conflict(msg),
+        "55P03" => Error::apply_blocked(msg),
         "57P01" | "57P02" | "57P03" => Error::destination(Retry::Transient, msg),
         c if c.starts_with("08") || c.starts_with("53") => {
             Error::destination(Retry::Transient, msg)
@@ -144,15 +140,6 @@ pub(crate) fn failed(e: tokio_postgres::Error, display: &str, what: &str) -> Err
     }
 }
 
-/// The bookkeeping tables.
-const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS sluice.applied (
-        name text NOT NULL, worker integer NOT NULL, unit bigint NOT NULL,
-        restart text NOT NULL, pos text NOT NULL, commit_ts bigint,
-        updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (name, worker));
-     CREATE TABLE IF NOT EXISTS sluice.state (
-        name text PRIMARY KEY, state bytea NOT NULL,
-        updated_at timestamptz NOT NULL DEFAULT now())";
-
 #[async_trait]
 impl ApplyTarget for PgApplyTarget {
     fn engine(&self) -> &'static str {
@@ -163,85 +150,18 @@ impl ApplyTarget for PgApplyTarget {
         self.display().to_string()
     }
 
-    async fn prepare(&self) -> Result<()> {
-        let client = self.connect().await?;
-        let d = self.display();
-        let (user, db) = self.whoami(&client).await?;
-        let r = client
-            .query_one(
-                "SELECT has_database_privilege(current_database(), 'CREATE'), \
-                   n.oid IS NOT NULL, \
-                   n.oid IS NOT NULL AND has_schema_privilege(n.oid, 'USAGE') \
-                     AND has_schema_privilege(n.oid, 'CREATE'), \
-                   n.oid IS NOT NULL AND has_schema_privilege(n.oid, 'USAGE'), \
-                   coalesce(b.n = 2, false), \
-                   coalesce(b.n = 2 AND b.writable, false) \
-                 FROM (SELECT 1) AS one \
-                 LEFT JOIN pg_namespace n ON n.nspname = 'sluice' \
-                 LEFT JOIN LATERAL (SELECT count(*) AS n, bool_and( \
-                     has_table_privilege(c.oid, 'SELECT') AND has_table_privilege(c.oid, 'INSERT') \
-                     AND has_table_privilege(c.oid, 'UPDATE') \
-                     AND has_table_privilege(c.oid, 'DELETE')) AS writable \
-                   FROM pg_class c WHERE c.relnamespace = n.oid \
-                     AND c.relname IN ('applied', 'state')) AS b ON true",
-                &[],
-            )
-            .await
-            .map_err(|e| failed(e, d, "checking privileges"))?;
-        let (db_create, schema, schema_create, tables): (bool, bool, bool, bool) =
-            (r.get(0), r.get(1), r.get(2), r.get(4));
-        let user_q = crate::sql::quote_ident(&user);
-        let missing = |grant: String, why: &str| {
-            Error::destination(
-                Retry::Permanent,
-                format!(
-                    "user {user} cannot {why} on the target {d}: run {grant} (as the database \
-                     owner or a superuser), or connect as a user that can"
-                ),
-            )
-        };
-        if !schema && !db_create {
-            return Err(missing(
-                format!(
-                    "GRANT CREATE ON DATABASE {} TO {user_q};",
-                    crate::sql::quote_ident(&db)
-                ),
-                "create schema sluice (where replication keeps its applied position)",
-            ));
-        }
-        if schema && !tables && !schema_create {
-            return Err(missing(
-                format!("GRANT USAGE, CREATE ON SCHEMA sluice TO {user_q};"),
-                "create sluice's bookkeeping tables in schema sluice",
-            ));
-        }
-        if tables {
-            if !r.get::<_, bool>(5) || !r.get::<_, bool>(3) {
-                return Err(missing(
-                    format!(
-                        "GRANT USAGE ON SCHEMA sluice TO {user_q}; GRANT SELECT, INSERT, \
-                         UPDATE, DELETE ON sluice.applied, sluice.state TO {user_q};"
-                    ),
-                    "write sluice's bookkeeping tables",
-                ));
-            }
-            return Ok(());
-        }
-        let sql = if schema {
-            BOOKKEEPING.to_string()
-        } else {
-            format!("CREATE SCHEMA IF NOT EXISTS sluice; {BOOKKEEPING}")
-        };
-        client
-            .batch_execute(&sql)
-            .await
-            .map_err(|e| failed(e, d, "creating schema sluice and its tables"))
-    }
-
     async fn create_tables(&self, tables: &[TargetTable]) -> Result<Vec<String>> {
         let client = self.connect().await?;
         let (user, db) = self.whoami(&client).await?;
         ddl::create_tables(&client, tables, self.display(), &user, &db).await
+    }
+
+    async fn add_foreign_keys(&self, keys: &[(TableRef, ForeignKey)]) -> Result<Vec<String>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let client = self.connect().await?;
+        ddl::add_foreign_keys(&client, keys, self.display()).await
     }
 
     async fn non_empty(&self, tables: &[TableRef]) -> Result<Vec<TableRef>> {
@@ -281,64 +201,57 @@ impl ApplyTarget for PgApplyTarget {
         )))
     }
 
+    async fn prepare(&self) -> Result<()> {
+        let client = self.connect().await?;
+        let (user, db) = self.whoami(&client).await?;
+        bookkeeping::prepare(&client, self.display(), &user, &db).await
+    }
+
     async fn load_state(&self, name: &str) -> Result<Option<Vec<u8>>> {
         let client = self.connect().await?;
-        let row = client
-            .query_opt("SELECT state FROM sluice.state WHERE name = $1", &[&name])
-            .await
-            .map_err(|e| failed(e, self.display(), "reading sluice.state"))?;
-        Ok(row.map(|r| r.get(0)))
+        bookkeeping::load_state(&client, self.display(), name).await
     }
 
     async fn save_state(&self, name: &str, state: &[u8]) -> Result<()> {
         let client = self.connect().await?;
-        client
-            .execute(
-                "INSERT INTO sluice.state (name, state) VALUES ($1, $2) ON CONFLICT (name) \
-                 DO UPDATE SET state = excluded.state, updated_at = now()",
-                &[&name, &state],
-            )
-            .await
-            .map_err(|e| failed(e, self.display(), "writing sluice.state"))?;
-        Ok(())
+        bookkeeping::save_state(&client, self.display(), name, state).await
     }
 
     async fn clear_state(&self, name: &str) -> Result<()> {
-        let mut client = self.connect().await?;
-        let d = self.display().to_string();
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| failed(e, &d, "clearing the replication's state"))?;
-        for sql in [
-            "DELETE FROM sluice.applied WHERE name = $1",
-            "DELETE FROM sluice.state WHERE name = $1",
-        ] {
-            tx.execute(sql, &[&name])
-                .await
-                .map_err(|e| failed(e, &d, "clearing the replication's state"))?;
-        }
-        tx.commit()
-            .await
-            .map_err(|e| failed(e, &d, "clearing the replication's state"))
+        let client = self.connect().await?;
+        bookkeeping::clear_state(client, self.display(), name).await
     }
 
     async fn applied(&self, name: &str) -> Result<Option<AppliedPosition>> {
         let client = self.connect().await?;
-        let row = client
-            .query_opt(
-                "SELECT unit, restart, pos, commit_ts FROM sluice.applied WHERE name = $1 \
-                 ORDER BY unit DESC LIMIT 1",
-                &[&name],
-            )
-            .await
-            .map_err(|e| failed(e, self.display(), "reading sluice.applied"))?;
-        Ok(row.map(|r| AppliedPosition {
-            unit: r.get::<_, i64>(0) as u64,
-            restart: r.get(1),
-            pos: r.get(2),
-            commit_ts: r.get(3),
-        }))
+        bookkeeping::applied(&client, self.display(), name).await
+    }
+
+    async fn followed_columns(&self, name: &str) -> Result<Vec<(TableRef, Vec<SourceColumn>)>> {
+        let client = self.connect().await?;
+        bookkeeping::followed_columns(&client, self.display(), name).await
+    }
+
+    async fn save_columns(
+        &self,
+        name: &str,
+        tables: &[(TableRef, Vec<SourceColumn>)],
+    ) -> Result<()> {
+        let client = self.connect().await?;
+        bookkeeping::save_columns(&client, self.display(), name, tables).await
+    }
+
+    async fn lock(&self, name: &str) -> Result<Box<dyn ReplicationLock>> {
+        let client = self.connect().await?;
+        bookkeeping::lock(client, self.display(), name).await
+    }
+
+    fn default_schema(&self) -> Option<String> {
+        None
+    }
+
+    fn identity(&self) -> String {
+        self.target.identity()
     }
 
     async fn session(&self, name: &str, worker: u32) -> Result<Box<dyn ApplySession>> {

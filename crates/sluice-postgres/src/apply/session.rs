@@ -11,12 +11,15 @@
 //! Values are SQL literals ([`super::render`]): unknown-typed constants that PostgreSQL reads
 //! with the input function of the column they are assigned to or compared with, so a statement
 //! needs no parameter types and many statements fit one message.
+//!
+//! Length: about 530 lines: the buffered statements, their row counts (unmatched updates and
+//! deletes) and the lock-wait handling share the session's buffer and state.
 
 use super::batch::{self, Prepared, STATEMENT_ROWS};
 use super::render::{push_literal, push_sql};
 use super::{ddl, failed, names};
 use async_trait::async_trait;
-use sluice_core::apply::{AppliedPosition, ApplySession, ApplyUnit, Barrier};
+use sluice_core::apply::{AppliedPosition, ApplySession, ApplyUnit, Barrier, SourceColumn};
 use sluice_core::table::TableRef;
 use sluice_core::{Error, Result};
 use std::fmt::Write;
@@ -50,6 +53,10 @@ pub struct PgSession {
     touched: Vec<TableRef>,
     /// Something of the transaction was sent (a rollback must be sent too).
     sent: bool,
+    /// Updates and deletes of the open transaction that matched no row.
+    missed: u64,
+    /// The same for the last committed transaction.
+    committed_missed: u64,
 }
 
 impl PgSession {
@@ -66,6 +73,8 @@ impl PgSession {
             insert: None,
             touched: Vec::new(),
             sent: false,
+            missed: 0,
+            committed_missed: 0,
         }
     }
 
@@ -96,24 +105,36 @@ impl PgSession {
         let result = self.client.simple_query(&self.buf).await;
         self.buf.clear();
         let kinds = std::mem::take(&mut self.kinds);
-        self.touched.clear();
-        let msgs = result.map_err(|e| failed(e, &self.display, &what))?;
-        if tracing::enabled!(tracing::Level::DEBUG) {
-            let counts = msgs.iter().filter_map(|m| match m {
-                SimpleQueryMessage::CommandComplete(n) => Some(*n),
-                _ => None,
-            });
-            let missed: u64 = kinds
-                .iter()
-                .zip(counts)
-                .filter(|((k, _), _)| matches!(k, Stmt::Update | Stmt::Delete))
-                .map(|((_, want), got)| want.saturating_sub(got))
-                .sum();
-            if missed > 0 {
-                tracing::debug!(
-                    "{missed} update(s) or delete(s) matched no row on the target while {what}"
-                );
+        let touched = std::mem::take(&mut self.touched);
+        let msgs = match result {
+            Ok(m) => m,
+            Err(e) => {
+                let e = failed(e, &self.display, &what);
+                if !e.is_apply_blocked() {
+                    return Err(e);
+                }
+                // Name who holds the lock; the transaction is lost anyway.
+                self.sent = false;
+                let _ = self.client.batch_execute("ROLLBACK").await;
+                let who = holders(&self.client, &touched).await;
+                return Err(Error::apply_blocked(format!("{} {who}", e.message())));
             }
+        };
+        let counts = msgs.iter().filter_map(|m| match m {
+            SimpleQueryMessage::CommandComplete(n) => Some(*n),
+            _ => None,
+        });
+        let missed: u64 = kinds
+            .iter()
+            .zip(counts)
+            .filter(|((k, _), _)| matches!(k, Stmt::Update | Stmt::Delete))
+            .map(|((_, want), got)| want.saturating_sub(got))
+            .sum();
+        if missed > 0 {
+            self.missed += missed;
+            tracing::debug!(
+                "{missed} update(s) or delete(s) matched no row on the target while {what}"
+            );
         }
         Ok(())
     }
@@ -282,6 +303,7 @@ impl ApplySession for PgSession {
         self.touched.clear();
         self.insert = None;
         self.sent = false;
+        self.missed = 0;
         self.buf.push_str("BEGIN;\n");
         self.kinds.push((Stmt::Other, 0));
         Ok(())
@@ -341,44 +363,50 @@ impl ApplySession for PgSession {
         Ok(())
     }
 
-    async fn barrier(&mut self, barrier: &Barrier) -> Result<()> {
+    /// DDL is transactional here: the barrier runs inside the unit's transaction and nothing
+    /// commits early (`before` is not needed).
+    async fn barrier(&mut self, barrier: &Barrier, _before: &AppliedPosition) -> Result<bool> {
         self.flush().await?;
         match barrier {
             Barrier::Truncate(tables) => {
                 if tables.is_empty() {
-                    return Ok(());
+                    return Ok(false);
                 }
                 self.buf.push_str(&ddl::truncate_sql(tables));
                 self.kinds.push((Stmt::Other, 0));
                 self.touched.extend(tables.iter().cloned());
-                self.flush().await
+                self.flush().await?;
             }
             Barrier::Columns {
                 table,
+                before,
                 columns,
                 source_engine,
             } => {
                 let same = *source_engine == "postgres";
                 let (sql, notes) =
-                    ddl::alter_sql(&self.client, table, columns, same, &self.display).await?;
+                    ddl::alter_sql(&self.client, table, before, columns, same, &self.display)
+                        .await?;
                 for n in notes {
                     tracing::info!("{n}");
                 }
                 if sql.is_empty() {
-                    return Ok(());
+                    return Ok(false);
                 }
                 self.buf.push_str(&sql);
                 self.kinds.push((Stmt::Other, 0));
                 self.touch(table);
-                self.flush().await
+                self.flush().await?;
             }
         }
+        Ok(false)
     }
 
     async fn record(&mut self, p: &AppliedPosition) -> Result<()> {
         self.end_insert();
         self.buf.push_str(
-            "INSERT INTO sluice.applied (name, worker, unit, restart, pos, commit_ts) VALUES (",
+            "INSERT INTO sluice.applied (name, worker, unit, restart, pos, commit_ts, skip) \
+             VALUES (",
         );
         push_literal(&self.name, &mut self.buf);
         let _ = write!(self.buf, ", {}, {}, ", self.worker, p.unit);
@@ -387,14 +415,15 @@ impl ApplySession for PgSession {
         push_literal(&p.pos, &mut self.buf);
         match p.commit_ts {
             Some(ts) => {
-                let _ = write!(self.buf, ", {ts})");
+                let _ = write!(self.buf, ", {ts}");
             }
-            None => self.buf.push_str(", NULL)"),
+            None => self.buf.push_str(", NULL"),
         }
+        let _ = write!(self.buf, ", {})", p.skip);
         self.buf.push_str(
             " ON CONFLICT (name, worker) DO UPDATE SET unit = excluded.unit, restart = \
              excluded.restart, pos = excluded.pos, commit_ts = excluded.commit_ts, \
-             updated_at = now();\n",
+             skip = excluded.skip, updated_at = now();\n",
         );
         self.kinds.push((Stmt::Other, 0));
         Ok(())
@@ -410,6 +439,7 @@ impl ApplySession for PgSession {
         self.kinds.push((Stmt::Other, 0));
         self.flush().await?;
         self.sent = false;
+        self.committed_missed = std::mem::take(&mut self.missed);
         Ok(())
     }
 
@@ -425,5 +455,75 @@ impl ApplySession for PgSession {
             .batch_execute("ROLLBACK")
             .await
             .map_err(|e| failed(e, &self.display, "rolling back"))
+    }
+
+    fn unmatched(&self) -> u64 {
+        self.committed_missed
+    }
+
+    async fn columns(&mut self, table: &TableRef, columns: &[SourceColumn]) -> Result<()> {
+        self.end_insert();
+        self.buf.push_str(
+            "INSERT INTO sluice.columns (name, table_schema, table_name, columns) VALUES (",
+        );
+        for (i, v) in [
+            self.name.as_str(),
+            table.schema.as_str(),
+            table.name.as_str(),
+            super::bookkeeping::columns_json(columns).as_str(),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if i > 0 {
+                self.buf.push_str(", ");
+            }
+            push_literal(v, &mut self.buf);
+        }
+        self.buf.push_str(
+            ") ON CONFLICT (name, table_schema, table_name) DO UPDATE SET columns = \
+             excluded.columns, updated_at = now();\n",
+        );
+        self.kinds.push((Stmt::Other, 0));
+        Ok(())
+    }
+}
+
+/// Who holds locks on `tables` on the target (other sessions, with what they run and since
+/// when), for the message of a lock wait that was given up.
+async fn holders(client: &Client, tables: &[TableRef]) -> String {
+    let names: Vec<String> = tables.iter().map(crate::sql::quote_table).collect();
+    let rows = client
+        .query(
+            "SELECT DISTINCT a.pid::text, coalesce(a.usename::text, ''), \
+               coalesce(a.application_name, ''), coalesce(a.state, ''), \
+               coalesce(to_char(now() - a.xact_start, 'HH24:MI:SS'), ''), \
+               left(coalesce(a.query, ''), 80) \
+             FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+             WHERE l.granted AND l.pid <> pg_backend_pid() \
+               AND l.relation = ANY (SELECT to_regclass(t)::oid FROM unnest($1::text[]) t)",
+            &[&names],
+        )
+        .await;
+    match rows {
+        Ok(rows) if !rows.is_empty() => {
+            let list: Vec<String> = rows
+                .iter()
+                .map(|r| {
+                    format!(
+                        "pid {} (user {}, application {:?}, {}, transaction open {}, last \
+                         statement {:?})",
+                        r.get::<_, String>(0),
+                        r.get::<_, String>(1),
+                        r.get::<_, String>(2),
+                        r.get::<_, String>(3),
+                        r.get::<_, String>(4),
+                        r.get::<_, String>(5)
+                    )
+                })
+                .collect();
+            format!("Sessions holding locks on it: {}.", list.join("; "))
+        }
+        _ => "Another session holds the lock (pg_locks lists it while it waits).".into(),
     }
 }

@@ -18,6 +18,7 @@
 
 pub mod conn;
 pub mod keys;
+pub mod partitions;
 pub mod pgoutput;
 pub mod slot;
 pub mod stream;
@@ -30,7 +31,8 @@ use crate::types::TypeMap;
 use async_trait::async_trait;
 use conn::{ConnError, ReplConn};
 use sluice_core::change::{
-    CaptureHarm, CaptureNames, ChangeSource, ChangeStream, Created, HeldSnapshot, SnapshotHold,
+    BadValuePolicy, BadValues, CaptureHarm, CaptureNames, ChangeSource, ChangeStream, Created,
+    HeldSnapshot, SnapshotHold,
 };
 use sluice_core::table::TableRef;
 use sluice_core::{Dataset, DatasetKind, Error, Position, Result, SnapshotInfo, Source};
@@ -58,6 +60,7 @@ pub(crate) const TIMEOUTS_OFF: &str = "SELECT set_config(name, '0', false) FROM 
 #[derive(Clone)]
 pub struct PgCapture {
     target: PgTarget,
+    bad_values: BadValuePolicy,
     /// The session harm samples and position reads reuse (opened on first use, reopened
     /// after it broke).
     probe: Arc<tokio::sync::Mutex<Option<Client>>>,
@@ -76,8 +79,15 @@ impl PgCapture {
     pub fn new(url: &str) -> Result<Self> {
         Ok(PgCapture {
             target: PgTarget::parse(url)?,
+            bad_values: BadValuePolicy::default(),
             probe: Arc::default(),
         })
+    }
+
+    /// What the streams do with a value they cannot write (`--bad-values`).
+    pub fn with_bad_values(mut self, policy: BadValues) -> Self {
+        self.bad_values.policy = policy;
+        self
     }
 
     async fn client(&self) -> Result<Client> {
@@ -140,6 +150,61 @@ impl ChangeSource for PgCapture {
 
     fn display_url(&self) -> String {
         self.display().to_string()
+    }
+
+    fn identity(&self) -> String {
+        self.target.identity()
+    }
+
+    fn sends_generated(&self) -> bool {
+        false
+    }
+
+    async fn layout(&self, datasets: &[Dataset]) -> Result<Option<String>> {
+        let tables: Vec<TableRef> = datasets.iter().filter_map(|d| d.object.clone()).collect();
+        let g = self.probe().await?;
+        let client = g
+            .as_ref()
+            .ok_or_else(|| Error::internal("no probe session"))?;
+        let layout = partitions::layout(client, &tables, self.display()).await?;
+        if layout.is_empty() {
+            return Ok(None);
+        }
+        serde_json::to_string(&layout)
+            .map(Some)
+            .map_err(|e| Error::internal(format!("the partition layout cannot be kept: {e}")))
+    }
+
+    async fn layout_changes(
+        &self,
+        saved: &str,
+        datasets: &[Dataset],
+    ) -> Result<Vec<sluice_core::change::LayoutChange>> {
+        let saved: partitions::Layout = serde_json::from_str(saved).map_err(|e| {
+            Error::internal(format!("the saved partition layout cannot be read: {e}"))
+        })?;
+        let now = match self.layout(datasets).await? {
+            Some(l) => serde_json::from_str(&l).map_err(|e| {
+                Error::internal(format!("the partition layout cannot be read: {e}"))
+            })?,
+            None => partitions::Layout::new(),
+        };
+        Ok(partitions::changes(&saved, &now))
+    }
+
+    fn nulled_values(&self) -> u64 {
+        self.bad_values
+            .nulled
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn while_stopped(&self, names: &CaptureNames, command: &str) -> String {
+        format!(
+            "The replication slot {} keeps WAL on {} until {command} runs again; {command} \
+             --drop removes it.",
+            names.slot,
+            self.display()
+        )
     }
 
     fn export_source(&self, snapshot: Option<&SnapshotInfo>) -> Arc<dyn Source> {
@@ -304,6 +369,7 @@ impl ChangeSource for PgCapture {
             server.money_scale,
             keys,
             start,
+            self.bad_values.clone(),
         )))
     }
 

@@ -129,7 +129,9 @@ pub async fn preflight(
 }
 
 /// The columns of `t` as the export describes them, with how each replicated value is
-/// decoded. Fails naming a column whose type the stream cannot decode.
+/// decoded: the columns logical replication sends, so no generated column (pgoutput leaves
+/// them out of Relation messages and tuples). None when the table no longer exists (dropped
+/// after the stream's position). Fails naming a column whose type the stream cannot decode.
 pub async fn table_columns(
     client: &Client,
     t: &TableRef,
@@ -141,8 +143,8 @@ pub async fn table_columns(
         .query(
             "SELECT a.attname::text, a.atttypid, a.atttypmod, a.attndims::int4, \
                     format_type(a.atttypid, a.atttypmod) \
-             FROM pg_attribute a WHERE a.attrelid = $1::text::regclass AND a.attnum > 0 \
-               AND NOT a.attisdropped ORDER BY a.attnum",
+             FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 \
+               AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum",
             &[&quote_table(t)],
         )
         .await

@@ -7,7 +7,8 @@
 //! INDEX, and the table's primary key (or unique key) under FULL, where the server flags every
 //! column; a FULL table without either key writes every update as delete + insert, which a
 //! replay applies exactly. An unchanged TOAST value (`u`) is NULL in its cell and named in
-//! `_absent`; in the insert half of a key update such a value is the deleted row's.
+//! `_absent`; in the insert half of a key update such a value is the deleted row's when the
+//! old row is whole (REPLICA IDENTITY FULL), else absent.
 
 use super::conn::ReplConn;
 use super::pgoutput::{self, Copy, Message, Old, Tuple, Value};
@@ -16,7 +17,9 @@ use super::values::Codec;
 use crate::catalog::load_types;
 use crate::types::TypeMap;
 use async_trait::async_trait;
-use sluice_core::change::{ChangeOp, ChangeRows, ChangeSink, ChangeStream, Step, TxMeta};
+use sluice_core::change::{
+    BadValuePolicy, ChangeOp, ChangeRows, ChangeSink, ChangeStream, Step, TxMeta,
+};
 use sluice_core::table::TableRef;
 use sluice_core::{Error, Result};
 use std::collections::HashMap;
@@ -65,6 +68,9 @@ pub struct PgStream {
     received: u64,
     confirmed: u64,
     last_status: Instant,
+    bad_values: BadValuePolicy,
+    /// `_pos` of the open transaction, for messages.
+    tx_pos: String,
 }
 
 impl PgStream {
@@ -75,6 +81,7 @@ impl PgStream {
         money_scale: i8,
         keys: HashMap<TableRef, Vec<String>>,
         confirmed: u64,
+        bad_values: BadValuePolicy,
     ) -> Self {
         PgStream {
             display: conn.display().to_string(),
@@ -88,6 +95,8 @@ impl PgStream {
             received: confirmed,
             confirmed,
             last_status: Instant::now(),
+            bad_values,
+            tx_pos: String::new(),
         }
     }
 
@@ -123,6 +132,13 @@ impl PgStream {
             &self.display,
         )
         .await?;
+        if described.is_empty() && !columns.is_empty() {
+            tracing::warn!(
+                "{table} no longer exists on {} (dropped after this point of the log): its \
+                 changes up to the drop are decoded from the stream's own description",
+                self.display
+            );
+        }
         // The catalog is read now, the message describes the table as of its position: the
         // names and types must agree, else the table changed again since.
         let same = described.len() == columns.len()
@@ -133,12 +149,34 @@ impl PgStream {
         let described = if same {
             described
         } else {
-            // The table changed again since: describe it from the message itself.
+            // The table changed again since: describe it from the message itself, with the
+            // type texts its type modifiers give (`numeric(10,2)`, not `numeric`).
             let oids: Vec<u32> = columns.iter().map(|c| c.type_oid).collect();
+            let mods: Vec<i32> = columns.iter().map(|c| c.typmod).collect();
             load_types(&self.catalog, &oids, &mut self.types, &self.display).await?;
+            let texts: Vec<String> = self
+                .catalog
+                .query(
+                    "SELECT format_type(t.oid, t.typmod) \
+                     FROM unnest($1::oid[], $2::int4[]) WITH ORDINALITY AS t(oid, typmod, n) \
+                     ORDER BY t.n",
+                    &[&oids, &mods],
+                )
+                .await
+                .map_err(|e| {
+                    crate::error::classify(e, crate::error::Phase::Catalog, &self.display)
+                })?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
             columns
                 .iter()
-                .map(|c| describe(&self.types, &table, c, self.money_scale))
+                .zip(texts)
+                .map(|(c, text)| {
+                    let mut d = describe(&self.types, &table, c, self.money_scale)?;
+                    d.0.source_type = text;
+                    Ok(d)
+                })
                 .collect::<Result<Vec<_>>>()?
         };
         let pk = self.keys.get(&table).cloned().unwrap_or_default();
@@ -164,6 +202,15 @@ impl PgStream {
         Ok(())
     }
 
+    /// What appending needs: the relation and what to do with a value it cannot write.
+    fn bad<'a>(&'a self, rel: &'a Rel) -> Filler<'a> {
+        Filler {
+            rel,
+            bad: &self.bad_values,
+            pos: &self.tx_pos,
+        }
+    }
+
     fn rel(&self, oid: u32) -> Result<&Rel> {
         self.rels.get(&oid).ok_or_else(|| {
             Error::internal(format!(
@@ -181,7 +228,7 @@ impl PgStream {
     ) -> Result<()> {
         let rel = self.rel(oid)?;
         if let Some(rows) = sink.row(rel.handle, op)? {
-            fill(rel, rows, tuple)?;
+            fill(&self.bad(rel), rows, tuple)?;
         }
         sink.row_done()
     }
@@ -194,6 +241,7 @@ impl PgStream {
                 xid,
             } => {
                 self.in_tx = true;
+                self.tx_pos = pos_text(final_lsn);
                 sink.begin(TxMeta {
                     pos: pos_text(final_lsn),
                     xid: xid.to_string(),
@@ -218,7 +266,14 @@ impl PgStream {
                 match old {
                     Some((kind, o)) if changed => {
                         self.handle_row(oid, ChangeOp::Delete, Some((o, kind == Old::Key)), sink)?;
-                        self.handle_row(oid, ChangeOp::Insert, Some((new, false)), sink)
+                        // Under REPLICA IDENTITY FULL the old row carries every value, so the
+                        // new row's unchanged out-of-line values are taken from it.
+                        let fallback = (kind == Old::Full).then_some(o);
+                        let rel = self.rel(oid)?;
+                        if let Some(rows) = sink.row(rel.handle, ChangeOp::Insert)? {
+                            fill_from(&self.bad(rel), rows, new, fallback)?;
+                        }
+                        sink.row_done()
                     }
                     _ => self.handle_row(oid, ChangeOp::Update, Some((new, false)), sink),
                 }
@@ -261,9 +316,18 @@ fn malformed(e: pgoutput::Malformed) -> Error {
     ))
 }
 
+/// A relation's appending context: the relation, the bad-value policy, the transaction's
+/// position (for messages).
+struct Filler<'a> {
+    rel: &'a Rel,
+    bad: &'a BadValuePolicy,
+    pos: &'a str,
+}
+
 /// Append one change's table columns: `tuple` with whether it is a key-only old tuple, or
 /// none (truncate: every column absent).
-fn fill(rel: &Rel, rows: &mut ChangeRows, tuple: Option<(Tuple<'_>, bool)>) -> Result<()> {
+fn fill(f: &Filler<'_>, rows: &mut ChangeRows, tuple: Option<(Tuple<'_>, bool)>) -> Result<()> {
+    let rel = f.rel;
     let n = rel.codecs.len();
     let Some((tuple, key_only)) = tuple else {
         for i in 0..n {
@@ -280,19 +344,58 @@ fn fill(rel: &Rel, rows: &mut ChangeRows, tuple: Option<(Tuple<'_>, bool)>) -> R
     }
     for (i, v) in tuple.values().enumerate() {
         let v = v.map_err(malformed)?;
-        let absent = matches!(v, Value::Unchanged) || (key_only && !rel.identity[i]);
-        if absent {
-            rows.columns()[i].push_null();
-            rows.absent(i)?;
-            continue;
+        if key_only && !rel.identity[i] {
+            append(f, rows, i, Value::Unchanged)?;
+        } else {
+            append(f, rows, i, v)?;
         }
-        if let Err(why) = rel.codecs[i].append(&mut rows.columns()[i], v) {
-            let name = rows.schema().field(i).name().clone();
-            return Err(Error::data(format!(
-                "{}.{name}: a changed value cannot be written: {why}",
-                rel.table
-            )));
-        }
+    }
+    Ok(())
+}
+
+/// Append a new row whose unchanged out-of-line values (`u`) are taken from `old`, a whole old
+/// row (REPLICA IDENTITY FULL), where it has them; without one they are absent, as in
+/// [`fill`].
+fn fill_from(
+    f: &Filler<'_>,
+    rows: &mut ChangeRows,
+    new: Tuple<'_>,
+    old: Option<Tuple<'_>>,
+) -> Result<()> {
+    let rel = f.rel;
+    let Some(old) = old else {
+        return fill(f, rows, Some((new, false)));
+    };
+    let n = rel.codecs.len();
+    if new.len != n || old.len != n {
+        return Err(Error::source_transient(format!(
+            "{}: a change carries {} columns where its description has {n}",
+            rel.table, new.len
+        )));
+    }
+    for (i, (v, o)) in new.values().zip(old.values()).enumerate() {
+        let (v, o) = (v.map_err(malformed)?, o.map_err(malformed)?);
+        let v = match (v, o) {
+            (Value::Unchanged, o) if o != Value::Unchanged => o,
+            (v, _) => v,
+        };
+        append(f, rows, i, v)?;
+    }
+    Ok(())
+}
+
+/// Append value `v` of column `i` (absent when the server did not send it; NULL when it cannot
+/// be written and the policy says so).
+fn append(f: &Filler<'_>, rows: &mut ChangeRows, i: usize, v: Value<'_>) -> Result<()> {
+    if matches!(v, Value::Unchanged) {
+        rows.columns()[i].push_null();
+        return rows.absent(i);
+    }
+    if let Err(why) = f.rel.codecs[i].append(&mut rows.columns()[i], v) {
+        let name = rows.schema().field(i).name().clone();
+        f.bad
+            .handle(&format!("{}.{name}", f.rel.table), f.pos, &why.to_string())?;
+        rows.columns()[i].push_null();
     }
     Ok(())
 }

@@ -13,24 +13,25 @@
 //! which would spend the target's commits for nothing. Closing builds one batch per table and
 //! each row's keys (its writeset) in application order.
 //!
-//! Barriers: a table whose columns change (a `Relation` or table map with other columns), a
-//! truncate, or a change to a table without a key makes the unit exclusive; the barrier is a
-//! piece of the unit at its place in source order, so on PostgreSQL it commits atomically with
-//! the transaction around it.
+//! Barriers: a table whose columns change (measured against the columns the target follows:
+//! the catalog may be ahead of the stream), a truncate, or an update or delete of a table
+//! without a key makes the unit exclusive; the barrier is a piece of the unit at its place in
+//! source order, so on PostgreSQL it commits atomically with the transaction around it. Each
+//! barrier carries the position after the changes before it (the restart point before its
+//! transaction and how many of that transaction's changes precede it), which a target whose
+//! DDL commits by itself records first; a restart from such a position passes over those
+//! changes ([`Collector::resume_at`]).
 //!
-//! A transaction larger than the streaming threshold is not held: the unit is handed over
-//! (exclusive) as soon as it passes the threshold and its further pieces follow through a
-//! small channel, so memory stays bounded whatever the transaction's size; the target keeps
-//! one transaction open for it.
+//! A transaction larger than the streaming threshold is not held (`collect/streamed.rs`); which
+//! columns reach the target and what it matches by is `collect/shape.rs`.
 //!
-//! Length: about 600 lines; the sink's callbacks, closing a unit, barriers and the streaming of a
-//! large transaction all read and change the one open unit, so they stay together.
+//! Length: about 600 lines; the sink's callbacks, closing a unit, barriers and restarts inside
+//! a transaction all read and change the one open unit, so they stay together.
 
 use super::writeset::{RowKeys, TableKeySpecs};
 use crate::state::in_table_snapshot;
-use arrow_array::cast::AsArray;
-use arrow_array::{Array, ArrayRef, RecordBatch};
-use sluice_core::apply::{AppliedPosition, ApplyUnit, Barrier, TableKeys, UnitTable};
+use arrow_array::ArrayRef;
+use sluice_core::apply::{AppliedPosition, ApplyUnit, Barrier, SourceColumn, TableKeys, UnitTable};
 use sluice_core::change::{ChangeOp, ChangeRows, ChangeSink, TxMeta, change_schema};
 use sluice_core::table::{ColumnDesc, TableRef};
 use sluice_core::{Error, Result};
@@ -38,22 +39,22 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
+mod shape;
+mod streamed;
+
+use shape::{applied_columns, insert_with_absent, key_of, same_columns, sole_key};
+pub(crate) use streamed::More;
+use streamed::send;
+
 /// A part of a unit, in source order.
 #[derive(Debug, Clone)]
 pub(crate) enum Piece {
     /// Row changes.
     Rows(ApplyUnit),
-    /// A statement applied alone.
-    Barrier(Barrier),
-}
-
-/// What follows a streamed unit's first pieces.
-#[derive(Debug)]
-pub(crate) enum More {
-    /// The next piece, with the keys of its rows (none for a barrier).
-    Piece(Piece, RowKeys),
-    /// The transaction committed at this position.
-    End(AppliedPosition),
+    /// A statement applied alone, with the position once every change before it is applied
+    /// (`unit` 0: the worker sets it), which a target whose DDL commits by itself records
+    /// first (see `ApplySession::barrier`).
+    Barrier(Barrier, AppliedPosition),
 }
 
 /// One unit of work: source transactions applied in one target transaction.
@@ -89,8 +90,19 @@ struct Table {
     target: TableRef,
     ignored: bool,
     snapshot_position: Option<String>,
+    /// The source columns the target table follows: what a column change is measured from.
+    known: Vec<SourceColumn>,
+    /// The columns rows are built with (the last relation's, else the catalog's).
     columns: Arc<Vec<ColumnDesc>>,
+    /// The columns applied to the target: `columns` without generated ones, which the target
+    /// computes (a MySQL/MariaDB source logs their values; PostgreSQL does not send them).
+    applied: Arc<Vec<ColumnDesc>>,
+    /// When `applied` leaves columns out: the batch columns kept (the applied ones, then the
+    /// change columns).
+    keep: Option<Vec<usize>>,
     key: Arc<Vec<String>>,
+    /// See `UnitTable::sole_key`.
+    sole_key: bool,
     specs: TableKeySpecs,
     rows: Option<ChangeRows>,
 }
@@ -98,6 +110,9 @@ struct Table {
 /// Whether every worker has a unit to run (units handed over and not yet committed, at least
 /// as many as workers): see [`Collector::set_busy`].
 pub(crate) type Busy = Arc<dyn Fn(usize) -> bool + Send + Sync>;
+
+/// Hands closed units to the workers at once (see [`Collector::set_handoff`]).
+pub(crate) type Handoff = Arc<dyn Fn(Vec<Ready>) + Send + Sync>;
 
 /// Limits of a unit.
 #[derive(Debug, Clone, Copy)]
@@ -133,52 +148,83 @@ pub(crate) struct Collector {
     tables: Vec<Table>,
     by_ref: HashMap<TableRef, usize>,
     keys: HashMap<TableRef, TableKeys>,
+    /// The foreign keys the target holds, `(child, name)`: only they order rows through the
+    /// writesets (see [`Collector::set_target_foreign_keys`]); `None`: every one.
+    target_fks: Option<Vec<(TableRef, String)>>,
     tx: TxMeta,
     in_tx: bool,
     cur: Option<(usize, ChangeOp)>,
     seq: u64,
     open: Open,
     streaming: Option<mpsc::Sender<More>>,
+    /// Row changes of the streamed transaction sent after its unit was handed over.
+    streamed_changes: u64,
     limits: Limits,
     source_engine: &'static str,
     busy: Option<Busy>,
+    handoff: Option<Handoff>,
     /// Per table, scratch for the keys of its rows while a piece is built.
     scratch: Vec<(Vec<u64>, Vec<u32>)>,
+    /// Row changes of the open transaction handed to the sink so far (every `row` call,
+    /// kept or not): where a barrier stands inside its transaction.
+    tx_rows: u64,
+    /// `_pos` of the last committed transaction.
+    last_pos: String,
+    /// A restart from inside a transaction: its `_pos` and how many of its changes are
+    /// already applied (see `AppliedPosition::skip`).
+    skip: Option<(String, u64)>,
+    /// Changes of the current transaction still to pass over.
+    skipping: u64,
     /// Units closed since the pump last took them.
     pub ready: Vec<Ready>,
     /// The restart position of the last transaction seen.
     pub restart: Option<String>,
     /// Source transactions received (whole).
     pub received: u64,
+    /// Changes of tables the run does not capture (a captured table renamed), left out.
+    pub ignored: u64,
 }
 
 /// One captured table as the collector starts with it.
 pub(crate) struct Captured {
     pub table: TableRef,
     pub target: TableRef,
+    /// The source's columns now (the catalog's, less generated columns).
     pub columns: Vec<ColumnDesc>,
+    /// The source columns the target follows, when it recorded them: the catalog may be
+    /// ahead of the stream, and a column change measured from it would be missed.
+    pub known: Option<Vec<SourceColumn>>,
     pub snapshot_position: Option<String>,
 }
 
-fn key_of(columns: &[ColumnDesc], keys: Option<&TableKeys>) -> Vec<String> {
-    let pk = keys.map(|k| k.primary.clone()).unwrap_or_default();
-    if pk.iter().all(|c| columns.iter().any(|d| &d.name == c)) {
-        pk
-    } else {
-        Vec::new()
-    }
-}
-
-fn same_columns(a: &[ColumnDesc], b: &[ColumnDesc]) -> bool {
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(x, y)| {
-            x.name == y.name
-                && x.field.data_type() == y.field.data_type()
-                && x.source_type == y.source_type
-        })
-}
-
 impl Collector {
+    /// Order rows through the foreign keys `fks` (`(child, name)`) only: those the target
+    /// holds. A foreign key only the source has constrains nothing on the target, and in a
+    /// writeset it would make every child row wait for every other of the same parent
+    /// (pgbench's accounts of one branch). One the target holds without sluice knowing
+    /// (`--initial none` into tables with their own keys) fails a moved row there, which is
+    /// retried in source order (`schedule.rs`).
+    pub fn set_target_foreign_keys(&mut self, fks: Vec<(TableRef, String)>) {
+        self.target_fks = Some(fks);
+        for h in 0..self.tables.len() {
+            let t = &self.tables[h];
+            let k = self.write_keys(self.keys.get(&t.table));
+            let specs = TableKeySpecs::new(&t.table, &t.applied, k.as_ref());
+            self.tables[h].specs = specs;
+        }
+    }
+
+    /// `k` with the foreign keys the target does not hold left out.
+    fn write_keys(&self, k: Option<&TableKeys>) -> Option<TableKeys> {
+        let mut k = k?.clone();
+        if let Some(fks) = &self.target_fks {
+            let table = k.table.clone();
+            k.foreign
+                .retain(|f| fks.iter().any(|(c, n)| *c == table && *n == f.name));
+        }
+        Some(k)
+    }
+
     /// A collector for `captured` tables with their `keys`.
     pub fn new(
         captured: Vec<Captured>,
@@ -192,6 +238,7 @@ impl Collector {
             tables: Vec::new(),
             by_ref: HashMap::new(),
             keys,
+            target_fks: None,
             tx: TxMeta {
                 pos: String::new(),
                 xid: String::new(),
@@ -202,19 +249,31 @@ impl Collector {
             seq: 0,
             open: Open::default(),
             streaming: None,
+            streamed_changes: 0,
             limits,
             source_engine,
             busy: None,
+            handoff: None,
             scratch: Vec::new(),
+            tx_rows: 0,
+            last_pos: String::new(),
+            skip: None,
+            skipping: 0,
             ready: Vec::new(),
             restart: None,
             received: 0,
+            ignored: 0,
         };
         for t in captured {
             let k = c.keys.get(&t.table);
+            let (applied, keep) = applied_columns(&t.columns, k);
             let table = Table {
-                specs: TableKeySpecs::new(&t.table, &t.columns, k),
-                key: Arc::new(key_of(&t.columns, k)),
+                specs: TableKeySpecs::new(&t.table, &applied, c.write_keys(k).as_ref()),
+                key: Arc::new(key_of(&applied, k)),
+                sole_key: sole_key(k),
+                known: t.known.unwrap_or_else(|| SourceColumn::of(&applied)),
+                applied: Arc::new(applied),
+                keep,
                 columns: Arc::new(t.columns),
                 table: t.table.clone(),
                 target: t.target,
@@ -228,12 +287,12 @@ impl Collector {
         c
     }
 
-    /// Stop handing pieces to a streamed transaction's worker (the run is stopping): it rolls
-    /// the transaction back.
-    pub fn abandon(&mut self) {
-        self.streaming = None;
-        self.open = Open::default();
-        self.in_tx = false;
+    /// Continue from `applied`: when it stands inside a transaction (a unit committed in two
+    /// target transactions around a barrier), that transaction's first `skip` changes, and
+    /// the barriers among them, are already applied and are passed over.
+    pub fn resume_at(&mut self, applied: &AppliedPosition) {
+        self.last_pos = applied.pos.clone();
+        self.skip = (applied.skip > 0).then(|| (applied.pos.clone(), applied.skip));
     }
 
     /// True inside a source transaction.
@@ -272,7 +331,11 @@ impl Collector {
             self.open.bytes += rows.bytes();
             let batch = rows.finish()?;
             insert_with_absent(&t.table, &batch, t.columns.len())?;
-            let arrays: Vec<ArrayRef> = batch.columns()[..t.columns.len()].to_vec();
+            let batch = match &t.keep {
+                Some(keep) => batch.project(keep)?,
+                None => batch,
+            };
+            let arrays: Vec<ArrayRef> = batch.columns()[..t.applied.len()].to_vec();
             let (keys, ends) = &mut self.scratch[h];
             keys.clear();
             ends.clear();
@@ -283,10 +346,11 @@ impl Collector {
             index.insert(h, tables.len() as u32);
             tables.push(UnitTable {
                 table: t.target.clone(),
-                columns: t.columns.clone(),
+                columns: t.applied.clone(),
                 key: t.key.clone(),
                 batch,
                 source_engine: self.source_engine,
+                sole_key: t.sole_key,
             });
         }
         let mut order = Vec::with_capacity(self.open.order.len());
@@ -404,6 +468,7 @@ impl Collector {
                     restart: received.to_string(),
                     pos: received.to_string(),
                     commit_ts: None,
+                    skip: 0,
                 }),
                 bytes: 0,
                 transactions: 0,
@@ -415,95 +480,56 @@ impl Collector {
         });
     }
 
-    fn barrier(&mut self, b: Barrier) -> Result<()> {
+    /// A barrier after the open transaction's first `done` changes (none while passing over
+    /// changes a restart found applied: they came before it).
+    fn barrier(&mut self, b: Barrier, done: u64) -> Result<()> {
+        if self.skipping > 0 {
+            return Ok(());
+        }
         self.close_rows()?;
         self.open.exclusive = true;
-        self.send_or_keep(Piece::Barrier(b))
+        // Every change before the barrier: the transactions before this one, and this one's
+        // first `done`.
+        let before = AppliedPosition {
+            unit: 0,
+            restart: self.restart.clone().unwrap_or_default(),
+            pos: if done > 0 {
+                self.tx.pos.clone()
+            } else {
+                self.last_pos.clone()
+            },
+            commit_ts: self.tx.commit_ts,
+            skip: done,
+        };
+        self.send_or_keep(Piece::Barrier(b, before))
     }
-
-    /// A piece of a streamed transaction goes to its worker; otherwise it stays in the unit.
-    fn send_or_keep(&mut self, piece: Piece) -> Result<()> {
-        match &self.streaming {
-            Some(tx) => send(tx, More::Piece(piece, RowKeys::default())),
-            None => {
-                self.open.pieces.push(piece);
-                Ok(())
-            }
-        }
-    }
-
-    /// The open transaction passed the threshold: hand the unit over now, stream the rest.
-    fn start_streaming(&mut self) -> Result<()> {
-        self.close_rows()?;
-        let open = std::mem::take(&mut self.open);
-        let (tx, rx) = mpsc::channel(2);
-        self.ready.push(Ready {
-            work: Arc::new(Work {
-                pieces: open.pieces,
-                more: Some(Mutex::new(Some(rx))),
-                position: None,
-                bytes: open.bytes,
-                transactions: open.transactions + 1,
-                changes: open.changes,
-                commit_ts: self.tx.commit_ts,
-                rows: open.rows,
-            }),
-            exclusive: true,
-        });
-        self.streaming = Some(tx);
-        Ok(())
-    }
-
-    fn stream_rows(&mut self) -> Result<()> {
-        self.close_rows()?;
-        let pieces = std::mem::take(&mut self.open.pieces);
-        let mut keys = std::mem::take(&mut self.open.rows);
-        self.open.bytes = 0;
-        if let Some(tx) = &self.streaming {
-            for p in pieces {
-                let k = match &p {
-                    Piece::Rows(u) => keys.take_front(u.order.len()),
-                    Piece::Barrier(_) => RowKeys::default(),
-                };
-                send(tx, More::Piece(p, k))?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// An insert that does not carry every column cannot be applied: there is no earlier value to
-/// keep (a key update of a row whose large value was unchanged, under PostgreSQL's default
-/// replica identity).
-fn insert_with_absent(table: &TableRef, batch: &RecordBatch, columns: usize) -> Result<()> {
-    let (op, absent) = (batch.column(columns), batch.column(columns + 5));
-    let (op, absent) = (op.as_string::<i32>(), absent.as_list::<i32>());
-    for r in 0..batch.num_rows() {
-        if op.value(r) == ChangeOp::Insert.as_str() && !absent.value(r).is_empty() {
-            return Err(Error::data(format!(
-                "{table}: the source sent a new row without the unchanged value of a column \
-                 (its key changed and the value is stored out of line), so it cannot be \
-                 inserted on the target. Set REPLICA IDENTITY FULL on the source table and \
-                 start the replication over."
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// Hand a piece to the worker applying a streamed transaction, waiting while it is busy (the
-/// source is read on this thread, so the wait is what bounds memory).
-fn send(tx: &mpsc::Sender<More>, m: More) -> Result<()> {
-    tokio::task::block_in_place(|| tx.blocking_send(m).map_err(|_| ())).map_err(|()| {
-        Error::destination(
-            sluice_core::Retry::Transient,
-            "the apply worker of a large transaction stopped",
-        )
-    })
 }
 
 impl ChangeSink for Collector {
     fn begin(&mut self, tx: TxMeta) -> Result<()> {
+        self.tx_rows = 0;
+        if let Some((pos, n)) = &self.skip {
+            // Positions' text order is log order (`_pos`): an earlier transaction (none
+            // touching the captured tables) may come first; a later one means the one the
+            // target stands inside is gone.
+            match tx.pos.as_str().cmp(pos.as_str()) {
+                std::cmp::Ordering::Less => {}
+                std::cmp::Ordering::Equal => {
+                    self.skipping = *n;
+                    self.skip = None;
+                }
+                std::cmp::Ordering::Greater => {
+                    return Err(Error::source_permanent(format!(
+                        "the target's applied position stands inside the source transaction at \
+                         {pos} (its first {n} changes applied), but the source's log went on to \
+                         {} without sending it again: the log was changed under the \
+                         replication. Start the replication over (sluice replicate --drop, \
+                         then run it again).",
+                        tx.pos
+                    )));
+                }
+            }
+        }
         self.tx = tx;
         self.in_tx = true;
         Ok(())
@@ -511,31 +537,53 @@ impl ChangeSink for Collector {
 
     fn relation(&mut self, table: &TableRef, columns: &[ColumnDesc]) -> Result<usize> {
         let Some(&h) = self.by_ref.get(table) else {
+            tracing::warn!("{}", crate::run::uncaptured(table));
             self.by_ref.insert(table.clone(), self.tables.len());
             self.tables.push(Table {
                 table: table.clone(),
                 target: table.clone(),
                 ignored: true,
                 snapshot_position: None,
+                known: Vec::new(),
                 columns: Arc::new(Vec::new()),
+                applied: Arc::new(Vec::new()),
+                keep: None,
                 key: Arc::new(Vec::new()),
+                sole_key: false,
                 specs: TableKeySpecs::default(),
                 rows: None,
             });
             return Ok(self.tables.len() - 1);
         };
-        if self.tables[h].ignored || same_columns(&self.tables[h].columns, columns) {
+        if self.tables[h].ignored {
             return Ok(h);
         }
-        self.barrier(Barrier::Columns {
-            table: self.tables[h].target.clone(),
-            columns: columns.to_vec(),
-            source_engine: self.source_engine,
-        })?;
+        let (applied, keep) = applied_columns(columns, self.keys.get(table));
+        let sig = SourceColumn::of(&applied);
+        let changed = self.tables[h].known != sig;
+        if !changed && same_columns(&self.tables[h].columns, columns) {
+            return Ok(h);
+        }
+        // Rows already gathered keep the builders they were built with.
+        self.close_rows()?;
+        if changed {
+            let barrier = Barrier::Columns {
+                table: self.tables[h].target.clone(),
+                before: std::mem::take(&mut self.tables[h].known),
+                columns: applied.clone(),
+                source_engine: self.source_engine,
+            };
+            self.barrier(barrier, self.tx_rows)?;
+        }
         let k = self.keys.get(table);
+        let specs = TableKeySpecs::new(table, &applied, self.write_keys(k).as_ref());
         let t = &mut self.tables[h];
-        t.specs = TableKeySpecs::new(table, columns, k);
-        t.key = Arc::new(key_of(columns, k));
+        t.known = sig;
+        t.specs = specs;
+        t.key = Arc::new(key_of(&applied, k));
+        t.sole_key = sole_key(k);
+        t.applied = Arc::new(applied);
+        t.keep = keep;
         t.columns = Arc::new(columns.to_vec());
         t.rows = None;
         Ok(h)
@@ -543,13 +591,22 @@ impl ChangeSink for Collector {
 
     fn row(&mut self, table: usize, op: ChangeOp) -> Result<Option<&mut ChangeRows>> {
         self.cur = None;
+        self.tx_rows += 1;
+        if self.skipping > 0 {
+            self.skipping -= 1;
+            return Ok(None);
+        }
         let t = &self.tables[table];
-        if t.ignored || in_table_snapshot(t.snapshot_position.as_deref(), &self.tx.pos) {
+        if t.ignored {
+            self.ignored += 1;
+            return Ok(None);
+        }
+        if in_table_snapshot(t.snapshot_position.as_deref(), &self.tx.pos) {
             return Ok(None);
         }
         if op == ChangeOp::Truncate {
             let name = t.target.clone();
-            self.barrier(Barrier::Truncate(vec![name]))?;
+            self.barrier(Barrier::Truncate(vec![name]), self.tx_rows - 1)?;
             return Ok(None);
         }
         self.cur = Some((table, op));
@@ -571,7 +628,13 @@ impl ChangeSink for Collector {
         }
         self.open.order.push((h, row));
         self.open.changes += 1;
-        if self.tables[h].key.is_empty() {
+        if self.streaming.is_some() {
+            self.streamed_changes += 1;
+        }
+        // A table without a key matches updates and deletes by whole rows, so they run alone;
+        // its inserts commute with each other and with every other table's rows (the
+        // writesets still carry its unique and foreign keys), so they do not.
+        if self.tables[h].key.is_empty() && op != ChangeOp::Insert {
             self.open.exclusive = true;
         }
         if self.open.bytes + pending >= self.limits.stream_bytes {
@@ -588,16 +651,18 @@ impl ChangeSink for Collector {
         self.in_tx = false;
         self.received += 1;
         self.restart = Some(restart.to_string());
+        self.last_pos.clone_from(&self.tx.pos);
         let end = AppliedPosition {
             unit: 0,
             restart: restart.to_string(),
             pos: self.tx.pos.clone(),
             commit_ts: self.tx.commit_ts,
+            skip: 0,
         };
         if self.streaming.is_some() {
             self.stream_rows()?;
             if let Some(tx) = self.streaming.take() {
-                send(&tx, More::End(end))?;
+                send(&tx, More::End(end, self.streamed_changes))?;
             }
             self.open = Open::default();
             return Ok(());

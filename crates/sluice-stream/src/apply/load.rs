@@ -12,6 +12,7 @@ use super::ReplicateJob;
 use crate::state::StreamState;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
+use sluice_core::apply::TableKeys;
 use sluice_core::change::HeldSnapshot;
 use sluice_core::table::TableRef;
 use sluice_core::{Error, Result, Retry};
@@ -66,18 +67,28 @@ pub fn template_output() -> ArrowOutput {
 }
 
 /// Load every table under `held`, recording each table's stream position in `state`.
+/// Generated columns (`keys`) are read but not loaded: the target computes them or lacks
+/// them.
 pub(crate) async fn load(
     job: &ReplicateJob,
     state: &mut StreamState,
+    keys: &[TableKeys],
     held: HeldSnapshot,
     cancel: &watch::Receiver<bool>,
 ) -> Result<Report> {
     state.record_snapshot(&held);
     super::save_state(job, state).await?;
-    let tables: HashMap<String, TableRef> = state
+    let tables: HashMap<String, (TableRef, Vec<String>)> = state
         .tables
         .iter()
-        .map(|(n, t)| (n.clone(), job.on_target(&t.table)))
+        .map(|(n, t)| {
+            let generated = keys
+                .iter()
+                .find(|k| k.table == t.table)
+                .map(|k| k.generated.iter().map(|g| g.name.clone()).collect())
+                .unwrap_or_default();
+            (n.clone(), (job.on_target(&t.table), generated))
+        })
         .collect();
     let workers = job.parallel.max(1);
     let (tx, rx) = mpsc::channel::<(String, RecordBatch)>(workers);
@@ -93,9 +104,10 @@ pub(crate) async fn load(
                 let Some((dataset, batch)) = next else {
                     return Ok::<_, Error>(());
                 };
-                let table = tables.get(&dataset).ok_or_else(|| {
+                let (table, generated) = tables.get(&dataset).ok_or_else(|| {
                     Error::internal(format!("the load read {dataset}, which is not captured"))
                 })?;
+                let batch = without(batch, generated)?;
                 session.load(table, &batch).await?;
             }
         }));
@@ -143,4 +155,15 @@ pub(crate) async fn load(
     state.snapshot.done = true;
     super::save_state(job, state).await?;
     Ok(report)
+}
+
+/// `batch` without the columns named in `drop`.
+fn without(batch: RecordBatch, drop: &[String]) -> Result<RecordBatch> {
+    if drop.is_empty() {
+        return Ok(batch);
+    }
+    let keep: Vec<usize> = (0..batch.num_columns())
+        .filter(|&i| !drop.contains(batch.schema().field(i).name()))
+        .collect();
+    Ok(batch.project(&keep)?)
 }

@@ -24,14 +24,21 @@
 //! State: the runner's state (the capture's names, tables, snapshot progress) is the stream's
 //! [`StreamState`], kept in the target by [`ApplyTarget::save_state`]; the applied position
 //! is not in it but in the target's position rows, written with the rows they cover.
+//!
+//! Length: about 540 lines: the job, the report and the run's phases in order (checks,
+//! target tables, first start or restart, load, foreign keys for cascades, streaming); each
+//! phase's work lives in its own module.
 
 mod collect;
 mod load;
+mod name;
 mod plan;
 mod pump;
 mod schedule;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_collect;
 mod worker;
 mod writeset;
 
@@ -39,7 +46,7 @@ use crate::run::{ExportBuilder, Initial, Stopped, discover};
 use crate::state::{Committed, STATE_VERSION, SnapshotState, StreamState, TableState};
 pub use load::template_output;
 use serde::Serialize;
-use sluice_core::apply::{ApplyTarget, TargetTable};
+use sluice_core::apply::{ApplyTarget, ForeignKey, SourceColumn, TableKeys, TargetTable};
 use sluice_core::change::{CaptureNames, ChangeSource};
 use sluice_core::table::TableRef;
 use sluice_core::{Dataset, Error, Result, Selection};
@@ -66,11 +73,13 @@ pub struct ReplicateJob {
     /// Initial load or not.
     pub initial: Initial,
     /// The replication's name: the replication slot on PostgreSQL and the key of the state
-    /// and position rows on the target. `None`: derived from the source and the selection,
-    /// so running the same command again continues the same replication.
+    /// and position rows on the target. `None`: derived from the source, the target, the
+    /// target schema and the selection (see `name.rs`), so running the same command again
+    /// continues the same replication and two targets are two replications.
     pub name: Option<String>,
     /// The schema (PostgreSQL) or database (MySQL) every table goes into on the target;
-    /// `None`: the source's.
+    /// `None`: the source's when both are of one engine, else the target's default
+    /// ([`ApplyTarget::default_schema`]: the database a MySQL/MariaDB target URL names).
     pub target_schema: Option<String>,
     /// Publication (PostgreSQL); `None`: the name.
     pub publication: Option<String>,
@@ -88,6 +97,9 @@ pub struct ReplicateJob {
     pub progress: Arc<dyn sluice_engine::Progress>,
     /// Counters, readable while the run goes on.
     pub counters: Arc<ApplyCounters>,
+    /// What a partition truncated, detached or dropped on the source does to the run
+    /// (`--partition-changes`; see `layout.rs`).
+    pub partition_changes: crate::layout::LayoutChanges,
 }
 
 /// What a run did.
@@ -99,10 +111,16 @@ pub struct ReplicateReport {
     pub target: String,
     /// The replication's name.
     pub name: String,
+    /// The schema (PostgreSQL) or database (MySQL/MariaDB) the tables are in on the target;
+    /// `None`: each table's source schema.
+    pub target_schema: Option<String>,
     /// The initial load's export report, when this run loaded.
     pub snapshot: Option<Report>,
     /// What the target did not get from the source's definitions (foreign keys, defaults…).
     pub not_carried: Vec<String>,
+    /// Foreign keys this run created on the target so it applies cascades the source's log
+    /// leaves out (MySQL/MariaDB `ON DELETE CASCADE`, `SET NULL`).
+    pub foreign_keys: Vec<String>,
     /// Source transactions applied by this run.
     pub transactions: u64,
     /// Row changes applied by this run.
@@ -114,6 +132,9 @@ pub struct ReplicateReport {
     pub conflicts: u64,
     /// Units rolled back because an earlier one had to run alone.
     pub aborts: u64,
+    /// Updates and deletes that matched no row on the target: rows the source changed that
+    /// the target does not hold (the target diverged; 0 on a faithful copy).
+    pub unmatched: u64,
     /// Units that applied their rows free of earlier units first and the rest once those
     /// committed (a hot row held back only its own rows).
     pub split_units: u64,
@@ -136,6 +157,14 @@ pub struct ReplicateReport {
     pub transactions_per_second: f64,
     /// Peak resident memory, bytes.
     pub peak_rss_bytes: u64,
+    /// What the source keeps for the replication until it runs again, in the engine's words.
+    pub while_stopped: String,
+    /// Changed values applied as NULL because their type could not hold them
+    /// (`--bad-values null`).
+    pub nulled_values: u64,
+    /// Changes of tables the run does not capture (a captured table renamed on the source),
+    /// left out.
+    pub ignored_changes: u64,
 }
 
 impl ReplicateJob {
@@ -151,12 +180,13 @@ impl ReplicateJob {
     }
 }
 
-fn default_name(source: &dyn ChangeSource, selection: &Selection) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    source.display_url().hash(&mut h);
-    format!("{selection:?}").hash(&mut h);
-    format!("sluice_r{:012x}", h.finish() & 0xffff_ffff_ffff)
+/// `job` with its target schema resolved: the target's default schema when the engines
+/// differ and none was given (a PostgreSQL source's `public` is no MySQL database).
+fn resolved(mut job: ReplicateJob) -> ReplicateJob {
+    if job.target_schema.is_none() && job.source.engine() != job.target.engine() {
+        job.target_schema = job.target.default_schema();
+    }
+    job
 }
 
 pub(crate) async fn save_state(job: &ReplicateJob, state: &StreamState) -> Result<()> {
@@ -173,6 +203,7 @@ pub async fn run_replicate(
     cancel: watch::Receiver<bool>,
 ) -> Result<ReplicateReport> {
     let started = Instant::now();
+    let job = resolved(job);
     let datasets = discover(job.source.as_ref(), &job.selection).await?;
     if let Some(d) = datasets.iter().find(|d| d.object.is_none()) {
         return Err(Error::config(format!(
@@ -182,11 +213,26 @@ pub async fn run_replicate(
         )));
     }
     let keys = job.source.table_keys(&datasets).await?;
+    job.source.check_whole_rows().await?;
+    // Foreign keys whose cascades the source's log leaves out: the target applies them.
+    let unlogged = crate::cascades::unlogged(job.source.as_ref(), &keys);
+    let captured: Vec<TableRef> = datasets.iter().filter_map(|d| d.object.clone()).collect();
+    crate::cascades::check_replicate(job.source.as_ref(), &unlogged, &captured)?;
     job.target.prepare().await?;
-    let name = job
-        .name
-        .clone()
-        .unwrap_or_else(|| default_name(job.source.as_ref(), &job.selection));
+    let name = name::resolve(&job).await?;
+    // Held to the end of the run (released when the run ends however it ends: the lock
+    // lives in a target session of its own).
+    let lock = job.target.lock(&name).await?;
+    match &job.target_schema {
+        Some(s) => tracing::info!(
+            "replication {name}: tables go into {s} on {}",
+            job.target.display_url()
+        ),
+        None => tracing::info!(
+            "replication {name}: tables keep their source schema on {}",
+            job.target.display_url()
+        ),
+    }
     let names = CaptureNames {
         publication: job.publication.clone().unwrap_or_else(|| name.clone()),
         slot: name.clone(),
@@ -207,6 +253,9 @@ pub async fn run_replicate(
                     )
                 });
             k.table = job.on_target(&table);
+            // Keys the target will create with their action are not "not carried".
+            k.foreign
+                .retain(|f| !unlogged.iter().any(|(c, u)| *c == table && u == f));
             Some(TargetTable {
                 keys: k,
                 table: job.on_target(&table),
@@ -230,9 +279,10 @@ pub async fn run_replicate(
         tracing::info!("not carried to the target: {n}");
     }
     let mut snapshot = None;
+    let first = saved.is_none();
     let state = match saved {
         None => {
-            let (s, r) = first_start(&job, &names, &datasets, &cancel).await?;
+            let (s, r) = first_start(&job, &names, &datasets, &keys, &cancel).await?;
             snapshot = r;
             s
         }
@@ -256,27 +306,67 @@ pub async fn run_replicate(
                 );
                 job.target.truncate(&tables).await?;
                 let held = job.source.snapshot().await?;
-                snapshot = Some(load::load(&job, &mut s, held, &cancel).await?);
+                snapshot = Some(load::load(&job, &mut s, &keys, held, &cancel).await?);
             }
             s
         }
     };
+    let mut foreign_keys = Vec::new();
+    if first || snapshot.is_some() {
+        let on_target: Vec<(TableRef, ForeignKey)> = unlogged
+            .iter()
+            .map(|(child, fk)| {
+                let mut fk = fk.clone();
+                fk.parent = job.on_target(&fk.parent);
+                (job.on_target(child), fk)
+            })
+            .collect();
+        foreign_keys = job.target.add_foreign_keys(&on_target).await?;
+        for n in &foreign_keys {
+            tracing::info!("{n}");
+        }
+    }
+    let mut state = state;
+    if crate::layout::check(
+        job.source.as_ref(),
+        &datasets,
+        &mut state,
+        job.partition_changes,
+        "sluice replicate",
+    )
+    .await?
+    {
+        save_state(&job, &state).await?;
+    }
     let streamed = Instant::now();
-    let (stopped, position) = pump::stream(&job, &state, &datasets, keys, &cancel).await?;
+    // The foreign keys the target holds: those this run created for cascades.
+    let target_fks = unlogged
+        .iter()
+        .map(|(t, f)| (t.clone(), f.name.clone()))
+        .collect();
+    let (stopped, position) =
+        pump::stream(&job, &state, &datasets, (keys, target_fks), &cancel).await?;
+    lock.release().await?;
     let c = &job.counters;
     let transactions = c.transactions.load(Ordering::Relaxed);
     let elapsed = streamed.elapsed().as_secs_f64().max(1e-3);
     Ok(ReplicateReport {
         source: job.source.display_url(),
         target: job.target.display_url(),
+        while_stopped: job.source.while_stopped(&names, "sluice replicate"),
+        nulled_values: job.source.nulled_values(),
+        ignored_changes: c.ignored.load(Ordering::Relaxed),
         name,
+        target_schema: job.target_schema.clone(),
         snapshot,
         not_carried,
+        foreign_keys,
         transactions,
         changes: c.changes.load(Ordering::Relaxed),
         units: c.units.load(Ordering::Relaxed),
         conflicts: c.conflicts.load(Ordering::Relaxed),
         aborts: c.aborts.load(Ordering::Relaxed),
+        unmatched: c.unmatched.load(Ordering::Relaxed),
         split_units: c.split.load(Ordering::Relaxed),
         parallel: job.parallel,
         position,
@@ -313,6 +403,7 @@ async fn first_start(
     job: &ReplicateJob,
     names: &CaptureNames,
     datasets: &[Dataset],
+    keys: &[TableKeys],
     cancel: &watch::Receiver<bool>,
 ) -> Result<(StreamState, Option<Report>)> {
     let snapshot = job.initial == Initial::Snapshot;
@@ -336,12 +427,16 @@ async fn first_start(
     job.source.check(datasets).await?;
     if job.source.keeps_server_objects() && job.source.exists(names).await? {
         return Err(Error::config(format!(
-            "replication slot {} already exists on {} but {} holds no replication state for \
-             it. Pass another --slot, or remove the slot (sluice stream --drop --slot {}).",
+            "replication slot {0} already exists on {1} but {2} holds no state of replication \
+             {0}: the slot belongs to another replication (another target, or this target \
+             with another --target-schema), or to a stream. To start a replication of your \
+             own beside it, pass --slot with a new name. Only if nothing reads the slot any \
+             more (a replication removed without --drop), remove it with sluice replicate \
+             --drop and the arguments that created it — dropping a slot that a replication \
+             still uses ends that replication for good.",
             names.slot,
             job.source.display_url(),
             job.target.display_url(),
-            names.slot
         )));
     }
     let created = job.source.create(names, datasets, snapshot).await?;
@@ -355,6 +450,7 @@ async fn first_start(
                     table: t,
                     snapshot_position: snapshot.then(|| created.position.clone()),
                     versions: Vec::new(),
+                    missing: Vec::new(),
                 },
             ))
         })
@@ -381,8 +477,29 @@ async fn first_start(
         },
         intent: None,
         updated_at: String::new(),
+        layout: job.source.layout(datasets).await?,
     };
-    if let Err(e) = save_state(job, &state).await {
+    // The columns the target tables follow from here: the change stream's (generated columns
+    // are not sent).
+    let followed: Vec<(TableRef, Vec<SourceColumn>)> = datasets
+        .iter()
+        .filter_map(|d| {
+            let t = d.object.as_ref()?;
+            let k = keys.iter().find(|k| &k.table == t);
+            let sent: Vec<_> = d
+                .columns
+                .iter()
+                .filter(|c| k.is_none_or(|k| !k.is_generated(&c.name)))
+                .cloned()
+                .collect();
+            Some((job.on_target(t), SourceColumn::of(&sent)))
+        })
+        .collect();
+    let saved = match save_state(job, &state).await {
+        Ok(()) => job.target.save_columns(&names.slot, &followed).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = saved {
         if let Some(h) = created.snapshot {
             let _ = h.hold.release().await;
         }
@@ -390,7 +507,7 @@ async fn first_start(
         return Err(e);
     }
     let report = match created.snapshot {
-        Some(held) => Some(load::load(job, &mut state, held, cancel).await?),
+        Some(held) => Some(load::load(job, &mut state, keys, held, cancel).await?),
         None => None,
     };
     Ok((state, report))
@@ -398,11 +515,11 @@ async fn first_start(
 
 /// `sluice replicate --drop`: remove the replication slot, the publication sluice created and
 /// the replication's state and positions on the target (the target's tables stay).
-pub async fn drop_replication(job: &ReplicateJob) -> Result<Vec<String>> {
-    let name = job
-        .name
-        .clone()
-        .unwrap_or_else(|| default_name(job.source.as_ref(), &job.selection));
+pub async fn drop_replication(job: ReplicateJob) -> Result<Vec<String>> {
+    let job = resolved(job);
+    let name = name::resolve(&job).await?;
+    // A running replication keeps its lock: it is refused rather than pulled from under it.
+    let lock = job.target.lock(&name).await?;
     let saved = match job.target.load_state(&name).await? {
         Some(b) => Some(crate::state::parse(&b, &job.target.display_url())?),
         None => None,
@@ -426,5 +543,6 @@ pub async fn drop_replication(job: &ReplicateJob) -> Result<Vec<String>> {
             job.target.display_url()
         ));
     }
+    lock.release().await?;
     Ok(removed)
 }

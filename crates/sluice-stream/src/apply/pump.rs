@@ -7,7 +7,8 @@ use super::worker::Pool;
 use crate::pump::{MAX_RETRIES, backoff};
 use crate::run::Stopped;
 use crate::state::StreamState;
-use sluice_core::change::{CaptureNames, ChangeStream, Step};
+use sluice_core::change::{ChangeStream, Step};
+use sluice_core::table::TableRef;
 use sluice_core::{Dataset, Error, Result};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -20,6 +21,12 @@ const RESTARTING: &str = "the replication from its applied position";
 /// caught-up stream's transaction is held back).
 const LINGER: Duration = Duration::from_millis(20);
 
+/// How often a replication whose source sends nothing for its tables records how far the
+/// source has sent (a unit that only moves the applied position, so the source may release
+/// its log): not at every keepalive, which an idle target would pay for with a commit each —
+/// a server busy in other databases sends many a second.
+const POSITION_EVERY: Duration = Duration::from_secs(5);
+
 /// Units waiting or running per worker before the source is read further (with the memory
 /// budget, what bounds the schedule's work per dispatch).
 const MAX_UNFINISHED_PER_WORKER: usize = 64;
@@ -30,10 +37,12 @@ pub(super) async fn stream(
     job: &ReplicateJob,
     state: &StreamState,
     datasets: &[Dataset],
-    keys: Vec<sluice_core::apply::TableKeys>,
+    (keys, target_fks): (Vec<sluice_core::apply::TableKeys>, Vec<(TableRef, String)>),
     cancel: &watch::Receiver<bool>,
 ) -> Result<(Stopped, String)> {
     let names = &state.names;
+    // The state as the layout checks update it (`layout.rs`).
+    let mut watched = state.clone();
     let mut target: Option<Option<String>> = None;
     let mut failures = 0u32;
     loop {
@@ -71,6 +80,13 @@ pub(super) async fn stream(
                 continue;
             }
         };
+        // The columns each target table follows, where it recorded them.
+        let followed: std::collections::HashMap<_, _> = job
+            .target
+            .followed_columns(&names.slot)
+            .await?
+            .into_iter()
+            .collect();
         let captured = state
             .tables
             .values()
@@ -82,18 +98,24 @@ pub(super) async fn stream(
                     .find(|d| d.object.as_ref() == Some(&t.table))
                     .map(|d| d.columns.clone())
                     .unwrap_or_default(),
+                known: followed.get(&job.on_target(&t.table)).cloned(),
                 snapshot_position: t.snapshot_position.clone(),
             })
             .collect();
         let limits = unit_limits(job.memory, job.parallel, job.max_grouped);
         let mut collector = Collector::new(captured, keys.clone(), limits, job.source.engine());
+        collector.set_target_foreign_keys(target_fks.clone());
         collector.set_busy(pool.busy_fn());
+        collector.set_handoff(pool.handoff());
         collector.restart = Some(restart.clone());
+        if let Some(a) = &applied {
+            collector.resume_at(a);
+        }
         let until = target.clone().flatten();
         let before = job.counters.units.load(Ordering::Relaxed);
         let r = pump(
             job,
-            names,
+            (&mut watched, datasets),
             s.as_mut(),
             &mut collector,
             &pool,
@@ -103,7 +125,12 @@ pub(super) async fn stream(
         .await;
         let stopped_pool = pool.stop().await;
         let _ = s.close().await;
-        let r = r.and_then(|st| stopped_pool.map(|_| st));
+        // A worker's own error (with its cause) rather than the pump's copy of it.
+        let r = match (r, stopped_pool) {
+            (Ok(st), Ok(())) => Ok(st),
+            (Err(e), Ok(())) => Err(e),
+            (_, Err(e)) => Err(e),
+        };
         match r {
             Ok(stopped) => {
                 let position = job
@@ -144,7 +171,7 @@ fn unit_limits(memory: u64, parallel: usize, max_grouped: u64) -> Limits {
 #[allow(clippy::too_many_arguments)]
 async fn pump(
     job: &ReplicateJob,
-    names: &CaptureNames,
+    (watched, datasets): (&mut StreamState, &[Dataset]),
     stream: &mut dyn ChangeStream,
     collector: &mut Collector,
     pool: &Pool,
@@ -153,12 +180,38 @@ async fn pump(
 ) -> Result<Stopped> {
     let budget = (job.memory / 4).max(4 << 20) as usize;
     let received_before = job.counters.transactions.load(Ordering::Relaxed);
+    let ignored_before = job.counters.ignored.load(Ordering::Relaxed);
     let wait = Duration::from_millis(200);
     let mut confirmed: Option<String> = None;
     let mut last_confirm = Instant::now();
     let mut last_advance = Instant::now();
+    // Before stopping: the position-only unit that moves the applied position to where the
+    // source has sent, so a caught-up replication ends at the source's position.
+    let advance = |collector: &mut Collector, stream: &dyn ChangeStream| {
+        if !collector.in_tx()
+            && let Some(r) = stream.received_through()
+        {
+            collector.advance_to(&r);
+        }
+    };
     let mut last_harm: Option<Instant> = None;
+    let mut last_layout = Instant::now();
+    let names = &watched.names.clone();
     loop {
+        if last_layout.elapsed() >= crate::layout::CHECK_EVERY {
+            last_layout = Instant::now();
+            if crate::layout::check(
+                job.source.as_ref(),
+                datasets,
+                watched,
+                job.partition_changes,
+                "sluice replicate",
+            )
+            .await?
+            {
+                super::save_state(job, watched).await?;
+            }
+        }
         if last_harm.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
             last_harm = Some(Instant::now());
             if let Ok(Some(h)) = job.source.harm(names).await {
@@ -172,6 +225,7 @@ async fn pump(
                 collector.abandon();
             }
             collector.cut()?;
+            advance(collector, stream);
             let ready = std::mem::take(&mut collector.ready);
             pool.add(ready);
             pool.wait_until(|p| p.unfinished() == 0).await?;
@@ -185,18 +239,18 @@ async fn pump(
             .map_or(wait, |d| d.max(Duration::from_millis(1)));
         let step = stream.next(collector, wait_now).await?;
         collector.cut_due(step == Step::Idle)?;
-        if (step == Step::Idle || last_advance.elapsed() >= Duration::from_secs(1))
-            && !collector.in_tx()
-            && let Some(r) = stream.received_through()
-        {
+        if last_advance.elapsed() >= POSITION_EVERY {
             last_advance = Instant::now();
-            collector.advance_to(&r);
+            advance(collector, stream);
         }
         let ready = std::mem::take(&mut collector.ready);
         pool.add(ready);
         job.counters
             .received
             .store(received_before + collector.received, Ordering::Relaxed);
+        job.counters
+            .ignored
+            .store(ignored_before + collector.ignored, Ordering::Relaxed);
         let most = MAX_UNFINISHED_PER_WORKER * job.parallel.max(1);
         if pool.bytes() > budget || pool.unfinished() > most {
             pool.wait_until(|p| p.bytes() <= budget && p.unfinished() <= most)
@@ -218,6 +272,7 @@ async fn pump(
             && r.as_str() >= t
         {
             collector.cut()?;
+            advance(collector, stream);
             pool.add(std::mem::take(&mut collector.ready));
             pool.wait_until(|p| p.unfinished() == 0).await?;
             confirm(stream, pool, &mut confirmed).await?;

@@ -19,8 +19,8 @@ use arrow_array::{
 use arrow_schema::DataType;
 use async_trait::async_trait;
 use sluice_core::apply::{
-    AppliedPosition, ApplySession, ApplyTarget, ApplyUnit, Barrier, BulkLoad, TargetTable,
-    UnitTable,
+    AppliedPosition, ApplySession, ApplyTarget, ApplyUnit, Barrier, BulkLoad, ForeignKey,
+    ReplicationLock, SourceColumn, TargetTable, UnitTable,
 };
 use sluice_core::change::change_schema;
 use sluice_core::columns::field;
@@ -33,7 +33,7 @@ use tokio::sync::Notify;
 
 /// What the sessions did, in order (see [`Session::line`]).
 #[derive(Default)]
-struct Log {
+pub(super) struct Log {
     lines: Mutex<Vec<String>>,
     /// Signalled at every line.
     changed: Notify,
@@ -47,7 +47,7 @@ impl Log {
         self.changed.notify_waiters();
     }
 
-    fn lines(&self) -> Vec<String> {
+    pub(super) fn lines(&self) -> Vec<String> {
         self.lines.lock().unwrap().clone()
     }
 
@@ -62,8 +62,8 @@ impl Log {
     }
 }
 
-struct Recorder {
-    log: Arc<Log>,
+pub(super) struct Recorder {
+    pub(super) log: Arc<Log>,
 }
 
 struct Session {
@@ -86,6 +86,9 @@ impl ApplyTarget for Recorder {
     async fn create_tables(&self, _: &[TargetTable]) -> Result<Vec<String>> {
         Ok(Vec::new())
     }
+    async fn add_foreign_keys(&self, _: &[(TableRef, ForeignKey)]) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
     async fn non_empty(&self, _: &[TableRef]) -> Result<Vec<TableRef>> {
         Ok(Vec::new())
     }
@@ -106,6 +109,21 @@ impl ApplyTarget for Recorder {
     }
     async fn applied(&self, _: &str) -> Result<Option<AppliedPosition>> {
         Ok(None)
+    }
+    async fn followed_columns(&self, _: &str) -> Result<Vec<(TableRef, Vec<SourceColumn>)>> {
+        Ok(Vec::new())
+    }
+    async fn save_columns(&self, _: &str, _: &[(TableRef, Vec<SourceColumn>)]) -> Result<()> {
+        Ok(())
+    }
+    async fn lock(&self, _: &str) -> Result<Box<dyn ReplicationLock>> {
+        Ok(Box::new(NoLock))
+    }
+    fn default_schema(&self) -> Option<String> {
+        None
+    }
+    fn identity(&self) -> String {
+        "recorder".into()
     }
     async fn session(&self, _: &str, _: u32) -> Result<Box<dyn ApplySession>> {
         Ok(Box::new(Session {
@@ -143,8 +161,10 @@ impl ApplySession for Session {
         }
         Ok(())
     }
-    async fn barrier(&mut self, _: &Barrier) -> Result<()> {
-        Ok(())
+    async fn barrier(&mut self, _: &Barrier, _: &AppliedPosition) -> Result<bool> {
+        let l = self.line("barrier");
+        self.log.push(l);
+        Ok(false)
     }
     async fn send(&mut self) -> Result<()> {
         let l = self.line("send");
@@ -172,6 +192,21 @@ impl ApplySession for Session {
     }
     async fn rollback(&mut self) -> Result<()> {
         self.buffered.clear();
+        Ok(())
+    }
+    fn unmatched(&self) -> u64 {
+        0
+    }
+    async fn columns(&mut self, _: &TableRef, _: &[SourceColumn]) -> Result<()> {
+        Ok(())
+    }
+}
+
+struct NoLock;
+
+#[async_trait]
+impl ReplicationLock for NoLock {
+    async fn release(self: Box<Self>) -> Result<()> {
         Ok(())
     }
 }
@@ -214,6 +249,7 @@ fn table(name: &str, rows: &[(i64, &str)], keyed: bool) -> UnitTable {
         key: Arc::new(if keyed { vec!["id".into()] } else { Vec::new() }),
         batch,
         source_engine: "postgres",
+        sole_key: false,
     }
 }
 
@@ -246,6 +282,7 @@ fn unit(rows: &[(i64, &[u64])]) -> Ready {
                 restart: "r".into(),
                 pos: "p".into(),
                 commit_ts: None,
+                skip: 0,
             }),
             bytes: 0,
             transactions: 1,
@@ -322,7 +359,7 @@ async fn commits_stay_in_source_order_whoever_finishes_first() {
 }
 
 /// A collector of one table `s.t (id bigint primary key)` whose workers are `busy` or not.
-fn collector(
+pub(super) fn collector(
     busy: bool,
     transactions: u64,
 ) -> (super::collect::Collector, TableRef, Vec<ColumnDesc>) {
@@ -330,7 +367,7 @@ fn collector(
 }
 
 /// As [`collector`], with a linger time.
-fn lingering(
+pub(super) fn lingering(
     busy: bool,
     transactions: u64,
     linger: std::time::Duration,
@@ -350,6 +387,7 @@ fn lingering(
         vec![super::collect::Captured {
             table: table.clone(),
             target: table.clone(),
+            known: None,
             columns: columns.clone(),
             snapshot_position: None,
         }],
@@ -370,7 +408,7 @@ fn lingering(
 }
 
 /// Source transaction `n` inserting rows `ids`.
-fn transaction(
+pub(super) fn transaction(
     c: &mut super::collect::Collector,
     table: &TableRef,
     columns: &[ColumnDesc],
@@ -564,5 +602,80 @@ fn rows_of_a_keyless_table_stay_alone_and_in_place() {
     assert_eq!(
         planned(&unit, &keys, true),
         [vec!["t:5", "t:6"], vec!["k:1"], vec!["k:1"], vec!["k:2"]]
+    );
+}
+
+#[test]
+fn an_update_a_later_change_of_its_row_replaces_is_left_out() {
+    let rows = [
+        (1, "update"),
+        (2, "update"),
+        (1, "update"),
+        (2, "update"),
+        (1, "delete"),
+        (3, "update"),
+        (3, "update"),
+    ];
+    let mut b = table("b", &rows, true);
+    b.sole_key = true;
+    // A child row referencing b:2 sits between b:2's updates.
+    let c = table("c", &[(9, "insert")], true);
+    let unit = ApplyUnit {
+        tables: vec![b, c],
+        order: vec![
+            (0, 0),
+            (0, 1),
+            (0, 2),
+            (1, 0),
+            (0, 3),
+            (0, 4),
+            (0, 5),
+            (0, 6),
+        ],
+        batches: Vec::new(),
+    };
+    let keys = row_keys(&[&[1], &[2], &[1], &[19, 2], &[2], &[1], &[3], &[3]]);
+    assert_eq!(
+        planned(&unit, &keys, true),
+        [vec!["b:2"], vec!["c:9"], vec!["b:2", "b:3"], vec!["b:1"]],
+        "b:1's updates give way to its delete, b:3's first update to its second; b:2's first \
+         update stays before the child that references it"
+    );
+    assert_eq!(
+        planned(&unit, &keys, false).concat().len(),
+        8,
+        "in source order every row is applied"
+    );
+    let mut other = unit.clone();
+    other.tables[0].sole_key = false;
+    assert_eq!(
+        planned(&other, &keys, true).concat().len(),
+        8,
+        "a table with other keys keeps every row"
+    );
+}
+
+#[test]
+fn keyless_inserts_gather_but_never_pass_their_tables_deletes() {
+    let keyless = table(
+        "k",
+        &[(1, "insert"), (2, "insert"), (3, "delete"), (4, "insert")],
+        false,
+    );
+    let keyed = table("t", &[(5, "insert"), (6, "insert")], true);
+    let unit = ApplyUnit {
+        tables: vec![keyless, keyed],
+        order: vec![(0, 0), (1, 0), (0, 1), (0, 2), (0, 3), (1, 1)],
+        batches: Vec::new(),
+    };
+    let keys = row_keys(&[&[], &[5], &[], &[], &[], &[6]]);
+    assert_eq!(
+        planned(&unit, &keys, true),
+        [
+            vec!["k:1", "k:2"],
+            vec!["t:5", "t:6"],
+            vec!["k:3"],
+            vec!["k:4"]
+        ]
     );
 }

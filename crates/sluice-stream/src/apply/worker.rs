@@ -4,13 +4,21 @@
 //!
 //! Every state change (a unit added, committed, rolled back) bumps one generation counter;
 //! workers and the pump wait on it and look at the schedule again, so nobody polls.
+//!
+//! A unit that conflicts is retried in place (see `schedule.rs`), except when part of it is
+//! already committed (before a MySQL/MariaDB barrier's DDL): then the run restarts from the
+//! applied position. A lock wait that a unit running alone gives up is another session's lock:
+//! it is retried for as long as it takes, naming the holder every 30 s.
+//!
+//! Length: about 560 lines; the pool's shared state, the worker loop and one unit's run (its
+//! waits, retries and position) read and change the one schedule, so they stay together.
 
 use super::collect::{More, Piece, Ready, Work};
 use super::plan::plan;
 use super::schedule::{Schedule, Take, late_rows};
 use super::writeset::RowKeys;
-use sluice_core::apply::{AppliedPosition, ApplySession, ApplyTarget};
-use sluice_core::{Error, Result, failpoint};
+use sluice_core::apply::{AppliedPosition, ApplySession, ApplyTarget, Barrier, SourceColumn};
+use sluice_core::{Error, ErrorKind, Result, Retry, failpoint};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
@@ -18,6 +26,16 @@ use tokio::task::JoinHandle;
 
 /// Conflicts of one unit before its error is the run's error (it ran alone the last times).
 const MAX_ATTEMPTS: u32 = 6;
+
+/// From this attempt on a unit that conflicted runs alone (see `schedule.rs`): a lock it
+/// waits for is then held by a session that is not sluice's.
+const ALONE: u32 = 2;
+
+/// How often the warning about a unit waiting for another session's lock repeats.
+const BLOCKED_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How often the warning about updates and deletes that matched no row repeats.
+const UNMATCHED_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Counters of an apply run.
 #[derive(Debug, Default)]
@@ -35,6 +53,10 @@ pub struct ApplyCounters {
     pub conflicts: AtomicU64,
     /// Units rolled back because an earlier one had to run alone.
     pub aborts: AtomicU64,
+    /// Updates and deletes committed that matched no row on the target.
+    pub unmatched: AtomicU64,
+    /// Changes of tables the run does not capture (a captured table renamed), left out.
+    pub ignored: AtomicU64,
     /// Units that applied their rows free of earlier units first and the others after those
     /// units committed (instead of waiting whole).
     pub split: AtomicU64,
@@ -50,10 +72,16 @@ struct Shared {
     sched: Mutex<Schedule<Arc<Work>>>,
     generation: watch::Sender<u64>,
     bytes: AtomicUsize,
-    failed: Mutex<Option<String>>,
+    /// The first worker error: its side, retry class and message (the error itself stays
+    /// with the worker's task, returned by [`Pool::stop`]).
+    failed: Mutex<Option<(ErrorKind, Retry, String)>>,
     stopping: std::sync::atomic::AtomicBool,
     last: Mutex<Option<AppliedPosition>>,
     counters: Arc<ApplyCounters>,
+    /// When unmatched updates or deletes were last warned about.
+    warned: Mutex<Option<std::time::Instant>>,
+    /// When a unit blocked by another session's lock was last warned about.
+    blocked: Mutex<Option<std::time::Instant>>,
 }
 
 impl Shared {
@@ -65,7 +93,7 @@ impl Shared {
         self.sched.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn failed(&self) -> Option<String> {
+    fn failed(&self) -> Option<(ErrorKind, Retry, String)> {
         self.failed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -77,10 +105,24 @@ impl Shared {
         self.stopping.load(Ordering::Relaxed) || self.failed().is_some()
     }
 
+    fn add(&self, ready: Vec<Ready>) {
+        if ready.is_empty() {
+            return;
+        }
+        {
+            let mut s = self.lock();
+            for r in ready {
+                self.bytes.fetch_add(r.work.bytes, Ordering::Relaxed);
+                s.add(r.work.clone(), &r.work.rows, r.exclusive);
+            }
+        }
+        self.bump();
+    }
+
     fn fail(&self, e: &Error) {
         let mut f = self.failed.lock().unwrap_or_else(|p| p.into_inner());
         if f.is_none() {
-            *f = Some(e.message().to_string());
+            *f = Some((e.kind(), e.retry(), e.message().to_string()));
         }
         drop(f);
         self.bump();
@@ -95,7 +137,9 @@ pub(crate) struct Pool {
 }
 
 enum Outcome {
-    Committed(AppliedPosition),
+    /// Committed at this position, with this many row changes besides `Work::changes` (those
+    /// of a streamed transaction that arrived after its unit was handed over).
+    Committed(AppliedPosition, u64),
     Conflict(Error),
     Aborted,
 }
@@ -119,6 +163,8 @@ impl Pool {
             stopping: std::sync::atomic::AtomicBool::new(false),
             last: Mutex::new(None),
             counters,
+            warned: Mutex::new(None),
+            blocked: Mutex::new(None),
         });
         let mut sessions = Vec::with_capacity(workers);
         for w in 0..workers {
@@ -146,17 +192,14 @@ impl Pool {
 
     /// Hand closed units to the schedule, in source order.
     pub fn add(&self, ready: Vec<Ready>) {
-        if ready.is_empty() {
-            return;
-        }
-        {
-            let mut s = self.shared.lock();
-            for r in ready {
-                self.shared.bytes.fetch_add(r.work.bytes, Ordering::Relaxed);
-                s.add(r.work.clone(), &r.work.rows, r.exclusive);
-            }
-        }
-        self.shared.bump();
+        self.shared.add(ready);
+    }
+
+    /// [`Pool::add`] for the collector, which hands a streamed transaction's unit over from
+    /// inside the source read.
+    pub fn handoff(&self) -> super::collect::Handoff {
+        let shared = self.shared.clone();
+        Arc::new(move |ready| shared.add(ready))
     }
 
     /// Whether every worker has a unit when `more` units are about to be added, for the
@@ -186,10 +229,11 @@ impl Pool {
             .clone()
     }
 
-    /// The first worker error, as an error of the run.
+    /// The first worker error, as an error of the run: of its side and retry class, so a
+    /// permanent failure (a value the target rejects, a missing privilege) is not retried.
     pub fn check(&self) -> Result<()> {
         match self.shared.failed() {
-            Some(m) => Err(Error::destination(sluice_core::Retry::Transient, m)),
+            Some((kind, retry, m)) => Err(Error::new(kind, retry, m)),
             None => Ok(()),
         }
     }
@@ -248,14 +292,32 @@ async fn work(shared: &Shared, mut session: Box<dyn ApplySession>) -> Result<()>
         };
         let id = take.id;
         let streamed = take.work.more.is_some();
-        let outcome = match run_unit(shared, session.as_mut(), &take, &mut rx).await {
+        let mut partial = false;
+        let outcome = match run_unit(shared, session.as_mut(), &take, &mut rx, &mut partial).await {
+            // Part of the unit is committed (before a barrier's DDL): it cannot be rolled
+            // back and run again here; the replication restarts from the applied position,
+            // which stands where that commit left it.
+            Ok(Outcome::Aborted) if partial => {
+                let _ = session.rollback().await;
+                return Err(Error::destination(
+                    Retry::Transient,
+                    "a unit committed in part before a DDL statement had to give way to an \
+                     earlier one; the replication continues from the applied position",
+                ));
+            }
             Ok(o) => o,
             Err(e) => {
                 let _ = session.rollback().await;
                 if shared.halted() {
                     return Ok(());
                 }
-                if e.is_apply_conflict() && !streamed && take.attempts + 1 < MAX_ATTEMPTS {
+                let retry_in_place = e.is_apply_conflict() && !streamed && !partial;
+                if retry_in_place && e.is_apply_blocked() && take.attempts >= ALONE {
+                    // Running alone, the lock's holder is not one of our units: wait for it
+                    // (however long), saying who it is, rather than end the replication.
+                    blocked_warning(shared, id, &e);
+                    Outcome::Conflict(e)
+                } else if retry_in_place && take.attempts + 1 < MAX_ATTEMPTS {
                     Outcome::Conflict(e)
                 } else {
                     return Err(e);
@@ -263,12 +325,13 @@ async fn work(shared: &Shared, mut session: Box<dyn ApplySession>) -> Result<()>
             }
         };
         match outcome {
-            Outcome::Committed(pos) => {
+            Outcome::Committed(pos, streamed) => {
                 let c = &shared.counters;
                 c.units.fetch_add(1, Ordering::Relaxed);
                 c.transactions
                     .fetch_add(take.work.transactions, Ordering::Relaxed);
-                c.changes.fetch_add(take.work.changes, Ordering::Relaxed);
+                c.changes
+                    .fetch_add(take.work.changes + streamed, Ordering::Relaxed);
                 if let Some(ts) = pos.commit_ts.or(take.work.commit_ts) {
                     c.last_commit_ts.store(ts.max(0) as u64, Ordering::Relaxed);
                 }
@@ -288,6 +351,20 @@ async fn work(shared: &Shared, mut session: Box<dyn ApplySession>) -> Result<()>
             }
         }
         shared.bump();
+    }
+}
+
+/// Warn (at most every [`BLOCKED_WARN_EVERY`]) that unit `id` waits for a lock another
+/// session holds; `e` names it.
+fn blocked_warning(shared: &Shared, id: u64, e: &Error) {
+    let mut last = shared.blocked.lock().unwrap_or_else(|p| p.into_inner());
+    if last.is_none_or(|t| t.elapsed() >= BLOCKED_WARN_EVERY) {
+        *last = Some(std::time::Instant::now());
+        tracing::warn!(
+            "the replication waits: unit {id} needs a lock another session holds on the \
+             target, and is tried again until it gets it. {}",
+            e.message()
+        );
     }
 }
 
@@ -336,6 +413,7 @@ async fn run_unit(
     session: &mut dyn ApplySession,
     take: &Take<Arc<Work>>,
     rx: &mut watch::Receiver<u64>,
+    partial: &mut bool,
 ) -> Result<Outcome> {
     let id = take.id;
     let reorder = take.attempts == 0;
@@ -345,16 +423,41 @@ async fn run_unit(
     if late.iter().any(|l| *l) {
         // Rows free of earlier units first, then, once those units committed, the others.
         shared.counters.split.fetch_add(1, Ordering::Relaxed);
-        apply_pieces(session, &work.pieces, &work.rows, |i| !late[i], reorder).await?;
+        apply_pieces(
+            session,
+            &work.pieces,
+            &work.rows,
+            |i| !late[i],
+            reorder,
+            (id, partial),
+        )
+        .await?;
         session.send().await?;
         if !wait(shared, id, Until::Unblocked(take.wait_for), rx).await? {
             return Ok(Outcome::Aborted);
         }
-        apply_pieces(session, &work.pieces, &work.rows, |i| late[i], reorder).await?;
+        apply_pieces(
+            session,
+            &work.pieces,
+            &work.rows,
+            |i| late[i],
+            reorder,
+            (id, partial),
+        )
+        .await?;
     } else {
-        apply_pieces(session, &work.pieces, &work.rows, |_| true, reorder).await?;
+        apply_pieces(
+            session,
+            &work.pieces,
+            &work.rows,
+            |_| true,
+            reorder,
+            (id, partial),
+        )
+        .await?;
     }
     let mut position = take.work.position.clone();
+    let mut streamed = 0;
     if let Some(more) = &take.work.more {
         let rx_more = more.lock().unwrap_or_else(|p| p.into_inner()).take();
         let Some(mut more) = rx_more else {
@@ -363,10 +466,20 @@ async fn run_unit(
         while position.is_none() {
             match more.recv().await {
                 Some(More::Piece(p, keys)) => {
-                    apply_pieces(session, std::slice::from_ref(&p), &keys, |_| true, reorder)
-                        .await?
+                    apply_pieces(
+                        session,
+                        std::slice::from_ref(&p),
+                        &keys,
+                        |_| true,
+                        reorder,
+                        (id, partial),
+                    )
+                    .await?
                 }
-                Some(More::End(p)) => position = Some(p),
+                Some(More::End(p, n)) => {
+                    position = Some(p);
+                    streamed = n;
+                }
                 None => {
                     return Err(Error::interrupted(
                         "the stream stopped inside a large transaction; it is applied again \
@@ -391,22 +504,44 @@ async fn run_unit(
         return Ok(Outcome::Aborted);
     }
     session.commit().await?;
+    let unmatched = session.unmatched();
+    if unmatched > 0 {
+        let total = shared
+            .counters
+            .unmatched
+            .fetch_add(unmatched, Ordering::Relaxed)
+            + unmatched;
+        let mut last = shared.warned.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_none_or(|t| t.elapsed() >= UNMATCHED_WARN_EVERY) {
+            *last = Some(std::time::Instant::now());
+            tracing::warn!(
+                "{total} update(s) or delete(s) so far matched no row on the target: it does \
+                 not hold rows the source changed (changed or removed there, or never \
+                 loaded), so it differs from the source; the report counts them"
+            );
+        }
+    }
     failpoint::hit_as(
         "replicate.after_commit",
         sluice_core::ErrorKind::Destination,
     )?;
-    Ok(Outcome::Committed(position))
+    Ok(Outcome::Committed(position, streamed))
 }
 
 /// Apply `pieces` in order: barriers as they are, the rows (`keys` holds theirs, over the
 /// pieces' rows in order) that `pick` selects by their index, ordered and batched by
 /// [`plan`].
+///
+/// `unit` is the unit's id, for the position a barrier records before its DDL; `partial`
+/// becomes true once a barrier committed the changes before it (see
+/// `ApplySession::barrier`): the unit may then no longer be rolled back and applied again.
 async fn apply_pieces(
     session: &mut dyn ApplySession,
     pieces: &[Piece],
     keys: &RowKeys,
     pick: impl Fn(usize) -> bool,
     reorder: bool,
+    (unit_id, partial): (u64, &mut bool),
 ) -> Result<()> {
     let mut at = 0usize;
     for piece in pieces {
@@ -419,7 +554,16 @@ async fn apply_pieces(
                     session.apply(&part).await?;
                 }
             }
-            Piece::Barrier(b) => session.barrier(b).await?,
+            Piece::Barrier(b, before) => {
+                let mut before = before.clone();
+                before.unit = unit_id;
+                if session.barrier(b, &before).await? {
+                    *partial = true;
+                }
+                if let Barrier::Columns { table, columns, .. } = b {
+                    session.columns(table, &SourceColumn::of(columns)).await?;
+                }
+            }
         }
     }
     Ok(())

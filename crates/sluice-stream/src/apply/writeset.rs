@@ -2,9 +2,12 @@
 //! ([`RowKeys`], what the schedule, the late-row split and the batching read).
 //!
 //! A row touches, in the values it carries: its primary key, every unique key whose columns
-//! are all present and not NULL, and for every foreign key with all columns set the parent's
-//! referenced key (so a child insert waits for the parent's insert, and a parent delete for
-//! the children written before it). A key is hashed as (table, column names sorted, values
+//! are all present and not NULL, and for every foreign key the target holds (those a
+//! replication creates for cascades: `Collector::set_target_foreign_keys`) with all columns
+//! set the parent's referenced key (so a child insert waits for the parent's insert, and a
+//! parent delete for the children written before it). A foreign key only the source has
+//! constrains nothing on the target and is left out: it would make every child row of one
+//! parent wait for the others. A key is hashed as (table, column names sorted, values
 //! in that order), so a foreign key and the parent's own key meet whatever the column order of
 //! either constraint. A key update arrives as delete + insert, so both images are counted.
 //!

@@ -1,6 +1,7 @@
-//! `sluice-testkit run [--pg] [--pg-tls] [--mariadb] [--mariadb-tls] [--firebird] [--s3] [--gcs]
-//! [--azure] [--redis] -- COMMAND …`: start throwaway servers, run COMMAND with their URLs in the
-//! environment (`SLUICE_TEST_PG_URL`, `SLUICE_TEST_MYSQL_URL`, `SLUICE_TEST_S3_URL`… and each
+//! `sluice-testkit run [--pg] [--pg-tls] [--mariadb] [--mariadb-tls] [--mysql] [--firebird] [--s3]
+//! [--gcs] [--azure] [--redis] -- COMMAND …`: start throwaway servers, run COMMAND with their URLs
+//! in the environment (`SLUICE_TEST_PG_URL`, `SLUICE_TEST_MYSQL_URL` (MariaDB),
+//! `SLUICE_TEST_MYSQL9_URL` (`--mysql`: MySQL 9), `SLUICE_TEST_S3_URL`… and each
 //! cloud's credential variables; for `--firebird` an embedded runtime, see
 //! `sluice_testkit::firebird`; for the TLS servers `SLUICE_TEST_PG_TLS_URL`,
 //! `SLUICE_TEST_PG_TLS_SOCKET_URL`, `SLUICE_TEST_MYSQL_TLS_URL`,
@@ -34,13 +35,13 @@ fn run() -> Result<u8> {
     }
     let Some(split) = args.iter().position(|a| a == "--") else {
         bail!(
-            "usage: sluice-testkit run [--pg] [--pg-tls] [--mariadb] [--mariadb-tls] [--firebird] [--s3] [--gcs] [--azure] [--redis] -- COMMAND [ARGS…]"
+            "usage: sluice-testkit run [--pg] [--pg-tls] [--mariadb] [--mariadb-tls] [--mysql] [--firebird] [--s3] [--gcs] [--azure] [--redis] -- COMMAND [ARGS…]"
         );
     };
     let (opts, cmd) = (&args[..split], &args[split + 1..]);
     if opts.first().map(String::as_str) != Some("run") || cmd.is_empty() {
         bail!(
-            "usage: sluice-testkit run [--pg] [--pg-tls] [--mariadb] [--mariadb-tls] [--firebird] [--s3] [--gcs] [--azure] [--redis] -- COMMAND [ARGS…]"
+            "usage: sluice-testkit run [--pg] [--pg-tls] [--mariadb] [--mariadb-tls] [--mysql] [--firebird] [--s3] [--gcs] [--azure] [--redis] -- COMMAND [ARGS…]"
         );
     }
     let mut command = Command::new(&cmd[0]);
@@ -103,6 +104,16 @@ fn run() -> Result<u8> {
                 eprintln!("sluice-testkit: MariaDB on 127.0.0.1:{}", m.port);
                 command.env("SLUICE_TEST_MYSQL_URL", m.url());
                 servers.push(Server::Mariadb(m));
+            }
+            "--mysql" => {
+                let m =
+                    sluice_testkit::mysql9::Mysql9Server::start().context("starting MySQL 9")?;
+                eprintln!(
+                    "sluice-testkit: MySQL {} on 127.0.0.1:{}",
+                    m.version, m.port
+                );
+                command.env(sluice_testkit::mysql9::URL_VAR, m.url());
+                servers.push(Server::Mysql9(m));
             }
             "--firebird" => {
                 let fb = sluice_testkit::firebird::Runtime::prepare()
@@ -219,6 +230,7 @@ fn firebird_writer(args: &[String]) -> Result<u8> {
 enum Server {
     Pg(sluice_testkit::server::PgServer),
     Mariadb(sluice_testkit::mariadb::MariadbServer),
+    Mysql9(sluice_testkit::mysql9::Mysql9Server),
     Redis(sluice_testkit::redis::RedisServer),
 }
 
