@@ -523,6 +523,14 @@ pub trait ChangeSource: Send + Sync {
     /// The source's current end of log, as a position: what `--until-current` waits for.
     async fn current_position(&self) -> Result<String>;
 
+    /// A restart position as one number for monitoring (the `committed_position` metric):
+    /// PostgreSQL's LSN; MySQL/MariaDB the binary log file's sequence number × 2^40 plus the
+    /// offset. `None` when the position has no such form.
+    fn position_number(&self, pos: &str) -> Option<u64> {
+        let _ = pos;
+        None
+    }
+
     /// What the capture costs the source now (`None` when its objects are gone).
     async fn harm(&self, names: &CaptureNames) -> Result<Option<CaptureHarm>>;
 

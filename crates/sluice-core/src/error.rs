@@ -169,6 +169,13 @@ impl Error {
         self
     }
 
+    /// Append to the message (what the run left and how to go on), keeping kind, retry class
+    /// and cause.
+    pub fn then(mut self, suffix: impl fmt::Display) -> Self {
+        self.message = format!("{} {suffix}", self.message);
+        self
+    }
+
     /// Prefix the message with where the error happened (a table, a part file), keeping its
     /// kind and retry class.
     pub fn context(mut self, prefix: impl fmt::Display) -> Self {

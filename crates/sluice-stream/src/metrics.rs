@@ -25,7 +25,8 @@ pub struct Metrics {
     pub bytes_written: AtomicU64,
     /// Last `_seq` committed.
     pub committed_seq: AtomicU64,
-    /// The committed restart position as a number (PostgreSQL: the LSN).
+    /// The committed restart position as a number (`ChangeSource::position_number`:
+    /// PostgreSQL's LSN; MySQL/MariaDB file sequence × 2^40 + offset).
     pub committed_position: AtomicU64,
     /// Log the source keeps for the stream, bytes.
     pub retained_bytes: AtomicU64,
@@ -97,7 +98,7 @@ impl Metrics {
         one(
             "committed_position",
             "gauge",
-            "Committed restart position (PostgreSQL: LSN as a number).",
+            "Committed restart position as a number (PostgreSQL: the LSN; MySQL/MariaDB: binary log file sequence * 2^40 + offset).",
             g(&self.committed_position).to_string(),
         );
         one(

@@ -223,7 +223,7 @@ async fn pump(
             if !batcher.replaying() {
                 log_cut(batcher.cut()?);
             }
-            confirm(stream, batcher, &mut last_confirm).await?;
+            confirm(stream, batcher, &mut last_confirm, (job.source.as_ref(), metrics)).await?;
             return Ok(Stopped::Signal);
         }
         let step = stream.next(batcher, wait).await?;
@@ -233,7 +233,7 @@ async fn pump(
             last_advance = Instant::now();
             batcher.advance_to(stream.received_through())?;
         }
-        confirm(stream, batcher, &mut last_confirm).await?;
+        confirm(stream, batcher, &mut last_confirm, (job.source.as_ref(), metrics)).await?;
         let now_us = chrono::Utc::now().timestamp_micros();
         let lag = match (step, batcher.last_commit_ts) {
             (Step::Data, Some(ts)) => (now_us - ts).max(0) as u64 / 1000,
@@ -272,21 +272,27 @@ async fn pump(
         {
             log_cut(batcher.cut()?);
             batcher.advance_to(stream.received_through())?;
-            confirm(stream, batcher, &mut last_confirm).await?;
+            confirm(stream, batcher, &mut last_confirm, (job.source.as_ref(), metrics)).await?;
             return Ok(Stopped::UntilCurrent);
         }
     }
 }
 
+/// Tell the source the committed position is durable (it may release the log before it), and
+/// show it in the metrics.
 async fn confirm(
     stream: &mut dyn ChangeStream,
     batcher: &mut Batcher,
     last: &mut Instant,
+    (source, metrics): (&dyn sluice_core::change::ChangeSource, &Metrics),
 ) -> Result<()> {
     if let Some(pos) = batcher.to_confirm.take() {
         failpoint::hit("stream.before_confirm")?;
         stream.confirm(&pos).await?;
         *last = Instant::now();
+        if let Some(n) = source.position_number(&pos) {
+            metrics.committed_position.store(n, Ordering::Relaxed);
+        }
     }
     Ok(())
 }

@@ -114,18 +114,12 @@ pub(crate) async fn snapshot_phase(
     let result = sluice_engine::run_export(export, job.progress.clone(), cancel.clone()).await;
     let _ = held.hold.release().await;
     let report = result.map_err(|e| {
-        let kind = e.kind();
-        Error::new(
-            kind,
-            e.retry(),
-            format!(
-                "{} The initial snapshot is unfinished: run the same sluice stream command \
-                 again to finish it (only unfinished tables are read again), or sluice stream \
-                 --drop to give up. {}",
-                e.message(),
-                job.source.while_stopped(&state.names, "sluice stream")
-            ),
-        )
+        e.then(format!(
+            "The initial snapshot is unfinished: run the same sluice stream command again to \
+             finish it (only unfinished tables are read again), or sluice stream --drop to give \
+             up. {}",
+            job.source.while_stopped(&state.names, "sluice stream")
+        ))
     })?;
     let d = job.destination.clone();
     let bytes = d

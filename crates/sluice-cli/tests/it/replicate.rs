@@ -566,11 +566,21 @@ async fn an_unpredicted_lock_wait_is_retried_in_order() {
     let waiting = "SELECT pid::text || ' ' || xact_start::text FROM pg_stat_activity \
                    WHERE application_name = 'sluice' AND wait_event_type = 'Lock'";
     let monitor = sluice_testkit::pg::connect(&target.url().await).await;
+    // A deadline, so a replication that never blocks (or never retries) fails the test
+    // rather than hanging the suite.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let waited = |what: &str| {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no apply session {what} within 120 s"
+        );
+    };
     let first = loop {
         let rows = sluice_testkit::pg::rows_as_strings(&monitor, waiting).await;
         if let Some(r) = rows.first() {
             break r.clone();
         }
+        waited("waited for the lock");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     };
     loop {
@@ -578,6 +588,7 @@ async fn an_unpredicted_lock_wait_is_retried_in_order() {
         if rows.first().is_some_and(|r| *r != first) {
             break;
         }
+        waited("tried again after the lock limit");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     blocker.batch_execute("COMMIT").await.unwrap();

@@ -361,6 +361,7 @@ async fn a_running_stream_serves_metrics_refuses_a_second_one_and_stops_on_sigte
         if let Some(s) = scrape(port)
             && s.contains("sluice_stream_changes_total 100")
             && metric(&s, "sluice_stream_batches_total") >= 1.0
+            && metric(&s, "sluice_stream_committed_position") > 0.0
         {
             break s;
         }
@@ -370,6 +371,13 @@ async fn a_running_stream_serves_metrics_refuses_a_second_one_and_stops_on_sigte
         metric(&text, "sluice_stream_committed_seq") >= 100.0,
         "{text}"
     );
+    // The committed position is the LSN the stream confirmed: not past the server's end.
+    let end = db
+        .row_strings("SELECT (pg_current_wal_lsn() - '0/0')::bigint")
+        .await;
+    let end: f64 = end[0].parse().unwrap();
+    let committed = metric(&text, "sluice_stream_committed_position");
+    assert!(committed > 0.0 && committed <= end, "{committed} vs {end}");
     assert!(text.contains("sluice_stream_retained_bytes"), "{text}");
     assert!(text.contains("sluice_stream_lag_seconds"), "{text}");
     // A second stream on the same slot is refused.

@@ -345,6 +345,11 @@ impl ChangeSource for MyCapture {
         false
     }
 
+    fn position_number(&self, pos: &str) -> Option<u64> {
+        let p = binlog::Restart::parse(pos).ok()?.pos;
+        Some((p.seq << 40) | (p.offset & ((1 << 40) - 1)))
+    }
+
     fn while_stopped(&self, names: &CaptureNames, command: &str) -> String {
         let _ = names;
         format!(

@@ -92,8 +92,12 @@ impl PgApplyTarget {
 /// there is one): a conflict that a later retry may cure, a lost connection (transient), or a
 /// permanent failure with the fix.
 pub(crate) fn failed(e: tokio_postgres::Error, display: &str, what: &str) -> Error {
+    classify(&e, display, what).with_cause(e)
+}
+
+fn classify(e: &tokio_postgres::Error, display: &str, what: &str) -> Error {
     let Some(db) = e.as_db_error() else {
-        let cause = std::error::Error::source(&e)
+        let cause = std::error::Error::source(e)
             .map(|s| format!(": {s}"))
             .unwrap_or_default();
         return Error::destination(

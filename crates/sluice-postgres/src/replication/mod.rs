@@ -160,6 +160,10 @@ impl ChangeSource for PgCapture {
         false
     }
 
+    fn position_number(&self, pos: &str) -> Option<u64> {
+        u64::from_str_radix(pos.get(..16)?, 16).ok()
+    }
+
     async fn layout(&self, datasets: &[Dataset]) -> Result<Option<String>> {
         let tables: Vec<TableRef> = datasets.iter().filter_map(|d| d.object.clone()).collect();
         let g = self.probe().await?;

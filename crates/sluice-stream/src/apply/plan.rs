@@ -30,7 +30,7 @@
 //! then rolled back and retried in source order (`reorder` off), where only consecutive
 //! inserts into one table share a statement — the order a single session would have used.
 
-use super::writeset::RowKeys;
+use super::writeset::{KeyMap, RowKeys};
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, StringArray};
 use sluice_core::apply::{ApplyUnit, UnitTable};
@@ -80,7 +80,7 @@ pub(crate) fn plan(
     };
     let mut batches: Vec<Vec<(u32, u32)>> = Vec::new();
     let mut open: HashMap<Kind, usize> = HashMap::new();
-    let mut last: HashMap<u64, usize> = HashMap::new();
+    let mut last: KeyMap<usize> = KeyMap::default();
     // Per keyless table, the latest batch holding one of its updates or deletes.
     let mut keyless_matched: HashMap<u32, usize> = HashMap::new();
     for (i, &at) in unit.order.iter().enumerate() {
@@ -154,7 +154,7 @@ fn replaced(
     };
     // The next row (by position) touching each key, over every row: a row of another table
     // sharing the key (a child referencing the row) stops the replacement too.
-    let mut next: HashMap<u64, usize> = HashMap::new();
+    let mut next: KeyMap<usize> = KeyMap::with_capacity_and_hasher(n, Default::default());
     for i in (0..n).rev() {
         let at = unit.order[i];
         let row_keys = keys.row(first + i);

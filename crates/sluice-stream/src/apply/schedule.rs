@@ -28,8 +28,8 @@
 //! told to roll back, and it runs alone. Barriers (DDL, truncate, tables without a key) are
 //! exclusive from the start.
 
-use super::writeset::RowKeys;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use super::writeset::{KeyMap, KeySet, RowKeys};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// How many waiting units a free worker looks at, oldest first: the bound on the work of one
@@ -82,7 +82,7 @@ pub(crate) struct Take<W> {
 /// on a unit not yet committed, or shares a key with an earlier late row of the unit. The
 /// others may be applied first (see the module documentation).
 pub(crate) fn late_rows(rows: &RowKeys, deps: &[u64], committed: u64) -> Vec<bool> {
-    let mut late_keys: HashSet<u64> = HashSet::new();
+    let mut late_keys = KeySet::default();
     (0..rows.len())
         .map(|i| {
             let keys = rows.row(i);
@@ -103,7 +103,7 @@ pub(crate) struct Schedule<W> {
     committed: u64,
     next_id: u64,
     floor: u64,
-    last_writer: HashMap<u64, u64>,
+    last_writer: KeyMap<u64>,
     pending: BTreeMap<u64, Waiting<W>>,
     running: BTreeMap<u64, Running<W>>,
 }
@@ -116,7 +116,7 @@ impl<W: Clone> Schedule<W> {
             committed,
             next_id: committed + 1,
             floor: committed,
-            last_writer: HashMap::new(),
+            last_writer: KeyMap::default(),
             pending: BTreeMap::new(),
             running: BTreeMap::new(),
         }

@@ -22,7 +22,7 @@ use arrow_schema::DataType;
 use sluice_core::apply::TableKeys;
 use sluice_core::table::{ColumnDesc, TableRef};
 use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 /// One key of a table: where its values are and what identifies it.
 #[derive(Debug, Clone)]
@@ -158,6 +158,33 @@ fn hash_value(a: &dyn Array, row: usize, h: &mut DefaultHasher) {
         }
     }
 }
+
+/// Hashes a key hash as itself: the keys are already [`DefaultHasher`] outputs, and hashing
+/// them again cost the planner and the schedule a SipHash round per row and lookup.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are hashed (`write_u64`); anything else folds in bytewise.
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// A map keyed by key hashes.
+pub(crate) type KeyMap<V> = std::collections::HashMap<u64, V, BuildHasherDefault<KeyHasher>>;
+/// A set of key hashes.
+pub(crate) type KeySet = std::collections::HashSet<u64, BuildHasherDefault<KeyHasher>>;
 
 /// The keys each row of a unit touches, rows in application order (over the unit's `Rows`
 /// pieces in order): row `i`'s keys are `keys[ends[i - 1]..ends[i]]`.
