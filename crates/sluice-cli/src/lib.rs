@@ -4,6 +4,9 @@
 //! adapter serves which URL ([`registry`]). The binary (`main.rs`) adds the command line's
 //! own concerns: logging, progress display, exit codes, `doctor`, completions, man page.
 
+// Its doc comments are clap's help text, read in a terminal (`<to>/_sluice/…`,
+// `redis://[user:password@]…`), not rustdoc markup.
+#[allow(rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
 pub mod args;
 pub mod config;
 pub mod registry;

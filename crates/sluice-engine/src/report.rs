@@ -1,5 +1,5 @@
 //! What a run reports when it ends — throughput, memory, the harm done to the source, what each
-//! dataset's rows are — built in one place ([`Report::build`]), with the wording of its notes.
+//! dataset's rows are — built in one place (`Report::build`), with the wording of its notes.
 
 use crate::job::ExportJob;
 use crate::manifest::{DatasetRecord, Guarantee, HarmRecord, PartRecord};

@@ -15,14 +15,14 @@
 //!
 //! The servers' default `lock_wait_timeout` is a day (MariaDB) or a year (MySQL). So:
 //!
-//! 1. **Long-query guard** ([`guard`]): before locking, list the statements of other sessions
+//! 1. **Long-query guard** (`guard`): before locking, list the statements of other sessions
 //!    that have run for `--long-query-guard` or longer and could make the lock wait (for
 //!    `BACKUP STAGE`: writes naming a non-transactional table, and any statement that is
 //!    neither a read nor such a plain write, e.g. DDL or `CALL`). If there are any, wait up to
 //!    `--long-query-wait` for them to end (no lock is held meanwhile, so nothing queues), then
 //!    refuse, naming them. Seeing other users' statements needs the `PROCESS` privilege;
 //!    without it the guard sees only this user's and says so in the report.
-//! 2. **Bounded wait** ([`take`]): the lock session's `lock_wait_timeout` is
+//! 2. **Bounded wait** (`take`): the lock session's `lock_wait_timeout` is
 //!    `--lock-wait-timeout`, so a lock that cannot be had fails within it (naming the
 //!    statements running at that moment) instead of stalling every write for a day.
 //! 3. The wait and the hold are measured apart and reported.

@@ -1,6 +1,6 @@
 //! Connecting: libpq's parameters and environment, TLS, session settings.
 //!
-//! A URL means what it means to libpq (psql, pg_dump): see [`params`] for the forms and the
+//! A URL means what it means to libpq (psql, pg_dump): see `params` for the forms and the
 //! `PG*` variables, `~/.pgpass` for passwords, and `sslmode` for TLS, with libpq's meaning:
 //!
 //! | sslmode | TLS | server certificate |

@@ -2,7 +2,7 @@
 //!
 //! Knows no database. A [`Destination`] stores objects (local disk, or S3, GCS and Azure Blob
 //! through [`ObjectStoreDestination`]) and makes each visible only when complete. A [`PartWriter`] turns
-//! Arrow batches into one part file in a format (Parquet or CSV). The [`manifest`] is written
+//! Arrow batches into one part file in a format (Parquet or CSV). The `manifest` is written
 //! last and is what marks a dataset complete: a reader that sees `manifest.json` sees every
 //! part it lists, whole. A run can also keep its data in the process ([`memory`]): batches
 //! handed to a consumer, bookkeeping in a [`MemoryDestination`].

@@ -6,7 +6,7 @@
 //! canonical extension types map to Parquet logical types (UUID, JSON).
 //!
 //! The file's writer is created when the first batch arrives, because that batch decides which
-//! columns are written without a dictionary (see [`crate::cardinality`]): a column of unique
+//! columns are written without a dictionary (see `cardinality.rs`): a column of unique
 //! values would otherwise be interned into a dictionary in every row group only to fall back
 //! to plain encoding.
 
@@ -75,7 +75,7 @@ pub fn writer_properties(options: &ParquetOptions, columns: usize) -> Result<Wri
 }
 
 /// Writer properties for a part whose first batch is `first`: as [`writer_properties`], with
-/// the dictionary turned off for the columns [`cardinality::plain_columns`] picks.
+/// the dictionary turned off for the columns `cardinality::plain_columns` picks.
 pub fn writer_properties_for(
     options: &ParquetOptions,
     first: &RecordBatch,

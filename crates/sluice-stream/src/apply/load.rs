@@ -57,7 +57,7 @@ impl BatchConsumer for Consumer {
     }
 }
 
-/// The in-memory format an export job built for a load is checked with; [`load`] gives each
+/// The in-memory format an export job built for a load is checked with; `load` gives each
 /// load its own consumer.
 pub fn template_output() -> ArrowOutput {
     ArrowOutput(Arc::new(Consumer {
