@@ -1,18 +1,22 @@
 //! Command-line flags. Every export setting is one field of [`Options`], which is both its flag
 //! and its YAML key (the flag's name with `_` for `-`, see `config.rs`); a flag given on the
-//! command line overrides the file. `sluice stream` takes the same [`Options`] plus its own
-//! settings, defined the same way in [`StreamOptions`].
+//! command line overrides the file. `sluice stream` and `sluice replicate` take the same
+//! [`Options`] plus their own settings, defined the same way in [`StreamOptions`] and
+//! [`ReplicateOptions`]. Each is declared with `declare_settings!` (`settings.rs`), which
+//! derives the YAML keys and the merge over the file from the fields.
 //!
-//! Length: about 620 lines, nearly all flag declarations with their help text; the three
+//! Length: about 560 lines, nearly all flag declarations with their help text; the three
 //! commands' options share [`Options`], so splitting them apart would scatter one user-facing
 //! list.
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use crate::settings::{Given, declare_settings};
+use crate::size::ByteSize;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 use std::path::PathBuf;
 
 /// What a size flag (BYTES) accepts, said once and shown under `export --help` and `plan --help`
-/// (the parser is `sluice_core::size::parse_size`).
+/// (the parser is [`ByteSize`]'s).
 macro_rules! sizes_note {
     () => {
         "Sizes (BYTES) are a number of bytes, or a number with KB, MB or GB in powers of 1024: \
@@ -61,6 +65,35 @@ pub struct Cli {
     /// The command.
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+impl Cli {
+    /// The command line of this process parsed, and which of its command's settings it gave
+    /// (to lay over the `-c` file); exits with clap's message on a usage error.
+    pub fn parse_given() -> (Cli, Given) {
+        Cli::try_parse_given_from(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
+
+    /// [`Cli::parse_given`] for `argv`.
+    pub fn try_parse_given_from<I, T>(argv: I) -> Result<(Cli, Given), clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let mut cmd = Cli::command();
+        let matches = cmd.try_get_matches_from_mut(argv)?;
+        let cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))?;
+        let globals: Vec<&str> = cmd
+            .get_arguments()
+            .filter(|a| a.is_global_set())
+            .map(|a| a.get_id().as_str())
+            .collect();
+        let given = match matches.subcommand() {
+            Some((_, command)) => Given::command_line(command, &globals),
+            None => Given::CommandLine(Vec::new()),
+        };
+        Ok((cli, given))
+    }
 }
 
 /// How log lines are written to stderr.
@@ -172,13 +205,14 @@ pub enum ConsistencyArg {
     Chunk,
 }
 
+declare_settings! {
 /// Every setting of an export, in one definition: each field is a flag (`--chunk-size`) and a
 /// YAML key of the `-c` file (`chunk_size`), with the same meaning and the same parser;
 /// `config.rs` reads the file into this struct and lays the flags over it. `sluice plan`
 /// takes the same settings: the ones about writing (format, sizes, the destination) change
 /// the memory it predicts; the others it ignores, as it ignores their YAML keys.
 #[derive(Debug, Clone, Default, Args, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Options {
     /// YAML file with the same settings as the flags (flags override it).
     #[arg(short = 'c', long, value_name = "FILE")]
@@ -190,27 +224,26 @@ pub struct Options {
     pub source: Option<String>,
     /// A table to export, as name or schema.name; double-quote parts to match case exactly. Repeatable.
     #[arg(long, value_name = "NAME")]
-    #[serde(default, deserialize_with = "yaml::one_or_many")]
+    #[serde(deserialize_with = "yaml::one_or_many")]
     pub table: Vec<String>,
     /// Export every table whose schema.table matches this regular expression. Repeatable.
     #[arg(long, value_name = "REGEX")]
-    #[serde(default, deserialize_with = "yaml::one_or_many")]
+    #[serde(deserialize_with = "yaml::one_or_many")]
     pub tables: Vec<String>,
     /// Export every table of this schema. Repeatable.
     #[arg(long, value_name = "SCHEMA")]
-    #[serde(default, deserialize_with = "yaml::one_or_many")]
+    #[serde(deserialize_with = "yaml::one_or_many")]
     pub schema: Vec<String>,
     /// Export the result of a query as dataset NAME: --query 'NAME=SELECT …'. Repeatable.
     #[arg(long, value_name = "NAME=SQL")]
-    #[serde(default, deserialize_with = "yaml::entries")]
+    #[serde(deserialize_with = "yaml::entries")]
     pub query: Vec<Pair>,
     /// How to split datasets: auto, ctid, key, key:<col>[,<col>…], none.
     #[arg(long, value_name = "STRATEGY")]
     pub chunk_by: Option<String>,
     /// Target chunk size in source bytes (e.g. 128MB; default: chosen, 64–256 MB).
     #[arg(long, value_name = "BYTES")]
-    #[serde(default, deserialize_with = "yaml::size")]
-    pub chunk_size: Option<String>,
+    pub chunk_size: Option<ByteSize>,
     /// Workers, each with its own connection (default: chosen from table sizes and cores).
     #[arg(long, value_name = "N")]
     pub parallel: Option<usize>,
@@ -219,18 +252,15 @@ pub struct Options {
     pub consistency: Option<ConsistencyArg>,
     /// Memory target for the whole process (default 64MB); batch and row-group sizes are derived from it and the worker count.
     #[arg(long, value_name = "BYTES")]
-    #[serde(default, deserialize_with = "yaml::size")]
-    pub memory: Option<String>,
+    pub memory: Option<ByteSize>,
     /// Bytes per Arrow batch, overriding the size derived from --memory; each worker holds two.
     #[arg(long, value_name = "BYTES")]
-    #[serde(default, deserialize_with = "yaml::size")]
-    pub batch_size: Option<String>,
+    pub batch_size: Option<ByteSize>,
     /// Output format.
     #[arg(long, value_enum)]
     pub format: Option<FormatArg>,
     /// PostgreSQL: export only the rows row-level security policies let this user see, instead of failing on a table whose policies would hide rows (pg_dump's flag of the same name). The manifest marks such datasets as filtered.
     #[arg(long)]
-    #[serde(default)]
     pub enable_row_security: bool,
     /// Output directory (created if missing).
     #[arg(long, value_name = "DIR")]
@@ -243,8 +273,7 @@ pub struct Options {
     pub zstd_level: Option<i32>,
     /// Parquet row group size in bytes of memory, overriding the size derived from --memory.
     #[arg(long, value_name = "BYTES")]
-    #[serde(default, deserialize_with = "yaml::size")]
-    pub row_group_size: Option<String>,
+    pub row_group_size: Option<ByteSize>,
     /// CSV delimiter, one ASCII character (default ,). Use '\t' for tab.
     #[arg(long, value_name = "CHAR")]
     pub csv_delimiter: Option<String>,
@@ -253,26 +282,21 @@ pub struct Options {
     pub csv_null: Option<String>,
     /// Omit the CSV header line.
     #[arg(long)]
-    #[serde(default)]
     pub csv_no_header: bool,
     /// One file per dataset (<to>/<dataset>.parquet or .csv, parts in order) instead of one per chunk.
     #[arg(long)]
-    #[serde(default)]
     pub merge: bool,
     /// Finish an interrupted export in --to: only the missing parts are read.
     #[arg(long)]
-    #[serde(default)]
     pub resume: bool,
     /// Replace an export already in --to.
     #[arg(long, conflicts_with = "resume")]
-    #[serde(default)]
     pub overwrite: bool,
     /// Also write the report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub report_json: Option<PathBuf>,
     /// Skip fsync of written files (faster, not crash-safe).
     #[arg(long)]
-    #[serde(default)]
     pub no_fsync: bool,
     /// MySQL/MariaDB: the longest wait, in seconds, for the global lock that lines the workers' snapshots up (every write on the server may queue behind a waiting lock) and for any metadata lock the run's sessions need (default 10).
     #[arg(long, value_name = "SECONDS")]
@@ -285,22 +309,21 @@ pub struct Options {
     pub long_query_wait: Option<u64>,
     /// MySQL/MariaDB: hold READ locks on non-transactional tables (MyISAM, Aria, MEMORY) from the snapshot to the end of the run, so they match the snapshot; writes to them wait meanwhile. Without it they are read as they are and marked outside_snapshot in the manifest.
     #[arg(long)]
-    #[serde(default)]
     pub lock_non_transactional: bool,
     /// Object stores: bytes per multipart-upload part (default 5MB; S3 needs at least 5MB); each open file holds up to (1 + --upload-concurrency) parts, counted in --memory.
     #[arg(long, value_name = "BYTES")]
-    #[serde(default, deserialize_with = "yaml::size")]
-    pub part_size: Option<String>,
+    pub part_size: Option<ByteSize>,
     /// Object stores: parts of one file uploading at once (default 2).
     #[arg(long, value_name = "N")]
     pub upload_concurrency: Option<usize>,
     /// Object stores: a client setting as KEY=VALUE, e.g. endpoint=http://127.0.0.1:9000, region=eu-west-1, allow_http=true (the keys of the object_store crate's S3, GCS and Azure builders). Repeatable; wins over the --to URL's query. Values are never printed.
     #[arg(long, value_name = "KEY=VALUE")]
-    #[serde(default, deserialize_with = "yaml::entries")]
+    #[serde(deserialize_with = "yaml::entries")]
     pub storage_option: Vec<Pair>,
     /// The file's log format (the global --log-format flag wins over it; see `main.rs`).
     #[arg(skip)]
     pub log_format: Option<LogFormat>,
+}
 }
 
 /// `NAME=VALUE` as typed after a flag (`--query`, `--storage-option`), or one entry of the
@@ -339,20 +362,6 @@ pub(crate) mod yaml {
             OneOrMany::One(s) => vec![s],
             OneOrMany::Many(v) => v,
         })
-    }
-
-    /// A size as a number of bytes or with a unit (`64MB`); parsed later like the flag's text.
-    pub fn size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Size {
-            Bytes(u64),
-            Text(String),
-        }
-        Ok(Some(match Size::deserialize(d)? {
-            Size::Bytes(b) => b.to_string(),
-            Size::Text(t) => t,
-        }))
     }
 
     /// A map of names to values.
@@ -439,10 +448,11 @@ pub struct StreamArgs {
     pub drop: bool,
 }
 
+declare_settings! {
 /// The settings only `sluice stream` has, in one definition like [`Options`]: each field is a
-/// flag and a YAML key of the `-c` file ([`KEYS`]).
+/// flag and a YAML key of the `-c` file.
 #[derive(Debug, Clone, Default, Args, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct StreamOptions {
     /// snapshot (default): export every table under the slot's snapshot first; none: changes from now on.
     #[arg(long, value_enum)]
@@ -458,14 +468,12 @@ pub struct StreamOptions {
     pub server_id: Option<u32>,
     /// Cut a batch when its changes reach this many bytes (default 64MB).
     #[arg(long, value_name = "BYTES")]
-    #[serde(default, deserialize_with = "yaml::size")]
-    pub batch_bytes: Option<String>,
+    pub batch_bytes: Option<ByteSize>,
     /// Cut a batch this many seconds after its first change (default 60).
     #[arg(long, value_name = "N")]
     pub batch_seconds: Option<f64>,
     /// Stop once everything committed before the command started is written.
     #[arg(long)]
-    #[serde(default)]
     pub until_current: bool,
     /// Where the stream's position is kept: output (default, <to>/_sluice/stream.json) or redis://[user:password@]host:port[/db][?key=NAME].
     #[arg(long, value_name = "URL")]
@@ -475,7 +483,6 @@ pub struct StreamOptions {
     pub metrics_addr: Option<String>,
     /// MySQL/MariaDB: stream child tables of foreign keys with ON DELETE/UPDATE CASCADE or SET NULL although the binary log leaves out the rows those actions change (their change files then miss them; the state and the files' metadata say so). Refused without it.
     #[arg(long)]
-    #[serde(default)]
     pub accept_missing_cascades: bool,
     /// stop (default): a changed value the export's type cannot hold (PostgreSQL NaN or Infinity in a numeric(p,s) column) stops the stream, naming it; null: it is written as NULL, warned about and counted in the report.
     #[arg(long, value_enum)]
@@ -484,41 +491,6 @@ pub struct StreamOptions {
     #[arg(long, value_enum)]
     pub partition_changes: Option<PartitionChangesArg>,
 }
-
-/// The YAML keys of [`StreamOptions`], read apart from the export's.
-pub const KEYS: &[&str] = &[
-    "initial",
-    "slot",
-    "publication",
-    "server_id",
-    "batch_bytes",
-    "batch_seconds",
-    "until_current",
-    "state",
-    "metrics_addr",
-    "accept_missing_cascades",
-    "bad_values",
-    "partition_changes",
-];
-
-impl StreamOptions {
-    /// `self` (the flags) laid over `file`.
-    pub fn over(self, file: StreamOptions) -> StreamOptions {
-        StreamOptions {
-            initial: self.initial.or(file.initial),
-            slot: self.slot.or(file.slot),
-            publication: self.publication.or(file.publication),
-            server_id: self.server_id.or(file.server_id),
-            batch_bytes: self.batch_bytes.or(file.batch_bytes),
-            batch_seconds: self.batch_seconds.or(file.batch_seconds),
-            until_current: self.until_current || file.until_current,
-            state: self.state.or(file.state),
-            metrics_addr: self.metrics_addr.or(file.metrics_addr),
-            accept_missing_cascades: self.accept_missing_cascades || file.accept_missing_cascades,
-            bad_values: self.bad_values.or(file.bad_values),
-            partition_changes: self.partition_changes.or(file.partition_changes),
-        }
-    }
 }
 
 const REPLICATE_HELP: &str = "\
@@ -551,9 +523,10 @@ pub struct ReplicateArgs {
     pub drop: bool,
 }
 
-/// The settings only `sluice replicate` has, each a flag and a YAML key ([`REPLICATE_KEYS`]).
+declare_settings! {
+/// The settings only `sluice replicate` has, each a flag and a YAML key of the `-c` file.
 #[derive(Debug, Clone, Default, Args, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct ReplicateOptions {
     /// The target database: postgres://… or mysql://… / mariadb://… (TLS and credentials as for sources).
     #[arg(long, value_name = "URL")]
@@ -575,7 +548,6 @@ pub struct ReplicateOptions {
     pub server_id: Option<u32>,
     /// Stop once everything committed on the source before the command started is applied.
     #[arg(long)]
-    #[serde(default)]
     pub until_current: bool,
     /// Apply at most N source transactions in one target transaction (default 10000; they are grouped only while every session is busy). Lower it to keep target transactions short.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
@@ -587,35 +559,4 @@ pub struct ReplicateOptions {
     #[arg(long, value_enum)]
     pub partition_changes: Option<PartitionChangesArg>,
 }
-
-/// The YAML keys of [`ReplicateOptions`], read apart from the export's.
-pub const REPLICATE_KEYS: &[&str] = &[
-    "target",
-    "target_schema",
-    "initial",
-    "slot",
-    "publication",
-    "server_id",
-    "until_current",
-    "max_grouped",
-    "bad_values",
-    "partition_changes",
-];
-
-impl ReplicateOptions {
-    /// `self` (the flags) laid over `file`.
-    pub fn over(self, file: ReplicateOptions) -> ReplicateOptions {
-        ReplicateOptions {
-            target: self.target.or(file.target),
-            target_schema: self.target_schema.or(file.target_schema),
-            initial: self.initial.or(file.initial),
-            slot: self.slot.or(file.slot),
-            publication: self.publication.or(file.publication),
-            server_id: self.server_id.or(file.server_id),
-            until_current: self.until_current || file.until_current,
-            max_grouped: self.max_grouped.or(file.max_grouped),
-            bad_values: self.bad_values.or(file.bad_values),
-            partition_changes: self.partition_changes.or(file.partition_changes),
-        }
-    }
 }

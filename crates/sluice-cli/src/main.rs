@@ -14,7 +14,8 @@ use sluice_cli::{args, config, registry};
 
 use anyhow::Context;
 use args::{Cli, Command, LogFormat, Options};
-use clap::{CommandFactory, Parser};
+use clap::CommandFactory;
+use sluice_cli::settings::Given;
 use sluice_core::ErrorKind;
 use sluice_engine::Progress;
 use std::process::ExitCode;
@@ -43,7 +44,7 @@ fn exit_code(e: &anyhow::Error) -> u8 {
 
 fn main() -> ExitCode {
     alloc::tune();
-    let cli = Cli::parse();
+    let (cli, given) = Cli::parse_given();
     if cli.version {
         print!(
             "{}",
@@ -68,10 +69,10 @@ fn main() -> ExitCode {
     // form of every line (the flag wins over it). Its errors are reported below, once logging
     // is set up.
     let options = match &command {
-        Command::Export(o) => Some(config::merged(o)),
-        Command::Plan(a) => Some(config::merged(&a.options)),
-        Command::Stream(a) => Some(stream::merged(a).map(|(o, _)| o)),
-        Command::Replicate(a) => Some(replicate::merged(a).map(|(o, _)| o)),
+        Command::Export(o) => Some(config::merge(o, &given)),
+        Command::Plan(a) => Some(config::merge(&a.options, &given)),
+        Command::Stream(a) => Some(stream::merged(a, &given).map(|(o, _)| o)),
+        Command::Replicate(a) => Some(replicate::merged(a, &given).map(|(o, _)| o)),
         _ => None,
     };
     let format = cli
@@ -89,7 +90,7 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::INTERNAL);
         }
     };
-    let result = runtime.block_on(run(command, options, cli.quiet, format));
+    let result = runtime.block_on(run(command, &given, options, cli.quiet, format));
     // Every task (and the database sessions it held) is dropped before the libraries shut down.
     drop(runtime);
     let code = match result {
@@ -135,6 +136,7 @@ fn leave_now(code: u8) -> ! {
 
 async fn run(
     command: Command,
+    given: &Given,
     options: Option<sluice_core::Result<Options>>,
     quiet: bool,
     format: LogFormat,
@@ -144,11 +146,11 @@ async fn run(
         (Command::Plan(args), Some(o)) => plan(o?, args.json).await,
         (Command::Stream(args), Some(o)) => {
             o?;
-            stream::run(*args, quiet, format).await
+            stream::run(*args, given, quiet, format).await
         }
         (Command::Replicate(args), Some(o)) => {
             o?;
-            replicate::run(*args, quiet, format).await
+            replicate::run(*args, given, quiet, format).await
         }
         (
             Command::Export(_) | Command::Plan(_) | Command::Stream(_) | Command::Replicate(_),

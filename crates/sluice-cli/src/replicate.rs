@@ -2,23 +2,49 @@
 //!
 //! Its settings (defined in `args.rs`) are the export's [`Options`] (what to replicate, the
 //! source connection, the initial load's workers, chunks and memory; `--parallel` also sets
-//! the apply sessions) and its own [`ReplicateOptions`] (`target`, `target_schema`, `initial`, `slot`,
-//! `publication`, `server_id`, `until_current`, `max_grouped`), each a flag and a YAML key of the same `-c`
-//! file. Settings about files (`--to`, `--format`, …) are refused by name.
+//! the apply sessions) and its own [`ReplicateOptions`] (`target`, `target_schema`, `initial`,
+//! `slot`, `publication`, `server_id`, `until_current`, `max_grouped`, …), each a flag and a
+//! YAML key of the same `-c` file. Settings about files (`--to`, `--format`, …) are refused by
+//! name.
 
 use sluice_cli::args::{ConsistencyArg, ReplicateOptions};
-use sluice_cli::args::{LogFormat, Options, REPLICATE_KEYS, ReplicateArgs};
+use sluice_cli::args::{LogFormat, Options, ReplicateArgs};
+use sluice_cli::settings::Given;
 use sluice_cli::{config, registry};
 use sluice_core::{Error, Result};
 use sluice_stream::Stopped;
 use sluice_stream::apply::{ReplicateJob, ReplicateReport};
 use std::sync::Arc;
 
-/// The settings of a `sluice replicate` run: the `-c` file's, with the flags laid over them.
-pub fn merged(args: &ReplicateArgs) -> Result<(Options, ReplicateOptions)> {
-    let (options, own) = config::merged_with_own(&args.options, REPLICATE_KEYS)?;
-    let file: ReplicateOptions = config::read_own(own, args.options.config.as_deref())?;
-    Ok((options, args.replicate.clone().over(file)))
+/// The apply sessions without `--parallel`.
+const DEFAULT_SESSIONS: usize = 4;
+
+/// The most apply sessions `--parallel` may ask for. Each is a connection to the target
+/// (PostgreSQL allows 100 by default, MySQL 151), and commits are made one after another in
+/// source order, so sessions past this add connections and lock waits on the target, not
+/// speed.
+const MAX_SESSIONS: usize = 64;
+
+/// The settings of a `sluice replicate` run: the `-c` file's, with the flags `given` laid over
+/// them.
+pub fn merged(args: &ReplicateArgs, given: &Given) -> Result<(Options, ReplicateOptions)> {
+    config::merge_with(&args.options, &args.replicate, given)
+}
+
+/// `--parallel`: the apply sessions, refused past [`MAX_SESSIONS`] (0 is refused with the
+/// export's settings).
+fn sessions(parallel: Option<usize>) -> Result<usize> {
+    match parallel {
+        Some(n) if n > MAX_SESSIONS => Err(Error::config(format!(
+            "--parallel {n} asks sluice replicate for more apply sessions than its limit of \
+             {MAX_SESSIONS}: give {MAX_SESSIONS} or fewer. Each session is a connection to the \
+             target (PostgreSQL allows 100 by default), and commits are made one after another \
+             in source order, so sessions past {MAX_SESSIONS} add connections and lock waits on \
+             the target, not speed."
+        ))),
+        Some(n) => Ok(n),
+        None => Ok(DEFAULT_SESSIONS),
+    }
 }
 
 fn job(o: &Options, r: &ReplicateOptions) -> Result<ReplicateJob> {
@@ -40,11 +66,11 @@ fn job(o: &Options, r: &ReplicateOptions) -> Result<ReplicateJob> {
              mysql://…).",
         )
     })?;
+    let parallel = sessions(o.parallel)?;
     let target = registry::open_apply_target(target_url)?;
     let mut load = o.clone();
     load.report_json = None;
     let template = config::memory_job(&load, sluice_stream::apply::template_output())?;
-    let parallel = o.parallel.unwrap_or(4).clamp(1, 64);
     let source = registry::open_change_source(
         o.source.as_deref().unwrap_or_default(),
         r.server_id,
@@ -73,8 +99,13 @@ fn job(o: &Options, r: &ReplicateOptions) -> Result<ReplicateJob> {
 }
 
 /// Run `sluice replicate` (or `--drop`).
-pub async fn run(args: ReplicateArgs, quiet: bool, format: LogFormat) -> anyhow::Result<()> {
-    let (options, own) = merged(&args)?;
+pub async fn run(
+    args: ReplicateArgs,
+    given: &Given,
+    quiet: bool,
+    format: LogFormat,
+) -> anyhow::Result<()> {
+    let (options, own) = merged(&args, given)?;
     let mut job = job(&options, &own)?;
     if args.drop {
         let removed = sluice_stream::apply::drop_replication(job).await?;
@@ -197,4 +228,49 @@ fn report_text(r: &ReplicateReport) -> String {
     }
     s.push_str(&format!("  {}\n", r.while_stopped));
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The replication `argv` asks for (its target is not contacted).
+    fn job_of(argv: &[&str]) -> Result<ReplicateJob> {
+        let (cli, given) = sluice_cli::args::Cli::try_parse_given_from(argv).unwrap();
+        let Some(sluice_cli::args::Command::Replicate(args)) = cli.command else {
+            unreachable!("a replicate command line")
+        };
+        let (o, r) = merged(&args, &given)?;
+        job(&o, &r)
+    }
+
+    #[test]
+    fn parallel_past_the_most_sessions_is_refused_not_capped() {
+        let replicate = [
+            "sluice",
+            "replicate",
+            "--source",
+            "postgres://u@h/d",
+            "--target",
+            "postgres://u@t/d",
+            "--table",
+            "a",
+            "--parallel",
+        ];
+        let e = job_of(&[&replicate[..], &["65"]].concat()).err().unwrap();
+        assert_eq!(e.kind(), sluice_core::ErrorKind::Config);
+        assert!(
+            e.message().contains("--parallel 65") && e.message().contains("limit of 64"),
+            "{e}"
+        );
+        assert_eq!(
+            job_of(&[&replicate[..], &["64"]].concat())
+                .unwrap()
+                .parallel,
+            64
+        );
+        assert_eq!(job_of(&replicate[..8]).unwrap().parallel, DEFAULT_SESSIONS);
+        let e = job_of(&[&replicate[..], &["0"]].concat()).err().unwrap();
+        assert!(e.message().contains("at least 1"), "{e}");
+    }
 }

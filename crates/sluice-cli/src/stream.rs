@@ -4,19 +4,19 @@
 //! YAML key and job; they apply to the initial snapshot and to the change files' format and
 //! destination) and the stream's own [`StreamOptions`], each a flag and a YAML key of the same
 //! name with `_` for `-` (`initial`, `slot`, `publication`, `batch_bytes`, `batch_seconds`,
-//! `until_current`, `state`, `metrics_addr`), read from the same `-c` file.
+//! `until_current`, `state`, `metrics_addr`, …), read from the same `-c` file.
 
-use sluice_cli::args::{InitialArg, KEYS, LogFormat, Options, StreamArgs, StreamOptions};
+use sluice_cli::args::{InitialArg, LogFormat, Options, StreamArgs, StreamOptions};
+use sluice_cli::settings::Given;
 use sluice_cli::{config, registry};
 use sluice_core::{Error, Result};
 use sluice_stream::{Initial, OutputState, StreamJob, StreamReport};
 use std::sync::Arc;
 
-/// The settings of a `sluice stream` run: the `-c` file's, with the flags laid over them.
-pub fn merged(args: &StreamArgs) -> Result<(Options, StreamOptions)> {
-    let (options, own) = config::merged_with_own(&args.options, KEYS)?;
-    let file: StreamOptions = config::read_own(own, args.options.config.as_deref())?;
-    Ok((options, args.stream.clone().over(file)))
+/// The settings of a `sluice stream` run: the `-c` file's, with the flags `given` laid over
+/// them.
+pub fn merged(args: &StreamArgs, given: &Given) -> Result<(Options, StreamOptions)> {
+    config::merge_with(&args.options, &args.stream, given)
 }
 
 /// The default `--batch-bytes`.
@@ -64,10 +64,9 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
     // snapshot's export, whose source the stream replaces with its slot's snapshot.
     let template = config::job(o, true)?;
     let initial = initial(s.initial);
-    let batch_bytes = match &s.batch_bytes {
-        Some(b) => config::parse_size(b, "--batch-bytes")?,
-        None => DEFAULT_BATCH_BYTES,
-    };
+    let batch_bytes = s
+        .batch_bytes
+        .map_or(DEFAULT_BATCH_BYTES, sluice_cli::size::ByteSize::bytes);
     if batch_bytes < 64 << 10 {
         return Err(Error::config("--batch-bytes must be at least 64KB."));
     }
@@ -145,8 +144,13 @@ pub(crate) fn initial(arg: Option<InitialArg>) -> Initial {
 }
 
 /// Run `sluice stream` (or `--drop`).
-pub async fn run(args: StreamArgs, quiet: bool, format: LogFormat) -> anyhow::Result<()> {
-    let (options, own) = merged(&args)?;
+pub async fn run(
+    args: StreamArgs,
+    given: &Given,
+    quiet: bool,
+    format: LogFormat,
+) -> anyhow::Result<()> {
+    let (options, own) = merged(&args, given)?;
     let job = job(&options, &own)?;
     if args.drop {
         let removed = sluice_stream::drop_stream(&job).await?;
@@ -263,13 +267,13 @@ fn report_text(r: &StreamReport) -> String {
 mod tests {
     use super::*;
 
-    fn parse(argv: &[&str]) -> StreamArgs {
-        use clap::Parser;
-        let cli = sluice_cli::args::Cli::try_parse_from(argv).unwrap();
+    /// The settings `argv` gives, laid over the file it names.
+    fn merged_argv(argv: &[&str]) -> Result<(Options, StreamOptions)> {
+        let (cli, given) = sluice_cli::args::Cli::try_parse_given_from(argv).unwrap();
         let Some(sluice_cli::args::Command::Stream(args)) = cli.command else {
             unreachable!("a stream command line")
         };
-        *args
+        merged(&args, &given)
     }
 
     #[test]
@@ -285,15 +289,15 @@ mod tests {
         )
         .unwrap();
         let path = file.to_str().unwrap();
-        let (o, s) = merged(&parse(&["sluice", "stream", "-c", path, "--slot", "s2"])).unwrap();
+        let (o, s) = merged_argv(&["sluice", "stream", "-c", path, "--slot", "s2"]).unwrap();
         assert_eq!(o.table, ["public.a"]);
         assert_eq!(o.format, Some(sluice_cli::args::FormatArg::Csv));
         assert_eq!(s.slot.as_deref(), Some("s2"), "the flag wins");
         assert_eq!(s.publication.as_deref(), Some("p1"));
         assert_eq!(s.initial, Some(InitialArg::None));
         assert_eq!(
-            s.batch_bytes.as_deref(),
-            Some("1048576"),
+            s.batch_bytes.map(sluice_cli::size::ByteSize::bytes),
+            Some(1 << 20),
             "a number is a size"
         );
         assert_eq!(s.batch_seconds, Some(5.0));
@@ -302,18 +306,18 @@ mod tests {
         assert_eq!(s.metrics_addr.as_deref(), Some("127.0.0.1:9187"));
         // A key neither the export nor the stream knows is refused, named.
         std::fs::write(&file, "source: postgres://u@h/d\nslots: s1\n").unwrap();
-        let e = merged(&parse(&["sluice", "stream", "-c", path])).unwrap_err();
+        let e = merged_argv(&["sluice", "stream", "-c", path]).unwrap_err();
         assert!(e.message().contains("slots"), "{e}");
         // Export options that make no sense for a stream are refused, not ignored.
-        let args = parse(&[
+        let (mut o, s) = merged_argv(&[
             "sluice",
             "stream",
             "--source",
             "postgres://u@h/d",
             "--table",
             "a",
-        ]);
-        let (mut o, s) = merged(&args).unwrap();
+        ])
+        .unwrap();
         o.merge = true;
         let e = job(&o, &s).err().unwrap();
         assert!(e.message().contains("--merge"), "{e}");

@@ -15,16 +15,73 @@
 //! export's Arrow types; a column named in `_absent` was not sent by the source (an unchanged
 //! TOAST value) and must keep its value: an update leaves it out of its `SET` list.
 //!
-//! Length: about 530 lines, nearly all type declarations with the documentation of what each
-//! field promises (keys, foreign keys and their actions, generated columns, units, barriers,
-//! positions, the target trait); adapters and the runner read them as one vocabulary.
+//! How a unit becomes SQL text is written once, in [`planner`]: each target adapter supplies
+//! only its dialect (how values, statements and transactions are spelled) and the round trip
+//! to its server.
+//!
+//! Length: about 580 lines, nearly all type declarations with the documentation of what each
+//! field promises (engines, keys, foreign keys and their actions, generated columns, units,
+//! barriers, positions, the target trait); adapters and the runner read them as one
+//! vocabulary.
+
+pub mod planner;
 
 use crate::error::{Error, Result};
 use crate::table::{ColumnDesc, TableRef};
 use arrow_array::RecordBatch;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
 use std::sync::Arc;
+
+/// A database engine rows come from: a target compares it with its own to tell a same-engine
+/// copy (the source's type text and generated-column expressions carry over) from a
+/// cross-engine one (types mapped from Arrow).
+///
+/// Serialized as its [`Engine::as_str`] name (`postgres`, `mysql`, `firebird`), the text that
+/// saved state and reports already hold. MariaDB is [`Engine::Mysql`]: one adapter serves both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// PostgreSQL.
+    Postgres,
+    /// MySQL or MariaDB.
+    Mysql,
+    /// Firebird.
+    Firebird,
+}
+
+impl Engine {
+    /// The engine's name as adapters report it (`ChangeSource::engine`, `ApplyTarget::engine`)
+    /// and messages print it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Postgres => "postgres",
+            Engine::Mysql => "mysql",
+            Engine::Firebird => "firebird",
+        }
+    }
+}
+
+impl fmt::Display for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Engine {
+    type Err = Error;
+
+    /// The engine an adapter's name ([`Engine::as_str`]) names; an internal error for any
+    /// other text (every adapter reports one of these names).
+    fn from_str(name: &str) -> Result<Engine> {
+        [Engine::Postgres, Engine::Mysql, Engine::Firebird]
+            .into_iter()
+            .find(|e| e.as_str() == name)
+            .ok_or_else(|| Error::internal(format!("no database engine is named {name:?}")))
+    }
+}
 
 /// What a foreign key does to the rows referencing a parent row that is deleted, or whose key
 /// is updated.
@@ -238,9 +295,9 @@ pub struct TargetTable {
     /// Keys to create (primary and unique; foreign keys are not created, see
     /// [`ApplyTarget::create_tables`]).
     pub keys: TableKeys,
-    /// The source engine (`postgres`, `mysql`), so a target can tell a same-engine copy from a
-    /// cross-engine one when it maps types.
-    pub source_engine: &'static str,
+    /// The source engine, so a target can tell a same-engine copy from a cross-engine one
+    /// when it maps types.
+    pub source_engine: Engine,
 }
 
 /// One table's rows within an [`ApplyUnit`].
@@ -257,8 +314,8 @@ pub struct UnitTable {
     /// The rows: the table's columns followed by the change columns
     /// ([`crate::change::change_schema`]).
     pub batch: RecordBatch,
-    /// The source engine (`postgres`, `mysql`), as in [`TargetTable::source_engine`].
-    pub source_engine: &'static str,
+    /// The source engine, as in [`TargetTable::source_engine`].
+    pub source_engine: Engine,
     /// [`UnitTable::key`] is the table's only key (no other unique key, no foreign key to a
     /// parent): changes of different rows never constrain each other on the target, so an
     /// update that a later change of the same row in the same target transaction replaces
@@ -352,9 +409,9 @@ pub enum Barrier {
         before: Vec<SourceColumn>,
         /// Its columns from now on.
         columns: Vec<ColumnDesc>,
-        /// The source engine (`postgres`, `mysql`): a same-engine target keeps the source's
-        /// type text, another maps the Arrow type (as for [`TargetTable::source_engine`]).
-        source_engine: &'static str,
+        /// The source engine: a same-engine target keeps the source's type text, another maps
+        /// the Arrow type (as for [`TargetTable::source_engine`]).
+        source_engine: Engine,
     },
 }
 

@@ -390,7 +390,7 @@ impl ChangeSink for Batcher {
         let h = match self.by_ref.get(table) {
             Some(h) => *h,
             None => {
-                tracing::warn!("{}", crate::run::uncaptured(table));
+                tracing::warn!("{}", crate::job::uncaptured(table));
                 self.by_ref.insert(table.clone(), self.tables.len());
                 self.tables.push(Table {
                     dataset: table.dataset_name(),

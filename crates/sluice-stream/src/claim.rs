@@ -6,7 +6,7 @@
 //! took, stops the run: its cancel is raised, and the run ends with the keeper's error rather
 //! than write state it no longer owns.
 
-use crate::run::blocking;
+use crate::job::blocking;
 use crate::state::StateStore;
 use sluice_core::{Error, Result};
 use std::sync::{Arc, Mutex};

@@ -8,9 +8,12 @@
 //!
 //! | module    | responsibility                                                     |
 //! |-----------|--------------------------------------------------------------------|
+//! | `job`     | the request, the report, and what every phase uses                 |
 //! | `run`     | one run in order: first start, snapshot (or its resume), streaming |
+//! | `start`   | a capture's first start, for every output                          |
 //! | `snapshot`| the initial snapshot through the export engine, and its resume      |
-//! | `pump`    | streaming: batches, confirms, restarts after transient errors       |
+//! | `drive`   | the read and restart loops every output runs under (`Output`)      |
+//! | `pump`    | change files as an `Output`: batches cut by bytes and time          |
 //! | `batch`   | the change sink: builders, change files, batches, intents          |
 //! | `state`   | the saved state and where it is kept (`redis`: in Redis)           |
 //! | `claim`   | the state store's claim kept alive for the whole run               |
@@ -23,19 +26,20 @@ pub mod apply;
 pub mod batch;
 mod cascades;
 mod claim;
+mod drive;
+mod job;
 pub mod layout;
 pub mod metrics;
 mod pump;
 pub mod redis;
 pub mod run;
 mod snapshot;
+mod start;
 pub mod state;
 
+pub use job::{ExportBuilder, Initial, Stopped, StreamJob, StreamReport, export_builder};
 pub use layout::LayoutChanges;
 pub use metrics::Metrics;
 pub use redis::RedisState;
-pub use run::{
-    ExportBuilder, Initial, Stopped, StreamJob, StreamReport, drop_stream, export_builder,
-    run_stream,
-};
+pub use run::{drop_stream, run_stream};
 pub use state::{OutputState, STATE_PATH, StateStore, StreamState};

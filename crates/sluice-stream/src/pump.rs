@@ -1,11 +1,15 @@
-//! Streaming: open the source's stream at the committed position, feed the batcher, cut,
-//! confirm, and restart from the committed position after a transient error.
+//! Streaming into change files: the batcher as the read loop's output (`drive.rs`, which
+//! opens the source at the committed position, confirms, and restarts after transient
+//! errors), cut by bytes and time; stale files of an interrupted batch removed before each
+//! attempt.
 
 use crate::batch::{Batcher, Budgets};
+use crate::drive::{self, Run};
+use crate::job::{Stopped, StreamJob, StreamReport, blocking};
 use crate::metrics::Metrics;
-use crate::run::{Stopped, StreamJob, StreamReport, blocking};
 use crate::state::StreamState;
-use sluice_core::change::{CaptureNames, ChangeStream, Step};
+use async_trait::async_trait;
+use sluice_core::change::{CaptureHarm, ChangeSink, ChangeSource, Step};
 use sluice_core::{Dataset, Error, Result, failpoint};
 use sluice_engine::Report;
 use sluice_sink::layout::dataset_dir;
@@ -14,22 +18,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
-
-/// Consecutive failed attempts without progress (a committed batch, an applied transaction)
-/// before a transient error ends a stream or a replication (waits of 1, 2, 4, … 32 s between
-/// them, see [`backoff`]).
-pub(crate) const MAX_RETRIES: u32 = 8;
-
-/// Wait before restart attempt `failures` (1-based) after `e`, saying in the log what restarts
-/// from where (`restarting`: "the stream from its committed position").
-pub(crate) async fn backoff(e: &Error, failures: u32, restarting: &str) {
-    let wait = Duration::from_secs(1 << (failures - 1).min(5));
-    tracing::warn!(
-        "{e} — restarting {restarting} in {} s (attempt {failures} of {MAX_RETRIES})",
-        wait.as_secs()
-    );
-    tokio::time::sleep(wait).await;
-}
 
 async fn cleanup(dest: &dyn Destination, state: &StreamState) -> Result<()> {
     let keep: Vec<String> = state
@@ -80,7 +68,7 @@ fn budgets(job: &StreamJob) -> (Budgets, FormatOptions) {
 
 pub(crate) async fn stream(
     job: &StreamJob,
-    mut state: StreamState,
+    state: StreamState,
     datasets: &[Dataset],
     metrics: Arc<Metrics>,
     cancel: watch::Receiver<bool>,
@@ -89,79 +77,26 @@ pub(crate) async fn stream(
 ) -> Result<StreamReport> {
     let names = state.names.clone();
     metrics.streaming.store(1, Ordering::Relaxed);
-    let mut target: Option<Option<String>> = None;
-    let mut failures = 0u32;
-    let (mut stream, batcher, stopped) = loop {
-        let attempt = async {
-            cleanup(job.destination.as_ref(), &state).await?;
-            let stream = job
-                .source
-                .open(&names, datasets, &state.committed.restart)
-                .await?;
-            if target.is_none() {
-                target = Some(match job.until_current {
-                    true => Some(job.source.current_position().await?),
-                    false => None,
-                });
-            }
-            Ok::<_, Error>(stream)
-        };
-        let (budgets, format) = budgets(job);
-        let mut batcher = Batcher::new(
-            job.destination.clone(),
-            format,
-            job.state.clone(),
-            state.clone(),
-            budgets,
-            metrics.clone(),
-        );
-        let (r, stream) = match attempt.await {
-            Ok(mut stream) => {
-                let until = target.clone().flatten();
-                let r = pump(
-                    job,
-                    &names,
-                    datasets,
-                    stream.as_mut(),
-                    &mut batcher,
-                    &metrics,
-                    &cancel,
-                    until.as_deref(),
-                )
-                .await;
-                (r, Some(stream))
-            }
-            Err(e) => (Err(e), None),
-        };
-        match r {
-            Ok(stopped) => match stream {
-                Some(s) => break (s, batcher, stopped),
-                None => return Err(Error::internal("a stream stopped without a session")),
-            },
-            Err(e) => {
-                batcher.abort();
-                metrics.errors.fetch_add(1, Ordering::Relaxed);
-                if let Some(mut s) = stream {
-                    let _ = s.close().await;
-                }
-                if batcher.state.committed != state.committed {
-                    failures = 0;
-                }
-                failures += 1;
-                if !e.is_transient() || failures > MAX_RETRIES || *cancel.borrow() {
-                    return Err(e);
-                }
-                metrics.retries.fetch_add(1, Ordering::Relaxed);
-                backoff(&e, failures, "the stream from its committed position").await;
-                let store = job.state.clone();
-                state = blocking(move || store.load())
-                    .await?
-                    .ok_or_else(|| Error::internal("the stream state vanished while streaming"))?;
-            }
-        }
+    let mut attempts = FileAttempts {
+        job,
+        state: Some(state),
+        metrics: metrics.clone(),
+        last: None,
     };
-    stream.close().await?;
-    let c = &batcher.state.committed;
+    let run = Run {
+        source: job.source.as_ref(),
+        names: &names,
+        datasets,
+        until_current: job.until_current,
+        partition_changes: job.partition_changes,
+        command: "sluice stream",
+        restarting: "the stream from its committed position",
+    };
+    let stopped = drive::run(&run, &mut attempts, &cancel).await?;
+    let c = attempts
+        .last
+        .map(|s| s.committed)
+        .ok_or_else(|| Error::internal("a stream stopped without its state"))?;
     tracing::info!(
         "stream stopped ({}): {} changes in {} batches this run; position {}, _seq {}",
         match stopped {
@@ -200,101 +135,169 @@ pub(crate) async fn stream(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn pump(
-    job: &StreamJob,
-    names: &CaptureNames,
-    datasets: &[Dataset],
-    stream: &mut dyn ChangeStream,
-    batcher: &mut Batcher,
-    metrics: &Metrics,
-    cancel: &watch::Receiver<bool>,
-    target: Option<&str>,
-) -> Result<Stopped> {
-    let wait = Duration::from_secs_f64(job.batch_seconds.clamp(0.05, 1.0));
-    let mut last_confirm = Instant::now();
-    let mut last_advance = Instant::now();
-    let budget_time = Duration::from_secs_f64(job.batch_seconds.max(0.01));
-    let mut last_harm: Option<Instant> = None;
-    let mut last_layout = Instant::now();
-    let mut peak_retained = 0u64;
-    loop {
-        if *cancel.borrow() {
-            if !batcher.replaying() {
-                log_cut(batcher.cut()?);
+/// The attempts of a stream: each opens at the committed position of the state (read back
+/// from the store after a failure), with the output's stale files removed first.
+struct FileAttempts<'a> {
+    job: &'a StreamJob,
+    /// The state the next attempt starts from (`None`: read it from the store).
+    state: Option<StreamState>,
+    metrics: Arc<Metrics>,
+    /// The state a successful attempt ended with.
+    last: Option<StreamState>,
+}
+
+#[async_trait]
+impl drive::Attempts for FileAttempts<'_> {
+    type Out = Files;
+
+    async fn begin(&mut self) -> Result<(String, Files)> {
+        let state = match self.state.take() {
+            Some(s) => s,
+            None => {
+                let store = self.job.state.clone();
+                blocking(move || store.load())
+                    .await?
+                    .ok_or_else(|| Error::internal("the stream state vanished while streaming"))?
             }
-            confirm(stream, batcher, &mut last_confirm, (job.source.as_ref(), metrics)).await?;
-            return Ok(Stopped::Signal);
-        }
-        let step = stream.next(batcher, wait).await?;
-        if batcher.due() {
-            log_cut(batcher.cut()?);
-        } else if step == Step::Idle || last_advance.elapsed() >= budget_time {
-            last_advance = Instant::now();
-            batcher.advance_to(stream.received_through())?;
-        }
-        confirm(stream, batcher, &mut last_confirm, (job.source.as_ref(), metrics)).await?;
-        let now_us = chrono::Utc::now().timestamp_micros();
-        let lag = match (step, batcher.last_commit_ts) {
-            (Step::Data, Some(ts)) => (now_us - ts).max(0) as u64 / 1000,
-            _ => 0,
         };
-        metrics.lag_millis.store(lag, Ordering::Relaxed);
-        metrics.peak_lag_millis.fetch_max(lag, Ordering::Relaxed);
-        metrics
-            .since_confirm_millis
-            .store(last_confirm.elapsed().as_millis() as u64, Ordering::Relaxed);
-        if last_layout.elapsed() >= crate::layout::CHECK_EVERY {
-            last_layout = Instant::now();
-            // Noted changes reach the state at the next cut.
-            crate::layout::check(
-                job.source.as_ref(),
-                datasets,
-                &mut batcher.state,
-                job.partition_changes,
-                "sluice stream",
-            )
-            .await?;
+        cleanup(self.job.destination.as_ref(), &state).await?;
+        let (budgets, format) = budgets(self.job);
+        let from = state.committed.restart.clone();
+        let started_from = state.committed.clone();
+        let batcher = Batcher::new(
+            self.job.destination.clone(),
+            format,
+            self.job.state.clone(),
+            state,
+            budgets,
+            self.metrics.clone(),
+        );
+        let out = Files {
+            batcher,
+            started_from,
+            metrics: self.metrics.clone(),
+            wait: Duration::from_secs_f64(self.job.batch_seconds.clamp(0.05, 1.0)),
+            budget_time: Duration::from_secs_f64(self.job.batch_seconds.max(0.01)),
+            last_advance: Instant::now(),
+            last_confirm: Instant::now(),
+            peak_retained: 0,
+        };
+        Ok((from, out))
+    }
+
+    async fn end(&mut self, mut out: Files, result: Result<Stopped>) -> (Result<Stopped>, bool) {
+        let progressed = out.batcher.state.committed != out.started_from;
+        if result.is_err() {
+            out.batcher.abort();
+            self.metrics.errors.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.last = Some(out.batcher.state);
         }
-        if last_harm.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
-            last_harm = Some(Instant::now());
-            if let Ok(Some(h)) = job.source.harm(names).await {
-                peak_retained = peak_retained.max(h.retained_bytes);
-                metrics
-                    .retained_bytes
-                    .store(peak_retained, Ordering::Relaxed);
-                metrics.lag_bytes.store(h.lag_bytes, Ordering::Relaxed);
-            }
-        }
-        if let (Some(t), Some(r)) = (target, stream.received_through())
-            && !batcher.in_tx()
-            && r.as_str() >= t
-        {
-            log_cut(batcher.cut()?);
-            batcher.advance_to(stream.received_through())?;
-            confirm(stream, batcher, &mut last_confirm, (job.source.as_ref(), metrics)).await?;
-            return Ok(Stopped::UntilCurrent);
-        }
+        (result, progressed)
+    }
+
+    fn retrying(&mut self) {
+        self.metrics.retries.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-/// Tell the source the committed position is durable (it may release the log before it), and
-/// show it in the metrics.
-async fn confirm(
-    stream: &mut dyn ChangeStream,
-    batcher: &mut Batcher,
-    last: &mut Instant,
-    (source, metrics): (&dyn sluice_core::change::ChangeSource, &Metrics),
-) -> Result<()> {
-    if let Some(pos) = batcher.to_confirm.take() {
-        failpoint::hit("stream.before_confirm")?;
-        stream.confirm(&pos).await?;
-        *last = Instant::now();
-        if let Some(n) = source.position_number(&pos) {
-            metrics.committed_position.store(n, Ordering::Relaxed);
+/// Change files: the batcher, cut by bytes and time, confirmed after each committed batch.
+struct Files {
+    batcher: Batcher,
+    started_from: crate::state::Committed,
+    metrics: Arc<Metrics>,
+    wait: Duration,
+    budget_time: Duration,
+    last_advance: Instant,
+    last_confirm: Instant,
+    peak_retained: u64,
+}
+
+#[async_trait]
+impl drive::Output for Files {
+    fn sink(&mut self) -> &mut dyn ChangeSink {
+        &mut self.batcher
+    }
+
+    fn in_tx(&self) -> bool {
+        self.batcher.in_tx()
+    }
+
+    fn wait(&self) -> Duration {
+        self.wait
+    }
+
+    async fn after_read(&mut self, step: Step, received: Option<String>) -> Result<()> {
+        if self.batcher.due() {
+            log_cut(self.batcher.cut()?);
+        } else if step == Step::Idle || self.last_advance.elapsed() >= self.budget_time {
+            self.last_advance = Instant::now();
+            self.batcher.advance_to(received)?;
+        }
+        Ok(())
+    }
+
+    async fn finish(&mut self, received: Option<String>, signal: bool) -> Result<()> {
+        if signal {
+            // A batch being written again after a restart is finished by the next run.
+            if !self.batcher.replaying() {
+                log_cut(self.batcher.cut()?);
+            }
+        } else {
+            log_cut(self.batcher.cut()?);
+            self.batcher.advance_to(received)?;
+        }
+        Ok(())
+    }
+
+    fn confirmable(&mut self, _now: bool) -> Result<Option<String>> {
+        match self.batcher.to_confirm.take() {
+            Some(pos) => {
+                failpoint::hit("stream.before_confirm")?;
+                Ok(Some(pos))
+            }
+            None => Ok(None),
         }
     }
-    Ok(())
+
+    fn confirmed(&mut self, pos: &str, source: &dyn ChangeSource) {
+        self.last_confirm = Instant::now();
+        if let Some(n) = source.position_number(pos) {
+            self.metrics.committed_position.store(n, Ordering::Relaxed);
+        }
+    }
+
+    fn observe(&mut self, step: Step) {
+        let now_us = chrono::Utc::now().timestamp_micros();
+        let lag = match (step, self.batcher.last_commit_ts) {
+            (Step::Data, Some(ts)) => (now_us - ts).max(0) as u64 / 1000,
+            _ => 0,
+        };
+        let m = &self.metrics;
+        m.lag_millis.store(lag, Ordering::Relaxed);
+        m.peak_lag_millis.fetch_max(lag, Ordering::Relaxed);
+        m.since_confirm_millis.store(
+            self.last_confirm.elapsed().as_millis() as u64,
+            Ordering::Relaxed,
+        );
+    }
+
+    fn harm(&mut self, h: CaptureHarm) {
+        self.peak_retained = self.peak_retained.max(h.retained_bytes);
+        self.metrics
+            .retained_bytes
+            .store(self.peak_retained, Ordering::Relaxed);
+        self.metrics.lag_bytes.store(h.lag_bytes, Ordering::Relaxed);
+    }
+
+    fn layout_state(&mut self) -> &mut StreamState {
+        &mut self.batcher.state
+    }
+
+    async fn layout_changed(&mut self) -> Result<()> {
+        // Noted changes reach the saved state at the next cut.
+        Ok(())
+    }
 }
 
 fn log_cut(cut: Option<crate::batch::CutInfo>) {

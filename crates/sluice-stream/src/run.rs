@@ -13,188 +13,18 @@
 //! `pump.rs`.
 
 use crate::claim::{Keeper, unless_lost};
+use crate::job::{Initial, StreamJob, StreamReport, blocking, discover};
 use crate::metrics::{Metrics, serve};
 use crate::pump::stream;
 use crate::snapshot::{resume_snapshot, snapshot_phase};
-use crate::state::{Committed, SnapshotState, StateStore, StreamState, TableState};
-use serde::Serialize;
-use sluice_core::change::{CaptureNames, ChangeSource};
-use sluice_core::table::TableRef;
-use sluice_core::{
-    Consistency, Dataset, Error, Result, Selection, Source, SourceOptions, failpoint,
-};
-use sluice_engine::{ExportJob, Report};
-use sluice_sink::{Destination, FormatOptions, OutputLock};
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use crate::state::StreamState;
+use sluice_core::change::CaptureNames;
+use sluice_core::{Dataset, Error, Result, failpoint};
+use sluice_engine::Report;
+use sluice_sink::OutputLock;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::watch;
-
-/// What the stream starts with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Initial {
-    /// Export every table under the slot's snapshot first (the default).
-    Snapshot,
-    /// Only changes from the slot's creation on.
-    None,
-}
-
-/// Builds the export job of the initial snapshot from the source to read (the CLI's export
-/// options: workers, memory, chunking).
-pub type ExportBuilder = Arc<dyn Fn(Arc<dyn Source>) -> ExportJob + Send + Sync>;
-
-/// The [`ExportBuilder`] that gives `template` (the CLI's export options, checked once) the
-/// source each snapshot is read from: the source's snapshot is only known when the run takes it.
-pub fn export_builder(template: ExportJob) -> ExportBuilder {
-    Arc::new(move |src| {
-        let mut j = template.clone();
-        j.source = src;
-        j
-    })
-}
-
-/// A validated `sluice stream` request.
-pub struct StreamJob {
-    /// The source.
-    pub source: Arc<dyn ChangeSource>,
-    /// Where files go.
-    pub destination: Arc<dyn Destination>,
-    /// Where the state is kept.
-    pub state: Arc<dyn StateStore>,
-    /// What to capture.
-    pub selection: Selection,
-    /// Change file format.
-    pub format: FormatOptions,
-    /// Initial snapshot or not.
-    pub initial: Initial,
-    /// Slot and publication names; `None` picks `sluice_<random>` on the first start.
-    pub slot: Option<String>,
-    /// Publication name; `None`: the slot's name.
-    pub publication: Option<String>,
-    /// Cut a batch at this many bytes of change data.
-    pub batch_bytes: u64,
-    /// Cut a batch this long after its first change.
-    pub batch_seconds: f64,
-    /// Stop once everything committed before the start is written.
-    pub until_current: bool,
-    /// Memory target of the process.
-    pub memory: u64,
-    /// Serve Prometheus metrics here.
-    pub metrics_addr: Option<SocketAddr>,
-    /// The initial snapshot's export job.
-    pub export: ExportBuilder,
-    /// Progress of the initial snapshot's export.
-    pub progress: Arc<dyn sluice_engine::Progress>,
-    /// The stream's counters (also served by `--metrics-addr`, and read by a progress display).
-    pub metrics: Arc<Metrics>,
-    /// Stream child tables of foreign keys whose actions' changes the source's log leaves
-    /// out (`--accept-missing-cascades`; see `cascades.rs`).
-    pub accept_missing_cascades: bool,
-    /// What a partition truncated, detached or dropped on the source does to the run
-    /// (`--partition-changes`; see `layout.rs`).
-    pub partition_changes: crate::layout::LayoutChanges,
-}
-
-/// Why the stream stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Stopped {
-    /// `--until-current`: everything committed before the start is written.
-    UntilCurrent,
-    /// SIGINT or SIGTERM.
-    Signal,
-}
-
-/// What a run did.
-#[derive(Debug, Clone, Serialize)]
-pub struct StreamReport {
-    /// Source, redacted.
-    pub source: String,
-    /// Output.
-    pub destination: String,
-    /// Where the state is.
-    pub state: String,
-    /// Slot and publication.
-    pub slot: String,
-    /// Publication.
-    pub publication: String,
-    /// The initial snapshot's export report, when this run wrote (part of) it.
-    pub snapshot: Option<Report>,
-    /// Changes written by this run.
-    pub changes: u64,
-    /// Transactions seen by this run.
-    pub transactions: u64,
-    /// Batches committed by this run.
-    pub batches: u64,
-    /// Change files committed by this run.
-    pub files: u64,
-    /// Bytes of change files committed by this run.
-    pub bytes_written: u64,
-    /// The committed restart position.
-    pub position: String,
-    /// The last `_seq` written (over the whole stream).
-    pub last_seq: u64,
-    /// Peak WAL (or log) retained for the stream while it ran, bytes.
-    pub peak_retained_bytes: u64,
-    /// The largest delay seen between a transaction's commit and its reading, seconds.
-    pub peak_lag_seconds: f64,
-    /// Seconds since the source was last told a position is durable, at the end.
-    pub seconds_since_confirm: f64,
-    /// Why it stopped.
-    pub stopped: Stopped,
-    /// Wall-clock seconds.
-    pub wall_seconds: f64,
-    /// Peak resident memory, bytes.
-    pub peak_rss_bytes: u64,
-    /// The source engine (`postgres`, `mysql`).
-    pub engine: String,
-    /// What the source keeps for the stream until it runs again, in the engine's words.
-    pub while_stopped: String,
-    /// Changed values written as NULL because their type could not hold them
-    /// (`--bad-values null`).
-    pub nulled_values: u64,
-    /// Changes of tables this run does not capture (a captured table renamed on the source),
-    /// left out.
-    pub ignored_changes: u64,
-}
-
-/// The warning for changes of a table the run does not capture: a captured table renamed on
-/// the source (its changes now arrive under the new name), whose changes are left out.
-pub(crate) fn uncaptured(table: &TableRef) -> String {
-    format!(
-        "the source sends changes of {table}, which this run does not capture: a captured \
-         table renamed on the source (its changes arrive under its new name). They are left \
-         out and counted (ignored changes in the report and metrics); to follow the table \
-         under its new name, select it and take a new snapshot of it"
-    )
-}
-
-pub(crate) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T> + Send + 'static,
-) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Error::internal(format!("a blocking task failed: {e}")))?
-}
-
-pub(crate) async fn discover(
-    source: &dyn ChangeSource,
-    selection: &Selection,
-) -> Result<Vec<Dataset>> {
-    let options = SourceOptions {
-        session_tag: "stream".into(),
-        consistency: Consistency::Chunk,
-        enable_row_security: false,
-    };
-    let mut c = source
-        .export_source(None)
-        .open_coordinator(&options)
-        .await?;
-    let found = c.discover(selection).await;
-    let _ = c.release().await;
-    found
-}
 
 fn names_of(job: &StreamJob, saved: Option<&StreamState>) -> Result<CaptureNames> {
     if let Some(s) = saved {
@@ -383,57 +213,27 @@ async fn first_start(
     datasets: &[Dataset],
     cancel: &watch::Receiver<bool>,
 ) -> Result<(StreamState, Option<Report>)> {
-    job.source.check(datasets).await?;
-    if job.source.keeps_server_objects() && job.source.exists(names).await? {
-        return Err(Error::config(format!(
+    let snapshot = job.initial == Initial::Snapshot;
+    let created = crate::start::create(job.source.as_ref(), names, datasets, snapshot, || {
+        Error::config(format!(
             "replication slot {} already exists on {} but {} holds no stream state for it. \
              Pass another --slot, or remove the slot (sluice stream --drop with the arguments \
              that created it) — a slot nobody reads keeps WAL on the server.",
             names.slot,
             job.source.display_url(),
             job.state.describe()
-        )));
-    }
-    let snapshot = job.initial == Initial::Snapshot;
-    let created = job.source.create(names, datasets, snapshot).await?;
-    let mut tables = BTreeMap::new();
-    for d in datasets {
-        if let Some(t) = &d.object {
-            tables.insert(
-                d.name.clone(),
-                TableState {
-                    table: t.clone(),
-                    snapshot_position: snapshot.then(|| created.position.clone()),
-                    versions: Vec::new(),
-                    missing: Vec::new(),
-                },
-            );
-        }
-    }
-    let mut state = StreamState {
-        version: crate::state::STATE_VERSION,
-        engine: job.source.engine().to_string(),
-        source: job.source.display_url(),
-        names: names.clone(),
-        publication_created: created.publication_created,
-        extension: job.format.extension().to_string(),
-        tables,
-        snapshot: SnapshotState {
-            initial: if snapshot { "snapshot" } else { "none" }.into(),
-            done: !snapshot,
-            positions: Vec::new(),
-        },
-        committed: Committed {
-            restart: created.position.clone(),
-            restart_seq: 1,
-            written_through: 0,
-            batches: 0,
-            changes: 0,
-        },
-        intent: None,
-        updated_at: chrono::Utc::now().to_rfc3339(),
-        layout: job.source.layout(datasets).await?,
-    };
+        ))
+    })
+    .await?;
+    let mut state = crate::start::new_state(
+        job.source.as_ref(),
+        names,
+        datasets,
+        &created,
+        snapshot,
+        job.format.extension(),
+    )
+    .await?;
     let saved = {
         let store = job.state.clone();
         let s = state.clone();
@@ -444,11 +244,7 @@ async fn first_start(
         .await
     };
     if let Err(e) = saved {
-        // A failed first start leaves no slot behind.
-        if let Some(h) = created.snapshot {
-            let _ = h.hold.release().await;
-        }
-        let _ = job.source.remove(names, created.publication_created).await;
+        crate::start::abandon(job.source.as_ref(), names, created).await;
         return Err(e);
     }
     if !job.source.keeps_server_objects() {

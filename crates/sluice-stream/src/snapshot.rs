@@ -20,7 +20,7 @@
 //!
 //! [`ChangeSource::stream_position`]: sluice_core::change::ChangeSource::stream_position
 
-use crate::run::{StreamJob, blocking};
+use crate::job::{StreamJob, blocking};
 use crate::state::StreamState;
 use sluice_core::change::{ChangeSource, HeldSnapshot};
 use sluice_core::{Error, Position, Result};

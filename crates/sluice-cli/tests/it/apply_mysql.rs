@@ -66,7 +66,7 @@ async fn target_table(db: &TestDb, name: &str, into: &str) -> TargetTable {
             table: table(into, name),
             ..keys
         },
-        source_engine: "mysql",
+        source_engine: sluice_core::apply::Engine::Mysql,
     }
 }
 
@@ -254,7 +254,7 @@ fn rows(t: &TargetTable, key: &[&str], changes: &[Change]) -> UnitTable {
         columns: Arc::new(t.columns.clone()),
         key: Arc::new(key.iter().map(|k| k.to_string()).collect()),
         batch: RecordBatch::try_new(schema, arrays).unwrap(),
-        source_engine: "mysql",
+        source_engine: sluice_core::apply::Engine::Mysql,
         sole_key: false,
     }
 }
@@ -282,7 +282,7 @@ fn exported(t: &TargetTable, mut columns: Vec<ArrayRef>, op: &'static str) -> Un
         columns: Arc::new(t.columns.clone()),
         key: Arc::new(vec!["id".into()]),
         batch: RecordBatch::try_new(change_schema(&t.table, &t.columns).unwrap(), columns).unwrap(),
-        source_engine: "mysql",
+        source_engine: sluice_core::apply::Engine::Mysql,
         sole_key: false,
     }
 }
@@ -529,7 +529,7 @@ async fn barriers_applied_twice_give_the_same_table() {
         table: acct.table.clone(),
         before: SourceColumn::of(&acct.columns),
         columns: now,
-        source_engine: "mysql",
+        source_engine: sluice_core::apply::Engine::Mysql,
     };
     let shape = format!(
         "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE FROM information_schema.COLUMNS \
@@ -748,7 +748,7 @@ async fn postgres_types_land_in_their_mapped_types() {
             match_by: vec![],
             generated: vec![],
         },
-        source_engine: "postgres",
+        source_engine: sluice_core::apply::Engine::Postgres,
     };
     let target = MyApplyTarget::new(&db.url).unwrap();
     target.prepare().await.unwrap();
@@ -882,7 +882,7 @@ async fn postgres_types_land_in_their_mapped_types() {
                 table: t.table.clone(),
                 before: SourceColumn::of(&columns),
                 columns: wider.clone(),
-                source_engine: "postgres",
+                source_engine: sluice_core::apply::Engine::Postgres,
             },
             &position(0),
         )

@@ -54,7 +54,7 @@ fn target_table(d: &Dataset, keys: TableKeys) -> TargetTable {
         table: d.object.clone().unwrap(),
         columns: d.columns.clone(),
         keys,
-        source_engine: "postgres",
+        source_engine: sluice_core::apply::Engine::Postgres,
     }
 }
 
@@ -94,7 +94,7 @@ fn unit_table(
         columns: Arc::new(d.columns.clone()),
         key: Arc::new(key.iter().map(|k| k.to_string()).collect()),
         batch: RecordBatch::try_new(Arc::new(Schema::new(all)), columns).unwrap(),
-        source_engine: "postgres",
+        source_engine: sluice_core::apply::Engine::Postgres,
         sole_key: false,
     }
 }
@@ -678,7 +678,7 @@ async fn barriers_applied_twice_give_the_same_result() {
         table: table.clone(),
         before: SourceColumn::of(&acct.columns),
         columns: now[0].columns.clone(),
-        source_engine: "postgres",
+        source_engine: sluice_core::apply::Engine::Postgres,
     };
     let columns = "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute \
                    WHERE attrelid = 'acct'::regclass AND attnum > 0 AND NOT attisdropped";
@@ -855,7 +855,7 @@ async fn a_mysql_table_lands_with_mapped_types() {
     let batches = files::dataset_batches(&out.path().join(&qualified));
 
     let mut t = target_table(d, TableKeys::primary_only(table.clone(), vec!["id".into()]));
-    t.source_engine = "mysql";
+    t.source_engine = sluice_core::apply::Engine::Mysql;
     let dst = TestDb::new().await;
     let target = PgApplyTarget::new(&dst.url).unwrap();
     target.prepare().await.unwrap();

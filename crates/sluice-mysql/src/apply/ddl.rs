@@ -414,7 +414,7 @@ pub async fn add_foreign_keys(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::apply::TableKeys;
+    use sluice_core::apply::{Engine, TableKeys};
     use sluice_core::columns::field;
 
     fn col(name: &str, source_type: &str, dt: DataType, nullable: bool) -> ColumnDesc {
@@ -451,7 +451,7 @@ mod tests {
                 match_by: vec![],
                 generated: vec![],
             },
-            source_engine: "mysql",
+            source_engine: Engine::Mysql,
         };
         let (sql, notes) = create_table(&table, true);
         assert!(sql.contains("`id` bigint(20) unsigned NOT NULL"), "{sql}");
@@ -472,7 +472,7 @@ mod tests {
                 match_by: vec![],
                 generated: vec![],
             },
-            source_engine: "postgres",
+            source_engine: Engine::Postgres,
             ..table
         };
         let (sql, _) = create_table(&table, false);

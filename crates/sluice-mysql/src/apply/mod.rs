@@ -6,9 +6,10 @@
 //! | `bookkeeping.rs` | database `sluice`: positions, state, followed columns, the run's lock |
 //! | `ddl.rs`     | column types, `CREATE TABLE`, the column barrier's `ALTER TABLE`       |
 //! | `render.rs`  | Arrow values → SQL literals                                           |
-//! | `session.rs` | apply sessions: a unit's statements in at most two round trips        |
-//! | `batch.rs`   | rows prepared for statements; many updates or deletes in one statement |
+//! | `session.rs` | apply sessions: the round trip under the shared planner, barriers      |
+//! | `dialect.rs` | the apply statements as MySQL spells them (the planner's dialect)      |
 //! | `load.rs`    | the initial load: multi-row `INSERT`s sized under `max_allowed_packet` |
+//! | `tests.rs`   | the statements units become, as text                                   |
 //!
 //! Bookkeeping lives in database `sluice` (`bookkeeping.rs`). MySQL DDL commits by itself, so
 //! barriers are written to be idempotent and a session commits what precedes a barrier with
@@ -21,12 +22,14 @@
 //! instead of being truncated; `NO_AUTO_VALUE_ON_ZERO` keeps an explicit 0 in an
 //! auto-increment column).
 
-mod batch;
 mod bookkeeping;
 mod ddl;
+mod dialect;
 mod load;
 pub mod render;
 mod session;
+#[cfg(test)]
+mod tests;
 
 use crate::catalog::{Flavor, ServerInfo, server_info, text};
 use crate::connect::{MyTarget, Sessions};
@@ -36,7 +39,7 @@ use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
 use sluice_core::apply::{
-    AppliedPosition, ApplySession, ApplyTarget, BulkLoad, ForeignKey, ReplicationLock,
+    AppliedPosition, ApplySession, ApplyTarget, BulkLoad, Engine, ForeignKey, ReplicationLock,
     SourceColumn, TargetTable,
 };
 use sluice_core::table::TableRef;
@@ -272,7 +275,7 @@ impl ApplyTarget for MyApplyTarget {
         let d = self.display();
         let mut notes = Vec::new();
         for t in tables {
-            let same = t.source_engine == self.engine();
+            let same = t.source_engine == Engine::Mysql;
             let grant = |what: &str| {
                 format!(
                     "GRANT {what}, SELECT, INSERT, UPDATE, DELETE, DROP, ALTER ON {}.* TO {}",

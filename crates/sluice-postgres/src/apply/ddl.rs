@@ -10,7 +10,7 @@ use super::render::Kind;
 use crate::sql::{quote_ident, quote_table};
 use arrow_schema::extension::{ExtensionType, Json};
 use arrow_schema::{DataType, Field};
-use sluice_core::apply::{ForeignKey, SourceColumn, TargetTable};
+use sluice_core::apply::{Engine, ForeignKey, SourceColumn, TargetTable};
 use sluice_core::table::{ColumnDesc, TableRef};
 use sluice_core::{Error, Result};
 use std::collections::{HashMap, HashSet};
@@ -123,7 +123,7 @@ pub async fn target_columns(
 /// another engine's source, whose expression is not PostgreSQL's (the change stream does not
 /// carry generated columns, so a plain column would go stale).
 pub fn carried(t: &TargetTable, name: &str) -> bool {
-    t.source_engine == "postgres" || !t.keys.is_generated(name)
+    t.source_engine == Engine::Postgres || !t.keys.is_generated(name)
 }
 
 /// `CREATE TABLE` for `t` with the given column types: not-null, primary key, unique keys,
@@ -182,7 +182,7 @@ pub async fn create_tables(
     // unsigned`) are not PostgreSQL syntax, and `to_regtype` fails on those.
     let mut wanted: Vec<String> = tables
         .iter()
-        .filter(|t| t.source_engine == "postgres")
+        .filter(|t| t.source_engine == Engine::Postgres)
         .flat_map(|t| t.columns.iter().map(|c| c.source_type.clone()))
         .collect();
     wanted.sort();
@@ -207,7 +207,7 @@ pub async fn create_tables(
             }
             continue;
         }
-        let same = t.source_engine == "postgres";
+        let same = t.source_engine == Engine::Postgres;
         let types: Vec<String> = t
             .columns
             .iter()

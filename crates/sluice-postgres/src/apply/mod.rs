@@ -7,10 +7,11 @@
 //! | `bookkeeping.rs` | schema `sluice`: positions, state, followed columns, the run's lock |
 //! | `ddl.rs`     | column types, `CREATE TABLE`, the column barrier's `ALTER TABLE`       |
 //! | `render.rs`  | Arrow values → PostgreSQL input text (SQL literals, `COPY` fields)     |
-//! | `session.rs` | apply sessions: a unit's statements in one or two round trips         |
-//! | `batch.rs`   | rows prepared for statements; many updates or deletes in one statement |
+//! | `session.rs` | apply sessions: the round trip under the shared planner, barriers      |
+//! | `dialect.rs` | the apply statements as PostgreSQL spells them (the planner's dialect) |
 //! | `encode.rs`  | Arrow values → binary `COPY` fields, for the target types it knows     |
 //! | `load.rs`    | the initial load: one `COPY … FROM STDIN` per batch (binary or text)   |
+//! | `tests.rs`   | the statements units become, as text                                   |
 //!
 //! Bookkeeping lives in schema `sluice` (`bookkeeping.rs`); DDL is transactional here, so a
 //! barrier commits with the unit around it.
@@ -18,13 +19,15 @@
 //! Connections are made by [`PgTarget`], so a target URL means what it means to libpq (TLS,
 //! `~/.pgpass`, `PG*` variables), as for sources.
 
-mod batch;
 mod bookkeeping;
 mod ddl;
+mod dialect;
 mod encode;
 mod load;
 mod render;
 mod session;
+#[cfg(test)]
+mod tests;
 
 use crate::connect::PgTarget;
 use async_trait::async_trait;

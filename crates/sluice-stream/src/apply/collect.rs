@@ -31,7 +31,9 @@
 use super::writeset::{RowKeys, TableKeySpecs};
 use crate::state::in_table_snapshot;
 use arrow_array::ArrayRef;
-use sluice_core::apply::{AppliedPosition, ApplyUnit, Barrier, SourceColumn, TableKeys, UnitTable};
+use sluice_core::apply::{
+    AppliedPosition, ApplyUnit, Barrier, Engine, SourceColumn, TableKeys, UnitTable,
+};
 use sluice_core::change::{ChangeOp, ChangeRows, ChangeSink, TxMeta, change_schema};
 use sluice_core::table::{ColumnDesc, TableRef};
 use sluice_core::{Error, Result};
@@ -160,7 +162,7 @@ pub(crate) struct Collector {
     /// Row changes of the streamed transaction sent after its unit was handed over.
     streamed_changes: u64,
     limits: Limits,
-    source_engine: &'static str,
+    source_engine: Engine,
     busy: Option<Busy>,
     handoff: Option<Handoff>,
     /// Per table, scratch for the keys of its rows while a piece is built.
@@ -230,7 +232,7 @@ impl Collector {
         captured: Vec<Captured>,
         keys: Vec<TableKeys>,
         limits: Limits,
-        source_engine: &'static str,
+        source_engine: Engine,
     ) -> Self {
         let keys: HashMap<TableRef, TableKeys> =
             keys.into_iter().map(|k| (k.table.clone(), k)).collect();
@@ -537,7 +539,7 @@ impl ChangeSink for Collector {
 
     fn relation(&mut self, table: &TableRef, columns: &[ColumnDesc]) -> Result<usize> {
         let Some(&h) = self.by_ref.get(table) else {
-            tracing::warn!("{}", crate::run::uncaptured(table));
+            tracing::warn!("{}", crate::job::uncaptured(table));
             self.by_ref.insert(table.clone(), self.tables.len());
             self.tables.push(Table {
                 table: table.clone(),

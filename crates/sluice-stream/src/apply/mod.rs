@@ -42,8 +42,8 @@ mod tests_collect;
 mod worker;
 mod writeset;
 
-use crate::run::{ExportBuilder, Initial, Stopped, discover};
-use crate::state::{Committed, STATE_VERSION, SnapshotState, StreamState, TableState};
+use crate::job::{ExportBuilder, Initial, Stopped, discover};
+use crate::state::StreamState;
 pub use load::template_output;
 use serde::Serialize;
 use sluice_core::apply::{ApplyTarget, ForeignKey, SourceColumn, TableKeys, TargetTable};
@@ -238,6 +238,7 @@ pub async fn run_replicate(
         slot: name.clone(),
     };
     same_target_names(&job, &datasets)?;
+    let source_engine: sluice_core::apply::Engine = job.source.engine().parse()?;
     let wanted: Vec<TargetTable> = datasets
         .iter()
         .filter_map(|d| {
@@ -260,7 +261,7 @@ pub async fn run_replicate(
                 keys: k,
                 table: job.on_target(&table),
                 columns: d.columns.clone(),
-                source_engine: job.source.engine(),
+                source_engine,
             })
         })
         .collect();
@@ -424,9 +425,8 @@ async fn first_start(
             )));
         }
     }
-    job.source.check(datasets).await?;
-    if job.source.keeps_server_objects() && job.source.exists(names).await? {
-        return Err(Error::config(format!(
+    let created = crate::start::create(job.source.as_ref(), names, datasets, snapshot, || {
+        Error::config(format!(
             "replication slot {0} already exists on {1} but {2} holds no state of replication \
              {0}: the slot belongs to another replication (another target, or this target \
              with another --target-schema), or to a stream. To start a replication of your \
@@ -437,48 +437,12 @@ async fn first_start(
             names.slot,
             job.source.display_url(),
             job.target.display_url(),
-        )));
-    }
-    let created = job.source.create(names, datasets, snapshot).await?;
-    let tables = datasets
-        .iter()
-        .filter_map(|d| {
-            let t = d.object.clone()?;
-            Some((
-                d.name.clone(),
-                TableState {
-                    table: t,
-                    snapshot_position: snapshot.then(|| created.position.clone()),
-                    versions: Vec::new(),
-                    missing: Vec::new(),
-                },
-            ))
-        })
-        .collect::<BTreeMap<_, _>>();
-    let mut state = StreamState {
-        version: STATE_VERSION,
-        engine: job.source.engine().to_string(),
-        source: job.source.display_url(),
-        names: names.clone(),
-        publication_created: created.publication_created,
-        extension: String::new(),
-        tables,
-        snapshot: SnapshotState {
-            initial: if snapshot { "snapshot" } else { "none" }.into(),
-            done: !snapshot,
-            positions: Vec::new(),
-        },
-        committed: Committed {
-            restart: created.position.clone(),
-            restart_seq: 1,
-            written_through: 0,
-            batches: 0,
-            changes: 0,
-        },
-        intent: None,
-        updated_at: String::new(),
-        layout: job.source.layout(datasets).await?,
-    };
+        ))
+    })
+    .await?;
+    let mut state =
+        crate::start::new_state(job.source.as_ref(), names, datasets, &created, snapshot, "")
+            .await?;
     // The columns the target tables follow from here: the change stream's (generated columns
     // are not sent).
     let followed: Vec<(TableRef, Vec<SourceColumn>)> = datasets
@@ -500,10 +464,7 @@ async fn first_start(
         Err(e) => Err(e),
     };
     if let Err(e) = saved {
-        if let Some(h) = created.snapshot {
-            let _ = h.hold.release().await;
-        }
-        let _ = job.source.remove(names, created.publication_created).await;
+        crate::start::abandon(job.source.as_ref(), names, created).await;
         return Err(e);
     }
     let report = match created.snapshot {

@@ -1,21 +1,28 @@
-//! The streaming half of a replication: read the source from the applied position, collect
-//! units, hand them to the workers, confirm the source, and restart after transient errors.
+//! The streaming half of a replication: the collector and the worker pool as the read loop's
+//! output (`drive.rs`, which opens the source at the applied position, confirms, and
+//! restarts after transient errors): units collected, handed to the workers, the source read
+//! no further while too much waits.
 
 use super::ReplicateJob;
 use super::collect::{Captured, Collector, Limits};
 use super::worker::Pool;
-use crate::pump::{MAX_RETRIES, backoff};
-use crate::run::Stopped;
+use crate::drive::{self, Run};
+use crate::job::Stopped;
 use crate::state::StreamState;
-use sluice_core::change::{ChangeStream, Step};
+use async_trait::async_trait;
+use sluice_core::apply::TableKeys;
+use sluice_core::change::{CaptureHarm, ChangeSink, ChangeSource, Step};
 use sluice_core::table::TableRef;
-use sluice_core::{Dataset, Error, Result};
+use sluice_core::{Dataset, Result};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// What a transient error restarts, for the log.
-const RESTARTING: &str = "the replication from its applied position";
+/// How long a read waits for the source when no unit is due sooner.
+const READ_WAIT: Duration = Duration::from_millis(200);
+
+/// How often the source is told what the target committed.
+const CONFIRM_EVERY: Duration = Duration::from_secs(1);
 
 /// How long a unit's first transaction waits for others while a worker is free (the most a
 /// caught-up stream's transaction is held back).
@@ -37,63 +44,84 @@ pub(super) async fn stream(
     job: &ReplicateJob,
     state: &StreamState,
     datasets: &[Dataset],
-    (keys, target_fks): (Vec<sluice_core::apply::TableKeys>, Vec<(TableRef, String)>),
+    (keys, target_fks): (Vec<TableKeys>, Vec<(TableRef, String)>),
     cancel: &watch::Receiver<bool>,
 ) -> Result<(Stopped, String)> {
-    let names = &state.names;
-    // The state as the layout checks update it (`layout.rs`).
-    let mut watched = state.clone();
-    let mut target: Option<Option<String>> = None;
-    let mut failures = 0u32;
-    loop {
-        let applied = job.target.applied(&names.slot).await?;
+    let names = state.names.clone();
+    let mut attempts = TargetAttempts {
+        job,
+        state,
+        datasets,
+        keys,
+        target_fks,
+        // The state as the layout checks update it (`layout.rs`), across attempts.
+        watched: state.clone(),
+        units_before: 0,
+        restart: String::new(),
+    };
+    let run = Run {
+        source: job.source.as_ref(),
+        names: &names,
+        datasets,
+        until_current: job.until_current,
+        partition_changes: job.partition_changes,
+        command: "sluice replicate",
+        restarting: "the replication from its applied position",
+    };
+    let stopped = drive::run(&run, &mut attempts, cancel).await?;
+    let position = job
+        .target
+        .applied(&names.slot)
+        .await?
+        .map(|a| a.restart)
+        .unwrap_or(attempts.restart);
+    Ok((stopped, position))
+}
+
+/// The attempts of a replication: each opens at the position the target recorded last, with
+/// a new collector and a new pool of target sessions.
+struct TargetAttempts<'a> {
+    job: &'a ReplicateJob,
+    state: &'a StreamState,
+    datasets: &'a [Dataset],
+    keys: Vec<TableKeys>,
+    target_fks: Vec<(TableRef, String)>,
+    watched: StreamState,
+    /// Units applied when the attempt began (more at its end: it made progress).
+    units_before: u64,
+    /// Where the last attempt opened the stream.
+    restart: String,
+}
+
+#[async_trait]
+impl<'a> drive::Attempts for TargetAttempts<'a> {
+    type Out = Target<'a>;
+
+    async fn begin(&mut self) -> Result<(String, Target<'a>)> {
+        let job = self.job;
+        let slot = &self.state.names.slot;
+        let applied = job.target.applied(slot).await?;
         let (restart, unit) = match &applied {
             Some(a) => (a.restart.clone(), a.unit),
-            None => (state.committed.restart.clone(), 0),
+            None => (self.state.committed.restart.clone(), 0),
         };
-        let attempt = async {
-            let stream = job.source.open(names, datasets, &restart).await?;
-            if target.is_none() {
-                target = Some(match job.until_current {
-                    true => Some(job.source.current_position().await?),
-                    false => None,
-                });
-            }
-            let pool = Pool::start(
-                &job.target,
-                &names.slot,
-                job.parallel,
-                unit,
-                job.counters.clone(),
-            )
-            .await?;
-            Ok::<_, Error>((stream, pool))
-        };
-        let (mut s, pool) = match attempt.await {
-            Ok(x) => x,
-            Err(e) => {
-                failures += 1;
-                if !e.is_transient() || failures > MAX_RETRIES || *cancel.borrow() {
-                    return Err(e);
-                }
-                backoff(&e, failures, RESTARTING).await;
-                continue;
-            }
-        };
+        let pool = Pool::start(&job.target, slot, job.parallel, unit, job.counters.clone()).await?;
         // The columns each target table follows, where it recorded them.
         let followed: std::collections::HashMap<_, _> = job
             .target
-            .followed_columns(&names.slot)
+            .followed_columns(slot)
             .await?
             .into_iter()
             .collect();
-        let captured = state
+        let captured = self
+            .state
             .tables
             .values()
             .map(|t| Captured {
                 table: t.table.clone(),
                 target: job.on_target(&t.table),
-                columns: datasets
+                columns: self
+                    .datasets
                     .iter()
                     .find(|d| d.object.as_ref() == Some(&t.table))
                     .map(|d| d.columns.clone())
@@ -103,55 +131,171 @@ pub(super) async fn stream(
             })
             .collect();
         let limits = unit_limits(job.memory, job.parallel, job.max_grouped);
-        let mut collector = Collector::new(captured, keys.clone(), limits, job.source.engine());
-        collector.set_target_foreign_keys(target_fks.clone());
+        let engine = job.source.engine().parse()?;
+        let mut collector = Collector::new(captured, self.keys.clone(), limits, engine);
+        collector.set_target_foreign_keys(self.target_fks.clone());
         collector.set_busy(pool.busy_fn());
         collector.set_handoff(pool.handoff());
         collector.restart = Some(restart.clone());
         if let Some(a) = &applied {
             collector.resume_at(a);
         }
-        let until = target.clone().flatten();
-        let before = job.counters.units.load(Ordering::Relaxed);
-        let r = pump(
+        self.units_before = job.counters.units.load(Ordering::Relaxed);
+        self.restart = restart.clone();
+        let out = Target {
             job,
-            (&mut watched, datasets),
-            s.as_mut(),
-            &mut collector,
-            &pool,
-            cancel,
-            until.as_deref(),
-        )
-        .await;
-        let stopped_pool = pool.stop().await;
-        let _ = s.close().await;
-        // A worker's own error (with its cause) rather than the pump's copy of it.
-        let r = match (r, stopped_pool) {
-            (Ok(st), Ok(())) => Ok(st),
-            (Err(e), Ok(())) => Err(e),
+            collector,
+            pool,
+            watched: std::mem::replace(&mut self.watched, self.state.clone()),
+            received_before: job.counters.transactions.load(Ordering::Relaxed),
+            ignored_before: job.counters.ignored.load(Ordering::Relaxed),
+            confirmed: None,
+            last_confirm: Instant::now(),
+            last_advance: Instant::now(),
+        };
+        Ok((restart, out))
+    }
+
+    async fn end(&mut self, out: Target<'a>, result: Result<Stopped>) -> (Result<Stopped>, bool) {
+        self.watched = out.watched;
+        let stopped_pool = out.pool.stop().await;
+        // A worker's own error (with its cause) rather than the loop's copy of it.
+        let result = match (result, stopped_pool) {
+            (r, Ok(())) => r,
             (_, Err(e)) => Err(e),
         };
-        match r {
-            Ok(stopped) => {
-                let position = job
-                    .target
-                    .applied(&names.slot)
-                    .await?
-                    .map(|a| a.restart)
-                    .unwrap_or(restart);
-                return Ok((stopped, position));
-            }
-            Err(e) => {
-                if job.counters.units.load(Ordering::Relaxed) > before {
-                    failures = 0;
-                }
-                failures += 1;
-                if !e.is_transient() || failures > MAX_RETRIES || *cancel.borrow() {
-                    return Err(e);
-                }
-                backoff(&e, failures, RESTARTING).await;
-            }
+        let progressed = self.job.counters.units.load(Ordering::Relaxed) > self.units_before;
+        (result, progressed)
+    }
+}
+
+/// A target database: the collector's units handed to the worker pool, the source confirmed
+/// once a second up to the last committed unit.
+struct Target<'a> {
+    job: &'a ReplicateJob,
+    collector: Collector,
+    pool: Pool,
+    watched: StreamState,
+    received_before: u64,
+    ignored_before: u64,
+    confirmed: Option<String>,
+    last_confirm: Instant,
+    last_advance: Instant,
+}
+
+impl Target<'_> {
+    /// Move the applied position to where the source has sent (a position-only unit).
+    fn advance(&mut self, received: Option<String>) {
+        if !self.collector.in_tx()
+            && let Some(r) = received
+        {
+            self.collector.advance_to(&r);
         }
+    }
+
+    /// Everything collected applied and committed.
+    async fn drain(&mut self, received: Option<String>) -> Result<()> {
+        self.collector.cut()?;
+        self.advance(received);
+        self.pool.add(std::mem::take(&mut self.collector.ready));
+        self.pool.wait_until(|p| p.unfinished() == 0).await
+    }
+}
+
+#[async_trait]
+impl drive::Output for Target<'_> {
+    fn sink(&mut self) -> &mut dyn ChangeSink {
+        &mut self.collector
+    }
+
+    fn in_tx(&self) -> bool {
+        self.collector.in_tx()
+    }
+
+    fn wait(&self) -> Duration {
+        // An open unit is due after its linger time: wait for the source no longer than that.
+        self.collector
+            .due_in()
+            .map_or(READ_WAIT, |d| d.max(Duration::from_millis(1)))
+    }
+
+    fn check(&self) -> Result<()> {
+        self.pool.check()
+    }
+
+    async fn after_read(&mut self, step: Step, received: Option<String>) -> Result<()> {
+        let job = self.job;
+        self.collector.cut_due(step == Step::Idle)?;
+        if self.last_advance.elapsed() >= POSITION_EVERY {
+            self.last_advance = Instant::now();
+            self.advance(received);
+        }
+        self.pool.add(std::mem::take(&mut self.collector.ready));
+        let c = &job.counters;
+        c.received.store(
+            self.received_before + self.collector.received,
+            Ordering::Relaxed,
+        );
+        c.ignored.store(
+            self.ignored_before + self.collector.ignored,
+            Ordering::Relaxed,
+        );
+        let budget = (job.memory / 4).max(4 << 20) as usize;
+        let most = MAX_UNFINISHED_PER_WORKER * job.parallel.max(1);
+        if self.pool.bytes() > budget || self.pool.unfinished() > most {
+            self.pool
+                .wait_until(|p| p.bytes() <= budget && p.unfinished() <= most)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn finish(&mut self, received: Option<String>, signal: bool) -> Result<()> {
+        if signal && self.collector.in_tx() {
+            // Read again at the next start.
+            self.collector.abandon();
+        }
+        self.drain(received).await
+    }
+
+    fn confirmable(&mut self, now: bool) -> Result<Option<String>> {
+        if !now && self.last_confirm.elapsed() < CONFIRM_EVERY {
+            return Ok(None);
+        }
+        self.last_confirm = Instant::now();
+        Ok(self
+            .pool
+            .last()
+            .map(|a| a.restart)
+            .filter(|r| self.confirmed.as_ref() != Some(r)))
+    }
+
+    fn confirmed(&mut self, pos: &str, _source: &dyn ChangeSource) {
+        self.confirmed = Some(pos.to_string());
+    }
+
+    fn observe(&mut self, step: Step) {
+        let c = &self.job.counters;
+        let ts = c.last_commit_ts.load(Ordering::Relaxed);
+        if ts > 0 && step == Step::Data {
+            let lag = (chrono::Utc::now().timestamp_micros() as u64).saturating_sub(ts) / 1000;
+            c.peak_lag_millis.fetch_max(lag, Ordering::Relaxed);
+        }
+    }
+
+    fn harm(&mut self, h: CaptureHarm) {
+        self.job
+            .counters
+            .peak_retained_bytes
+            .fetch_max(h.retained_bytes, Ordering::Relaxed);
+    }
+
+    fn layout_state(&mut self) -> &mut StreamState {
+        &mut self.watched
+    }
+
+    async fn layout_changed(&mut self) -> Result<()> {
+        super::save_state(self.job, &self.watched).await
     }
 }
 
@@ -166,132 +310,4 @@ fn unit_limits(memory: u64, parallel: usize, max_grouped: u64) -> Limits {
         stream_bytes: ((memory / 8) as usize).clamp(1 << 20, 64 << 20),
         linger: LINGER,
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn pump(
-    job: &ReplicateJob,
-    (watched, datasets): (&mut StreamState, &[Dataset]),
-    stream: &mut dyn ChangeStream,
-    collector: &mut Collector,
-    pool: &Pool,
-    cancel: &watch::Receiver<bool>,
-    target: Option<&str>,
-) -> Result<Stopped> {
-    let budget = (job.memory / 4).max(4 << 20) as usize;
-    let received_before = job.counters.transactions.load(Ordering::Relaxed);
-    let ignored_before = job.counters.ignored.load(Ordering::Relaxed);
-    let wait = Duration::from_millis(200);
-    let mut confirmed: Option<String> = None;
-    let mut last_confirm = Instant::now();
-    let mut last_advance = Instant::now();
-    // Before stopping: the position-only unit that moves the applied position to where the
-    // source has sent, so a caught-up replication ends at the source's position.
-    let advance = |collector: &mut Collector, stream: &dyn ChangeStream| {
-        if !collector.in_tx()
-            && let Some(r) = stream.received_through()
-        {
-            collector.advance_to(&r);
-        }
-    };
-    let mut last_harm: Option<Instant> = None;
-    let mut last_layout = Instant::now();
-    let names = &watched.names.clone();
-    loop {
-        if last_layout.elapsed() >= crate::layout::CHECK_EVERY {
-            last_layout = Instant::now();
-            if crate::layout::check(
-                job.source.as_ref(),
-                datasets,
-                watched,
-                job.partition_changes,
-                "sluice replicate",
-            )
-            .await?
-            {
-                super::save_state(job, watched).await?;
-            }
-        }
-        if last_harm.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
-            last_harm = Some(Instant::now());
-            if let Ok(Some(h)) = job.source.harm(names).await {
-                job.counters
-                    .peak_retained_bytes
-                    .fetch_max(h.retained_bytes, Ordering::Relaxed);
-            }
-        }
-        if *cancel.borrow() {
-            if collector.in_tx() {
-                collector.abandon();
-            }
-            collector.cut()?;
-            advance(collector, stream);
-            let ready = std::mem::take(&mut collector.ready);
-            pool.add(ready);
-            pool.wait_until(|p| p.unfinished() == 0).await?;
-            confirm(stream, pool, &mut confirmed).await?;
-            return Ok(Stopped::Signal);
-        }
-        pool.check()?;
-        // An open unit is due after its linger time: wait for the source no longer than that.
-        let wait_now = collector
-            .due_in()
-            .map_or(wait, |d| d.max(Duration::from_millis(1)));
-        let step = stream.next(collector, wait_now).await?;
-        collector.cut_due(step == Step::Idle)?;
-        if last_advance.elapsed() >= POSITION_EVERY {
-            last_advance = Instant::now();
-            advance(collector, stream);
-        }
-        let ready = std::mem::take(&mut collector.ready);
-        pool.add(ready);
-        job.counters
-            .received
-            .store(received_before + collector.received, Ordering::Relaxed);
-        job.counters
-            .ignored
-            .store(ignored_before + collector.ignored, Ordering::Relaxed);
-        let most = MAX_UNFINISHED_PER_WORKER * job.parallel.max(1);
-        if pool.bytes() > budget || pool.unfinished() > most {
-            pool.wait_until(|p| p.bytes() <= budget && p.unfinished() <= most)
-                .await?;
-        }
-        if last_confirm.elapsed() >= Duration::from_secs(1) {
-            last_confirm = Instant::now();
-            confirm(stream, pool, &mut confirmed).await?;
-            let ts = job.counters.last_commit_ts.load(Ordering::Relaxed);
-            if ts > 0 && step == Step::Data {
-                let lag = (chrono::Utc::now().timestamp_micros() as u64).saturating_sub(ts) / 1000;
-                job.counters
-                    .peak_lag_millis
-                    .fetch_max(lag, Ordering::Relaxed);
-            }
-        }
-        if let (Some(t), Some(r)) = (target, stream.received_through())
-            && !collector.in_tx()
-            && r.as_str() >= t
-        {
-            collector.cut()?;
-            advance(collector, stream);
-            pool.add(std::mem::take(&mut collector.ready));
-            pool.wait_until(|p| p.unfinished() == 0).await?;
-            confirm(stream, pool, &mut confirmed).await?;
-            return Ok(Stopped::UntilCurrent);
-        }
-    }
-}
-
-/// Tell the source that everything up to the last committed unit is applied.
-async fn confirm(
-    stream: &mut dyn ChangeStream,
-    pool: &Pool,
-    confirmed: &mut Option<String>,
-) -> Result<()> {
-    if let Some(last) = pool.last()
-        && confirmed.as_ref() != Some(&last.restart)
-    {
-        stream.confirm(&last.restart).await?;
-        *confirmed = Some(last.restart);
-    }
-    Ok(())
 }

@@ -248,7 +248,7 @@ fn table(name: &str, rows: &[(i64, &str)], keyed: bool) -> UnitTable {
         columns: Arc::new(columns),
         key: Arc::new(if keyed { vec!["id".into()] } else { Vec::new() }),
         batch,
-        source_engine: "postgres",
+        source_engine: sluice_core::apply::Engine::Postgres,
         sole_key: false,
     }
 }
@@ -401,7 +401,7 @@ pub(super) fn lingering(
             stream_bytes: 64 << 20,
             linger,
         },
-        "postgres",
+        sluice_core::apply::Engine::Postgres,
     );
     c.set_busy(Arc::new(move |_| busy));
     (c, table, columns)

@@ -88,7 +88,7 @@ async fn a_transaction_far_past_the_streaming_threshold_reaches_the_workers() {
             stream_bytes: 1 << 10,
             linger: Duration::ZERO,
         },
-        "postgres",
+        sluice_core::apply::Engine::Postgres,
     );
     c.set_busy(pool.busy_fn());
     c.set_handoff(pool.handoff());
@@ -220,7 +220,7 @@ fn inserts_into_a_keyless_table_leave_a_unit_shared() {
             stream_bytes: 64 << 20,
             linger: Duration::ZERO,
         },
-        "postgres",
+        sluice_core::apply::Engine::Postgres,
     );
     c.set_busy(Arc::new(|_| false));
     tx(&mut c, 1);

@@ -1,0 +1,221 @@
+//! What an engine supplies to the planner: its [`ApplyDialect`] (the text of statements) and
+//! its [`ApplyLink`] (the round trip); [`Prepared`], the unit table both read; [`Recorder`], a
+//! link without a server for tests of a dialect.
+
+use crate::apply::{AppliedPosition, UnitTable};
+use crate::change::{ABSENT, ChangeOp, OP};
+use crate::error::{Error, Result};
+use crate::table::TableRef;
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ListArray, StringArray};
+use async_trait::async_trait;
+
+/// How one engine spells what the planner writes. Every method appends to `buf` and writes
+/// no statement terminator: the planner adds [`ApplyDialect::END`] where a statement ends.
+///
+/// Values must be written so that no value can end a literal or a statement (quoted, hex or
+/// formatted by the dialect itself): the buffer carries many statements in one message.
+pub trait ApplyDialect: Send {
+    /// What the dialect works out once per table of a unit (quoted names, how each column's
+    /// values are written), given to every method as [`Prepared::cols`].
+    type Columns: Send + Sync;
+
+    /// Rows of one batched `UPDATE` at most.
+    const UPDATE_ROWS: usize;
+    /// Rows of one batched `DELETE` at most.
+    const DELETE_ROWS: usize;
+    /// What ends a statement that others follow (`;`, maybe with a line break).
+    const END: &'static str;
+    /// What separates the rows of a multi-row `INSERT`.
+    const ROW_SEP: &'static str;
+    /// The statement that opens a transaction.
+    const BEGIN: &'static str;
+    /// The statement that commits it (always the buffer's last).
+    const COMMIT: &'static str;
+
+    /// The per-table state of `t` (an error when a column's values cannot be written).
+    fn columns(&self, t: &UnitTable) -> Result<Self::Columns>;
+
+    /// `INSERT INTO t (cols) VALUES`, up to where the first row starts.
+    fn insert_head(&mut self, p: &Prepared<'_, Self::Columns>, cols: &[usize], buf: &mut String);
+
+    /// Row `r` of a multi-row `INSERT`: `(v, …)` of columns `cols`.
+    fn insert_row(
+        &mut self,
+        p: &Prepared<'_, Self::Columns>,
+        cols: &[usize],
+        r: usize,
+        buf: &mut String,
+    ) -> Result<()>;
+
+    /// The whole statement inserting a row that carries no column, or `None` when the
+    /// engine's `INSERT` takes an empty column list (the row joins a multi-row `INSERT`).
+    fn default_values(&mut self, p: &Prepared<'_, Self::Columns>) -> Option<String>;
+
+    /// `UPDATE t SET c = v, …` of row `r`'s columns `set` (never empty), up to its `WHERE`.
+    fn update_head(
+        &mut self,
+        p: &Prepared<'_, Self::Columns>,
+        set: &[usize],
+        r: usize,
+        buf: &mut String,
+    ) -> Result<()>;
+
+    /// `DELETE FROM t`, up to its `WHERE`.
+    fn delete_head(&mut self, p: &Prepared<'_, Self::Columns>, buf: &mut String);
+
+    /// The ` WHERE …` that makes a single-row update or delete match row `r` by columns
+    /// `cols`: the key (where a key column is NULL, it matches NULL), or, when `p.key` is
+    /// empty, every column the row carries, touching at most one row.
+    fn row_where(
+        &mut self,
+        p: &Prepared<'_, Self::Columns>,
+        cols: &[usize],
+        r: usize,
+        buf: &mut String,
+    ) -> Result<()>;
+
+    /// One `UPDATE` of `rows` of a keyed table (at most [`ApplyDialect::UPDATE_ROWS`], sharing
+    /// no key, each carrying columns `set`, never empty, besides the key), matched by key.
+    fn update_many(
+        &mut self,
+        p: &Prepared<'_, Self::Columns>,
+        set: &[usize],
+        rows: &[usize],
+        buf: &mut String,
+    ) -> Result<()>;
+
+    /// One `DELETE` of `rows` of a keyed table (at most [`ApplyDialect::DELETE_ROWS`], sharing
+    /// no key), matched by key.
+    fn delete_many(
+        &mut self,
+        p: &Prepared<'_, Self::Columns>,
+        rows: &[usize],
+        buf: &mut String,
+    ) -> Result<()>;
+
+    /// The upsert of worker `worker`'s applied position of replication `name` (see
+    /// [`crate::apply::ApplySession::record`]).
+    fn position(&mut self, name: &str, worker: u32, position: &AppliedPosition, buf: &mut String);
+
+    /// The upsert of the source columns `table` of replication `name` follows, as the JSON the
+    /// adapter's bookkeeping reads back (see [`crate::apply::ApplySession::columns`]).
+    fn followed(&mut self, name: &str, table: &TableRef, columns_json: &str, buf: &mut String);
+}
+
+/// One target connection's round trip, for the planner.
+#[async_trait]
+pub trait ApplyLink: Send {
+    /// Send `sql` (statements ended by the dialect's [`ApplyDialect::END`]) inside the open
+    /// transaction; each statement's affected rows in order (the rows an update matched, not
+    /// only those it changed). An error is classified: [`Error::apply_conflict`] when
+    /// ordering may explain it, [`Error::apply_blocked`] for a lock wait given up, transient
+    /// for a lost connection, permanent otherwise; `tables` (those of the open transaction)
+    /// are for its message.
+    async fn send(&mut self, sql: &str, tables: &[TableRef]) -> Result<Vec<u64>>;
+
+    /// Roll the open transaction back.
+    async fn rollback(&mut self) -> Result<()>;
+
+    /// A sentence naming the sessions that may hold a lock on `tables`, for the message of a
+    /// lock wait given up (never fails: it says so when it cannot tell).
+    async fn holders(&mut self, tables: &[TableRef]) -> String;
+}
+
+/// A unit table prepared for the dialect: its key columns, its change columns and what the
+/// dialect worked out.
+pub struct Prepared<'a, C> {
+    /// The table's rows.
+    pub t: &'a UnitTable,
+    /// Indexes in [`UnitTable::columns`] of the key (empty: the table has no key).
+    pub key: Vec<usize>,
+    /// The dialect's per-table state ([`ApplyDialect::columns`]).
+    pub cols: C,
+    op: &'a StringArray,
+    absent: &'a ListArray,
+}
+
+impl<'a, C> Prepared<'a, C> {
+    /// `t` prepared for `dialect`.
+    pub(super) fn new<D: ApplyDialect<Columns = C>>(dialect: &D, t: &'a UnitTable) -> Result<Self> {
+        let schema = t.batch.schema_ref();
+        let column = |name: &str| {
+            schema
+                .index_of(name)
+                .map(|i| t.batch.column(i))
+                .map_err(|_| Error::internal(format!("the rows of {} lack column {name}", t.table)))
+        };
+        let op = column(OP)?
+            .as_string_opt::<i32>()
+            .ok_or_else(|| Error::internal(format!("column {OP} of {} is not text", t.table)))?;
+        let absent = column(ABSENT)?.as_list_opt::<i32>().ok_or_else(|| {
+            Error::internal(format!("column {ABSENT} of {} is not a list", t.table))
+        })?;
+        Ok(Prepared {
+            t,
+            key: t.key_positions()?,
+            cols: dialect.columns(t)?,
+            op,
+            absent,
+        })
+    }
+
+    /// What row `r` does.
+    pub fn op(&self, r: usize) -> Result<ChangeOp> {
+        let text = self.op.value(r);
+        match ChangeOp::parse(text) {
+            Some(op @ (ChangeOp::Insert | ChangeOp::Update | ChangeOp::Delete)) => Ok(op),
+            _ => Err(Error::internal(format!(
+                "a {text:?} change of {} reached an apply unit; only inserts, updates and \
+                 deletes are applied in units",
+                self.t.table
+            ))),
+        }
+    }
+
+    /// Which columns row `r` carries (`mask[i]` false for a column `_absent` names).
+    pub fn carried(&self, r: usize, mask: &mut Vec<bool>) {
+        mask.clear();
+        mask.resize(self.t.columns.len(), true);
+        if self.absent.is_null(r) || self.absent.value_length(r) == 0 {
+            return;
+        }
+        let list = self.absent.value(r);
+        let Some(names) = list.as_string_opt::<i32>() else {
+            return;
+        };
+        for name in names.iter().flatten() {
+            if let Some(i) = self.t.columns.iter().position(|c| c.name == name) {
+                mask[i] = false;
+            }
+        }
+    }
+}
+
+/// An [`ApplyLink`] without a server: it keeps each buffer it is sent and answers with no row
+/// counts (so nothing counts as unmatched). What a dialect's tests read a unit's statements
+/// from.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    /// The buffers sent, in order.
+    pub sent: Vec<String>,
+    /// Rollbacks sent.
+    pub rollbacks: usize,
+}
+
+#[async_trait]
+impl ApplyLink for Recorder {
+    async fn send(&mut self, sql: &str, _tables: &[TableRef]) -> Result<Vec<u64>> {
+        self.sent.push(sql.to_string());
+        Ok(Vec::new())
+    }
+
+    async fn rollback(&mut self) -> Result<()> {
+        self.rollbacks += 1;
+        Ok(())
+    }
+
+    async fn holders(&mut self, _tables: &[TableRef]) -> String {
+        String::new()
+    }
+}

@@ -1,0 +1,435 @@
+//! The planner over a toy dialect: what it buffers, when it sends, what it counts.
+
+use super::*;
+use crate::apply::Engine;
+use crate::change::change_schema;
+use crate::columns::field;
+use arrow_array::builder::{ListBuilder, StringBuilder};
+use arrow_array::cast::AsArray;
+use arrow_array::{
+    Array, ArrayRef, Int32Array, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array,
+};
+use arrow_schema::DataType;
+use async_trait::async_trait;
+
+/// Statements as short tokens: `I t(id,v)`, rows `(1,a)`, `U v=a W id=1`, `UM v [1,2]`, ….
+struct Toy;
+
+fn val(p: &Prepared<'_, ()>, c: usize, r: usize) -> String {
+    let a = p.t.batch.column(c);
+    if a.is_null(r) {
+        return "N".into();
+    }
+    match a.data_type() {
+        DataType::Int32 => a
+            .as_primitive::<arrow_array::types::Int32Type>()
+            .value(r)
+            .to_string(),
+        _ => a.as_string::<i32>().value(r).to_string(),
+    }
+}
+
+fn name<'a>(p: &'a Prepared<'_, ()>, c: usize) -> &'a str {
+    &p.t.columns[c].name
+}
+
+impl ApplyDialect for Toy {
+    type Columns = ();
+    const UPDATE_ROWS: usize = 2;
+    const DELETE_ROWS: usize = 3;
+    const END: &'static str = ";";
+    const ROW_SEP: &'static str = ",";
+    const BEGIN: &'static str = "B";
+    const COMMIT: &'static str = "C";
+
+    fn columns(&self, _t: &UnitTable) -> Result<()> {
+        Ok(())
+    }
+    fn insert_head(&mut self, p: &Prepared<'_, ()>, cols: &[usize], buf: &mut String) {
+        let names: Vec<&str> = cols.iter().map(|&c| name(p, c)).collect();
+        buf.push_str(&format!("I {}({})", p.t.table.name, names.join(",")));
+    }
+    fn insert_row(
+        &mut self,
+        p: &Prepared<'_, ()>,
+        cols: &[usize],
+        r: usize,
+        buf: &mut String,
+    ) -> Result<()> {
+        let v: Vec<String> = cols.iter().map(|&c| val(p, c, r)).collect();
+        buf.push_str(&format!("({})", v.join(",")));
+        Ok(())
+    }
+    fn default_values(&mut self, p: &Prepared<'_, ()>) -> Option<String> {
+        Some(format!("DV {}", p.t.table.name))
+    }
+    fn update_head(
+        &mut self,
+        p: &Prepared<'_, ()>,
+        set: &[usize],
+        r: usize,
+        buf: &mut String,
+    ) -> Result<()> {
+        let s: Vec<String> = set
+            .iter()
+            .map(|&c| format!("{}={}", name(p, c), val(p, c, r)))
+            .collect();
+        buf.push_str(&format!("U {}", s.join(",")));
+        Ok(())
+    }
+    fn delete_head(&mut self, _p: &Prepared<'_, ()>, buf: &mut String) {
+        buf.push('D');
+    }
+    fn row_where(
+        &mut self,
+        p: &Prepared<'_, ()>,
+        cols: &[usize],
+        r: usize,
+        buf: &mut String,
+    ) -> Result<()> {
+        let w: Vec<String> = cols
+            .iter()
+            .map(|&c| format!("{}={}", name(p, c), val(p, c, r)))
+            .collect();
+        let star = if p.key.is_empty() { "*" } else { "" };
+        buf.push_str(&format!(" W{star} {}", w.join(",")));
+        Ok(())
+    }
+    fn update_many(
+        &mut self,
+        p: &Prepared<'_, ()>,
+        set: &[usize],
+        rows: &[usize],
+        buf: &mut String,
+    ) -> Result<()> {
+        let s: Vec<&str> = set.iter().map(|&c| name(p, c)).collect();
+        let k: Vec<String> = rows.iter().map(|&r| val(p, p.key[0], r)).collect();
+        buf.push_str(&format!("UM {} [{}]", s.join(","), k.join(",")));
+        Ok(())
+    }
+    fn delete_many(
+        &mut self,
+        p: &Prepared<'_, ()>,
+        rows: &[usize],
+        buf: &mut String,
+    ) -> Result<()> {
+        let k: Vec<String> = rows.iter().map(|&r| val(p, p.key[0], r)).collect();
+        buf.push_str(&format!("DM [{}]", k.join(",")));
+        Ok(())
+    }
+    fn position(&mut self, name: &str, worker: u32, position: &AppliedPosition, buf: &mut String) {
+        buf.push_str(&format!("P {name} {worker} {}", position.unit));
+    }
+    fn followed(&mut self, name: &str, table: &TableRef, columns_json: &str, buf: &mut String) {
+        buf.push_str(&format!("F {name} {} {columns_json}", table.name));
+    }
+}
+
+/// A link that answers each statement with `rows` affected rows, or fails with `fail`.
+#[derive(Default)]
+struct Link {
+    sent: Vec<String>,
+    rows: u64,
+    fail: Option<Error>,
+    rollbacks: usize,
+}
+
+#[async_trait]
+impl ApplyLink for Link {
+    async fn send(&mut self, sql: &str, tables: &[TableRef]) -> Result<Vec<u64>> {
+        self.sent.push(sql.to_string());
+        if let Some(e) = self.fail.take() {
+            let names: Vec<String> = tables.iter().map(|t| t.to_string()).collect();
+            return Err(Error::apply_blocked(format!(
+                "{} on {}",
+                e.message(),
+                names.join(",")
+            )));
+        }
+        Ok(vec![self.rows; sql.split(';').count()])
+    }
+    async fn rollback(&mut self) -> Result<()> {
+        self.rollbacks += 1;
+        Ok(())
+    }
+    async fn holders(&mut self, _tables: &[TableRef]) -> String {
+        "held by pid 7.".into()
+    }
+}
+
+/// Table `d.t (id int, v text)` keyed by `key`: rows of (op, id, v, absent columns).
+fn table(key: &[&str], rows: &[(&str, i32, Option<&str>, &[&str])]) -> UnitTable {
+    let t = TableRef {
+        schema: "d".into(),
+        name: "t".into(),
+    };
+    let cols: Vec<ColumnDesc> = [("id", DataType::Int32), ("v", DataType::Utf8)]
+        .into_iter()
+        .map(|(n, dt)| ColumnDesc {
+            name: n.into(),
+            source_type: "x".into(),
+            field: field(n, dt),
+            cast: None,
+            as_text_fallback: false,
+        })
+        .collect();
+    let n = rows.len();
+    let mut absent = ListBuilder::new(StringBuilder::new());
+    for r in rows {
+        for a in r.3 {
+            absent.values().append_value(a);
+        }
+        absent.append(true);
+    }
+    let arrays: Vec<ArrayRef> = vec![
+        Arc::new(Int32Array::from(
+            rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            rows.iter().map(|r| r.2).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(vec!["p"; n])),
+        Arc::new(UInt64Array::from((0..n as u64).collect::<Vec<_>>())),
+        Arc::new(TimestampMicrosecondArray::from(vec![None; n]).with_timezone("UTC")),
+        Arc::new(StringArray::from(vec![None::<&str>; n])),
+        Arc::new(absent.finish()),
+    ];
+    UnitTable {
+        table: t.clone(),
+        columns: Arc::new(cols.clone()),
+        key: Arc::new(key.iter().map(|k| k.to_string()).collect()),
+        batch: RecordBatch::try_new(change_schema(&t, &cols).unwrap(), arrays).unwrap(),
+        source_engine: Engine::Postgres,
+        sole_key: false,
+    }
+}
+
+/// A unit of `t`'s rows in order, in `batches` (end offsets; empty: a row each).
+fn unit(t: UnitTable, batches: &[u32]) -> ApplyUnit {
+    let n = t.batch.num_rows() as u32;
+    ApplyUnit {
+        tables: vec![t],
+        order: (0..n).map(|r| (0, r)).collect(),
+        batches: batches.to_vec(),
+    }
+}
+
+fn position(unit: u64) -> AppliedPosition {
+    AppliedPosition {
+        unit,
+        restart: "r".into(),
+        pos: "p".into(),
+        commit_ts: None,
+        skip: 0,
+    }
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+#[test]
+fn a_unit_is_one_round_trip_with_inserts_merged() {
+    block_on(async {
+        let mut p = Planner::new(Toy, "n", 3);
+        let mut link = Link::default();
+        p.begin();
+        let t = table(
+            &["id"],
+            &[
+                ("insert", 1, Some("a"), &[]),
+                ("insert", 2, None, &[]),
+                ("update", 1, None, &["v"]),
+                ("update", 2, Some("b"), &[]),
+                ("delete", 1, None, &[]),
+            ],
+        );
+        p.apply(&unit(t, &[]), &mut link).await.unwrap();
+        // The next piece's inserts extend the open insert.
+        let more = table(
+            &["id"],
+            &[("insert", 3, Some("c"), &[]), ("insert", 4, None, &["v"])],
+        );
+        p.apply(&unit(more, &[]), &mut link).await.unwrap();
+        p.record(&position(9));
+        p.commit(&mut link).await.unwrap();
+        assert_eq!(
+            link.sent,
+            ["B;I t(id,v)(1,a),(2,N);U v=b W id=2;D W id=1;I t(id,v)(3,c);I t(id)(4);P n 3 9;C"],
+            "an update of its key alone sets nothing and is left out"
+        );
+    });
+}
+
+#[test]
+fn batches_group_by_columns_and_chunk() {
+    block_on(async {
+        let mut p = Planner::new(Toy, "n", 0);
+        let mut link = Link::default();
+        p.begin();
+        let t = table(
+            &["id"],
+            &[
+                ("insert", 1, Some("a"), &[]),
+                ("insert", 2, None, &["v"]),
+                ("insert", 3, Some("c"), &[]),
+                ("update", 1, Some("x"), &[]),
+                ("update", 2, None, &["v"]),
+                ("update", 3, Some("y"), &[]),
+                ("update", 4, Some("z"), &[]),
+                ("update", 5, Some("w"), &[]),
+                ("delete", 6, None, &[]),
+                ("delete", 7, None, &[]),
+                ("delete", 8, None, &[]),
+                ("delete", 9, None, &[]),
+            ],
+        );
+        p.apply(&unit(t, &[3, 8, 12]), &mut link).await.unwrap();
+        p.commit(&mut link).await.unwrap();
+        assert_eq!(
+            link.sent,
+            ["B;I t(id,v)(1,a),(3,c);I t(id)(2);UM v [1,3];UM v [4,5];DM [6,7,8];DM [9];C"]
+        );
+    });
+}
+
+#[test]
+fn keyless_rows_match_what_they_carry_and_empty_inserts_use_default_values() {
+    block_on(async {
+        let mut p = Planner::new(Toy, "n", 0);
+        let mut link = Link::default();
+        p.begin();
+        let t = table(
+            &[],
+            &[
+                ("update", 1, Some("a"), &[]),
+                ("delete", 2, None, &["v"]),
+                ("insert", 0, None, &["id", "v"]),
+            ],
+        );
+        p.apply(&unit(t, &[2, 3]), &mut link).await.unwrap();
+        p.commit(&mut link).await.unwrap();
+        assert_eq!(link.sent, ["B;U id=1,v=a W* id=1,v=a;D W* id=2;DV t;C"]);
+    });
+}
+
+#[test]
+fn a_large_unit_is_sent_past_the_flush_bound() {
+    block_on(async {
+        let mut p = Planner::new(Toy, "n", 0);
+        let mut link = Link::default();
+        p.begin();
+        let big = "x".repeat(FLUSH_BYTES / 2 + 1);
+        let rows: Vec<(&str, i32, Option<&str>, &[&str])> = (0..3)
+            .map(|i| ("insert", i, Some(big.as_str()), &[][..]))
+            .collect();
+        p.apply(&unit(table(&["id"], &rows), &[3]), &mut link)
+            .await
+            .unwrap();
+        assert_eq!(link.sent.len(), 1, "sent once past the bound");
+        assert!(
+            link.sent[0].ends_with(&format!("(1,{big});")),
+            "the insert is ended"
+        );
+        p.commit(&mut link).await.unwrap();
+        assert_eq!(link.sent[1], format!("I t(id,v)(2,{big});C"));
+    });
+}
+
+#[test]
+fn unmatched_updates_and_deletes_count_at_commit() {
+    block_on(async {
+        let mut p = Planner::new(Toy, "n", 0);
+        let mut link = Link::default();
+        p.begin();
+        let t = table(
+            &["id"],
+            &[
+                ("insert", 1, Some("a"), &[]),
+                ("update", 2, Some("b"), &[]),
+                ("delete", 3, None, &[]),
+                ("delete", 4, None, &[]),
+            ],
+        );
+        p.apply(&unit(t, &[1, 2, 4]), &mut link).await.unwrap();
+        p.send(&mut link).await.unwrap();
+        assert_eq!(p.unmatched(), 0, "counted once committed");
+        p.commit(&mut link).await.unwrap();
+        assert_eq!(p.unmatched(), 3, "1 update and 2 deletes matched 0 rows");
+        p.begin();
+        p.commit(&mut link).await.unwrap();
+        assert_eq!(p.unmatched(), 0);
+    });
+}
+
+#[test]
+fn a_rollback_reaches_the_server_only_after_a_send() {
+    block_on(async {
+        let mut p = Planner::new(Toy, "n", 0);
+        let mut link = Link::default();
+        p.begin();
+        let t = table(&["id"], &[("insert", 1, Some("a"), &[])]);
+        p.apply(&unit(t.clone(), &[]), &mut link).await.unwrap();
+        p.rollback(&mut link).await.unwrap();
+        assert_eq!((link.sent.len(), link.rollbacks), (0, 0));
+        p.begin();
+        p.apply(&unit(t, &[]), &mut link).await.unwrap();
+        p.send(&mut link).await.unwrap();
+        p.rollback(&mut link).await.unwrap();
+        assert_eq!((link.sent.len(), link.rollbacks), (1, 1));
+        p.begin();
+        p.commit(&mut link).await.unwrap();
+        assert_eq!(
+            link.sent[1], "B;C",
+            "nothing of the rolled-back unit is left"
+        );
+    });
+}
+
+#[test]
+fn a_lock_wait_given_up_rolls_back_and_names_the_holder() {
+    block_on(async {
+        let mut p = Planner::new(Toy, "n", 0);
+        let mut link = Link {
+            fail: Some(Error::apply_blocked("lock wait timeout")),
+            ..Link::default()
+        };
+        p.begin();
+        let t = table(&["id"], &[("update", 1, Some("a"), &[])]);
+        p.apply(&unit(t, &[]), &mut link).await.unwrap();
+        let e = p.commit(&mut link).await.unwrap_err();
+        assert!(e.is_apply_blocked());
+        assert_eq!(e.message(), "lock wait timeout on d.t held by pid 7.");
+        assert_eq!(link.rollbacks, 1);
+        p.rollback(&mut link).await.unwrap();
+        assert_eq!(link.rollbacks, 1, "already rolled back");
+    });
+}
+
+#[test]
+fn a_truncate_row_is_refused() {
+    block_on(async {
+        let mut p = Planner::new(Toy, "n", 0);
+        p.begin();
+        let t = table(&["id"], &[("truncate", 1, None, &[])]);
+        let e = p
+            .apply(&unit(t, &[]), &mut Link::default())
+            .await
+            .unwrap_err();
+        assert!(e.message().contains("\"truncate\" change of d.t"), "{e}");
+    });
+}
+
+#[test]
+fn engines_read_back_their_names() {
+    for e in [Engine::Postgres, Engine::Mysql, Engine::Firebird] {
+        assert_eq!(e.as_str().parse::<Engine>().unwrap(), e);
+    }
+    assert!("oracle".parse::<Engine>().is_err());
+}

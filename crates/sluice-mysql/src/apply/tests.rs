@@ -1,0 +1,332 @@
+//! The statements a unit becomes on MySQL/MariaDB, as text (no server: the planner sends into
+//! a [`Recorder`]).
+
+use super::dialect::MySql;
+use arrow_array::builder::{ListBuilder, StringBuilder};
+use arrow_array::{
+    ArrayRef, Int32Array, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array,
+};
+use arrow_schema::extension::EXTENSION_TYPE_NAME_KEY;
+use arrow_schema::{DataType, Field};
+use sluice_core::apply::planner::{FLUSH_BYTES, Planner, Recorder};
+use sluice_core::apply::{AppliedPosition, ApplyUnit, Engine, SourceColumn, UnitTable};
+use sluice_core::change::change_schema;
+use sluice_core::columns::field;
+use sluice_core::table::{ColumnDesc, TableRef};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// One row of table `d.t (id int, v)`: op, id, v, absent columns.
+type Row<'a> = (&'a str, Option<i32>, Option<&'a str>, &'a [&'a str]);
+
+/// Table `d.t (id int, v)` keyed by `key`, `v` text or, with `json`, JSON.
+fn table_of(key: &[&str], json: bool, rows: &[Row<'_>]) -> UnitTable {
+    let t = TableRef {
+        schema: "d".into(),
+        name: "t".into(),
+    };
+    let mut v = field("v", DataType::Utf8);
+    if json {
+        v = v.with_metadata(HashMap::from([(
+            EXTENSION_TYPE_NAME_KEY.to_string(),
+            "arrow.json".to_string(),
+        )]));
+    }
+    let cols: Vec<ColumnDesc> = [field("id", DataType::Int32), v]
+        .into_iter()
+        .map(|f: Field| ColumnDesc {
+            name: f.name().clone(),
+            source_type: "x".into(),
+            field: f,
+            cast: None,
+            as_text_fallback: false,
+        })
+        .collect();
+    let n = rows.len();
+    let mut absent = ListBuilder::new(StringBuilder::new());
+    for r in rows {
+        for a in r.3 {
+            absent.values().append_value(a);
+        }
+        absent.append(true);
+    }
+    let arrays: Vec<ArrayRef> = vec![
+        Arc::new(Int32Array::from(
+            rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            rows.iter().map(|r| r.2).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(vec!["p"; n])),
+        Arc::new(UInt64Array::from((0..n as u64).collect::<Vec<_>>())),
+        Arc::new(TimestampMicrosecondArray::from(vec![None; n]).with_timezone("UTC")),
+        Arc::new(StringArray::from(vec![None::<&str>; n])),
+        Arc::new(absent.finish()),
+    ];
+    UnitTable {
+        table: t.clone(),
+        columns: Arc::new(cols.clone()),
+        key: Arc::new(key.iter().map(|k| k.to_string()).collect()),
+        batch: RecordBatch::try_new(change_schema(&t, &cols).unwrap(), arrays).unwrap(),
+        source_engine: Engine::Mysql,
+        sole_key: false,
+    }
+}
+
+fn table(key: &[&str], rows: &[Row<'_>]) -> UnitTable {
+    table_of(key, false, rows)
+}
+
+/// What `t`'s rows become in one unit on MySQL (`mysql_json`) or MariaDB, `batches` as in
+/// `ApplyUnit::batches`: each buffer sent.
+async fn sent_on(t: UnitTable, batches: &[u32], mysql_json: bool) -> Vec<String> {
+    let n = t.batch.num_rows() as u32;
+    let unit = ApplyUnit {
+        tables: vec![t],
+        order: (0..n).map(|r| (0, r)).collect(),
+        batches: batches.to_vec(),
+    };
+    let mut plan = Planner::new(MySql { mysql_json }, "r", 2);
+    let mut link = Recorder::default();
+    plan.begin();
+    plan.apply(&unit, &mut link).await.unwrap();
+    plan.commit(&mut link).await.unwrap();
+    link.sent
+}
+
+async fn script_on(t: UnitTable, batches: &[u32], mysql_json: bool) -> String {
+    let mut s = sent_on(t, batches, mysql_json).await;
+    assert_eq!(s.len(), 1, "one round trip");
+    let s = s.remove(0);
+    s.strip_prefix("START TRANSACTION;")
+        .and_then(|s| s.strip_suffix("COMMIT"))
+        .unwrap_or_else(|| panic!("not one transaction: {s}"))
+        .to_string()
+}
+
+async fn script(t: UnitTable, batches: &[u32]) -> String {
+    script_on(t, batches, false).await
+}
+
+fn x(s: &str) -> String {
+    crate::sql::quote_literal(s)
+}
+
+#[tokio::test]
+async fn a_unit_as_statements() {
+    let t = table(
+        &["id"],
+        &[
+            ("insert", Some(1), Some("a"), &[]),
+            ("insert", Some(2), None, &[]),
+            ("update", Some(1), None, &["v"]),
+            ("update", Some(2), Some("b"), &[]),
+            ("insert", Some(3), None, &["v"]),
+            ("delete", Some(1), None, &["v"]),
+        ],
+    );
+    assert_eq!(
+        script(t, &[]).await,
+        format!(
+            "INSERT INTO `d`.`t` (`id`,`v`) VALUES (1,{}),(2,NULL);\
+             UPDATE `d`.`t` SET `v`={} WHERE `id` = 2;\
+             INSERT INTO `d`.`t` (`id`) VALUES (3);\
+             DELETE FROM `d`.`t` WHERE `id` = 1;",
+            x("a"),
+            x("b")
+        ),
+        "consecutive inserts with the same columns share a statement; an update of absent \
+         columns only has nothing to set"
+    );
+}
+
+#[tokio::test]
+async fn keyless_rows_and_null_keys() {
+    let keyless = table(
+        &[],
+        &[
+            ("delete", Some(1), None, &[]),
+            ("update", Some(2), Some("b"), &[]),
+            ("update", Some(3), Some("c"), &["id"]),
+        ],
+    );
+    assert_eq!(
+        script(keyless, &[]).await,
+        format!(
+            "DELETE FROM `d`.`t` WHERE `id` <=> 1 AND `v` IS NULL LIMIT 1;\
+             UPDATE `d`.`t` SET `id`=2,`v`={b} WHERE `id` <=> 2 AND `v` <=> {b} LIMIT 1;\
+             UPDATE `d`.`t` SET `v`={c} WHERE `v` <=> {c} LIMIT 1;",
+            b = x("b"),
+            c = x("c")
+        ),
+        "an absent column is neither set nor matched"
+    );
+    let null_key = table(&["id", "v"], &[("delete", None, Some("a"), &[])]);
+    assert_eq!(
+        script(null_key, &[]).await,
+        format!(
+            "DELETE FROM `d`.`t` WHERE `id` IS NULL AND `v` = {};",
+            x("a")
+        )
+    );
+    let json = || table_of(&[], true, &[("delete", Some(1), Some("{}"), &[])]);
+    assert_eq!(
+        script_on(json(), &[], true).await,
+        format!(
+            "DELETE FROM `d`.`t` WHERE `id` <=> 1 AND `v` <=> CAST({} AS JSON) LIMIT 1;",
+            x("{}")
+        ),
+        "MySQL compares JSON as JSON"
+    );
+    assert_eq!(
+        script_on(json(), &[], false).await,
+        format!(
+            "DELETE FROM `d`.`t` WHERE `id` <=> 1 AND `v` <=> {} LIMIT 1;",
+            x("{}")
+        ),
+        "MariaDB's JSON is text"
+    );
+}
+
+#[tokio::test]
+async fn a_batch_as_statements() {
+    let t = table(
+        &["id"],
+        &[
+            ("update", Some(1), Some("a"), &[]),
+            ("update", Some(2), None, &[]),
+            ("update", Some(3), None, &["v"]),
+            ("delete", Some(3), None, &["v"]),
+            ("delete", Some(4), None, &["v"]),
+            ("insert", Some(5), Some("e"), &[]),
+            ("insert", Some(6), None, &["v"]),
+            ("insert", Some(7), Some("g"), &[]),
+        ],
+    );
+    assert_eq!(
+        script(t, &[3, 5, 8]).await,
+        format!(
+            "UPDATE `d`.`t` SET `v`=CASE WHEN (`id` = 1) THEN {} WHEN (`id` = 2) THEN NULL END \
+             WHERE `id` IN (1,2);DELETE FROM `d`.`t` WHERE `id` IN (3,4);\
+             INSERT INTO `d`.`t` (`id`,`v`) VALUES (5,{}),(7,{});\
+             INSERT INTO `d`.`t` (`id`) VALUES (6);",
+            x("a"),
+            x("e"),
+            x("g")
+        ),
+        "grouped by the columns carried; an update carrying only its key sets nothing"
+    );
+    let two = table(
+        &["id", "v"],
+        &[
+            ("delete", Some(1), Some("a"), &[]),
+            ("delete", Some(2), Some("b"), &[]),
+        ],
+    );
+    assert_eq!(
+        script(two, &[2]).await,
+        format!(
+            "DELETE FROM `d`.`t` WHERE (`id` = 1 AND `v` = {}) OR (`id` = 2 AND `v` = {});",
+            x("a"),
+            x("b")
+        )
+    );
+}
+
+#[tokio::test]
+async fn batches_are_chunked_at_the_row_limits() {
+    let rows = |op: &'static str, n: i32| -> Vec<Row<'static>> {
+        (0..n).map(|i| (op, Some(i), Some("v"), &[][..])).collect()
+    };
+    let s = script(table(&["id"], &rows("update", 401)), &[401]).await;
+    let whens: Vec<usize> = s
+        .split_terminator(';')
+        .map(|s| s.matches(" WHEN ").count())
+        .collect();
+    assert_eq!(whens, [200, 200, 1]);
+    let s = script(table(&["id"], &rows("delete", 1001)), &[1001]).await;
+    let keys: Vec<usize> = s
+        .split_terminator(';')
+        .map(|s| s.matches(',').count() + 1)
+        .collect();
+    assert_eq!(keys, [1000, 1]);
+}
+
+#[tokio::test]
+async fn an_empty_insert_joins_the_multi_row_insert() {
+    let t = table(
+        &["id"],
+        &[
+            ("insert", None, None, &["id", "v"]),
+            ("insert", None, None, &["id", "v"]),
+        ],
+    );
+    assert_eq!(script(t, &[]).await, "INSERT INTO `d`.`t` () VALUES (),();");
+}
+
+#[tokio::test]
+async fn a_large_unit_is_sent_at_the_flush_bound() {
+    let big = "x".repeat(FLUSH_BYTES / 6);
+    let rows: Vec<Row<'_>> = (0..4)
+        .map(|i| ("insert", Some(i), Some(big.as_str()), &[][..]))
+        .collect();
+    let s = sent_on(table(&["id"], &rows), &[4], false).await;
+    assert_eq!(
+        s.len(),
+        2,
+        "hex doubles the text: three rows pass the bound"
+    );
+    assert!(s[0].starts_with("START TRANSACTION;INSERT INTO") && s[0].ends_with("');"));
+    assert!(s[0].len() > FLUSH_BYTES);
+    assert!(s[1].starts_with("INSERT INTO `d`.`t` (`id`,`v`) VALUES (3,_utf8mb4 X'78"));
+    assert!(s[1].ends_with("');COMMIT"));
+}
+
+#[tokio::test]
+async fn bookkeeping_statements() {
+    let mut plan = Planner::new(MySql { mysql_json: false }, "r", 2);
+    let mut link = Recorder::default();
+    plan.begin();
+    plan.record(&AppliedPosition {
+        unit: 7,
+        restart: "f.1:4".into(),
+        pos: "f.1:9".into(),
+        commit_ts: None,
+        skip: 1,
+    });
+    let t = TableRef {
+        schema: "d".into(),
+        name: "t".into(),
+    };
+    let columns = [SourceColumn {
+        name: "id".into(),
+        source_type: "int".into(),
+    }];
+    let json = super::bookkeeping::columns_json(&columns);
+    plan.followed(&t, &json);
+    plan.commit(&mut link).await.unwrap();
+    assert_eq!(
+        link.sent,
+        [format!(
+            "START TRANSACTION;\
+             INSERT INTO `sluice`.`applied` (`name`,`worker`,`unit`,`restart`,`pos`,\
+             `commit_ts`,`skip`) VALUES ({},2,7,{},{},NULL,1) ON DUPLICATE KEY UPDATE \
+             `unit`=VALUES(`unit`),`restart`=VALUES(`restart`),`pos`=VALUES(`pos`),\
+             `commit_ts`=VALUES(`commit_ts`),`skip`=VALUES(`skip`),\
+             `updated`=CURRENT_TIMESTAMP(6);\
+             INSERT INTO `sluice`.`columns` (`name`,`table_schema`,`table_name`,`columns`) \
+             VALUES ({},{},{},{}) ON DUPLICATE KEY UPDATE `columns`=VALUES(`columns`),\
+             `updated`=CURRENT_TIMESTAMP(6);COMMIT",
+            x("r"),
+            x("f.1:4"),
+            x("f.1:9"),
+            x("r"),
+            x("d"),
+            x("t"),
+            x(&json)
+        )]
+    );
+}

@@ -1,0 +1,265 @@
+//! The statements a unit becomes on PostgreSQL, as text (no server: the planner sends into a
+//! [`Recorder`]).
+
+use super::dialect::PgSql;
+use arrow_array::builder::{ListBuilder, StringBuilder};
+use arrow_array::{
+    ArrayRef, Int32Array, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array,
+};
+use arrow_schema::DataType;
+use sluice_core::apply::planner::{FLUSH_BYTES, Planner, Recorder};
+use sluice_core::apply::{AppliedPosition, ApplyUnit, Engine, SourceColumn, UnitTable};
+use sluice_core::change::change_schema;
+use sluice_core::columns::field;
+use sluice_core::table::{ColumnDesc, TableRef};
+use std::sync::Arc;
+
+/// One row of table `d.t (id int, v <v_type>)`: op, id, v, absent columns.
+type Row<'a> = (&'a str, Option<i32>, Option<&'a str>, &'a [&'a str]);
+
+/// Table `d.t (id int, v)` keyed by `key`, `v` of source type `v_type`.
+fn table_of(key: &[&str], v_type: &str, rows: &[Row<'_>]) -> UnitTable {
+    let t = TableRef {
+        schema: "d".into(),
+        name: "t".into(),
+    };
+    let cols: Vec<ColumnDesc> = [
+        ("id", "integer", DataType::Int32),
+        ("v", v_type, DataType::Utf8),
+    ]
+    .into_iter()
+    .map(|(n, ty, dt)| ColumnDesc {
+        name: n.into(),
+        source_type: ty.into(),
+        field: field(n, dt),
+        cast: None,
+        as_text_fallback: false,
+    })
+    .collect();
+    let n = rows.len();
+    let mut absent = ListBuilder::new(StringBuilder::new());
+    for r in rows {
+        for a in r.3 {
+            absent.values().append_value(a);
+        }
+        absent.append(true);
+    }
+    let arrays: Vec<ArrayRef> = vec![
+        Arc::new(Int32Array::from(
+            rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            rows.iter().map(|r| r.2).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(vec!["0/1"; n])),
+        Arc::new(UInt64Array::from((0..n as u64).collect::<Vec<_>>())),
+        Arc::new(TimestampMicrosecondArray::from(vec![None; n]).with_timezone("UTC")),
+        Arc::new(StringArray::from(vec![None::<&str>; n])),
+        Arc::new(absent.finish()),
+    ];
+    UnitTable {
+        table: t.clone(),
+        columns: Arc::new(cols.clone()),
+        key: Arc::new(key.iter().map(|k| k.to_string()).collect()),
+        batch: RecordBatch::try_new(change_schema(&t, &cols).unwrap(), arrays).unwrap(),
+        source_engine: Engine::Postgres,
+        sole_key: false,
+    }
+}
+
+fn table(key: &[&str], rows: &[Row<'_>]) -> UnitTable {
+    table_of(key, "text", rows)
+}
+
+/// What `t`'s rows become in one unit, `batches` as in `ApplyUnit::batches`: each buffer sent.
+async fn sent(t: UnitTable, batches: &[u32]) -> Vec<String> {
+    let n = t.batch.num_rows() as u32;
+    let unit = ApplyUnit {
+        tables: vec![t],
+        order: (0..n).map(|r| (0, r)).collect(),
+        batches: batches.to_vec(),
+    };
+    let mut plan = Planner::new(PgSql::default(), "r", 2);
+    let mut link = Recorder::default();
+    plan.begin();
+    plan.apply(&unit, &mut link).await.unwrap();
+    plan.commit(&mut link).await.unwrap();
+    link.sent
+}
+
+async fn script(t: UnitTable, batches: &[u32]) -> String {
+    let mut s = sent(t, batches).await;
+    assert_eq!(s.len(), 1, "one round trip");
+    let s = s.remove(0);
+    s.strip_prefix("BEGIN;\n")
+        .and_then(|s| s.strip_suffix("COMMIT"))
+        .unwrap_or_else(|| panic!("not one transaction: {s}"))
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_unit_as_statements() {
+    let t = table(
+        &["id"],
+        &[
+            ("insert", Some(1), Some("a"), &[]),
+            ("insert", Some(2), None, &[]),
+            ("update", Some(1), None, &["v"]),
+            ("update", Some(2), Some("it's"), &[]),
+            ("insert", Some(3), None, &["v"]),
+            ("delete", Some(1), None, &["v"]),
+        ],
+    );
+    assert_eq!(
+        script(t, &[]).await,
+        "INSERT INTO \"d\".\"t\" (\"id\", \"v\") VALUES\n('1', 'a'),\n('2', NULL);\n\
+         UPDATE \"d\".\"t\" SET \"v\" = 'it''s' WHERE \"id\" = '2';\n\
+         INSERT INTO \"d\".\"t\" (\"id\") VALUES\n('3');\n\
+         DELETE FROM \"d\".\"t\" WHERE \"id\" = '1';\n",
+        "consecutive inserts with the same columns share a statement; an update of absent \
+         columns only has nothing to set"
+    );
+}
+
+#[tokio::test]
+async fn keyless_rows_and_null_keys() {
+    let keyless = table(
+        &[],
+        &[
+            ("delete", Some(1), None, &[]),
+            ("update", Some(2), Some("b"), &["id"]),
+        ],
+    );
+    assert_eq!(
+        script(keyless, &[]).await,
+        "DELETE FROM \"d\".\"t\" WHERE ctid = (SELECT ctid FROM \"d\".\"t\" WHERE \"id\" = '1' \
+         AND \"v\" IS NULL LIMIT 1);\n\
+         UPDATE \"d\".\"t\" SET \"v\" = 'b' WHERE ctid = (SELECT ctid FROM \"d\".\"t\" WHERE \
+         \"v\" = 'b' LIMIT 1);\n",
+        "an absent column is neither set nor matched"
+    );
+    let json = table_of(&[], "json", &[("delete", Some(1), Some("{}"), &[])]);
+    assert_eq!(
+        script(json, &[]).await,
+        "DELETE FROM \"d\".\"t\" WHERE ctid = (SELECT ctid FROM \"d\".\"t\" WHERE \"id\" = '1' \
+         AND \"v\"::text = '{}' LIMIT 1);\n",
+        "a type without equality compares as text"
+    );
+    let null_key = table(&["id", "v"], &[("delete", None, Some("a"), &[])]);
+    assert_eq!(
+        script(null_key, &[]).await,
+        "DELETE FROM \"d\".\"t\" WHERE \"id\" IS NULL AND \"v\" = 'a';\n"
+    );
+}
+
+#[tokio::test]
+async fn a_batch_as_statements() {
+    let t = table(
+        &["id"],
+        &[
+            ("update", Some(1), Some("a"), &[]),
+            ("update", Some(2), None, &["v"]),
+            ("update", Some(3), None, &[]),
+            ("delete", Some(4), None, &[]),
+            ("delete", Some(5), None, &[]),
+            ("insert", Some(6), Some("f"), &[]),
+            ("insert", Some(7), None, &["v"]),
+            ("insert", Some(8), Some("h"), &[]),
+        ],
+    );
+    assert_eq!(
+        script(t, &[3, 5, 8]).await,
+        "UPDATE \"d\".\"t\" AS _t SET \"v\" = _v.\"v\" FROM (VALUES ((NULL::\"d\".\"t\").\"id\", \
+         (NULL::\"d\".\"t\").\"v\"), ('1', 'a'), ('3', NULL)) AS _v(\"id\", \"v\") WHERE \
+         _t.\"id\" = _v.\"id\";\n\
+         DELETE FROM \"d\".\"t\" AS _t USING (VALUES ((NULL::\"d\".\"t\").\"id\"), ('4'), ('5')) \
+         AS _v(\"id\") WHERE _t.\"id\" = _v.\"id\";\n\
+         INSERT INTO \"d\".\"t\" (\"id\", \"v\") VALUES\n('6', 'f'),\n('8', 'h');\n\
+         INSERT INTO \"d\".\"t\" (\"id\") VALUES\n('7');\n",
+        "grouped by the columns carried; an update carrying only its key sets nothing"
+    );
+}
+
+#[tokio::test]
+async fn batches_are_chunked_at_the_row_limit() {
+    let rows: Vec<Row<'_>> = (0..2001)
+        .map(|i| ("delete", Some(i), None, &[][..]))
+        .collect();
+    let s = script(table(&["id"], &rows), &[2001]).await;
+    let statements: Vec<&str> = s.split_terminator(";\n").collect();
+    assert_eq!(statements.len(), 3);
+    let values = |s: &str| s.matches("), (").count();
+    assert_eq!(
+        statements.iter().map(|s| values(s)).collect::<Vec<_>>(),
+        [1000, 1000, 1],
+        "the typed first row and then the rows"
+    );
+}
+
+#[tokio::test]
+async fn an_empty_insert_is_default_values() {
+    let t = table(
+        &["id"],
+        &[
+            ("insert", None, None, &["id", "v"]),
+            ("insert", None, None, &["id", "v"]),
+        ],
+    );
+    assert_eq!(
+        script(t, &[]).await,
+        "INSERT INTO \"d\".\"t\" DEFAULT VALUES;\nINSERT INTO \"d\".\"t\" DEFAULT VALUES;\n"
+    );
+}
+
+#[tokio::test]
+async fn a_large_unit_is_sent_at_the_flush_bound() {
+    let big = "x".repeat(FLUSH_BYTES / 3);
+    let rows: Vec<Row<'_>> = (0..4)
+        .map(|i| ("insert", Some(i), Some(big.as_str()), &[][..]))
+        .collect();
+    let s = sent(table(&["id"], &rows), &[4]).await;
+    assert_eq!(s.len(), 2);
+    assert!(s[0].starts_with("BEGIN;\nINSERT INTO") && s[0].ends_with("');\n"));
+    assert!(s[0].len() > FLUSH_BYTES);
+    assert!(s[1].starts_with("INSERT INTO \"d\".\"t\" (\"id\", \"v\") VALUES\n('3', 'x"));
+    assert!(s[1].ends_with("');\nCOMMIT"));
+}
+
+#[tokio::test]
+async fn bookkeeping_statements() {
+    let mut plan = Planner::new(PgSql::default(), "it's", 2);
+    let mut link = Recorder::default();
+    plan.begin();
+    plan.record(&AppliedPosition {
+        unit: 7,
+        restart: "0/10".into(),
+        pos: "0/20".into(),
+        commit_ts: Some(5),
+        skip: 1,
+    });
+    let t = TableRef {
+        schema: "d".into(),
+        name: "t".into(),
+    };
+    let columns = [SourceColumn {
+        name: "id".into(),
+        source_type: "integer".into(),
+    }];
+    plan.followed(&t, &super::bookkeeping::columns_json(&columns));
+    plan.commit(&mut link).await.unwrap();
+    assert_eq!(
+        link.sent,
+        ["BEGIN;\n\
+          INSERT INTO sluice.applied (name, worker, unit, restart, pos, commit_ts, skip) VALUES \
+          ('it''s', 2, 7, '0/10', '0/20', 5, 1) ON CONFLICT (name, worker) DO UPDATE SET unit = \
+          excluded.unit, restart = excluded.restart, pos = excluded.pos, commit_ts = \
+          excluded.commit_ts, skip = excluded.skip, updated_at = now();\n\
+          INSERT INTO sluice.columns (name, table_schema, table_name, columns) VALUES ('it''s', \
+          'd', 't', '[{\"name\":\"id\",\"source_type\":\"integer\"}]') ON CONFLICT (name, \
+          table_schema, table_name) DO UPDATE SET columns = excluded.columns, updated_at = \
+          now();\nCOMMIT"]
+    );
+}

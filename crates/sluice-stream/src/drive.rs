@@ -1,0 +1,250 @@
+//! The read loop and the restart loop every capture runs, whatever its output: change files
+//! (`sluice stream`, `pump.rs`), a target database (`sluice replicate`, `apply/pump.rs`), and
+//! any later output.
+//!
+//! An [`Output`] is what differs: the sink the source decodes into, when a batch or unit is
+//! due, what "advance to the source's position" and "finish" mean, which position is durable
+//! and may be confirmed, its state for the layout checks, and its figures. [`Attempts`] is how
+//! one attempt starts (the restart position, the output built for it) and ends (workers
+//! stopped, progress judged). The loops here own the rest, once: opening the stream at the
+//! restart position, `--until-current`'s target (taken once, at the first open), the harm
+//! probe every 5 s, the layout check every minute (`layout.rs`), stops on a signal or at the
+//! target, confirming, and restarts after transient errors with backoff — reset by progress, at
+//! most [`MAX_RETRIES`] in a row.
+
+use crate::job::Stopped;
+use crate::layout::LayoutChanges;
+use crate::state::StreamState;
+use async_trait::async_trait;
+use sluice_core::change::{
+    CaptureHarm, CaptureNames, ChangeSink, ChangeSource, ChangeStream, Step,
+};
+use sluice_core::{Dataset, Error, Result};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Consecutive failed attempts without progress (a committed batch, an applied transaction)
+/// before a transient error ends a run (waits of 1, 2, 4, … 32 s between them, see
+/// [`backoff`]).
+pub(crate) const MAX_RETRIES: u32 = 8;
+
+/// How often the source's harm (log kept, lag) is probed.
+const HARM_EVERY: Duration = Duration::from_secs(5);
+
+/// Wait before restart attempt `failures` (1-based) after `e`, saying in the log what restarts
+/// from where (`restarting`: "the stream from its committed position").
+pub(crate) async fn backoff(e: &Error, failures: u32, restarting: &str) {
+    let wait = Duration::from_secs(1 << (failures - 1).min(5));
+    tracing::warn!(
+        "{e} — restarting {restarting} in {} s (attempt {failures} of {MAX_RETRIES})",
+        wait.as_secs()
+    );
+    tokio::time::sleep(wait).await;
+}
+
+/// Where a running capture's changes go (see the module documentation).
+#[async_trait]
+pub(crate) trait Output: Send {
+    /// The sink the source's stream decodes into.
+    fn sink(&mut self) -> &mut dyn ChangeSink;
+
+    /// Inside a source transaction: a stop or the end waits for its commit.
+    fn in_tx(&self) -> bool;
+
+    /// How long the next read may wait for the source.
+    fn wait(&self) -> Duration;
+
+    /// A failure of work running apart from the loop (apply workers).
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// After a read (`step`): cut what is due, move the position on while the source is idle
+    /// (`received`: where it has sent, outside a transaction), hand work on, hold back when
+    /// full.
+    async fn after_read(&mut self, step: Step, received: Option<String>) -> Result<()>;
+
+    /// Make everything pending durable and move the position to `received` (the source's
+    /// position outside a transaction), for a stop. `signal`: stopped on request, so an open
+    /// source transaction is dropped (read again at the next start).
+    async fn finish(&mut self, received: Option<String>, signal: bool) -> Result<()>;
+
+    /// A durable position the source may now release the log before, when one is due
+    /// (`now`: at a stop, whatever the output's cadence).
+    fn confirmable(&mut self, now: bool) -> Result<Option<String>>;
+
+    /// The source was told `pos` is durable.
+    fn confirmed(&mut self, pos: &str, source: &dyn ChangeSource);
+
+    /// After each read: lag and other figures.
+    fn observe(&mut self, step: Step);
+
+    /// What the capture costs the source now.
+    fn harm(&mut self, harm: CaptureHarm);
+
+    /// The state the layout check compares and notes into.
+    fn layout_state(&mut self) -> &mut StreamState;
+
+    /// The layout check changed the state (notes, a new layout).
+    async fn layout_changed(&mut self) -> Result<()>;
+}
+
+/// How one attempt of a run starts and ends.
+#[async_trait]
+pub(crate) trait Attempts: Send {
+    /// The output of an attempt.
+    type Out: Output;
+
+    /// The position to open the stream at and the output to feed.
+    async fn begin(&mut self) -> Result<(String, Self::Out)>;
+
+    /// The attempt ended with `result` (its output's workers stop here). Returns the result to
+    /// judge (a worker's own error rather than the loop's copy of it) and whether the attempt
+    /// made progress (resets the count of failed attempts).
+    async fn end(&mut self, out: Self::Out, result: Result<Stopped>) -> (Result<Stopped>, bool);
+
+    /// A failed attempt is about to be retried (for the run's figures).
+    fn retrying(&mut self) {}
+}
+
+/// What a run reads and how it stops.
+pub(crate) struct Run<'a> {
+    pub source: &'a dyn ChangeSource,
+    pub names: &'a CaptureNames,
+    pub datasets: &'a [Dataset],
+    pub until_current: bool,
+    pub partition_changes: LayoutChanges,
+    /// `sluice stream` or `sluice replicate`, for messages.
+    pub command: &'a str,
+    /// What a restart restarts, for the log ("the stream from its committed position").
+    pub restarting: &'a str,
+}
+
+/// Read the source into the outputs `attempts` builds until `--until-current`'s target or a
+/// signal, restarting after transient errors.
+pub(crate) async fn run<A: Attempts>(
+    run: &Run<'_>,
+    attempts: &mut A,
+    cancel: &watch::Receiver<bool>,
+) -> Result<Stopped> {
+    let mut target: Option<Option<String>> = None;
+    let mut failures = 0u32;
+    loop {
+        let attempt = async {
+            let (from, out) = attempts.begin().await.map_err(|e| (e, None))?;
+            let stream = run.source.open(run.names, run.datasets, &from).await;
+            let stream = match stream {
+                Ok(s) => s,
+                Err(e) => return Err((e, Some(out))),
+            };
+            if target.is_none() {
+                target = Some(match run.until_current {
+                    true => match run.source.current_position().await {
+                        Ok(p) => Some(p),
+                        Err(e) => return Err((e, Some(out))),
+                    },
+                    false => None,
+                });
+            }
+            Ok((stream, out))
+        };
+        let (result, progressed) = match attempt.await {
+            Ok((mut stream, mut out)) => {
+                let until = target.clone().flatten();
+                let r = read(run, stream.as_mut(), &mut out, cancel, until.as_deref()).await;
+                // A stream that ended well must close well; after a failure the close is
+                // best effort.
+                let closed = stream.close().await;
+                let r = match (r, closed) {
+                    (Ok(_), Err(e)) => Err(e),
+                    (r, _) => r,
+                };
+                attempts.end(out, r).await
+            }
+            Err((e, Some(out))) => attempts.end(out, Err(e)).await,
+            Err((e, None)) => (Err(e), false),
+        };
+        match result {
+            Ok(stopped) => return Ok(stopped),
+            Err(e) => {
+                if progressed {
+                    failures = 0;
+                }
+                failures += 1;
+                if !e.is_transient() || failures > MAX_RETRIES || *cancel.borrow() {
+                    return Err(e);
+                }
+                attempts.retrying();
+                backoff(&e, failures, run.restarting).await;
+            }
+        }
+    }
+}
+
+/// One attempt's read loop.
+async fn read<O: Output>(
+    run: &Run<'_>,
+    stream: &mut dyn ChangeStream,
+    out: &mut O,
+    cancel: &watch::Receiver<bool>,
+    target: Option<&str>,
+) -> Result<Stopped> {
+    let mut last_harm: Option<Instant> = None;
+    let mut last_layout = Instant::now();
+    let received = |stream: &dyn ChangeStream, out: &O| {
+        (!out.in_tx()).then(|| stream.received_through()).flatten()
+    };
+    loop {
+        if last_layout.elapsed() >= crate::layout::CHECK_EVERY {
+            last_layout = Instant::now();
+            if crate::layout::check(
+                run.source,
+                run.datasets,
+                out.layout_state(),
+                run.partition_changes,
+                run.command,
+            )
+            .await?
+            {
+                out.layout_changed().await?;
+            }
+        }
+        if last_harm.is_none_or(|t| t.elapsed() >= HARM_EVERY) {
+            last_harm = Some(Instant::now());
+            if let Ok(Some(h)) = run.source.harm(run.names).await {
+                out.harm(h);
+            }
+        }
+        if *cancel.borrow() {
+            out.finish(received(stream, out), true).await?;
+            confirm(run.source, stream, out, true).await?;
+            return Ok(Stopped::Signal);
+        }
+        out.check()?;
+        let wait = out.wait();
+        let step = stream.next(out.sink(), wait).await?;
+        out.after_read(step, received(stream, out)).await?;
+        confirm(run.source, stream, out, false).await?;
+        out.observe(step);
+        if let (Some(t), Some(r)) = (target, received(stream, out))
+            && r.as_str() >= t
+        {
+            out.finish(Some(r), false).await?;
+            confirm(run.source, stream, out, true).await?;
+            return Ok(Stopped::UntilCurrent);
+        }
+    }
+}
+
+async fn confirm<O: Output>(
+    source: &dyn ChangeSource,
+    stream: &mut dyn ChangeStream,
+    out: &mut O,
+    now: bool,
+) -> Result<()> {
+    if let Some(pos) = out.confirmable(now)? {
+        stream.confirm(&pos).await?;
+        out.confirmed(&pos, source);
+    }
+    Ok(())
+}
