@@ -27,6 +27,7 @@
 pub mod planner;
 
 use crate::error::{Error, Result};
+use crate::position::StreamPos;
 use crate::table::{ColumnDesc, TableRef};
 use arrow_array::RecordBatch;
 use async_trait::async_trait;
@@ -423,9 +424,9 @@ pub struct AppliedPosition {
     pub unit: u64,
     /// The source position a restarted stream resumes from so that it begins with the next
     /// transaction (as given to `ChangeSink::commit`).
-    pub restart: String,
+    pub restart: StreamPos,
     /// The `_pos` of the last source transaction in the unit.
-    pub pos: String,
+    pub pos: StreamPos,
     /// Commit time of that transaction on the source, microseconds since 1970 (UTC).
     pub commit_ts: Option<i64>,
     /// Changes of the transaction after `restart` already applied, when a unit was committed

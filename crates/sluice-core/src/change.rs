@@ -28,7 +28,7 @@
 
 use crate::columns::{BatchBuilder, ColumnBuilder};
 use crate::error::{Error, Result};
-use crate::position::SnapshotInfo;
+use crate::position::{SnapshotInfo, StreamPos};
 use crate::source::Source;
 use crate::table::{ColumnDesc, Dataset, TableRef};
 use arrow_array::RecordBatch;
@@ -195,8 +195,8 @@ pub fn change_schema(table: &TableRef, columns: &[ColumnDesc]) -> Result<SchemaR
 /// One transaction's facts, shared by its rows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TxMeta {
-    /// The commit position as written in `_pos` (text order is log order).
-    pub pos: String,
+    /// The commit position, written in `_pos` (its text order is log order).
+    pub pos: StreamPos,
     /// The transaction id as written in `_xid`.
     pub xid: String,
     /// Commit time, microseconds since 1970 (UTC).
@@ -256,7 +256,7 @@ impl ChangeRows {
         let n = self.table_columns;
         let cols = &mut self.builder.columns()[n..];
         cols[0].push_bytes(op.as_str().as_bytes())?;
-        cols[1].push_bytes(tx.pos.as_bytes())?;
+        cols[1].push_bytes(tx.pos.as_str().as_bytes())?;
         cols[2].push_u64(seq)?;
         match tx.commit_ts {
             Some(t) => cols[3].push_i64(t)?,
@@ -315,7 +315,7 @@ pub trait ChangeSink: Send {
 
     /// The transaction committed; `restart` is the position a restarted stream resumes from
     /// so that it begins with the next transaction.
-    fn commit(&mut self, restart: &str) -> Result<()>;
+    fn commit(&mut self, restart: &StreamPos) -> Result<()>;
 }
 
 /// What one call of [`ChangeStream::next`] did.
@@ -335,11 +335,11 @@ pub trait ChangeStream: Send {
 
     /// Everything before the restart position `restart` (as given to
     /// [`ChangeSink::commit`]) is durable at the destination: the source may release it.
-    async fn confirm(&mut self, restart: &str) -> Result<()>;
+    async fn confirm(&mut self, restart: &StreamPos) -> Result<()>;
 
     /// The position up to which the source has sent everything, when known (between
     /// transactions, in `_pos` form): used to tell when the stream has caught up.
-    fn received_through(&self) -> Option<String>;
+    fn received_through(&self) -> Option<StreamPos>;
 
     /// End the stream cleanly.
     async fn close(&mut self) -> Result<()>;
@@ -361,7 +361,7 @@ pub struct HeldSnapshot {
     pub snapshot: SnapshotInfo,
     /// The stream position of the snapshot: the stream from here holds exactly the changes the
     /// snapshot does not see.
-    pub position: String,
+    pub position: StreamPos,
     /// Keeps the snapshot valid; released when the export is done.
     pub hold: Box<dyn SnapshotHold>,
 }
@@ -376,7 +376,7 @@ pub trait SnapshotHold: Send {
 /// What [`ChangeSource::create`] made.
 pub struct Created {
     /// Where the stream starts (the slot's consistent point).
-    pub position: String,
+    pub position: StreamPos,
     /// The snapshot at exactly that position, when one was asked for.
     pub snapshot: Option<HeldSnapshot>,
     /// True when the publication was created by this call (so `--drop` removes it).
@@ -449,7 +449,7 @@ pub trait ChangeSource: Send + Sync {
     /// binary log position read under that lock is exact). `Ok(None)`: the source hands its
     /// snapshots over ([`HeldSnapshot`]) and the runner maps them itself. Fails when the
     /// position is not exact enough to hand off from.
-    fn stream_position(&self, snapshot: &crate::position::Position) -> Result<Option<String>> {
+    fn stream_position(&self, snapshot: &crate::position::Position) -> Result<Option<StreamPos>> {
         let _ = snapshot;
         Ok(None)
     }
@@ -517,16 +517,16 @@ pub trait ChangeSource: Send + Sync {
         &self,
         names: &CaptureNames,
         datasets: &[Dataset],
-        from: &str,
+        from: &StreamPos,
     ) -> Result<Box<dyn ChangeStream>>;
 
     /// The source's current end of log, as a position: what `--until-current` waits for.
-    async fn current_position(&self) -> Result<String>;
+    async fn current_position(&self) -> Result<StreamPos>;
 
     /// A restart position as one number for monitoring (the `committed_position` metric):
     /// PostgreSQL's LSN; MySQL/MariaDB the binary log file's sequence number × 2^40 plus the
     /// offset. `None` when the position has no such form.
-    fn position_number(&self, pos: &str) -> Option<u64> {
+    fn position_number(&self, pos: &StreamPos) -> Option<u64> {
         let _ = pos;
         None
     }
@@ -567,7 +567,7 @@ mod tests {
         assert!(schema.field(0).is_nullable());
         let mut rows = ChangeRows::new(schema, 2).unwrap();
         let tx = TxMeta {
-            pos: "0000000001000000".into(),
+            pos: crate::StreamPos::from_adapter("0000000001000000"),
             xid: "7".into(),
             commit_ts: Some(1),
         };

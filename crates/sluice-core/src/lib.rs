@@ -38,7 +38,7 @@ pub use batch::{BatchSender, Batching, Cut, Decoder, ReadCounters, ReadLoop};
 pub use chunk::{Chunk, ChunkBounds, ChunkRequest, ChunkStrategy};
 pub use error::{Error, ErrorKind, Result, Retry};
 pub use ident::QualifiedName;
-pub use position::{Position, SnapshotInfo};
+pub use position::{Position, SnapshotInfo, StreamPos};
 pub use source::{
     ChunkReader, Consistency, Coordinator, HarmProbe, HarmSample, ReadStats, RunFacts, Source,
     SourceOptions,

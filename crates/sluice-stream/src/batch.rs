@@ -18,7 +18,7 @@ use arrow_array::cast::AsArray;
 use sluice_core::change::{ChangeOp, ChangeRows, ChangeSink, TxMeta, change_schema};
 use sluice_core::failpoint;
 use sluice_core::table::TableRef;
-use sluice_core::{ColumnDesc, Error, ErrorKind, Result};
+use sluice_core::{ColumnDesc, Error, ErrorKind, Result, StreamPos};
 use sluice_sink::layout::dataset_dir;
 use sluice_sink::{Destination, FormatOptions, PartKey, PartWriter, open_part};
 use std::collections::HashMap;
@@ -35,7 +35,7 @@ struct Table {
     dataset: String,
     /// Not in the stream's selection (a shared publication): its changes are not written.
     ignored: bool,
-    snapshot_position: Option<String>,
+    snapshot_position: Option<StreamPos>,
     version: u32,
     rows: Option<ChangeRows>,
     file: Option<OpenFile>,
@@ -96,13 +96,13 @@ pub struct Batcher {
     cur: Option<(usize, ChangeOp, u64)>,
     next_seq: u64,
     skip_through: u64,
-    restart: String,
+    restart: StreamPos,
     restart_seq: u64,
     batch: Option<Batch>,
     budgets: Budgets,
     force_cut_at: Option<u64>,
     /// A restart position whose batch is durable, for the source to be told.
-    pub to_confirm: Option<String>,
+    pub to_confirm: Option<StreamPos>,
     /// Commit time of the last transaction seen (µs since 1970).
     pub last_commit_ts: Option<i64>,
     metrics: Arc<Metrics>,
@@ -308,7 +308,7 @@ impl Batcher {
     /// `received` and none of it is ours to write (PostgreSQL 15 and later send no empty
     /// transactions): the restart point may move there, so a stream whose tables are quiet
     /// does not pin the log of a busy server.
-    pub fn advance_to(&mut self, received: Option<String>) -> Result<()> {
+    pub fn advance_to(&mut self, received: Option<StreamPos>) -> Result<()> {
         if let Some(r) = received
             && self.batch.is_none()
             && !self.in_tx
@@ -441,7 +441,7 @@ impl ChangeSink for Batcher {
             self.metrics.ignored_changes.fetch_add(1, Ordering::Relaxed);
             return Ok(None);
         }
-        if in_table_snapshot(t.snapshot_position.as_deref(), &self.tx.pos) {
+        if in_table_snapshot(t.snapshot_position.as_ref(), &self.tx.pos) {
             return Ok(None);
         }
         let seq = self.next_seq;
@@ -485,9 +485,9 @@ impl ChangeSink for Batcher {
         Ok(())
     }
 
-    fn commit(&mut self, restart: &str) -> Result<()> {
+    fn commit(&mut self, restart: &StreamPos) -> Result<()> {
         self.in_tx = false;
-        self.restart = restart.to_string();
+        self.restart = restart.clone();
         self.restart_seq = self.next_seq;
         self.last_commit_ts = self.tx.commit_ts;
         self.metrics.transactions.fetch_add(1, Ordering::Relaxed);

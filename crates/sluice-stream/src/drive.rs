@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use sluice_core::change::{
     CaptureHarm, CaptureNames, ChangeSink, ChangeSource, ChangeStream, Step,
 };
-use sluice_core::{Dataset, Error, Result};
+use sluice_core::{Dataset, Error, Result, StreamPos};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -62,19 +62,19 @@ pub(crate) trait Output: Send {
     /// After a read (`step`): cut what is due, move the position on while the source is idle
     /// (`received`: where it has sent, outside a transaction), hand work on, hold back when
     /// full.
-    async fn after_read(&mut self, step: Step, received: Option<String>) -> Result<()>;
+    async fn after_read(&mut self, step: Step, received: Option<StreamPos>) -> Result<()>;
 
     /// Make everything pending durable and move the position to `received` (the source's
     /// position outside a transaction), for a stop. `signal`: stopped on request, so an open
     /// source transaction is dropped (read again at the next start).
-    async fn finish(&mut self, received: Option<String>, signal: bool) -> Result<()>;
+    async fn finish(&mut self, received: Option<StreamPos>, signal: bool) -> Result<()>;
 
     /// A durable position the source may now release the log before, when one is due
     /// (`now`: at a stop, whatever the output's cadence).
-    fn confirmable(&mut self, now: bool) -> Result<Option<String>>;
+    fn confirmable(&mut self, now: bool) -> Result<Option<StreamPos>>;
 
     /// The source was told `pos` is durable.
-    fn confirmed(&mut self, pos: &str, source: &dyn ChangeSource);
+    fn confirmed(&mut self, pos: &StreamPos, source: &dyn ChangeSource);
 
     /// After each read: lag and other figures.
     fn observe(&mut self, step: Step);
@@ -96,7 +96,7 @@ pub(crate) trait Attempts: Send {
     type Out: Output;
 
     /// The position to open the stream at and the output to feed.
-    async fn begin(&mut self) -> Result<(String, Self::Out)>;
+    async fn begin(&mut self) -> Result<(StreamPos, Self::Out)>;
 
     /// The attempt ended with `result` (its output's workers stop here). Returns the result to
     /// judge (a worker's own error rather than the loop's copy of it) and whether the attempt
@@ -127,7 +127,7 @@ pub(crate) async fn run<A: Attempts>(
     attempts: &mut A,
     cancel: &watch::Receiver<bool>,
 ) -> Result<Stopped> {
-    let mut target: Option<Option<String>> = None;
+    let mut target: Option<Option<StreamPos>> = None;
     let mut failures = 0u32;
     loop {
         let attempt = async {
@@ -151,7 +151,7 @@ pub(crate) async fn run<A: Attempts>(
         let (result, progressed) = match attempt.await {
             Ok((mut stream, mut out)) => {
                 let until = target.clone().flatten();
-                let r = read(run, stream.as_mut(), &mut out, cancel, until.as_deref()).await;
+                let r = read(run, stream.as_mut(), &mut out, cancel, until.as_ref()).await;
                 // A stream that ended well must close well; after a failure the close is
                 // best effort.
                 let closed = stream.close().await;
@@ -187,7 +187,7 @@ async fn read<O: Output>(
     stream: &mut dyn ChangeStream,
     out: &mut O,
     cancel: &watch::Receiver<bool>,
-    target: Option<&str>,
+    target: Option<&StreamPos>,
 ) -> Result<Stopped> {
     let mut last_harm: Option<Instant> = None;
     let mut last_layout = Instant::now();
@@ -227,7 +227,7 @@ async fn read<O: Output>(
         confirm(run.source, stream, out, false).await?;
         out.observe(step);
         if let (Some(t), Some(r)) = (target, received(stream, out))
-            && r.as_str() >= t
+            && r >= *t
         {
             out.finish(Some(r), false).await?;
             confirm(run.source, stream, out, true).await?;

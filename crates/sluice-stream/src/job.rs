@@ -8,7 +8,9 @@ use crate::state::StateStore;
 use serde::Serialize;
 use sluice_core::change::ChangeSource;
 use sluice_core::table::TableRef;
-use sluice_core::{Consistency, Dataset, Error, Result, Selection, Source, SourceOptions};
+use sluice_core::{
+    Consistency, Dataset, Error, Result, Selection, Source, SourceOptions, StreamPos,
+};
 use sluice_engine::{ExportJob, Report};
 use sluice_sink::{Destination, FormatOptions};
 use std::net::SocketAddr;
@@ -115,7 +117,7 @@ pub struct StreamReport {
     /// Bytes of change files committed by this run.
     pub bytes_written: u64,
     /// The committed restart position.
-    pub position: String,
+    pub position: StreamPos,
     /// The last `_seq` written (over the whole stream).
     pub last_seq: u64,
     /// Peak WAL (or log) retained for the stream while it ran, bytes.

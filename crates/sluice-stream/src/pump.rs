@@ -10,7 +10,7 @@ use crate::metrics::Metrics;
 use crate::state::StreamState;
 use async_trait::async_trait;
 use sluice_core::change::{CaptureHarm, ChangeSink, ChangeSource, Step};
-use sluice_core::{Dataset, Error, Result, failpoint};
+use sluice_core::{Dataset, Error, Result, StreamPos, failpoint};
 use sluice_engine::Report;
 use sluice_sink::layout::dataset_dir;
 use sluice_sink::{Destination, FormatOptions, ParquetOptions};
@@ -150,7 +150,7 @@ struct FileAttempts<'a> {
 impl drive::Attempts for FileAttempts<'_> {
     type Out = Files;
 
-    async fn begin(&mut self) -> Result<(String, Files)> {
+    async fn begin(&mut self) -> Result<(StreamPos, Files)> {
         let state = match self.state.take() {
             Some(s) => s,
             None => {
@@ -227,7 +227,7 @@ impl drive::Output for Files {
         self.wait
     }
 
-    async fn after_read(&mut self, step: Step, received: Option<String>) -> Result<()> {
+    async fn after_read(&mut self, step: Step, received: Option<StreamPos>) -> Result<()> {
         if self.batcher.due() {
             log_cut(self.batcher.cut()?);
         } else if step == Step::Idle || self.last_advance.elapsed() >= self.budget_time {
@@ -237,7 +237,7 @@ impl drive::Output for Files {
         Ok(())
     }
 
-    async fn finish(&mut self, received: Option<String>, signal: bool) -> Result<()> {
+    async fn finish(&mut self, received: Option<StreamPos>, signal: bool) -> Result<()> {
         if signal {
             // A batch being written again after a restart is finished by the next run.
             if !self.batcher.replaying() {
@@ -250,7 +250,7 @@ impl drive::Output for Files {
         Ok(())
     }
 
-    fn confirmable(&mut self, _now: bool) -> Result<Option<String>> {
+    fn confirmable(&mut self, _now: bool) -> Result<Option<StreamPos>> {
         match self.batcher.to_confirm.take() {
             Some(pos) => {
                 failpoint::hit("stream.before_confirm")?;
@@ -260,7 +260,7 @@ impl drive::Output for Files {
         }
     }
 
-    fn confirmed(&mut self, pos: &str, source: &dyn ChangeSource) {
+    fn confirmed(&mut self, pos: &StreamPos, source: &dyn ChangeSource) {
         self.last_confirm = Instant::now();
         if let Some(n) = source.position_number(pos) {
             self.metrics.committed_position.store(n, Ordering::Relaxed);

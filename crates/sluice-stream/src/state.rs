@@ -16,7 +16,7 @@
 use serde::{Deserialize, Serialize};
 use sluice_core::change::CaptureNames;
 use sluice_core::table::TableRef;
-use sluice_core::{Error, Position, Result};
+use sluice_core::{Error, Position, Result, StreamPos};
 use sluice_sink::Destination;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,7 +34,7 @@ pub struct SchemaVersion {
     /// The first `_seq` written with it (0 before any change).
     pub since_seq: u64,
     /// Position of the transaction that brought it.
-    pub since_pos: String,
+    pub since_pos: StreamPos,
     /// Columns: name, Arrow type, source type.
     pub columns: Vec<(String, String, String)>,
 }
@@ -46,7 +46,7 @@ pub struct TableState {
     pub table: TableRef,
     /// Changes of transactions whose `_pos` is below this are in the table's snapshot and are
     /// not written (None: every change is written).
-    pub snapshot_position: Option<String>,
+    pub snapshot_position: Option<StreamPos>,
     /// Schema versions, oldest first.
     pub versions: Vec<SchemaVersion>,
     /// Changes its change files miss, in words (a foreign key's cascades the source's log
@@ -71,7 +71,7 @@ impl StreamState {
 /// `snapshot_position` (a [`TableState::snapshot_position`]): the snapshot already holds it.
 /// Both the change files of `sluice stream` and the apply of `sluice replicate` filter by this,
 /// so the two agree on which changes a table's snapshot covers.
-pub(crate) fn in_table_snapshot(snapshot_position: Option<&str>, pos: &str) -> bool {
+pub(crate) fn in_table_snapshot(snapshot_position: Option<&StreamPos>, pos: &StreamPos) -> bool {
     snapshot_position.is_some_and(|p| pos < p)
 }
 
@@ -80,7 +80,7 @@ pub(crate) fn in_table_snapshot(snapshot_position: Option<&str>, pos: &str) -> b
 pub struct Committed {
     /// The position a restarted stream resumes from (the end of the last transaction wholly
     /// written; the source may release the log before it).
-    pub restart: String,
+    pub restart: StreamPos,
     /// The `_seq` the first change after `restart` gets.
     pub restart_seq: u64,
     /// The last `_seq` written (0 when none): changes after `restart` up to it are skipped
@@ -114,7 +114,7 @@ pub struct SnapshotState {
     pub done: bool,
     /// Each snapshot the export read under, with its stream position (the export's manifest
     /// names the snapshot each part came from).
-    pub positions: Vec<(Position, String)>,
+    pub positions: Vec<(Position, StreamPos)>,
 }
 
 /// The whole state.

@@ -304,8 +304,8 @@ fn unit(tables: Vec<UnitTable>) -> ApplyUnit {
 fn position(unit: u64) -> AppliedPosition {
     AppliedPosition {
         unit,
-        restart: format!("restart-{unit}"),
-        pos: format!("pos-{unit}"),
+        restart: sluice_core::StreamPos::from_adapter(format!("restart-{unit}")),
+        pos: sluice_core::StreamPos::from_adapter(format!("pos-{unit}")),
         commit_ts: Some(1_700_000_000_000_000 + unit as i64),
         skip: 0,
     }

@@ -128,8 +128,8 @@ fn unit(tables: Vec<UnitTable>) -> ApplyUnit {
 fn position(unit: u64) -> AppliedPosition {
     AppliedPosition {
         unit,
-        restart: format!("{unit:016X}"),
-        pos: format!("{:016X}", unit + 1),
+        restart: sluice_core::StreamPos::from_adapter(format!("{unit:016X}")),
+        pos: sluice_core::StreamPos::from_adapter(format!("{:016X}", unit + 1)),
         commit_ts: Some(1_700_000_000_000_000 + unit as i64),
         skip: 0,
     }

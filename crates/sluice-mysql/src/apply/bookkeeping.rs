@@ -11,7 +11,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
 use sluice_core::apply::{AppliedPosition, ReplicationLock, SourceColumn};
 use sluice_core::table::TableRef;
-use sluice_core::{Error, Result, Retry};
+use sluice_core::{Error, Result, Retry, StreamPos};
 
 /// The database sluice keeps its bookkeeping in.
 pub const BOOKKEEPING_DB: &str = "sluice";
@@ -241,8 +241,8 @@ pub(super) async fn applied(
         .map_err(|e| fail(e, d, "reading the applied position on"))?;
     Ok(r.map(|r| AppliedPosition {
         unit: crate::catalog::number(&r, 0),
-        restart: text(&r, 1),
-        pos: text(&r, 2),
+        restart: StreamPos::from_adapter(text(&r, 1)),
+        pos: StreamPos::from_adapter(text(&r, 2)),
         commit_ts: r.get::<Option<i64>, _>(3).flatten(),
         skip: crate::catalog::number(&r, 4),
     }))

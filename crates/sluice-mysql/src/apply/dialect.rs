@@ -229,9 +229,9 @@ impl ApplyDialect for MySql {
         );
         render::push_text(buf, name);
         let _ = write!(buf, ",{worker},{},", p.unit);
-        render::push_text(buf, &p.restart);
+        render::push_text(buf, p.restart.as_str());
         buf.push(',');
-        render::push_text(buf, &p.pos);
+        render::push_text(buf, p.pos.as_str());
         match p.commit_ts {
             Some(ts) => {
                 let _ = write!(buf, ",{ts}");

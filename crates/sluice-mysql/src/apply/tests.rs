@@ -292,8 +292,8 @@ async fn bookkeeping_statements() {
     plan.begin();
     plan.record(&AppliedPosition {
         unit: 7,
-        restart: "f.1:4".into(),
-        pos: "f.1:9".into(),
+        restart: sluice_core::StreamPos::from_adapter("f.1:4"),
+        pos: sluice_core::StreamPos::from_adapter("f.1:9"),
         commit_ts: None,
         skip: 1,
     });

@@ -70,7 +70,7 @@ use sluice_core::change::{
     BadValuePolicy, BadValues, CaptureHarm, CaptureNames, ChangeSource, ChangeStream, Created,
     HeldSnapshot, SnapshotHold,
 };
-use sluice_core::{Dataset, Error, Position, Result, SnapshotInfo, Source};
+use sluice_core::{Dataset, Error, Position, Result, SnapshotInfo, Source, StreamPos};
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -304,7 +304,7 @@ impl MyCapture {
         })
     }
 
-    fn placeholder(&self, position: String) -> HeldSnapshot {
+    fn placeholder(&self, position: StreamPos) -> HeldSnapshot {
         HeldSnapshot {
             snapshot: SnapshotInfo {
                 id: None,
@@ -345,8 +345,8 @@ impl ChangeSource for MyCapture {
         false
     }
 
-    fn position_number(&self, pos: &str) -> Option<u64> {
-        let p = binlog::Restart::parse(pos).ok()?.pos;
+    fn position_number(&self, pos: &StreamPos) -> Option<u64> {
+        let p = binlog::Restart::parse(pos.as_str()).ok()?.pos;
         Some((p.seq << 40) | (p.offset & ((1 << 40) - 1)))
     }
 
@@ -375,10 +375,10 @@ impl ChangeSource for MyCapture {
         false
     }
 
-    fn stream_position(&self, snapshot: &Position) -> Result<Option<String>> {
+    fn stream_position(&self, snapshot: &Position) -> Result<Option<StreamPos>> {
         match snapshot {
             Position::Mysql { file, pos, .. } => {
-                BinPos::of_file(file, *pos).map(|p| Some(p.text()))
+                BinPos::of_file(file, *pos).map(|p| Some(StreamPos::from_adapter(p.text())))
             }
             _ => Err(Error::config(format!(
                 "the initial snapshot of {} recorded no binary log position ({snapshot}), so \
@@ -470,7 +470,7 @@ impl ChangeSource for MyCapture {
         snapshot: bool,
     ) -> Result<Created> {
         let _ = (names, datasets);
-        let position = self.position_now().await?.text();
+        let position = StreamPos::from_adapter(self.position_now().await?.text());
         Ok(Created {
             snapshot: snapshot.then(|| self.placeholder(position.clone())),
             position,
@@ -479,17 +479,17 @@ impl ChangeSource for MyCapture {
     }
 
     async fn snapshot(&self) -> Result<HeldSnapshot> {
-        Ok(self.placeholder(self.position_now().await?.text()))
+        Ok(self.placeholder(StreamPos::from_adapter(self.position_now().await?.text())))
     }
 
     async fn open(
         &self,
         names: &CaptureNames,
         datasets: &[Dataset],
-        from: &str,
+        from: &StreamPos,
     ) -> Result<Box<dyn ChangeStream>> {
         let _ = names;
-        let saved = Restart::parse(from)?;
+        let saved = Restart::parse(from.as_str())?;
         let (mut catalog, server) = self.session().await?;
         let vars = server::variables(&mut catalog, self.display()).await?;
         server::log_retention(&vars, self.display());
@@ -554,8 +554,8 @@ impl ChangeSource for MyCapture {
         Ok(Box::new(stream::MyStream::new(events, setup).await?))
     }
 
-    async fn current_position(&self) -> Result<String> {
-        Ok(self.position_now().await?.text())
+    async fn current_position(&self) -> Result<StreamPos> {
+        Ok(StreamPos::from_adapter(self.position_now().await?.text()))
     }
 
     async fn harm(&self, names: &CaptureNames) -> Result<Option<CaptureHarm>> {

@@ -49,7 +49,7 @@ use mysql_common::binlog::consts::BinlogVersion;
 use mysql_common::io::ParseBuf;
 use sluice_core::change::{BadValuePolicy, ChangeOp, ChangeSink, ChangeStream, Step, TxMeta};
 use sluice_core::table::TableRef;
-use sluice_core::{ColumnDesc, Dataset, Error, ErrorKind, Result, Retry};
+use sluice_core::{ColumnDesc, Dataset, Error, ErrorKind, Result, Retry, StreamPos};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -241,14 +241,16 @@ impl MyStream {
     }
 
     /// A restart position's text: the coordinate and the GTID state after the closed groups.
-    fn restart(&self, p: BinPos) -> String {
-        Restart {
-            pos: p,
-            gtid: self.gtid.as_ref().map(GtidState::text),
-            server: self.server_uuid.clone(),
-            xa: self.xa.pending(),
-        }
-        .text()
+    fn restart(&self, p: BinPos) -> StreamPos {
+        StreamPos::from_adapter(
+            Restart {
+                pos: p,
+                gtid: self.gtid.as_ref().map(GtidState::text),
+                server: self.server_uuid.clone(),
+                xa: self.xa.pending(),
+            }
+            .text(),
+        )
     }
 
     /// The open group ends: its GTID joins the state.
@@ -293,7 +295,7 @@ impl MyStream {
         self.group = Some(group);
         self.group_pos = at.text();
         sink.begin(TxMeta {
-            pos: at.text(),
+            pos: StreamPos::from_adapter(at.text()),
             xid,
             commit_ts: Some(commit_ts),
         })
@@ -952,17 +954,17 @@ impl ChangeStream for MyStream {
         Ok(if data { Step::Data } else { Step::Idle })
     }
 
-    async fn confirm(&mut self, restart: &str) -> Result<()> {
+    async fn confirm(&mut self, restart: &StreamPos) -> Result<()> {
         // The binary log has no feedback to a replica: the position is only remembered for
         // the harm figures (what the server must keep for this stream).
-        let p = BinPos::parse(restart)?;
+        let p = BinPos::parse(restart.as_str())?;
         if let Ok(mut g) = self.confirmed.lock() {
             *g = Some(p);
         }
         Ok(())
     }
 
-    fn received_through(&self) -> Option<String> {
+    fn received_through(&self) -> Option<StreamPos> {
         self.group.is_none().then(|| self.restart(self.received))
     }
 

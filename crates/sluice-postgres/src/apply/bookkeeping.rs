@@ -9,7 +9,7 @@ use super::failed;
 use async_trait::async_trait;
 use sluice_core::apply::{AppliedPosition, ReplicationLock, SourceColumn};
 use sluice_core::table::TableRef;
-use sluice_core::{Error, Result, Retry};
+use sluice_core::{Error, Result, Retry, StreamPos};
 use tokio_postgres::Client;
 
 /// The bookkeeping tables.
@@ -244,8 +244,8 @@ pub(super) async fn applied(
         .map_err(|e| failed(e, d, "reading sluice.applied"))?;
     Ok(row.map(|r| AppliedPosition {
         unit: r.get::<_, i64>(0) as u64,
-        restart: r.get(1),
-        pos: r.get(2),
+        restart: StreamPos::from_adapter(r.get::<_, String>(1)),
+        pos: StreamPos::from_adapter(r.get::<_, String>(2)),
         commit_ts: r.get(3),
         skip: r.get::<_, i64>(4) as u64,
     }))

@@ -251,9 +251,9 @@ impl ApplyDialect for PgSql {
         );
         push_literal(name, buf);
         let _ = write!(buf, ", {worker}, {}, ", p.unit);
-        push_literal(&p.restart, buf);
+        push_literal(p.restart.as_str(), buf);
         buf.push_str(", ");
-        push_literal(&p.pos, buf);
+        push_literal(p.pos.as_str(), buf);
         match p.commit_ts {
             Some(ts) => {
                 let _ = write!(buf, ", {ts}");

@@ -235,8 +235,8 @@ async fn bookkeeping_statements() {
     plan.begin();
     plan.record(&AppliedPosition {
         unit: 7,
-        restart: "0/10".into(),
-        pos: "0/20".into(),
+        restart: sluice_core::StreamPos::from_adapter("0/10"),
+        pos: sluice_core::StreamPos::from_adapter("0/20"),
         commit_ts: Some(5),
         skip: 1,
     });

@@ -35,7 +35,7 @@ use sluice_core::change::{
     HeldSnapshot, SnapshotHold,
 };
 use sluice_core::table::TableRef;
-use sluice_core::{Dataset, DatasetKind, Error, Position, Result, SnapshotInfo, Source};
+use sluice_core::{Dataset, DatasetKind, Error, Position, Result, SnapshotInfo, Source, StreamPos};
 use std::collections::HashMap;
 use std::sync::Arc;
 use stream::{PgStream, pos_lsn, pos_text};
@@ -160,8 +160,8 @@ impl ChangeSource for PgCapture {
         false
     }
 
-    fn position_number(&self, pos: &str) -> Option<u64> {
-        u64::from_str_radix(pos.get(..16)?, 16).ok()
+    fn position_number(&self, pos: &StreamPos) -> Option<u64> {
+        pos_lsn(pos)
     }
 
     async fn layout(&self, datasets: &[Dataset]) -> Result<Option<String>> {
@@ -328,7 +328,7 @@ impl ChangeSource for PgCapture {
         &self,
         names: &CaptureNames,
         datasets: &[Dataset],
-        from: &str,
+        from: &StreamPos,
     ) -> Result<Box<dyn ChangeStream>> {
         let start = pos_lsn(from)
             .ok_or_else(|| Error::internal(format!("{from:?} is not a stream position")))?;
@@ -377,7 +377,7 @@ impl ChangeSource for PgCapture {
         )))
     }
 
-    async fn current_position(&self) -> Result<String> {
+    async fn current_position(&self) -> Result<StreamPos> {
         let g = self.probe().await?;
         let client = g
             .as_ref()

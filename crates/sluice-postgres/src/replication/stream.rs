@@ -21,7 +21,7 @@ use sluice_core::change::{
     BadValuePolicy, ChangeOp, ChangeRows, ChangeSink, ChangeStream, Step, TxMeta,
 };
 use sluice_core::table::TableRef;
-use sluice_core::{Error, Result};
+use sluice_core::{Error, Result, StreamPos};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tokio_postgres::Client;
@@ -35,13 +35,13 @@ const STATUS_EVERY: Duration = Duration::from_secs(10);
 const MESSAGES_PER_STEP: usize = 4096;
 
 /// `_pos` of an LSN: 16 upper-case hex digits, so text order is log order.
-pub fn pos_text(lsn: u64) -> String {
-    format!("{lsn:016X}")
+pub fn pos_text(lsn: u64) -> StreamPos {
+    StreamPos::from_adapter(format!("{lsn:016X}"))
 }
 
 /// The LSN of a `_pos` text.
-pub fn pos_lsn(pos: &str) -> Option<u64> {
-    u64::from_str_radix(pos, 16).ok()
+pub fn pos_lsn(pos: &StreamPos) -> Option<u64> {
+    u64::from_str_radix(pos.order(), 16).ok()
 }
 
 struct Rel {
@@ -70,7 +70,7 @@ pub struct PgStream {
     last_status: Instant,
     bad_values: BadValuePolicy,
     /// `_pos` of the open transaction, for messages.
-    tx_pos: String,
+    tx_pos: StreamPos,
 }
 
 impl PgStream {
@@ -96,7 +96,7 @@ impl PgStream {
             confirmed,
             last_status: Instant::now(),
             bad_values,
-            tx_pos: String::new(),
+            tx_pos: StreamPos::default(),
         }
     }
 
@@ -207,7 +207,7 @@ impl PgStream {
         Filler {
             rel,
             bad: &self.bad_values,
-            pos: &self.tx_pos,
+            pos: self.tx_pos.as_str(),
         }
     }
 
@@ -463,7 +463,7 @@ impl ChangeStream for PgStream {
         }
     }
 
-    async fn confirm(&mut self, restart: &str) -> Result<()> {
+    async fn confirm(&mut self, restart: &StreamPos) -> Result<()> {
         let lsn = pos_lsn(restart)
             .ok_or_else(|| Error::internal(format!("{restart:?} is not a stream position")))?;
         if lsn > self.confirmed {
@@ -473,7 +473,7 @@ impl ChangeStream for PgStream {
         Ok(())
     }
 
-    fn received_through(&self) -> Option<String> {
+    fn received_through(&self) -> Option<StreamPos> {
         (!self.in_tx).then(|| pos_text(self.received))
     }
 

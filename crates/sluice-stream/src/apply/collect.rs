@@ -36,7 +36,7 @@ use sluice_core::apply::{
 };
 use sluice_core::change::{ChangeOp, ChangeRows, ChangeSink, TxMeta, change_schema};
 use sluice_core::table::{ColumnDesc, TableRef};
-use sluice_core::{Error, Result};
+use sluice_core::{Error, Result, StreamPos};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
@@ -91,7 +91,7 @@ struct Table {
     /// Its name on the target.
     target: TableRef,
     ignored: bool,
-    snapshot_position: Option<String>,
+    snapshot_position: Option<StreamPos>,
     /// The source columns the target table follows: what a column change is measured from.
     known: Vec<SourceColumn>,
     /// The columns rows are built with (the last relation's, else the catalog's).
@@ -171,16 +171,16 @@ pub(crate) struct Collector {
     /// kept or not): where a barrier stands inside its transaction.
     tx_rows: u64,
     /// `_pos` of the last committed transaction.
-    last_pos: String,
+    last_pos: StreamPos,
     /// A restart from inside a transaction: its `_pos` and how many of its changes are
     /// already applied (see `AppliedPosition::skip`).
-    skip: Option<(String, u64)>,
+    skip: Option<(StreamPos, u64)>,
     /// Changes of the current transaction still to pass over.
     skipping: u64,
     /// Units closed since the pump last took them.
     pub ready: Vec<Ready>,
     /// The restart position of the last transaction seen.
-    pub restart: Option<String>,
+    pub restart: Option<StreamPos>,
     /// Source transactions received (whole).
     pub received: u64,
     /// Changes of tables the run does not capture (a captured table renamed), left out.
@@ -196,7 +196,7 @@ pub(crate) struct Captured {
     /// The source columns the target follows, when it recorded them: the catalog may be
     /// ahead of the stream, and a column change measured from it would be missed.
     pub known: Option<Vec<SourceColumn>>,
-    pub snapshot_position: Option<String>,
+    pub snapshot_position: Option<StreamPos>,
 }
 
 impl Collector {
@@ -242,7 +242,7 @@ impl Collector {
             keys,
             target_fks: None,
             tx: TxMeta {
-                pos: String::new(),
+                pos: StreamPos::default(),
                 xid: String::new(),
                 commit_ts: None,
             },
@@ -258,7 +258,7 @@ impl Collector {
             handoff: None,
             scratch: Vec::new(),
             tx_rows: 0,
-            last_pos: String::new(),
+            last_pos: StreamPos::default(),
             skip: None,
             skipping: 0,
             ready: Vec::new(),
@@ -455,20 +455,20 @@ impl Collector {
     /// Between transactions with nothing open: a unit that only moves the applied position to
     /// `received` (the source sent nothing for our tables up to there), so a quiet stream
     /// lets the source release its log.
-    pub fn advance_to(&mut self, received: &str) {
-        let moved = self.restart.as_deref().is_none_or(|r| received > r);
+    pub fn advance_to(&mut self, received: &StreamPos) {
+        let moved = self.restart.as_ref().is_none_or(|r| received > r);
         if self.in_tx || self.streaming.is_some() || self.open.end.is_some() || !moved {
             return;
         }
-        self.restart = Some(received.to_string());
+        self.restart = Some(received.clone());
         self.ready.push(Ready {
             work: Arc::new(Work {
                 pieces: Vec::new(),
                 more: None,
                 position: Some(AppliedPosition {
                     unit: 0,
-                    restart: received.to_string(),
-                    pos: received.to_string(),
+                    restart: received.clone(),
+                    pos: received.clone(),
                     commit_ts: None,
                     skip: 0,
                 }),
@@ -514,7 +514,7 @@ impl ChangeSink for Collector {
             // Positions' text order is log order (`_pos`): an earlier transaction (none
             // touching the captured tables) may come first; a later one means the one the
             // target stands inside is gone.
-            match tx.pos.as_str().cmp(pos.as_str()) {
+            match tx.pos.order().cmp(pos.order()) {
                 std::cmp::Ordering::Less => {}
                 std::cmp::Ordering::Equal => {
                     self.skipping = *n;
@@ -603,7 +603,7 @@ impl ChangeSink for Collector {
             self.ignored += 1;
             return Ok(None);
         }
-        if in_table_snapshot(t.snapshot_position.as_deref(), &self.tx.pos) {
+        if in_table_snapshot(t.snapshot_position.as_ref(), &self.tx.pos) {
             return Ok(None);
         }
         if op == ChangeOp::Truncate {
@@ -649,14 +649,14 @@ impl ChangeSink for Collector {
         Ok(())
     }
 
-    fn commit(&mut self, restart: &str) -> Result<()> {
+    fn commit(&mut self, restart: &StreamPos) -> Result<()> {
         self.in_tx = false;
         self.received += 1;
-        self.restart = Some(restart.to_string());
+        self.restart = Some(restart.clone());
         self.last_pos.clone_from(&self.tx.pos);
         let end = AppliedPosition {
             unit: 0,
-            restart: restart.to_string(),
+            restart: restart.clone(),
             pos: self.tx.pos.clone(),
             commit_ts: self.tx.commit_ts,
             skip: 0,

@@ -49,7 +49,7 @@ use serde::Serialize;
 use sluice_core::apply::{ApplyTarget, ForeignKey, SourceColumn, TableKeys, TargetTable};
 use sluice_core::change::{CaptureNames, ChangeSource};
 use sluice_core::table::TableRef;
-use sluice_core::{Dataset, Error, Result, Selection};
+use sluice_core::{Dataset, Error, Result, Selection, StreamPos};
 use sluice_engine::Report;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -141,7 +141,7 @@ pub struct ReplicateReport {
     /// Parallel apply sessions.
     pub parallel: usize,
     /// The applied source position (restart form) at the end.
-    pub position: String,
+    pub position: StreamPos,
     /// The largest delay between a source commit and its application seen, seconds.
     pub peak_lag_seconds: f64,
     /// Source transactions received but not applied at the end (0 after `--until-current`).

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use sluice_core::apply::TableKeys;
 use sluice_core::change::{CaptureHarm, ChangeSink, ChangeSource, Step};
 use sluice_core::table::TableRef;
-use sluice_core::{Dataset, Result};
+use sluice_core::{Dataset, Result, StreamPos};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -46,7 +46,7 @@ pub(super) async fn stream(
     datasets: &[Dataset],
     (keys, target_fks): (Vec<TableKeys>, Vec<(TableRef, String)>),
     cancel: &watch::Receiver<bool>,
-) -> Result<(Stopped, String)> {
+) -> Result<(Stopped, StreamPos)> {
     let names = state.names.clone();
     let mut attempts = TargetAttempts {
         job,
@@ -57,7 +57,7 @@ pub(super) async fn stream(
         // The state as the layout checks update it (`layout.rs`), across attempts.
         watched: state.clone(),
         units_before: 0,
-        restart: String::new(),
+        restart: StreamPos::default(),
     };
     let run = Run {
         source: job.source.as_ref(),
@@ -90,14 +90,14 @@ struct TargetAttempts<'a> {
     /// Units applied when the attempt began (more at its end: it made progress).
     units_before: u64,
     /// Where the last attempt opened the stream.
-    restart: String,
+    restart: StreamPos,
 }
 
 #[async_trait]
 impl<'a> drive::Attempts for TargetAttempts<'a> {
     type Out = Target<'a>;
 
-    async fn begin(&mut self) -> Result<(String, Target<'a>)> {
+    async fn begin(&mut self) -> Result<(StreamPos, Target<'a>)> {
         let job = self.job;
         let slot = &self.state.names.slot;
         let applied = job.target.applied(slot).await?;
@@ -178,14 +178,14 @@ struct Target<'a> {
     watched: StreamState,
     received_before: u64,
     ignored_before: u64,
-    confirmed: Option<String>,
+    confirmed: Option<StreamPos>,
     last_confirm: Instant,
     last_advance: Instant,
 }
 
 impl Target<'_> {
     /// Move the applied position to where the source has sent (a position-only unit).
-    fn advance(&mut self, received: Option<String>) {
+    fn advance(&mut self, received: Option<StreamPos>) {
         if !self.collector.in_tx()
             && let Some(r) = received
         {
@@ -194,7 +194,7 @@ impl Target<'_> {
     }
 
     /// Everything collected applied and committed.
-    async fn drain(&mut self, received: Option<String>) -> Result<()> {
+    async fn drain(&mut self, received: Option<StreamPos>) -> Result<()> {
         self.collector.cut()?;
         self.advance(received);
         self.pool.add(std::mem::take(&mut self.collector.ready));
@@ -223,7 +223,7 @@ impl drive::Output for Target<'_> {
         self.pool.check()
     }
 
-    async fn after_read(&mut self, step: Step, received: Option<String>) -> Result<()> {
+    async fn after_read(&mut self, step: Step, received: Option<StreamPos>) -> Result<()> {
         let job = self.job;
         self.collector.cut_due(step == Step::Idle)?;
         if self.last_advance.elapsed() >= POSITION_EVERY {
@@ -250,7 +250,7 @@ impl drive::Output for Target<'_> {
         Ok(())
     }
 
-    async fn finish(&mut self, received: Option<String>, signal: bool) -> Result<()> {
+    async fn finish(&mut self, received: Option<StreamPos>, signal: bool) -> Result<()> {
         if signal && self.collector.in_tx() {
             // Read again at the next start.
             self.collector.abandon();
@@ -258,7 +258,7 @@ impl drive::Output for Target<'_> {
         self.drain(received).await
     }
 
-    fn confirmable(&mut self, now: bool) -> Result<Option<String>> {
+    fn confirmable(&mut self, now: bool) -> Result<Option<StreamPos>> {
         if !now && self.last_confirm.elapsed() < CONFIRM_EVERY {
             return Ok(None);
         }
@@ -270,8 +270,8 @@ impl drive::Output for Target<'_> {
             .filter(|r| self.confirmed.as_ref() != Some(r)))
     }
 
-    fn confirmed(&mut self, pos: &str, _source: &dyn ChangeSource) {
-        self.confirmed = Some(pos.to_string());
+    fn confirmed(&mut self, pos: &StreamPos, _source: &dyn ChangeSource) {
+        self.confirmed = Some(pos.clone());
     }
 
     fn observe(&mut self, step: Step) {

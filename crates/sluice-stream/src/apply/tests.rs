@@ -25,7 +25,7 @@ use sluice_core::apply::{
 use sluice_core::change::change_schema;
 use sluice_core::columns::field;
 use sluice_core::table::{ColumnDesc, TableRef};
-use sluice_core::{Error, Result};
+use sluice_core::{Error, Result, StreamPos};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -279,8 +279,8 @@ fn unit(rows: &[(i64, &[u64])]) -> Ready {
             more: None,
             position: Some(AppliedPosition {
                 unit: 0,
-                restart: "r".into(),
-                pos: "p".into(),
+                restart: StreamPos::from_adapter("r"),
+                pos: StreamPos::from_adapter("p"),
                 commit_ts: None,
                 skip: 0,
             }),
@@ -416,7 +416,7 @@ pub(super) fn transaction(
     ids: &[i64],
 ) {
     use sluice_core::change::{ChangeOp, ChangeSink, TxMeta};
-    let pos = format!("{n:08}");
+    let pos = StreamPos::from_adapter(format!("{n:08}"));
     c.begin(TxMeta {
         pos: pos.clone(),
         xid: n.to_string(),
@@ -482,7 +482,7 @@ fn busy_workers_let_units_grow_to_their_cap() {
             (
                 w.transactions,
                 w.rows.len(),
-                w.position.as_ref().map(|p| p.pos.clone()),
+                w.position.as_ref().map(|p| p.pos.as_str().to_string()),
             )
         })
         .collect();

@@ -10,6 +10,7 @@ use super::collect::{Captured, Collector, Limits, Piece};
 use super::tests::{Log, Recorder, collector, transaction};
 use super::worker::{ApplyCounters, Pool};
 use arrow_schema::DataType;
+use sluice_core::StreamPos;
 use sluice_core::apply::{AppliedPosition, ApplyTarget, Barrier, TableKeys};
 use sluice_core::change::{ChangeOp, ChangeSink, TxMeta};
 use sluice_core::columns::field;
@@ -20,7 +21,7 @@ use std::time::Duration;
 
 fn tx(c: &mut Collector, n: u64) {
     c.begin(TxMeta {
-        pos: format!("{n:08}"),
+        pos: StreamPos::from_adapter(format!("{n:08}")),
         xid: n.to_string(),
         commit_ts: None,
     })
@@ -99,7 +100,7 @@ async fn a_transaction_far_past_the_streaming_threshold_reaches_the_workers() {
         for id in 0..20_000 {
             insert(&mut c, h, id);
         }
-        c.commit("00000002").unwrap();
+        c.commit(&StreamPos::from_adapter("00000002")).unwrap();
         c
     });
     let mut c = tokio::time::timeout(Duration::from_secs(30), feed)
@@ -124,14 +125,14 @@ async fn a_transaction_far_past_the_streaming_threshold_reaches_the_workers() {
 #[test]
 fn a_barrier_carries_the_position_of_the_changes_before_it() {
     let (mut c, table, columns) = collector(true, 100);
-    c.restart = Some("00000001".into());
+    c.restart = Some(StreamPos::from_adapter("00000001"));
     tx(&mut c, 2);
     let h = c.relation(&table, &columns).unwrap();
     insert(&mut c, h, 10);
     insert(&mut c, h, 11);
     truncate(&mut c, h);
     insert(&mut c, h, 12);
-    c.commit("00000002").unwrap();
+    c.commit(&StreamPos::from_adapter("00000002")).unwrap();
     c.cut().unwrap();
     assert_eq!(pieces(&c), [["rows:2", "truncate@2", "rows:1"]]);
     let Piece::Barrier(_, at) = &c.ready[0].work.pieces[1] else {
@@ -149,8 +150,8 @@ fn a_restart_inside_a_transaction_passes_over_what_is_applied() {
     let (mut c, table, columns) = collector(true, 100);
     c.resume_at(&AppliedPosition {
         unit: 7,
-        restart: "00000001".into(),
-        pos: "00000002".into(),
+        restart: StreamPos::from_adapter("00000001"),
+        pos: StreamPos::from_adapter("00000002"),
         commit_ts: None,
         skip: 3,
     });
@@ -165,7 +166,7 @@ fn a_restart_inside_a_transaction_passes_over_what_is_applied() {
     insert(&mut c, h, 11);
     insert(&mut c, h, 12);
     truncate(&mut c, h);
-    c.commit("00000002").unwrap();
+    c.commit(&StreamPos::from_adapter("00000002")).unwrap();
     c.cut().unwrap();
     let all: Vec<String> = pieces(&c).into_iter().flatten().collect();
     assert_eq!(all, ["rows:2", "truncate@4"]);
@@ -180,14 +181,14 @@ fn a_restart_whose_transaction_never_comes_fails_loudly() {
     let (mut c, _, _) = collector(true, 100);
     c.resume_at(&AppliedPosition {
         unit: 7,
-        restart: "00000001".into(),
-        pos: "00000002".into(),
+        restart: StreamPos::from_adapter("00000001"),
+        pos: StreamPos::from_adapter("00000002"),
         commit_ts: None,
         skip: 3,
     });
     let e = c
         .begin(TxMeta {
-            pos: "00000003".into(),
+            pos: StreamPos::from_adapter("00000003"),
             xid: "3".into(),
             commit_ts: None,
         })
@@ -226,10 +227,10 @@ fn inserts_into_a_keyless_table_leave_a_unit_shared() {
     tx(&mut c, 1);
     let h = c.relation(&table, &columns).unwrap();
     insert(&mut c, h, 1);
-    c.commit("00000001").unwrap();
+    c.commit(&StreamPos::from_adapter("00000001")).unwrap();
     tx(&mut c, 2);
     change(&mut c, h, ChangeOp::Delete, 1);
-    c.commit("00000002").unwrap();
+    c.commit(&StreamPos::from_adapter("00000002")).unwrap();
     let exclusive: Vec<bool> = c.ready.iter().map(|r| r.exclusive).collect();
     assert_eq!(
         exclusive,

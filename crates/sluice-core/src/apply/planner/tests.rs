@@ -220,8 +220,8 @@ fn unit(t: UnitTable, batches: &[u32]) -> ApplyUnit {
 fn position(unit: u64) -> AppliedPosition {
     AppliedPosition {
         unit,
-        restart: "r".into(),
-        pos: "p".into(),
+        restart: crate::StreamPos::from_adapter("r"),
+        pos: crate::StreamPos::from_adapter("p"),
         commit_ts: None,
         skip: 0,
     }
