@@ -33,7 +33,6 @@ use arrow_array::RecordBatch;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 
 /// A database engine rows come from: a target compares it with its own to tell a same-engine
@@ -54,8 +53,7 @@ pub enum Engine {
 }
 
 impl Engine {
-    /// The engine's name as adapters report it (`ChangeSource::engine`, `ApplyTarget::engine`)
-    /// and messages print it.
+    /// The engine's name as state files, reports and messages print it.
     pub fn as_str(self) -> &'static str {
         match self {
             Engine::Postgres => "postgres",
@@ -68,19 +66,6 @@ impl Engine {
 impl fmt::Display for Engine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Engine {
-    type Err = Error;
-
-    /// The engine an adapter's name ([`Engine::as_str`]) names; an internal error for any
-    /// other text (every adapter reports one of these names).
-    fn from_str(name: &str) -> Result<Engine> {
-        [Engine::Postgres, Engine::Mysql, Engine::Firebird]
-            .into_iter()
-            .find(|e| e.as_str() == name)
-            .ok_or_else(|| Error::internal(format!("no database engine is named {name:?}")))
     }
 }
 
@@ -445,8 +430,8 @@ pub struct AppliedPosition {
 /// unambiguous.
 #[async_trait]
 pub trait ApplyTarget: Send + Sync {
-    /// Engine name (`postgres`, `mysql`).
-    fn engine(&self) -> &'static str;
+    /// The target's engine (MariaDB is [`Engine::Mysql`]).
+    fn engine(&self) -> Engine;
 
     /// The target location with secrets redacted.
     fn display_url(&self) -> String;

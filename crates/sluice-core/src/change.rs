@@ -345,13 +345,16 @@ pub trait ChangeStream: Send {
     async fn close(&mut self) -> Result<()>;
 }
 
-/// The names a capture holds on the source (PostgreSQL: a replication slot and a
-/// publication; MySQL: none, the binary log needs no server-side object).
+/// The names a capture is known by: the key of its state and, on sources that keep
+/// [`ServerObjects`], those objects' names (PostgreSQL: a replication slot and a publication;
+/// MySQL/MariaDB keep nothing on the server, the binary log needs no object).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CaptureNames {
-    /// The replication slot.
-    pub slot: String,
-    /// The publication.
+    /// The capture's name (PostgreSQL: its replication slot). Stream states of earlier
+    /// releases call it `slot`.
+    #[serde(alias = "slot")]
+    pub name: String,
+    /// The publication (PostgreSQL only; unused elsewhere).
     pub publication: String,
 }
 
@@ -373,12 +376,26 @@ pub trait SnapshotHold: Send {
     async fn release(self: Box<Self>) -> Result<()>;
 }
 
-/// What [`ChangeSource::create`] made.
+/// How the initial snapshot's rows are tied to the stream's start, so every transaction lands
+/// exactly once: in the snapshot or in the change files.
+pub enum Handoff {
+    /// The source hands a snapshot to the export at exactly a stream position (PostgreSQL: the
+    /// snapshot a replication slot exports as it is created).
+    Held(HeldSnapshot),
+    /// The export takes its own snapshots, and its manifest records for each a source
+    /// position read under the snapshot's lock, which [`ChangeSource::manifest_position`]
+    /// turns into the stream position (MySQL/MariaDB: workers start consistent snapshots
+    /// under a brief global lock; the binary log position read there is exact).
+    FromExportManifest,
+}
+
+/// What [`ChangeSource::start`] made.
 pub struct Created {
-    /// Where the stream starts (the slot's consistent point).
+    /// Where the stream starts (PostgreSQL: the slot's consistent point; MySQL: the binary
+    /// log position read before any snapshot of the export).
     pub position: StreamPos,
-    /// The snapshot at exactly that position, when one was asked for.
-    pub snapshot: Option<HeldSnapshot>,
+    /// The snapshot hand-off, when a snapshot was asked for.
+    pub handoff: Option<Handoff>,
     /// True when the publication was created by this call (so `--drop` removes it).
     pub publication_created: bool,
 }
@@ -395,8 +412,8 @@ pub struct CaptureHarm {
 /// A source that can capture changes. Implemented per engine; driven by the stream runner.
 #[async_trait]
 pub trait ChangeSource: Send + Sync {
-    /// Engine name (`postgres`).
-    fn engine(&self) -> &'static str;
+    /// The source's engine (MariaDB is [`crate::apply::Engine::Mysql`]).
+    fn engine(&self) -> crate::apply::Engine;
 
     /// The source location with secrets redacted.
     fn display_url(&self) -> String;
@@ -433,23 +450,22 @@ pub trait ChangeSource: Send + Sync {
     fn while_stopped(&self, names: &CaptureNames, command: &str) -> String;
 
     /// The source an export reads from, under `snapshot` when given (a snapshot taken by
-    /// [`ChangeSource::create`] or [`ChangeSource::snapshot`]).
+    /// [`ChangeSource::start`] or [`ChangeSource::handoff`] — a [`Handoff::Held`] one).
     fn export_source(&self, snapshot: Option<&SnapshotInfo>) -> Arc<dyn Source>;
 
-    /// False when the capture keeps nothing on the server (the MySQL/MariaDB binary log needs
-    /// no slot: the position lives in the stream state only). The runner then skips its checks
-    /// that the capture's objects exist (absent on a first start, present on a restart).
-    fn keeps_server_objects(&self) -> bool {
-        true
+    /// The objects the capture keeps on the server, when it keeps any (PostgreSQL: a slot and
+    /// a publication). `None` (MySQL/MariaDB): the position lives in the stream state only,
+    /// and the runner skips its checks that the objects exist (absent on a first start,
+    /// present on a restart).
+    fn server_objects(&self) -> Option<&dyn ServerObjects> {
+        None
     }
 
     /// The stream position of a snapshot the export took itself, from the position its
-    /// manifest records, when the source's snapshots cannot be handed to the export (MySQL
-    /// and MariaDB: every worker starts its own consistent snapshot under a brief lock, and the
-    /// binary log position read under that lock is exact). `Ok(None)`: the source hands its
-    /// snapshots over ([`HeldSnapshot`]) and the runner maps them itself. Fails when the
-    /// position is not exact enough to hand off from.
-    fn stream_position(&self, snapshot: &crate::position::Position) -> Result<Option<StreamPos>> {
+    /// manifest records ([`Handoff::FromExportManifest`]). `Ok(None)`: the source hands its
+    /// snapshots over ([`Handoff::Held`]) and the runner recorded their positions itself.
+    /// Fails when the position is not exact enough to hand off from.
+    fn manifest_position(&self, snapshot: &crate::position::Position) -> Result<Option<StreamPos>> {
         let _ = snapshot;
         Ok(None)
     }
@@ -495,22 +511,19 @@ pub trait ChangeSource: Send + Sync {
         Ok(())
     }
 
-    /// True when the capture's server-side objects exist; fails when another session is
-    /// streaming from them.
-    async fn exists(&self, names: &CaptureNames) -> Result<bool>;
-
-    /// Create the capture for `datasets` (publication and slot), with a snapshot at its
-    /// start when `snapshot`. A failure leaves nothing behind.
-    async fn create(
+    /// Start a capture of `datasets`: create its server objects where it keeps any (a
+    /// failure leaves nothing behind) and say where the stream starts, with a snapshot
+    /// hand-off when `snapshot`.
+    async fn start(
         &self,
         names: &CaptureNames,
         datasets: &[Dataset],
         snapshot: bool,
     ) -> Result<Created>;
 
-    /// A new snapshot whose stream position is exact (PostgreSQL: a temporary slot's), for
-    /// finishing an interrupted initial snapshot.
-    async fn snapshot(&self) -> Result<HeldSnapshot>;
+    /// A new snapshot hand-off for finishing an interrupted initial snapshot (PostgreSQL: a
+    /// temporary slot's exported snapshot).
+    async fn handoff(&self) -> Result<Handoff>;
 
     /// Stream the capture's changes from the restart position `from`.
     async fn open(
@@ -531,8 +544,21 @@ pub trait ChangeSource: Send + Sync {
         None
     }
 
-    /// What the capture costs the source now (`None` when its objects are gone).
+    /// What the capture costs the source now (`None` when its objects are gone or it has not
+    /// confirmed a position yet).
     async fn harm(&self, names: &CaptureNames) -> Result<Option<CaptureHarm>>;
+}
+
+/// The objects a capture keeps on the source server between runs (PostgreSQL: its
+/// replication slot, which holds WAL for it, and its publication).
+#[async_trait]
+pub trait ServerObjects: Send + Sync {
+    /// The objects in the engine's words, for messages (`replication slot sluice_x`).
+    fn describe(&self, names: &CaptureNames) -> String;
+
+    /// True when the capture's objects exist; fails when another session is streaming from
+    /// them.
+    async fn exists(&self, names: &CaptureNames) -> Result<bool>;
 
     /// Remove the capture's objects; the publication only when `publication`. Returns what
     /// was removed, for the message.
@@ -596,5 +622,14 @@ mod tests {
         };
         let e = change_schema(&t, &[col("_seq", DataType::Int64)]).unwrap_err();
         assert!(e.to_string().contains("_seq"), "{e}");
+    }
+
+    #[test]
+    fn capture_names_of_earlier_states_read_back() {
+        let old: CaptureNames =
+            serde_json::from_str(r#"{"slot":"sluice_a","publication":"p"}"#).unwrap();
+        assert_eq!(old.name, "sluice_a");
+        let now = serde_json::to_string(&old).unwrap();
+        assert_eq!(now, r#"{"name":"sluice_a","publication":"p"}"#);
     }
 }

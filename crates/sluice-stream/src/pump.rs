@@ -112,7 +112,7 @@ pub(crate) async fn stream(
         source: job.source.display_url(),
         destination: job.destination.display(),
         state: job.state.describe(),
-        slot: names.slot.clone(),
+        slot: names.name.clone(),
         publication: names.publication.clone(),
         snapshot,
         changes: metrics.changes.load(Ordering::Relaxed),

@@ -29,7 +29,7 @@ use tokio::sync::watch;
 fn names_of(job: &StreamJob, saved: Option<&StreamState>) -> Result<CaptureNames> {
     if let Some(s) = saved {
         for (flag, given, have) in [
-            ("--slot", &job.slot, &s.names.slot),
+            ("--slot", &job.slot, &s.names.name),
             ("--publication", &job.publication, &s.names.publication),
         ] {
             if let Some(g) = given
@@ -44,12 +44,12 @@ fn names_of(job: &StreamJob, saved: Option<&StreamState>) -> Result<CaptureNames
         }
         return Ok(s.names.clone());
     }
-    let slot = job
+    let name = job
         .slot
         .clone()
         .unwrap_or_else(|| format!("sluice_{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff));
-    let publication = job.publication.clone().unwrap_or_else(|| slot.clone());
-    Ok(CaptureNames { slot, publication })
+    let publication = job.publication.clone().unwrap_or_else(|| name.clone());
+    Ok(CaptureNames { name, publication })
 }
 
 /// Run the stream until `--until-current`'s point or `cancel`.
@@ -131,13 +131,15 @@ async fn claimed(
         }
         Some(mut s) => {
             same_tables(job, &s, &datasets)?;
-            if job.source.keeps_server_objects() && !job.source.exists(&names).await? {
+            if let Some(objects) = job.source.server_objects()
+                && !objects.exists(&names).await?
+            {
                 return Err(Error::source_permanent(format!(
-                    "the stream state in {} names replication slot {}, which no longer exists \
-                     on {}: the changes since the saved position are lost. Start over with a \
-                     new output (and sluice stream --drop to remove the old state).",
+                    "the stream state in {} names {}, which no longer exists on {}: the changes \
+                     since the saved position are lost. Start over with a new output (and \
+                     sluice stream --drop to remove the old state).",
                     job.state.describe(),
-                    names.slot,
+                    objects.describe(&names),
                     job.source.display_url()
                 )));
             }
@@ -214,12 +216,11 @@ async fn first_start(
     cancel: &watch::Receiver<bool>,
 ) -> Result<(StreamState, Option<Report>)> {
     let snapshot = job.initial == Initial::Snapshot;
-    let created = crate::start::create(job.source.as_ref(), names, datasets, snapshot, || {
+    let created = crate::start::create(job.source.as_ref(), names, datasets, snapshot, |what| {
         Error::config(format!(
-            "replication slot {} already exists on {} but {} holds no stream state for it. \
-             Pass another --slot, or remove the slot (sluice stream --drop with the arguments \
-             that created it) — a slot nobody reads keeps WAL on the server.",
-            names.slot,
+            "{what} already exists on {} but {} holds no stream state for it. Pass another \
+             --slot, or remove it (sluice stream --drop with the arguments that created it) — \
+             a slot nobody reads keeps WAL on the server.",
             job.source.display_url(),
             job.state.describe()
         ))
@@ -247,18 +248,11 @@ async fn first_start(
         crate::start::abandon(job.source.as_ref(), names, created).await;
         return Err(e);
     }
-    if !job.source.keeps_server_objects() {
+    if let Some(objects) = job.source.server_objects() {
         tracing::info!(
-            "stream {} starts at position {} on {}",
-            names.slot,
-            created.position,
-            job.source.display_url()
-        );
-    } else {
-        tracing::info!(
-            "created replication slot {} and {} publication {} on {}; the slot keeps WAL until the \
-         stream confirms it (sluice stream --drop removes both)",
-            names.slot,
+            "created {} and {} publication {} on {}; the slot keeps WAL until the stream \
+             confirms it (sluice stream --drop removes both)",
+            objects.describe(names),
             if created.publication_created {
                 "the"
             } else {
@@ -267,9 +261,16 @@ async fn first_start(
             names.publication,
             job.source.display_url()
         );
+    } else {
+        tracing::info!(
+            "stream {} starts at position {} on {}",
+            names.name,
+            created.position,
+            job.source.display_url()
+        );
     }
-    let report = match created.snapshot {
-        Some(held) => Some(snapshot_phase(job, lock, &mut state, held, false, cancel).await?),
+    let report = match created.handoff {
+        Some(h) => Some(snapshot_phase(job, lock, &mut state, h, false, cancel).await?),
         None => None,
     };
     Ok((state, report))
@@ -291,7 +292,10 @@ pub async fn drop_stream(job: &StreamJob) -> Result<Vec<String>> {
         .as_ref()
         .map(|s| s.publication_created)
         .unwrap_or(job.publication.is_some());
-    let mut removed = job.source.remove(&names, publication).await?;
+    let mut removed = match job.source.server_objects() {
+        Some(objects) => objects.remove(&names, publication).await?,
+        None => Vec::new(),
+    };
     if saved.is_some() {
         let store = job.state.clone();
         blocking(move || store.clear()).await?;

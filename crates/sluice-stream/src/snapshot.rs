@@ -14,19 +14,20 @@
 //! worker starts a consistent snapshot under a brief global lock) and records the binary log
 //! position read under that lock in its manifest, which is exact. The stream starts at the
 //! position read before the export (never later than any snapshot's), and each table's changes
-//! are kept from its snapshot's position on ([`ChangeSource::stream_position`]); the argument
+//! are kept from its snapshot's position on ([`ChangeSource::manifest_position`]); the argument
 //! above holds unchanged, with "commit record" read as "the transaction's first binary log
 //! event" (a transaction's events are written to the binary log together, at commit).
 //!
-//! [`ChangeSource::stream_position`]: sluice_core::change::ChangeSource::stream_position
+//! [`ChangeSource::manifest_position`]: sluice_core::change::ChangeSource::manifest_position
 
 use crate::job::{StreamJob, blocking};
 use crate::state::StreamState;
-use sluice_core::change::{ChangeSource, HeldSnapshot};
+use sluice_core::change::{ChangeSource, Handoff};
 use sluice_core::{Error, Position, Result};
 use sluice_engine::Report;
 use sluice_engine::manifest::Manifest;
-use sluice_sink::layout::{MANIFEST, RUN_STATE, dataset_dir};
+use sluice_engine::output::Prior;
+use sluice_sink::layout::{MANIFEST, dataset_dir};
 use sluice_sink::{Destination, OutputLock};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,16 +37,12 @@ use tokio::sync::watch;
 /// finish, so the resumed export reads each of them whole under its new snapshot (a table's
 /// rows must all come from one snapshot, whose position filters its changes).
 async fn clear_unfinished(dest: &dyn Destination, ext: &str) -> Result<Vec<String>> {
-    let Some(plan) = dest.get(RUN_STATE).await? else {
+    let Prior::Unfinished(run) = sluice_engine::output::inspect(dest).await? else {
         return Ok(Vec::new());
     };
-    let plan: serde_json::Value = serde_json::from_slice(&plan)
-        .map_err(|e| Error::config(format!("{RUN_STATE} cannot be read: {e}")))?;
     let mut planned: HashMap<String, u64> = HashMap::new();
-    for c in plan["chunks"].as_array().into_iter().flatten() {
-        if let Some(d) = c["dataset"].as_str() {
-            *planned.entry(d.to_string()).or_default() += 1;
-        }
+    for c in &run.chunks {
+        *planned.entry(c.dataset.clone()).or_default() += 1;
     }
     let mut cleared = Vec::new();
     for (ds, n) in planned {
@@ -86,33 +83,35 @@ pub(crate) async fn resume_snapshot(
             cleared.join(", ")
         );
     }
-    let held = job.source.snapshot().await?;
-    snapshot_phase(job, lock, state, held, true, cancel).await
+    let handoff = job.source.handoff().await?;
+    snapshot_phase(job, lock, state, handoff, true, cancel).await
 }
 
-/// Write the initial snapshot (or finish an interrupted one) under `held`, with the output's
+/// Write the initial snapshot (or finish an interrupted one) with `handoff`, with the output's
 /// lock the run holds (`lock`).
 pub(crate) async fn snapshot_phase(
     job: &StreamJob,
     lock: &Arc<dyn OutputLock>,
     state: &mut StreamState,
-    held: HeldSnapshot,
+    handoff: Handoff,
     resume: bool,
     cancel: &watch::Receiver<bool>,
 ) -> Result<Report> {
-    state.record_snapshot(&held);
+    let (snapshot, hold) = state.take_handoff(handoff);
     {
         let store = job.state.clone();
         let s = state.clone();
         blocking(move || store.save(&s)).await?;
     }
-    let source = job.source.export_source(Some(&held.snapshot));
+    let source = job.source.export_source(snapshot.as_ref());
     let mut export = (job.export)(source);
     export.destination = job.destination.clone();
     export.resume = resume;
     export.held_lock = Some(lock.clone());
     let result = sluice_engine::run_export(export, job.progress.clone(), cancel.clone()).await;
-    let _ = held.hold.release().await;
+    if let Some(hold) = hold {
+        let _ = hold.release().await;
+    }
     let report = result.map_err(|e| {
         e.then(format!(
             "The initial snapshot is unfinished: run the same sluice stream command again to \
@@ -151,7 +150,7 @@ pub(crate) fn table_positions(
         let Some(snap) = manifest.snapshots.iter().find(|s| s.index == idx) else {
             continue;
         };
-        let exact = source.stream_position(&snap.position)?;
+        let exact = source.manifest_position(&snap.position)?;
         let pos = exact
             .or_else(|| {
                 state

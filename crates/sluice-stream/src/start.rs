@@ -5,24 +5,27 @@
 //! the caller (`run.rs` for change files, `apply/mod.rs` for a target database).
 
 use crate::state::{Committed, STATE_VERSION, SnapshotState, StreamState, TableState};
-use sluice_core::change::{CaptureNames, ChangeSource, Created};
+use sluice_core::change::{CaptureNames, ChangeSource, Created, Handoff};
 use sluice_core::{Dataset, Error, Result};
 use std::collections::BTreeMap;
 
-/// Check the source and create the capture's objects. `occupied`: the error for capture
-/// objects that exist already with no state of this run (another run's), worded by the caller.
+/// Check the source and start the capture (its server objects created, where it keeps any).
+/// `occupied`: the error for server objects that exist already with no state of this run
+/// (another run's), worded by the caller around the objects' description.
 pub(crate) async fn create(
     source: &dyn ChangeSource,
     names: &CaptureNames,
     datasets: &[Dataset],
     snapshot: bool,
-    occupied: impl FnOnce() -> Error,
+    occupied: impl FnOnce(String) -> Error,
 ) -> Result<Created> {
     source.check(datasets).await?;
-    if source.keeps_server_objects() && source.exists(names).await? {
-        return Err(occupied());
+    if let Some(objects) = source.server_objects()
+        && objects.exists(names).await?
+    {
+        return Err(occupied(objects.describe(names)));
     }
-    source.create(names, datasets, snapshot).await
+    source.start(names, datasets, snapshot).await
 }
 
 /// The state of a capture just `created`: every table from the capture's position (its
@@ -53,7 +56,7 @@ pub(crate) async fn new_state(
         .collect();
     Ok(StreamState {
         version: STATE_VERSION,
-        engine: source.engine().to_string(),
+        engine: source.engine(),
         source: source.display_url(),
         names: names.clone(),
         publication_created: created.publication_created,
@@ -80,8 +83,10 @@ pub(crate) async fn new_state(
 /// Undo a first start whose state could not be saved: a failed first start leaves no capture
 /// object behind (a slot nobody reads would keep the source's log).
 pub(crate) async fn abandon(source: &dyn ChangeSource, names: &CaptureNames, created: Created) {
-    if let Some(h) = created.snapshot {
+    if let Some(Handoff::Held(h)) = created.handoff {
         let _ = h.hold.release().await;
     }
-    let _ = source.remove(names, created.publication_created).await;
+    if let Some(objects) = source.server_objects() {
+        let _ = objects.remove(names, created.publication_created).await;
+    }
 }

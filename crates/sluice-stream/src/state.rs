@@ -14,9 +14,9 @@
 //! files past the committed position that no intent covers are removed.
 
 use serde::{Deserialize, Serialize};
-use sluice_core::change::CaptureNames;
+use sluice_core::change::{CaptureNames, Handoff, SnapshotHold};
 use sluice_core::table::TableRef;
-use sluice_core::{Error, Position, Result, StreamPos};
+use sluice_core::{Error, Position, Result, SnapshotInfo, StreamPos};
 use sluice_sink::Destination;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -60,10 +60,22 @@ impl StreamState {
     /// Records which stream position `held` stands at, before any part is read under it: the
     /// manifest names the snapshot each part came from, and this maps it to the position from
     /// which that table's changes are kept.
-    pub(crate) fn record_snapshot(&mut self, held: &sluice_core::change::HeldSnapshot) {
-        self.snapshot
-            .positions
-            .push((held.snapshot.position.clone(), held.position.clone()));
+    /// Take a snapshot hand-off for an export: the snapshot the export joins and what keeps
+    /// it valid until the export is done (both `None` when the export takes its own, whose
+    /// positions its manifest records), a held snapshot's position recorded here.
+    pub(crate) fn take_handoff(
+        &mut self,
+        handoff: Handoff,
+    ) -> (Option<SnapshotInfo>, Option<Box<dyn SnapshotHold>>) {
+        match handoff {
+            Handoff::Held(held) => {
+                self.snapshot
+                    .positions
+                    .push((held.snapshot.position.clone(), held.position.clone()));
+                (Some(held.snapshot), Some(held.hold))
+            }
+            Handoff::FromExportManifest => (None, None),
+        }
     }
 }
 
@@ -123,7 +135,7 @@ pub struct StreamState {
     /// [`STATE_VERSION`].
     pub version: u32,
     /// Source engine.
-    pub engine: String,
+    pub engine: sluice_core::apply::Engine,
     /// Source URL, redacted.
     pub source: String,
     /// Slot and publication.

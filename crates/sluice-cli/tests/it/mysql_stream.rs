@@ -277,11 +277,16 @@ async fn killed_at_every_point_of_a_batch_the_restarted_stream_is_exact() {
     // position the tables it read use (the replay below proves the result exact).
     let st = state(to.path());
     assert_eq!(st["snapshot"]["done"], true);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(to.path().join("manifest.json")).unwrap()).unwrap();
     assert_eq!(
-        st["snapshot"]["positions"].as_array().unwrap().len(),
+        manifest["snapshots"].as_array().unwrap().len(),
         2,
-        "{st}"
+        "{manifest}"
     );
+    for (name, t) in st["tables"].as_object().unwrap() {
+        assert!(t["snapshot_position"].is_string(), "{name}: {st}");
+    }
     writer.wait_for(30).await;
     let fp = Failpoints::new();
     let mut cmd = stream(&db.url, &tables, to.path(), &small);

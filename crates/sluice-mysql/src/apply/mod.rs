@@ -262,8 +262,8 @@ pub(crate) async fn columns_of(
 
 #[async_trait]
 impl ApplyTarget for MyApplyTarget {
-    fn engine(&self) -> &'static str {
-        "mysql"
+    fn engine(&self) -> sluice_core::apply::Engine {
+        sluice_core::apply::Engine::Mysql
     }
 
     fn display_url(&self) -> String {

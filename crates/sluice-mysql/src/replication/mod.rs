@@ -66,9 +66,10 @@ use futures_util::StreamExt;
 use gtid::GtidState;
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
+use sluice_core::apply::Engine;
 use sluice_core::change::{
     BadValuePolicy, BadValues, CaptureHarm, CaptureNames, ChangeSource, ChangeStream, Created,
-    HeldSnapshot, SnapshotHold,
+    Handoff,
 };
 use sluice_core::{Dataset, Error, Position, Result, SnapshotInfo, Source, StreamPos};
 use std::ops::RangeInclusive;
@@ -124,16 +125,6 @@ struct ResumePoint {
     from: BinPos,
     gtid: Option<GtidState>,
     server_uuid: Option<String>,
-}
-
-/// Nothing to hold: the export takes its own snapshot.
-struct NoHold;
-
-#[async_trait]
-impl SnapshotHold for NoHold {
-    async fn release(self: Box<Self>) -> Result<()> {
-        Ok(())
-    }
 }
 
 impl MyCapture {
@@ -303,24 +294,12 @@ impl MyCapture {
             server_uuid,
         })
     }
-
-    fn placeholder(&self, position: StreamPos) -> HeldSnapshot {
-        HeldSnapshot {
-            snapshot: SnapshotInfo {
-                id: None,
-                position: Position::Unknown,
-                taken_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            },
-            position,
-            hold: Box::new(NoHold),
-        }
-    }
 }
 
 #[async_trait]
 impl ChangeSource for MyCapture {
-    fn engine(&self) -> &'static str {
-        "mysql"
+    fn engine(&self) -> Engine {
+        Engine::Mysql
     }
 
     fn display_url(&self) -> String {
@@ -371,11 +350,7 @@ impl ChangeSource for MyCapture {
         })
     }
 
-    fn keeps_server_objects(&self) -> bool {
-        false
-    }
-
-    fn stream_position(&self, snapshot: &Position) -> Result<Option<StreamPos>> {
+    fn manifest_position(&self, snapshot: &Position) -> Result<Option<StreamPos>> {
         match snapshot {
             Position::Mysql { file, pos, .. } => {
                 BinPos::of_file(file, *pos).map(|p| Some(StreamPos::from_adapter(p.text())))
@@ -458,28 +433,25 @@ impl ChangeSource for MyCapture {
         }
     }
 
-    async fn exists(&self, names: &CaptureNames) -> Result<bool> {
-        let _ = names;
-        Ok(false)
-    }
-
-    async fn create(
+    async fn start(
         &self,
         names: &CaptureNames,
         datasets: &[Dataset],
         snapshot: bool,
     ) -> Result<Created> {
+        // Nothing to create: the binary log needs no server object. The stream starts at the
+        // position read now, before any snapshot of the export (each table then keeps its
+        // changes from its own snapshot's position on).
         let _ = (names, datasets);
-        let position = StreamPos::from_adapter(self.position_now().await?.text());
         Ok(Created {
-            snapshot: snapshot.then(|| self.placeholder(position.clone())),
-            position,
+            position: StreamPos::from_adapter(self.position_now().await?.text()),
+            handoff: snapshot.then_some(Handoff::FromExportManifest),
             publication_created: false,
         })
     }
 
-    async fn snapshot(&self) -> Result<HeldSnapshot> {
-        Ok(self.placeholder(StreamPos::from_adapter(self.position_now().await?.text())))
+    async fn handoff(&self) -> Result<Handoff> {
+        Ok(Handoff::FromExportManifest)
     }
 
     async fn open(
@@ -582,11 +554,5 @@ impl ChangeSource for MyCapture {
             retained_bytes,
             lag_bytes,
         }))
-    }
-
-    async fn remove(&self, names: &CaptureNames, publication: bool) -> Result<Vec<String>> {
-        // Nothing lives on the server for a binary log stream.
-        let _ = (names, publication);
-        Ok(Vec::new())
     }
 }

@@ -149,8 +149,8 @@ fn classify(e: &tokio_postgres::Error, display: &str, what: &str) -> Error {
 
 #[async_trait]
 impl ApplyTarget for PgApplyTarget {
-    fn engine(&self) -> &'static str {
-        "postgres"
+    fn engine(&self) -> sluice_core::apply::Engine {
+        sluice_core::apply::Engine::Postgres
     }
 
     fn display_url(&self) -> String {

@@ -30,9 +30,10 @@ use crate::sql::{quote_ident, quote_literal};
 use crate::types::TypeMap;
 use async_trait::async_trait;
 use conn::{ConnError, ReplConn};
+use sluice_core::apply::Engine;
 use sluice_core::change::{
     BadValuePolicy, BadValues, CaptureHarm, CaptureNames, ChangeSource, ChangeStream, Created,
-    HeldSnapshot, SnapshotHold,
+    Handoff, HeldSnapshot, ServerObjects, SnapshotHold,
 };
 use sluice_core::table::TableRef;
 use sluice_core::{Dataset, DatasetKind, Error, Position, Result, SnapshotInfo, Source, StreamPos};
@@ -144,8 +145,12 @@ fn held(conn: ReplConn, created: slot::CreatedSlot) -> Result<HeldSnapshot> {
 
 #[async_trait]
 impl ChangeSource for PgCapture {
-    fn engine(&self) -> &'static str {
-        "postgres"
+    fn engine(&self) -> Engine {
+        Engine::Postgres
+    }
+
+    fn server_objects(&self) -> Option<&dyn ServerObjects> {
+        Some(self)
     }
 
     fn display_url(&self) -> String {
@@ -206,7 +211,7 @@ impl ChangeSource for PgCapture {
         format!(
             "The replication slot {} keeps WAL on {} until {command} runs again; {command} \
              --drop removes it.",
-            names.slot,
+            names.name,
             self.display()
         )
     }
@@ -230,42 +235,7 @@ impl ChangeSource for PgCapture {
         slot::preflight(&client, &server, datasets, &mut types, self.display()).await
     }
 
-    async fn exists(&self, names: &CaptureNames) -> Result<bool> {
-        let client = self.client().await?;
-        let Some(info) = slot::slot_info(&client, &names.slot, self.display()).await? else {
-            return Ok(false);
-        };
-        if let Some(pid) = info.active_pid {
-            return Err(Error::config(format!(
-                "replication slot {} on {} is in use by another session (pid {pid}): another \
-                 stream is reading it. Stop that stream first; two streams cannot share a slot.",
-                names.slot,
-                self.display()
-            )));
-        }
-        if info.plugin.as_deref() != Some("pgoutput") {
-            return Err(Error::config(format!(
-                "replication slot {} on {} is not a pgoutput logical slot ({}): name another \
-                 --slot.",
-                names.slot,
-                self.display(),
-                info.plugin.as_deref().unwrap_or("physical")
-            )));
-        }
-        if info.wal_status.as_deref() == Some("lost") {
-            return Err(Error::source_permanent(format!(
-                "replication slot {} on {} was invalidated (the server removed WAL it still \
-                 needed, max_slot_wal_keep_size): changes since the saved position are lost. \
-                 Start over: sluice stream --drop with the same arguments, then stream into a \
-                 new output.",
-                names.slot,
-                self.display()
-            )));
-        }
-        Ok(true)
-    }
-
-    async fn create(
+    async fn start(
         &self,
         names: &CaptureNames,
         datasets: &[Dataset],
@@ -288,7 +258,7 @@ impl ChangeSource for PgCapture {
         .await?;
         let made = async {
             let mut conn = ReplConn::connect(&self.target).await?;
-            let created = slot::create_slot(&mut conn, &names.slot, false, snapshot).await?;
+            let created = slot::create_slot(&mut conn, &names.name, false, snapshot).await?;
             Ok::<_, Error>((conn, created))
         }
         .await;
@@ -312,16 +282,16 @@ impl ChangeSource for PgCapture {
         };
         Ok(Created {
             position,
-            snapshot,
+            handoff: snapshot.map(Handoff::Held),
             publication_created,
         })
     }
 
-    async fn snapshot(&self) -> Result<HeldSnapshot> {
+    async fn handoff(&self) -> Result<Handoff> {
         let mut conn = ReplConn::connect(&self.target).await?;
         let name = format!("sluice_tmp_{:016x}", rand::random::<u64>());
         let created = slot::create_slot(&mut conn, &name, true, true).await?;
-        held(conn, created)
+        held(conn, created).map(Handoff::Held)
     }
 
     async fn open(
@@ -338,7 +308,7 @@ impl ChangeSource for PgCapture {
         let sql = format!(
             "START_REPLICATION SLOT {} LOGICAL {} (proto_version '1', publication_names {}, \
              binary 'true')",
-            quote_ident(&names.slot),
+            quote_ident(&names.name),
             slot::format_lsn(start),
             quote_literal(&quote_ident(&names.publication))
         );
@@ -347,19 +317,19 @@ impl ChangeSource for PgCapture {
             ConnError::Server(s) if s.code == "55006" => Error::config(format!(
                 "replication slot {} on {display} is in use by another session: another stream \
                  is reading it. Stop that stream first; two streams cannot share a slot.",
-                names.slot
+                names.name
             )),
             ConnError::Server(s) if s.code == "42704" => Error::source_permanent(format!(
                 "replication slot {} no longer exists on {display} ({s}); the changes since the \
                  saved position are lost. Start over: sluice stream --drop with the same \
                  arguments, then stream into a new output.",
-                names.slot
+                names.name
             )),
             ConnError::Server(s) if s.code == "55000" => Error::source_permanent(format!(
                 "replication slot {} on {display} cannot be read: {s}. If it was invalidated \
                  (max_slot_wal_keep_size), the changes since the saved position are lost: start \
                  over with sluice stream --drop and a new output.",
-                names.slot
+                names.name
             )),
             other => other.into_error("START_REPLICATION", &display),
         })?;
@@ -400,29 +370,72 @@ impl ChangeSource for PgCapture {
         let client = g
             .as_ref()
             .ok_or_else(|| Error::internal("no probe session"))?;
-        Ok(slot::slot_harm(client, &names.slot, self.display())
+        Ok(slot::slot_harm(client, &names.name, self.display())
             .await?
             .map(|h| CaptureHarm {
                 retained_bytes: h.retained_bytes,
                 lag_bytes: h.lag_bytes,
             }))
     }
+}
+
+/// The replication slot and the publication.
+#[async_trait]
+impl ServerObjects for PgCapture {
+    fn describe(&self, names: &CaptureNames) -> String {
+        format!("replication slot {}", names.name)
+    }
+
+    async fn exists(&self, names: &CaptureNames) -> Result<bool> {
+        let client = self.client().await?;
+        let Some(info) = slot::slot_info(&client, &names.name, self.display()).await? else {
+            return Ok(false);
+        };
+        if let Some(pid) = info.active_pid {
+            return Err(Error::config(format!(
+                "replication slot {} on {} is in use by another session (pid {pid}): another \
+                 stream is reading it. Stop that stream first; two streams cannot share a slot.",
+                names.name,
+                self.display()
+            )));
+        }
+        if info.plugin.as_deref() != Some("pgoutput") {
+            return Err(Error::config(format!(
+                "replication slot {} on {} is not a pgoutput logical slot ({}): name another \
+                 --slot.",
+                names.name,
+                self.display(),
+                info.plugin.as_deref().unwrap_or("physical")
+            )));
+        }
+        if info.wal_status.as_deref() == Some("lost") {
+            return Err(Error::source_permanent(format!(
+                "replication slot {} on {} was invalidated (the server removed WAL it still \
+                 needed, max_slot_wal_keep_size): changes since the saved position are lost. \
+                 Start over: sluice stream --drop with the same arguments, then stream into a \
+                 new output.",
+                names.name,
+                self.display()
+            )));
+        }
+        Ok(true)
+    }
 
     async fn remove(&self, names: &CaptureNames, publication: bool) -> Result<Vec<String>> {
         let client = self.client().await?;
         let mut out = Vec::new();
-        if let Some(info) = slot::slot_info(&client, &names.slot, self.display()).await?
+        if let Some(info) = slot::slot_info(&client, &names.name, self.display()).await?
             && let Some(pid) = info.active_pid
         {
             return Err(Error::config(format!(
                 "replication slot {} on {} is in use by pid {pid}; stop that stream before \
                  dropping it.",
-                names.slot,
+                names.name,
                 self.display()
             )));
         }
-        if slot::drop_slot(&client, &names.slot, self.display()).await? {
-            out.push(format!("replication slot {}", names.slot));
+        if slot::drop_slot(&client, &names.name, self.display()).await? {
+            out.push(format!("replication slot {}", names.name));
         }
         if publication {
             slot::drop_publication(&client, &names.publication, self.display()).await?;

@@ -13,7 +13,7 @@ use crate::state::StreamState;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use sluice_core::apply::TableKeys;
-use sluice_core::change::HeldSnapshot;
+use sluice_core::change::Handoff;
 use sluice_core::table::TableRef;
 use sluice_core::{Error, Result, Retry};
 use sluice_engine::Report;
@@ -66,17 +66,17 @@ pub fn template_output() -> ArrowOutput {
     }))
 }
 
-/// Load every table under `held`, recording each table's stream position in `state`.
+/// Load every table with `handoff`, recording each table's stream position in `state`.
 /// Generated columns (`keys`) are read but not loaded: the target computes them or lacks
 /// them.
 pub(crate) async fn load(
     job: &ReplicateJob,
     state: &mut StreamState,
     keys: &[TableKeys],
-    held: HeldSnapshot,
+    handoff: Handoff,
     cancel: &watch::Receiver<bool>,
 ) -> Result<Report> {
-    state.record_snapshot(&held);
+    let (snapshot, hold) = state.take_handoff(handoff);
     super::save_state(job, state).await?;
     let tables: HashMap<String, (TableRef, Vec<String>)> = state
         .tables
@@ -117,12 +117,14 @@ pub(crate) async fn load(
         reloaded: AtomicBool::new(false),
     });
     let memory = Arc::new(MemoryDestination::new());
-    let source = job.source.export_source(Some(&held.snapshot));
+    let source = job.source.export_source(snapshot.as_ref());
     let mut export = (job.export)(source);
     export.format = FormatOptions::Arrow(ArrowOutput(consumer.clone()));
     export.destination = memory.clone();
     let result = sluice_engine::run_export(export, job.progress.clone(), cancel.clone()).await;
-    let _ = held.hold.release().await;
+    if let Some(hold) = hold {
+        let _ = hold.release().await;
+    }
     consumer.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
     let mut load_error = None;
     for l in loaders {

@@ -194,7 +194,7 @@ pub(crate) async fn save_state(job: &ReplicateJob, state: &StreamState) -> Resul
     s.updated_at = chrono::Utc::now().to_rfc3339();
     let bytes = serde_json::to_vec(&s)
         .map_err(|e| Error::internal(format!("the replication state cannot be written: {e}")))?;
-    job.target.save_state(&state.names.slot, &bytes).await
+    job.target.save_state(&state.names.name, &bytes).await
 }
 
 /// Run the replication until `--until-current`'s point or `cancel`.
@@ -235,10 +235,10 @@ pub async fn run_replicate(
     }
     let names = CaptureNames {
         publication: job.publication.clone().unwrap_or_else(|| name.clone()),
-        slot: name.clone(),
+        name: name.clone(),
     };
     same_target_names(&job, &datasets)?;
-    let source_engine: sluice_core::apply::Engine = job.source.engine().parse()?;
+    let source_engine = job.source.engine();
     let wanted: Vec<TargetTable> = datasets
         .iter()
         .filter_map(|d| {
@@ -288,14 +288,16 @@ pub async fn run_replicate(
             s
         }
         Some(mut s) => {
-            if job.source.keeps_server_objects() && !job.source.exists(&names).await? {
+            if let Some(objects) = job.source.server_objects()
+                && !objects.exists(&names).await?
+            {
                 return Err(Error::source_permanent(format!(
-                    "the replication {name} on {} names replication slot {}, which no longer \
-                     exists on {}: the changes since the applied position are lost. Start \
-                     over: remove the target's tables and sluice's state there (sluice \
-                     replicate --drop), then run again.",
+                    "the replication {name} on {} names {}, which no longer exists on {}: the \
+                     changes since the applied position are lost. Start over: remove the \
+                     target's tables and sluice's state there (sluice replicate --drop), then \
+                     run again.",
                     job.target.display_url(),
-                    names.slot,
+                    objects.describe(&names),
                     job.source.display_url()
                 )));
             }
@@ -306,8 +308,8 @@ pub async fn run_replicate(
                     tables.len()
                 );
                 job.target.truncate(&tables).await?;
-                let held = job.source.snapshot().await?;
-                snapshot = Some(load::load(&job, &mut s, &keys, held, &cancel).await?);
+                let handoff = job.source.handoff().await?;
+                snapshot = Some(load::load(&job, &mut s, &keys, handoff, &cancel).await?);
             }
             s
         }
@@ -425,18 +427,18 @@ async fn first_start(
             )));
         }
     }
-    let created = crate::start::create(job.source.as_ref(), names, datasets, snapshot, || {
+    let created = crate::start::create(job.source.as_ref(), names, datasets, snapshot, |what| {
         Error::config(format!(
-            "replication slot {0} already exists on {1} but {2} holds no state of replication \
-             {0}: the slot belongs to another replication (another target, or this target \
-             with another --target-schema), or to a stream. To start a replication of your \
-             own beside it, pass --slot with a new name. Only if nothing reads the slot any \
-             more (a replication removed without --drop), remove it with sluice replicate \
-             --drop and the arguments that created it — dropping a slot that a replication \
-             still uses ends that replication for good.",
-            names.slot,
+            "{what} already exists on {} but {} holds no state of replication {}: it belongs \
+             to another replication (another target, or this target with another \
+             --target-schema), or to a stream. To start a replication of your own beside it, \
+             pass --slot with a new name. Only if nothing reads it any more (a replication \
+             removed without --drop), remove it with sluice replicate --drop and the \
+             arguments that created it — dropping what a replication still uses ends that \
+             replication for good.",
             job.source.display_url(),
             job.target.display_url(),
+            names.name,
         ))
     })
     .await?;
@@ -460,15 +462,15 @@ async fn first_start(
         })
         .collect();
     let saved = match save_state(job, &state).await {
-        Ok(()) => job.target.save_columns(&names.slot, &followed).await,
+        Ok(()) => job.target.save_columns(&names.name, &followed).await,
         Err(e) => Err(e),
     };
     if let Err(e) = saved {
         crate::start::abandon(job.source.as_ref(), names, created).await;
         return Err(e);
     }
-    let report = match created.snapshot {
-        Some(held) => Some(load::load(job, &mut state, keys, held, cancel).await?),
+    let report = match created.handoff {
+        Some(h) => Some(load::load(job, &mut state, keys, h, cancel).await?),
         None => None,
     };
     Ok((state, report))
@@ -489,14 +491,14 @@ pub async fn drop_replication(job: ReplicateJob) -> Result<Vec<String>> {
         Some(s) => s.names.clone(),
         None => CaptureNames {
             publication: job.publication.clone().unwrap_or_else(|| name.clone()),
-            slot: name.clone(),
+            name: name.clone(),
         },
     };
     let publication = saved.as_ref().is_some_and(|s| s.publication_created);
-    let mut removed = Vec::new();
-    if job.source.keeps_server_objects() {
-        removed = job.source.remove(&names, publication).await?;
-    }
+    let mut removed = match job.source.server_objects() {
+        Some(objects) => objects.remove(&names, publication).await?,
+        None => Vec::new(),
+    };
     if saved.is_some() || job.target.applied(&name).await?.is_some() {
         job.target.clear_state(&name).await?;
         removed.push(format!(

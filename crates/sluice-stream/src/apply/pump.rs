@@ -71,7 +71,7 @@ pub(super) async fn stream(
     let stopped = drive::run(&run, &mut attempts, cancel).await?;
     let position = job
         .target
-        .applied(&names.slot)
+        .applied(&names.name)
         .await?
         .map(|a| a.restart)
         .unwrap_or(attempts.restart);
@@ -99,7 +99,7 @@ impl<'a> drive::Attempts for TargetAttempts<'a> {
 
     async fn begin(&mut self) -> Result<(StreamPos, Target<'a>)> {
         let job = self.job;
-        let slot = &self.state.names.slot;
+        let slot = &self.state.names.name;
         let applied = job.target.applied(slot).await?;
         let (restart, unit) = match &applied {
             Some(a) => (a.restart.clone(), a.unit),
@@ -131,7 +131,7 @@ impl<'a> drive::Attempts for TargetAttempts<'a> {
             })
             .collect();
         let limits = unit_limits(job.memory, job.parallel, job.max_grouped);
-        let engine = job.source.engine().parse()?;
+        let engine = job.source.engine();
         let mut collector = Collector::new(captured, self.keys.clone(), limits, engine);
         collector.set_target_foreign_keys(self.target_fks.clone());
         collector.set_busy(pool.busy_fn());

@@ -74,8 +74,8 @@ struct Session {
 
 #[async_trait]
 impl ApplyTarget for Recorder {
-    fn engine(&self) -> &'static str {
-        "recorder"
+    fn engine(&self) -> sluice_core::apply::Engine {
+        sluice_core::apply::Engine::Postgres
     }
     fn display_url(&self) -> String {
         "recorder".into()

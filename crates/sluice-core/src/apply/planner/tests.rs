@@ -425,11 +425,3 @@ fn a_truncate_row_is_refused() {
         assert!(e.message().contains("\"truncate\" change of d.t"), "{e}");
     });
 }
-
-#[test]
-fn engines_read_back_their_names() {
-    for e in [Engine::Postgres, Engine::Mysql, Engine::Firebird] {
-        assert_eq!(e.as_str().parse::<Engine>().unwrap(), e);
-    }
-    assert!("oracle".parse::<Engine>().is_err());
-}
