@@ -41,6 +41,9 @@ def test_config_errors(pg):
     # The options are the CLI's: its checks and messages, unknown names refused.
     with pytest.raises(sluice.ConfigError, match="memory"):
         sluice.read_arrow(pg.url, table="t", memory="1MB")
+    # A value that does not parse names its keyword.
+    with pytest.raises(sluice.ConfigError, match="batch_size: .*lots"):
+        sluice.read_arrow(pg.url, table="t", batch_size="lots")
     with pytest.raises(sluice.ConfigError, match="bogus"):
         _sluice.read(source=pg.url, table="t", bogus=1)
     with pytest.raises(sluice.ConfigError, match="chunk-by"):

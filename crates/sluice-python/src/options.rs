@@ -103,11 +103,20 @@ pub fn from_kwargs(kwargs: &Bound<'_, PyDict>) -> Result<Options> {
             map.insert(key, x);
         }
     }
-    let mut options: Options = serde_json::from_value(Value::Object(map)).map_err(|e| {
-        Error::config(format!(
-            "{e}. Options are the command line's settings with _ for - (see help(sluice))."
-        ))
-    })?;
+    let mut options: Options =
+        serde_path_to_error::deserialize(Value::Object(map)).map_err(|e| {
+            let key = e.path().to_string();
+            let e = e.into_inner();
+            let what = if key == "." {
+                e.to_string()
+            } else {
+                format!("{key}: {e}")
+            };
+            Error::config(format!(
+                "{what}. Options are the command line's settings with _ for - (see \
+                 help(sluice))."
+            ))
+        })?;
     options.config = config;
     sluice_cli::config::merged(&options)
 }
