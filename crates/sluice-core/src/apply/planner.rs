@@ -36,6 +36,7 @@
 //! row-count accounting, rollbacks) in `planner/tests.rs`.
 
 mod dialect;
+pub mod fixture;
 
 pub use dialect::{ApplyDialect, ApplyLink, Prepared, Recorder};
 

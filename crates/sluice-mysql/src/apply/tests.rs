@@ -2,29 +2,17 @@
 //! a [`Recorder`]).
 
 use super::dialect::MySql;
-use arrow_array::builder::{ListBuilder, StringBuilder};
-use arrow_array::{
-    ArrayRef, Int32Array, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array,
-};
+use arrow_schema::DataType;
 use arrow_schema::extension::EXTENSION_TYPE_NAME_KEY;
-use arrow_schema::{DataType, Field};
+use sluice_core::apply::planner::fixture::{self, Row};
 use sluice_core::apply::planner::{FLUSH_BYTES, Planner, Recorder};
-use sluice_core::apply::{AppliedPosition, ApplyUnit, Engine, SourceColumn, UnitTable};
-use sluice_core::change::change_schema;
+use sluice_core::apply::{AppliedPosition, Engine, SourceColumn, UnitTable};
 use sluice_core::columns::field;
-use sluice_core::table::{ColumnDesc, TableRef};
+use sluice_core::table::TableRef;
 use std::collections::HashMap;
-use std::sync::Arc;
-
-/// One row of table `d.t (id int, v)`: op, id, v, absent columns.
-type Row<'a> = (&'a str, Option<i32>, Option<&'a str>, &'a [&'a str]);
 
 /// Table `d.t (id int, v)` keyed by `key`, `v` text or, with `json`, JSON.
 fn table_of(key: &[&str], json: bool, rows: &[Row<'_>]) -> UnitTable {
-    let t = TableRef {
-        schema: "d".into(),
-        name: "t".into(),
-    };
     let mut v = field("v", DataType::Utf8);
     if json {
         v = v.with_metadata(HashMap::from([(
@@ -32,48 +20,7 @@ fn table_of(key: &[&str], json: bool, rows: &[Row<'_>]) -> UnitTable {
             "arrow.json".to_string(),
         )]));
     }
-    let cols: Vec<ColumnDesc> = [field("id", DataType::Int32), v]
-        .into_iter()
-        .map(|f: Field| ColumnDesc {
-            name: f.name().clone(),
-            source_type: "x".into(),
-            field: f,
-            cast: None,
-            as_text_fallback: false,
-        })
-        .collect();
-    let n = rows.len();
-    let mut absent = ListBuilder::new(StringBuilder::new());
-    for r in rows {
-        for a in r.3 {
-            absent.values().append_value(a);
-        }
-        absent.append(true);
-    }
-    let arrays: Vec<ArrayRef> = vec![
-        Arc::new(Int32Array::from(
-            rows.iter().map(|r| r.1).collect::<Vec<_>>(),
-        )),
-        Arc::new(StringArray::from(
-            rows.iter().map(|r| r.2).collect::<Vec<_>>(),
-        )),
-        Arc::new(StringArray::from(
-            rows.iter().map(|r| r.0).collect::<Vec<_>>(),
-        )),
-        Arc::new(StringArray::from(vec!["p"; n])),
-        Arc::new(UInt64Array::from((0..n as u64).collect::<Vec<_>>())),
-        Arc::new(TimestampMicrosecondArray::from(vec![None; n]).with_timezone("UTC")),
-        Arc::new(StringArray::from(vec![None::<&str>; n])),
-        Arc::new(absent.finish()),
-    ];
-    UnitTable {
-        table: t.clone(),
-        columns: Arc::new(cols.clone()),
-        key: Arc::new(key.iter().map(|k| k.to_string()).collect()),
-        batch: RecordBatch::try_new(change_schema(&t, &cols).unwrap(), arrays).unwrap(),
-        source_engine: Engine::Mysql,
-        sole_key: false,
-    }
+    fixture::table(key, "x", v, Engine::Mysql, rows).unwrap()
 }
 
 fn table(key: &[&str], rows: &[Row<'_>]) -> UnitTable {
@@ -83,18 +30,9 @@ fn table(key: &[&str], rows: &[Row<'_>]) -> UnitTable {
 /// What `t`'s rows become in one unit on MySQL (`mysql_json`) or MariaDB, `batches` as in
 /// `ApplyUnit::batches`: each buffer sent.
 async fn sent_on(t: UnitTable, batches: &[u32], mysql_json: bool) -> Vec<String> {
-    let n = t.batch.num_rows() as u32;
-    let unit = ApplyUnit {
-        tables: vec![t],
-        order: (0..n).map(|r| (0, r)).collect(),
-        batches: batches.to_vec(),
-    };
-    let mut plan = Planner::new(MySql { mysql_json }, "r", 2);
-    let mut link = Recorder::default();
-    plan.begin();
-    plan.apply(&unit, &mut link).await.unwrap();
-    plan.commit(&mut link).await.unwrap();
-    link.sent
+    fixture::sent(MySql { mysql_json }, &fixture::unit(t, batches))
+        .await
+        .unwrap()
 }
 
 async fn script_on(t: UnitTable, batches: &[u32], mysql_json: bool) -> String {

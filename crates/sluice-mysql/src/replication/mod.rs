@@ -16,7 +16,7 @@
 //! `SHOW MASTER STATUS` while commits are blocked — which is exact: the snapshot holds every
 //! transaction written to the binary log before it and none after. The stream starts at the
 //! position read when it was created, before the export, and keeps a table's changes from its
-//! snapshot's position on ([`ChangeSource::stream_position`]); see `sluice-stream`'s
+//! snapshot's position on ([`ChangeSource::manifest_position`]); see `sluice-stream`'s
 //! `snapshot.rs` for why that is exact, also for a resumed snapshot.
 //!
 //! Nothing is created on the server: the position lives in the stream state only, and the

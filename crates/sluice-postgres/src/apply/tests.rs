@@ -2,72 +2,23 @@
 //! [`Recorder`]).
 
 use super::dialect::PgSql;
-use arrow_array::builder::{ListBuilder, StringBuilder};
-use arrow_array::{
-    ArrayRef, Int32Array, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array,
-};
 use arrow_schema::DataType;
+use sluice_core::apply::planner::fixture::{self, Row};
 use sluice_core::apply::planner::{FLUSH_BYTES, Planner, Recorder};
-use sluice_core::apply::{AppliedPosition, ApplyUnit, Engine, SourceColumn, UnitTable};
-use sluice_core::change::change_schema;
+use sluice_core::apply::{AppliedPosition, Engine, SourceColumn, UnitTable};
 use sluice_core::columns::field;
-use sluice_core::table::{ColumnDesc, TableRef};
-use std::sync::Arc;
-
-/// One row of table `d.t (id int, v <v_type>)`: op, id, v, absent columns.
-type Row<'a> = (&'a str, Option<i32>, Option<&'a str>, &'a [&'a str]);
+use sluice_core::table::TableRef;
 
 /// Table `d.t (id int, v)` keyed by `key`, `v` of source type `v_type`.
 fn table_of(key: &[&str], v_type: &str, rows: &[Row<'_>]) -> UnitTable {
-    let t = TableRef {
-        schema: "d".into(),
-        name: "t".into(),
-    };
-    let cols: Vec<ColumnDesc> = [
-        ("id", "integer", DataType::Int32),
-        ("v", v_type, DataType::Utf8),
-    ]
-    .into_iter()
-    .map(|(n, ty, dt)| ColumnDesc {
-        name: n.into(),
-        source_type: ty.into(),
-        field: field(n, dt),
-        cast: None,
-        as_text_fallback: false,
-    })
-    .collect();
-    let n = rows.len();
-    let mut absent = ListBuilder::new(StringBuilder::new());
-    for r in rows {
-        for a in r.3 {
-            absent.values().append_value(a);
-        }
-        absent.append(true);
-    }
-    let arrays: Vec<ArrayRef> = vec![
-        Arc::new(Int32Array::from(
-            rows.iter().map(|r| r.1).collect::<Vec<_>>(),
-        )),
-        Arc::new(StringArray::from(
-            rows.iter().map(|r| r.2).collect::<Vec<_>>(),
-        )),
-        Arc::new(StringArray::from(
-            rows.iter().map(|r| r.0).collect::<Vec<_>>(),
-        )),
-        Arc::new(StringArray::from(vec!["0/1"; n])),
-        Arc::new(UInt64Array::from((0..n as u64).collect::<Vec<_>>())),
-        Arc::new(TimestampMicrosecondArray::from(vec![None; n]).with_timezone("UTC")),
-        Arc::new(StringArray::from(vec![None::<&str>; n])),
-        Arc::new(absent.finish()),
-    ];
-    UnitTable {
-        table: t.clone(),
-        columns: Arc::new(cols.clone()),
-        key: Arc::new(key.iter().map(|k| k.to_string()).collect()),
-        batch: RecordBatch::try_new(change_schema(&t, &cols).unwrap(), arrays).unwrap(),
-        source_engine: Engine::Postgres,
-        sole_key: false,
-    }
+    fixture::table(
+        key,
+        v_type,
+        field("v", DataType::Utf8),
+        Engine::Postgres,
+        rows,
+    )
+    .unwrap()
 }
 
 fn table(key: &[&str], rows: &[Row<'_>]) -> UnitTable {
@@ -76,18 +27,9 @@ fn table(key: &[&str], rows: &[Row<'_>]) -> UnitTable {
 
 /// What `t`'s rows become in one unit, `batches` as in `ApplyUnit::batches`: each buffer sent.
 async fn sent(t: UnitTable, batches: &[u32]) -> Vec<String> {
-    let n = t.batch.num_rows() as u32;
-    let unit = ApplyUnit {
-        tables: vec![t],
-        order: (0..n).map(|r| (0, r)).collect(),
-        batches: batches.to_vec(),
-    };
-    let mut plan = Planner::new(PgSql::default(), "r", 2);
-    let mut link = Recorder::default();
-    plan.begin();
-    plan.apply(&unit, &mut link).await.unwrap();
-    plan.commit(&mut link).await.unwrap();
-    link.sent
+    fixture::sent(PgSql::default(), &fixture::unit(t, batches))
+        .await
+        .unwrap()
 }
 
 async fn script(t: UnitTable, batches: &[u32]) -> String {

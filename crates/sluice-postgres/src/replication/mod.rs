@@ -10,8 +10,9 @@
 //! | `keys.rs`     | primary, unique and foreign keys of captured tables (for writesets)  |
 //!
 //! The hand-off: the slot is created with `EXPORT_SNAPSHOT` on a session that then stays idle
-//! while the export reads every table under that snapshot ([`PgCapture::create`], the
-//! snapshot handed to [`crate::PgSource`]); the stream starts at the slot's consistent point.
+//! while the export reads every table under that snapshot ([`ChangeSource::start`]: a
+//! [`Handoff::Held`], the snapshot handed to [`crate::PgSource`]); the stream starts at the
+//! slot's consistent point.
 //! The snapshot sees exactly the transactions whose commit record starts before that point and
 //! the slot sends exactly those whose commit record starts at or after it (PostgreSQL's
 //! `SnapBuildXactNeedsSkip`), so every committed change lands once.

@@ -53,12 +53,8 @@ struct Waiting<W> {
 struct Running<W> {
     /// Roll back and wait for this unit to commit before running again.
     abort_for: Option<u64>,
-    wait_for: u64,
-    first_dep: u64,
-    deps: Arc<[u64]>,
-    exclusive: bool,
-    attempts: u32,
-    work: W,
+    /// The unit as it waited: what it goes back to when it rolls back.
+    unit: Waiting<W>,
 }
 
 /// What a worker runs.
@@ -175,7 +171,7 @@ impl<W: Clone> Schedule<W> {
             return None;
         }
         let head = *self.pending.keys().next()?;
-        let alone = self.running.values().any(|r| r.exclusive);
+        let alone = self.running.values().any(|r| r.unit.exclusive);
         let ahead = self.running.range(head..).count();
         let (committed, idle) = (self.committed, self.running.is_empty());
         let id = self
@@ -194,26 +190,22 @@ impl<W: Clone> Schedule<W> {
             })
             .map(|(id, _)| *id)?;
         let w = self.pending.remove(&id)?;
+        let take = Take {
+            id,
+            attempts: w.attempts,
+            work: w.work.clone(),
+            wait_for: w.wait_for,
+            deps: w.deps.clone(),
+            committed,
+        };
         self.running.insert(
             id,
             Running {
                 abort_for: None,
-                wait_for: w.wait_for,
-                first_dep: w.first_dep,
-                deps: w.deps.clone(),
-                exclusive: w.exclusive,
-                attempts: w.attempts,
-                work: w.work.clone(),
+                unit: w,
             },
         );
-        Some(Take {
-            id,
-            attempts: w.attempts,
-            work: w.work,
-            wait_for: w.wait_for,
-            deps: w.deps,
-            committed,
-        })
+        Some(take)
     }
 
     /// True when running unit `id` may apply its late rows (everything it depends on committed).
@@ -242,8 +234,8 @@ impl<W: Clone> Schedule<W> {
         let Some(r) = self.running.remove(&id) else {
             return;
         };
-        let attempts = r.attempts + 1;
-        let exclusive = r.exclusive || attempts >= 2;
+        let attempts = r.unit.attempts + 1;
+        let exclusive = r.unit.exclusive || attempts >= 2;
         if exclusive {
             self.floor = self.floor.max(id);
             for (_, later) in self.running.range_mut(id + 1..) {
@@ -262,7 +254,7 @@ impl<W: Clone> Schedule<W> {
                 deps: Vec::new().into(),
                 exclusive,
                 attempts,
-                work: r.work,
+                work: r.unit.work,
             },
         );
     }
@@ -273,17 +265,10 @@ impl<W: Clone> Schedule<W> {
             return;
         };
         let after = r.abort_for.unwrap_or(id - 1);
-        self.pending.insert(
-            id,
-            Waiting {
-                wait_for: r.wait_for.max(after),
-                first_dep: r.first_dep.max(after),
-                deps: r.deps,
-                exclusive: r.exclusive,
-                attempts: r.attempts,
-                work: r.work,
-            },
-        );
+        let mut w = r.unit;
+        w.wait_for = w.wait_for.max(after);
+        w.first_dep = w.first_dep.max(after);
+        self.pending.insert(id, w);
     }
 }
 

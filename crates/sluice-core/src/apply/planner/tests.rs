@@ -2,13 +2,9 @@
 
 use super::*;
 use crate::apply::Engine;
-use crate::change::change_schema;
 use crate::columns::field;
-use arrow_array::builder::{ListBuilder, StringBuilder};
+use arrow_array::Array;
 use arrow_array::cast::AsArray;
-use arrow_array::{
-    Array, ArrayRef, Int32Array, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array,
-};
 use arrow_schema::DataType;
 use async_trait::async_trait;
 
@@ -159,63 +155,18 @@ impl ApplyLink for Link {
 
 /// Table `d.t (id int, v text)` keyed by `key`: rows of (op, id, v, absent columns).
 fn table(key: &[&str], rows: &[(&str, i32, Option<&str>, &[&str])]) -> UnitTable {
-    let t = TableRef {
-        schema: "d".into(),
-        name: "t".into(),
-    };
-    let cols: Vec<ColumnDesc> = [("id", DataType::Int32), ("v", DataType::Utf8)]
-        .into_iter()
-        .map(|(n, dt)| ColumnDesc {
-            name: n.into(),
-            source_type: "x".into(),
-            field: field(n, dt),
-            cast: None,
-            as_text_fallback: false,
-        })
-        .collect();
-    let n = rows.len();
-    let mut absent = ListBuilder::new(StringBuilder::new());
-    for r in rows {
-        for a in r.3 {
-            absent.values().append_value(a);
-        }
-        absent.append(true);
-    }
-    let arrays: Vec<ArrayRef> = vec![
-        Arc::new(Int32Array::from(
-            rows.iter().map(|r| r.1).collect::<Vec<_>>(),
-        )),
-        Arc::new(StringArray::from(
-            rows.iter().map(|r| r.2).collect::<Vec<_>>(),
-        )),
-        Arc::new(StringArray::from(
-            rows.iter().map(|r| r.0).collect::<Vec<_>>(),
-        )),
-        Arc::new(StringArray::from(vec!["p"; n])),
-        Arc::new(UInt64Array::from((0..n as u64).collect::<Vec<_>>())),
-        Arc::new(TimestampMicrosecondArray::from(vec![None; n]).with_timezone("UTC")),
-        Arc::new(StringArray::from(vec![None::<&str>; n])),
-        Arc::new(absent.finish()),
-    ];
-    UnitTable {
-        table: t.clone(),
-        columns: Arc::new(cols.clone()),
-        key: Arc::new(key.iter().map(|k| k.to_string()).collect()),
-        batch: RecordBatch::try_new(change_schema(&t, &cols).unwrap(), arrays).unwrap(),
-        source_engine: Engine::Postgres,
-        sole_key: false,
-    }
+    let rows: Vec<fixture::Row<'_>> = rows.iter().map(|r| (r.0, Some(r.1), r.2, r.3)).collect();
+    fixture::table(
+        key,
+        "text",
+        field("v", DataType::Utf8),
+        Engine::Postgres,
+        &rows,
+    )
+    .unwrap()
 }
 
-/// A unit of `t`'s rows in order, in `batches` (end offsets; empty: a row each).
-fn unit(t: UnitTable, batches: &[u32]) -> ApplyUnit {
-    let n = t.batch.num_rows() as u32;
-    ApplyUnit {
-        tables: vec![t],
-        order: (0..n).map(|r| (0, r)).collect(),
-        batches: batches.to_vec(),
-    }
-}
+use fixture::unit;
 
 fn position(unit: u64) -> AppliedPosition {
     AppliedPosition {
