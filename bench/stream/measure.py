@@ -8,8 +8,11 @@ after both readers have their start position, then each drains it, timed with GN
 user+system CPU, peak RSS):
 
 - PostgreSQL: two slots on one publication; the floor is pg_recvlogical (pgoutput protocol 1
-  to /dev/null, decoding on the server), sluice streams to Parquet. Optionally one big
-  transaction (`--big-tx`) and a steady load's commit-to-file delay (`--steady`).
+  to /dev/null, decoding on the server), sluice streams to Parquet. On the narrow table, one
+  more slot per other format (JSON Lines, Avro, gzip CSV) drains the same backlog into that
+  format: CPU per change, files per second and bytes per change of each, next to Parquet's.
+  Optionally one big transaction (`--big-tx`) and a steady load's commit-to-file delay
+  (`--steady`).
 - MySQL/MariaDB: a stream saves its position first (`--initial none`); the floor fetches the
   backlog from that position with `mariadb-binlog --read-from-remote-server --raw` (raw events
   into a RAM directory, nothing decoded), sluice streams it to Parquet.
@@ -197,6 +200,52 @@ def pg_backlog(table, n, url):
     )
 
 
+# The formats measured next to Parquet on the narrow table: (name, sluice flags).
+FORMATS = [
+    ("jsonl", ["--format", "jsonl"]),
+    ("avro", ["--format", "avro"]),
+    ("csv.gz", ["--format", "csv", "--compression", "gzip"]),
+]
+
+
+def tree_bytes(path):
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def format_pass(name, flags, url, table, out):
+    """Drain the backlog waiting on this format's slot into `out`: figures per change."""
+    report = os.path.join(out, "report.json")
+    wall, cpu, rss, _, user = timed([
+        SLUICE, "stream", "--source", url, "--table", f"public.{table}", "--to", out,
+        "--until-current", "--report-json", report, "-q", *flags,
+    ])
+    rep = json.load(open(report))
+    changes = rep["changes"]
+    return {"format": name, "changes": changes, "wall": wall, "cpu": cpu, "user": user,
+            "rss": rss, "files": rep["files"],
+            "bytes": tree_bytes(os.path.join(out, f"public.{table}", "changes")),
+            "cpu_us_per_change": cpu / changes * 1e6}
+
+
+def format_lines(table, rows):
+    lines = [
+        f"Formats on the {table} table (the same backlog, one slot each; Parquet is the pass "
+        "above):",
+        "",
+        "| format | changes | wall s | CPU µs/change | user-space CPU µs/change | files/s | "
+        "bytes/change | peak RSS |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for f in rows:
+        lines.append(
+            f"| {f['format']} | {f['changes']:,} | {f['wall']:.2f} | {f['cpu_us_per_change']:.2f} | "
+            f"{f['user'] / f['changes'] * 1e6:.2f} | {f['files'] / f['wall']:.1f} | "
+            f"{f['bytes'] / f['changes']:.1f} | {mb(f['rss'])} |")
+    lines += ["", "Targets (issue): JSON Lines ≤ 2 µs of client CPU per change (Rigatoni's published "
+              "1.2 µs JSON serialization plus 0.8 µs processing); Avro ≤ Parquet's CPU per change."]
+    return lines
+
+
 def pg_measure_table(table, n):
     db = f"bench_stream_{table}"
     psql(f"DROP DATABASE IF EXISTS {db}")
@@ -212,6 +261,14 @@ def pg_measure_table(table, n):
              "--publication", "bench_pub", "-q"],
             check=True,
         )
+        formats = FORMATS if table == "narrow" else []
+        for name, flags in formats:
+            subprocess.run(
+                [SLUICE, "stream", "--source", url, "--table", f"public.{table}", "--to",
+                 os.path.join(out, name), "--initial", "none", "--until-current", "--slot",
+                 "bench_" + re.sub(r"\W", "_", name), "--publication", "bench_pub", "-q", *flags],
+                check=True,
+            )
         psql("SELECT pg_create_logical_replication_slot('bench_floor', 'pgoutput')", url)
         t0 = time.monotonic()
         pg_backlog(table, n, url)
@@ -233,10 +290,12 @@ def pg_measure_table(table, n):
         ])
         rep = json.load(open(report))
         changes = rep["changes"]
-        files = sum(
-            os.path.getsize(os.path.join(d, f))
-            for d, _, fs in os.walk(os.path.join(out, f"public.{table}", "changes")) for f in fs
-        )
+        files = tree_bytes(os.path.join(out, f"public.{table}", "changes"))
+        passes = [{"format": "parquet", "changes": changes, "wall": ours[0], "cpu": ours[1],
+                   "user": ours[4], "rss": ours[2], "files": rep["files"], "bytes": files,
+                   "cpu_us_per_change": ours[1] / changes * 1e6}] if formats else []
+        passes += [format_pass(name, flags, url, table, os.path.join(out, name))
+                   for name, flags in formats]
         row = {
             "table": table,
             "changes": changes,
@@ -251,6 +310,7 @@ def pg_measure_table(table, n):
         }
         row["ratio_rate"] = row["sluice"]["changes_per_s"] / row["floor"]["changes_per_s"]
         row["cpu_us_per_change"] = ours[1] / changes * 1e6
+        row["formats"] = passes
         return row
     finally:
         shutil.rmtree(out, ignore_errors=True)
@@ -364,6 +424,9 @@ def pg_main():
         "",
     ]
     lines += table_lines(rows, "wal_bytes", "WAL")
+    for r in rows:
+        if r.get("formats"):
+            lines += [""] + format_lines(r["table"], r["formats"])
     if big:
         lines += ["", f"One transaction of {big['rows']:,} rows (about {BIG_TX}): streamed in "
                   f"{big['wall']:.1f} s in {big['batches']} batches, peak RSS {mb(big['rss'])} with "

@@ -106,6 +106,15 @@ def read_arrow(
     long_query_guard: Optional[int] = None,
     long_query_wait: Optional[int] = None,
     lock_non_transactional: bool = False,
+    report_html: Optional[PathLike] = None,
+    harm_budget: Optional[str] = None,
+    max_replica_lag: Optional[str] = None,
+    max_latency: Optional[str] = None,
+    max_xmin_age: Optional[str] = None,
+    max_active: Optional[int] = None,
+    max_rate: Optional[str] = None,
+    replica: Optional[Union[str, Sequence[str]]] = None,
+    probe_sql: Optional[str] = None,
     config: Optional[PathLike] = None,
 ) -> pa.Table:
     """Read one table or query into a ``pyarrow.Table``.
@@ -169,6 +178,15 @@ def read_arrow(
         long_query_guard=long_query_guard,
         long_query_wait=long_query_wait,
         lock_non_transactional=lock_non_transactional,
+        report_html=None if report_html is None else os.fspath(report_html),
+        harm_budget=harm_budget,
+        max_replica_lag=max_replica_lag,
+        max_latency=max_latency,
+        max_xmin_age=max_xmin_age,
+        max_active=max_active,
+        max_rate=max_rate,
+        replica=replica,
+        probe_sql=probe_sql,
         config=config,
     )
     opts.update(_one_dataset(table, query, config))
@@ -194,6 +212,15 @@ def read_batches(
     long_query_guard: Optional[int] = None,
     long_query_wait: Optional[int] = None,
     lock_non_transactional: bool = False,
+    report_html: Optional[PathLike] = None,
+    harm_budget: Optional[str] = None,
+    max_replica_lag: Optional[str] = None,
+    max_latency: Optional[str] = None,
+    max_xmin_age: Optional[str] = None,
+    max_active: Optional[int] = None,
+    max_rate: Optional[str] = None,
+    replica: Optional[Union[str, Sequence[str]]] = None,
+    probe_sql: Optional[str] = None,
     config: Optional[PathLike] = None,
 ) -> pa.RecordBatchReader:
     """Stream one table or query as a ``pyarrow.RecordBatchReader``.
@@ -228,6 +255,15 @@ def read_batches(
         long_query_guard=long_query_guard,
         long_query_wait=long_query_wait,
         lock_non_transactional=lock_non_transactional,
+        report_html=None if report_html is None else os.fspath(report_html),
+        harm_budget=harm_budget,
+        max_replica_lag=max_replica_lag,
+        max_latency=max_latency,
+        max_xmin_age=max_xmin_age,
+        max_active=max_active,
+        max_rate=max_rate,
+        replica=replica,
+        probe_sql=probe_sql,
         config=config,
     )
     opts.update(_one_dataset(table, query, config))
@@ -279,6 +315,15 @@ def export(
     part_size: Optional[Size] = None,
     upload_concurrency: Optional[int] = None,
     storage_option: Optional[Mapping[str, str]] = None,
+    report_html: Optional[PathLike] = None,
+    harm_budget: Optional[str] = None,
+    max_replica_lag: Optional[str] = None,
+    max_latency: Optional[str] = None,
+    max_xmin_age: Optional[str] = None,
+    max_active: Optional[int] = None,
+    max_rate: Optional[str] = None,
+    replica: Optional[Union[str, Sequence[str]]] = None,
+    probe_sql: Optional[str] = None,
     config: Optional[PathLike] = None,
 ) -> Dict[str, Any]:
     """Export tables, views or queries to Parquet or CSV files: ``sluice export``.
@@ -307,6 +352,11 @@ def export(
         part_size, upload_concurrency: Object stores: multipart part size (default 5MB) and
             parts uploading at once (default 2).
         storage_option: Object-store client settings (keys of the object_store crate).
+        report_html: Also write the report as a self-contained HTML page to this file.
+        harm_budget, max_replica_lag, max_latency, max_xmin_age, max_active, max_rate,
+            replica, probe_sql: The harm budget (``"gentle"``, ``"normal"``, ``"none"``;
+            ``max_latency="20ms"`` …): limits the read keeps to between chunks (see the
+            README's Harm budget).
 
     The other options are :func:`read_arrow`'s.
 
@@ -347,6 +397,15 @@ def export(
         part_size=part_size,
         upload_concurrency=upload_concurrency,
         storage_option=storage_option,
+        report_html=None if report_html is None else os.fspath(report_html),
+        harm_budget=harm_budget,
+        max_replica_lag=max_replica_lag,
+        max_latency=max_latency,
+        max_xmin_age=max_xmin_age,
+        max_active=max_active,
+        max_rate=max_rate,
+        replica=replica,
+        probe_sql=probe_sql,
         config=config,
     )
     return json.loads(_sluice.export(**opts))
@@ -372,6 +431,15 @@ def plan(
     upload_concurrency: Optional[int] = None,
     storage_option: Optional[Mapping[str, str]] = None,
     enable_row_security: bool = False,
+    report_html: Optional[PathLike] = None,
+    harm_budget: Optional[str] = None,
+    max_replica_lag: Optional[str] = None,
+    max_latency: Optional[str] = None,
+    max_xmin_age: Optional[str] = None,
+    max_active: Optional[int] = None,
+    max_rate: Optional[str] = None,
+    replica: Optional[Union[str, Sequence[str]]] = None,
+    probe_sql: Optional[str] = None,
     config: Optional[PathLike] = None,
 ) -> Dict[str, Any]:
     """What an export would do, without reading rows: ``sluice plan --json``.
@@ -401,6 +469,15 @@ def plan(
         upload_concurrency=upload_concurrency,
         storage_option=storage_option,
         enable_row_security=enable_row_security,
+        report_html=None if report_html is None else os.fspath(report_html),
+        harm_budget=harm_budget,
+        max_replica_lag=max_replica_lag,
+        max_latency=max_latency,
+        max_xmin_age=max_xmin_age,
+        max_active=max_active,
+        max_rate=max_rate,
+        replica=replica,
+        probe_sql=probe_sql,
         config=config,
     )
     return json.loads(_sluice.plan(**opts))

@@ -53,6 +53,15 @@ def read_arrow(
     long_query_guard: Optional[int] = None,
     long_query_wait: Optional[int] = None,
     lock_non_transactional: bool = False,
+    report_html: Optional[PathLike] = None,
+    harm_budget: Optional[str] = None,
+    max_replica_lag: Optional[str] = None,
+    max_latency: Optional[str] = None,
+    max_xmin_age: Optional[str] = None,
+    max_active: Optional[int] = None,
+    max_rate: Optional[str] = None,
+    replica: Optional[Union[str, Sequence[str]]] = None,
+    probe_sql: Optional[str] = None,
     config: Optional[PathLike] = None,
 ) -> pa.Table:
     """Read one table or query into a pyarrow.Table (parallel, one snapshot)."""
@@ -73,6 +82,15 @@ def read_batches(
     long_query_guard: Optional[int] = None,
     long_query_wait: Optional[int] = None,
     lock_non_transactional: bool = False,
+    report_html: Optional[PathLike] = None,
+    harm_budget: Optional[str] = None,
+    max_replica_lag: Optional[str] = None,
+    max_latency: Optional[str] = None,
+    max_xmin_age: Optional[str] = None,
+    max_active: Optional[int] = None,
+    max_rate: Optional[str] = None,
+    replica: Optional[Union[str, Sequence[str]]] = None,
+    probe_sql: Optional[str] = None,
     config: Optional[PathLike] = None,
 ) -> pa.RecordBatchReader:
     """Stream one table or query as a pyarrow.RecordBatchReader, memory bounded by `memory`."""
@@ -111,6 +129,15 @@ def export(
     part_size: Optional[Size] = None,
     upload_concurrency: Optional[int] = None,
     storage_option: Optional[Mapping[str, str]] = None,
+    report_html: Optional[PathLike] = None,
+    harm_budget: Optional[str] = None,
+    max_replica_lag: Optional[str] = None,
+    max_latency: Optional[str] = None,
+    max_xmin_age: Optional[str] = None,
+    max_active: Optional[int] = None,
+    max_rate: Optional[str] = None,
+    replica: Optional[Union[str, Sequence[str]]] = None,
+    probe_sql: Optional[str] = None,
     config: Optional[PathLike] = None,
 ) -> Dict[str, Any]:
     """Export to Parquet or CSV files (sluice export); returns the report."""
@@ -135,6 +162,15 @@ def plan(
     upload_concurrency: Optional[int] = None,
     storage_option: Optional[Mapping[str, str]] = None,
     enable_row_security: bool = False,
+    report_html: Optional[PathLike] = None,
+    harm_budget: Optional[str] = None,
+    max_replica_lag: Optional[str] = None,
+    max_latency: Optional[str] = None,
+    max_xmin_age: Optional[str] = None,
+    max_active: Optional[int] = None,
+    max_rate: Optional[str] = None,
+    replica: Optional[Union[str, Sequence[str]]] = None,
+    probe_sql: Optional[str] = None,
     config: Optional[PathLike] = None,
 ) -> Dict[str, Any]:
     """What an export would do, without reading rows (sluice plan --json)."""

@@ -5,7 +5,7 @@
 //! [`ReplicateOptions`]. Each is declared with `declare_settings!` (`settings.rs`), which
 //! derives the YAML keys and the merge over the file from the fields.
 //!
-//! Length: about 560 lines, nearly all flag declarations with their help text; the three
+//! Length: about 640 lines, nearly all flag declarations with their help text; the three
 //! commands' options share [`Options`], so splitting them apart would scatter one user-facing
 //! list.
 
@@ -181,9 +181,14 @@ pub enum FormatArg {
     Parquet,
     /// CSV with a header line.
     Csv,
+    /// JSON Lines: one JSON object per row.
+    Jsonl,
+    /// Avro object container files (schema in each file).
+    Avro,
 }
 
-/// Parquet compression.
+/// Compression: Parquet zstd, snappy or none; CSV and JSON Lines gzip, zstd or none; Avro
+/// deflate, zstd, snappy or none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CompressionArg {
@@ -191,6 +196,10 @@ pub enum CompressionArg {
     Zstd,
     /// Snappy.
     Snappy,
+    /// gzip (CSV and JSON Lines).
+    Gzip,
+    /// Deflate (Avro).
+    Deflate,
     /// None.
     None,
 }
@@ -203,6 +212,18 @@ pub enum ConsistencyArg {
     Snapshot,
     /// Each chunk in its own short transaction: less harm, not one point in time.
     Chunk,
+}
+
+/// `--harm-budget`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HarmBudgetArg {
+    /// Replica lag 10s, canary p95 50ms, xmin age 15min.
+    Gentle,
+    /// Replica lag 60s, canary p95 250ms, xmin age 1h.
+    Normal,
+    /// No signal is read; nothing is governed.
+    None,
 }
 
 declare_settings! {
@@ -265,7 +286,7 @@ pub struct Options {
     /// Output directory (created if missing).
     #[arg(long, value_name = "DIR")]
     pub to: Option<String>,
-    /// Parquet compression (default zstd).
+    /// Compression: Parquet zstd (default), snappy, none; CSV and JSON Lines gzip, zstd, none (default; files end .csv.gz, .jsonl.zst); Avro zstd (default), deflate, snappy, none.
     #[arg(long, value_enum)]
     pub compression: Option<CompressionArg>,
     /// Zstandard level, 1 (fastest) to 22 (default 1).
@@ -295,6 +316,34 @@ pub struct Options {
     /// Also write the report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub report_json: Option<PathBuf>,
+    /// Also write the report as a self-contained HTML page (charts of throughput, workers and each harm-budget signal against its limit; no network resources) to this file.
+    #[arg(long, value_name = "FILE")]
+    pub report_html: Option<PathBuf>,
+    /// Harm budget preset: gentle (replica lag 10s, canary p95 50ms, xmin age 15min), normal (60s, 250ms, 1h) or none (no signal is read). The --max-… limits given win over a preset's. Off by default.
+    #[arg(long, value_enum, value_name = "PRESET")]
+    pub harm_budget: Option<HarmBudgetArg>,
+    /// Harm budget: pause new chunks while a replica's replay lag exceeds this DURATION (e.g. 10s); PostgreSQL reads pg_stat_replication, and each --replica directly.
+    #[arg(long, value_name = "DURATION")]
+    pub max_replica_lag: Option<String>,
+    /// Harm budget: keep a canary query's p95 latency (--probe-sql, default a catalog lookup, every 250ms on its own session) under this DURATION (e.g. 20ms).
+    #[arg(long, value_name = "DURATION")]
+    pub max_latency: Option<String>,
+    /// Harm budget: how far the run may hold back VACUUM, as a DURATION (30min) or PostgreSQL transactions (1000000). With --consistency snapshot the run stops before exceeding it; --resume continues under a new snapshot.
+    #[arg(long, value_name = "DURATION|XIDS")]
+    pub max_xmin_age: Option<String>,
+    /// Harm budget: keep other sessions running a statement at most N.
+    #[arg(long, value_name = "N")]
+    pub max_active: Option<u32>,
+    /// Harm budget: a plain cap on the read rate, ROWSrows/s (50000rows/s) or BYTES/s (64MB/s), kept on average between chunks.
+    #[arg(long, value_name = "RATE")]
+    pub max_rate: Option<String>,
+    /// Harm budget: a replica whose replay lag --max-replica-lag bounds (PostgreSQL or MySQL/MariaDB URL; MySQL/MariaDB replicas are read only this way). Repeatable.
+    #[arg(long, value_name = "URL")]
+    #[serde(deserialize_with = "yaml::one_or_many")]
+    pub replica: Vec<String>,
+    /// Harm budget: the canary statement --max-latency times (default: a cheap indexed catalog lookup). Use a cheap, indexed query of your own.
+    #[arg(long, value_name = "SQL")]
+    pub probe_sql: Option<String>,
     /// Skip fsync of written files (faster, not crash-safe).
     #[arg(long)]
     pub no_fsync: bool,
@@ -490,7 +539,36 @@ pub struct StreamOptions {
     /// PostgreSQL: stop (default) when a captured partitioned table's partition is truncated, detached or dropped (the log does not carry those rows leaving); keep: warn, note it with the table and go on.
     #[arg(long, value_enum)]
     pub partition_changes: Option<PartitionChangesArg>,
+    /// Change files' folders under <table>/changes/: flat (default), date (YYYY/MM/DD/HH/) or hive (dt=YYYY-MM-DD/hr=HH/), by the commit hour (UTC) of each batch's first transaction.
+    #[arg(long, value_enum)]
+    pub layout: Option<LayoutArg>,
+    /// Write only these operations to change files, e.g. insert,update (default: insert,update,delete,truncate); the others are counted in the report.
+    #[arg(long, value_name = "OPS")]
+    pub ops: Option<String>,
 }
+}
+
+/// Change files' folders (`--layout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LayoutArg {
+    /// All files in <table>/changes/.
+    Flat,
+    /// <table>/changes/YYYY/MM/DD/HH/.
+    Date,
+    /// <table>/changes/dt=YYYY-MM-DD/hr=HH/.
+    Hive,
+}
+
+impl LayoutArg {
+    /// The library's layout (`None`: the default, flat).
+    pub fn layout(arg: Option<LayoutArg>) -> sluice_stream::ChangeLayout {
+        match arg {
+            Some(LayoutArg::Date) => sluice_stream::ChangeLayout::Date,
+            Some(LayoutArg::Hive) => sluice_stream::ChangeLayout::Hive,
+            Some(LayoutArg::Flat) | None => sluice_stream::ChangeLayout::Flat,
+        }
+    }
 }
 
 const REPLICATE_HELP: &str = "\

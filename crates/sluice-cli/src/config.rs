@@ -4,7 +4,7 @@
 
 pub use crate::file::{merge, merge_with, merged};
 
-use crate::args::{CompressionArg, ConsistencyArg, FormatArg, Options, Pair};
+use crate::args::{ConsistencyArg, HarmBudgetArg, Options, Pair};
 use crate::registry;
 use crate::settings::Settings;
 use crate::size::ByteSize;
@@ -12,10 +12,8 @@ use sluice_core::{
     ChunkStrategy, Consistency, Error, NamedQuery, QualifiedName, Result, Selection,
 };
 use sluice_engine::ExportJob;
-use sluice_sink::{
-    ArrowOutput, Compression, CsvOptions, Destination, FormatOptions, MemoryDestination,
-    ParquetOptions,
-};
+use sluice_engine::governor::HarmBudget;
+use sluice_sink::{ArrowOutput, Destination, FormatOptions, MemoryDestination};
 use std::sync::Arc;
 
 fn parse_chunk_by(text: &str) -> Result<ChunkStrategy> {
@@ -44,33 +42,6 @@ fn parse_chunk_by(text: &str) -> Result<ChunkStrategy> {
             )));
         }
     })
-}
-
-fn parse_delimiter(text: &str) -> Result<u8> {
-    match text {
-        "\\t" | "tab" | "\t" => Ok(b'\t'),
-        t if t.len() == 1 && t.is_ascii() => Ok(t.as_bytes()[0]),
-        t => Err(Error::config(format!(
-            "--csv-delimiter {t:?} must be exactly one ASCII character (or '\\t' for tab)."
-        ))),
-    }
-}
-
-/// `--csv-null`: the text must not contain what CSV gives meaning to, or a NULL would read
-/// back as something else (or break the row).
-fn check_csv_null(null: &str, delimiter: u8) -> Result<()> {
-    if null
-        .bytes()
-        .any(|b| b == delimiter || matches!(b, b'"' | b'\r' | b'\n'))
-    {
-        return Err(Error::config(format!(
-            "--csv-null {null:?} contains the delimiter {:?}, a double quote or a line break, so \
-             NULL could not be told apart from data (or would break the row): choose a text \
-             without them, e.g. --csv-null NULL or --csv-null '\\N'.",
-            delimiter as char
-        )));
-    }
-    Ok(())
 }
 
 /// The selection: `--table` names parsed, `--query NAME=SQL` split.
@@ -115,47 +86,9 @@ fn selection(o: &Options) -> Result<Selection> {
 }
 
 /// A size setting's bytes, as the engine counts them.
-fn bytes(size: Option<ByteSize>) -> Option<usize> {
+/// A size setting in bytes.
+pub(crate) fn bytes(size: Option<ByteSize>) -> Option<usize> {
     size.map(|s| s.bytes() as usize)
-}
-
-/// The output format.
-fn format(o: &Options) -> Result<FormatOptions> {
-    Ok(match o.format.unwrap_or(FormatArg::Parquet) {
-        FormatArg::Parquet => {
-            let level = o.zstd_level.unwrap_or(1);
-            FormatOptions::Parquet(ParquetOptions {
-                compression: match o.compression.unwrap_or(CompressionArg::Zstd) {
-                    CompressionArg::Zstd => {
-                        if !(1..=22).contains(&level) {
-                            return Err(Error::config(format!(
-                                "--zstd-level {level} is out of range: use 1 to 22."
-                            )));
-                        }
-                        Compression::Zstd(level)
-                    }
-                    CompressionArg::Snappy => Compression::Snappy,
-                    CompressionArg::None => Compression::None,
-                },
-                // The engine replaces this with the budget it derives from --memory.
-                row_group_bytes: bytes(o.row_group_size)
-                    .unwrap_or(ParquetOptions::default().row_group_bytes),
-            })
-        }
-        FormatArg::Csv => {
-            let delimiter = match &o.csv_delimiter {
-                Some(d) => parse_delimiter(d)?,
-                None => b',',
-            };
-            let null = o.csv_null.clone().unwrap_or_default();
-            check_csv_null(&null, delimiter)?;
-            FormatOptions::Csv(CsvOptions {
-                delimiter,
-                null,
-                header: !o.csv_no_header,
-            })
-        }
-    })
 }
 
 /// The job `o` describes, its source and destination opened (no connection yet). `need_to`:
@@ -243,7 +176,7 @@ fn build(o: &Options, output: Output) -> Result<ExportJob> {
     }
     let batch_bytes = bytes(o.batch_size);
     let format = match &output {
-        Output::Files { .. } => format(o)?,
+        Output::Files { .. } => crate::formats::format(o)?,
         Output::Memory(consumer) => FormatOptions::Arrow(consumer.clone()),
     };
     let row_group_bytes = bytes(o.row_group_size);
@@ -276,7 +209,43 @@ fn build(o: &Options, output: Output) -> Result<ExportJob> {
     job.overwrite = o.overwrite;
     job.merge = o.merge;
     job.enable_row_security = o.enable_row_security;
+    job.budget = budget(o)?;
+    job.report_html = o.report_html.clone();
     Ok(job)
+}
+
+/// The harm budget from `harm_budget`, the `max_…` limits, `replica` and `probe_sql`, each
+/// error naming its flag.
+pub fn budget(o: &Options) -> Result<HarmBudget> {
+    use sluice_engine::governor::{self, Preset};
+    let duration = |v: &Option<String>, flag: &str| {
+        v.as_deref()
+            .map(|t| governor::parse_duration(t, flag))
+            .transpose()
+    };
+    let given = HarmBudget {
+        max_replica_lag: duration(&o.max_replica_lag, "--max-replica-lag")?,
+        max_latency: duration(&o.max_latency, "--max-latency")?,
+        max_xmin_age: o
+            .max_xmin_age
+            .as_deref()
+            .map(governor::parse_xmin_limit)
+            .transpose()?,
+        max_active: o.max_active,
+        max_rate: o
+            .max_rate
+            .as_deref()
+            .map(governor::parse_rate)
+            .transpose()?,
+        replicas: o.replica.clone(),
+        probe_sql: o.probe_sql.clone(),
+    };
+    let preset = o.harm_budget.map(|p| match p {
+        HarmBudgetArg::Gentle => Preset::Gentle,
+        HarmBudgetArg::Normal => Preset::Normal,
+        HarmBudgetArg::None => Preset::None,
+    });
+    given.with_preset(preset)
 }
 
 /// The MySQL/MariaDB lock settings from `lock_wait_timeout`, `long_query_guard`,
@@ -390,19 +359,6 @@ mod tests {
         assert_eq!(parse_chunk_by("ctid").unwrap(), ChunkStrategy::Physical);
         assert!(parse_chunk_by("key:").is_err());
         assert!(parse_chunk_by("rows").is_err());
-    }
-
-    #[test]
-    fn csv_null_cannot_hold_what_csv_gives_meaning_to() {
-        for ok in ["", "NULL", "\\N", "n/a"] {
-            assert!(check_csv_null(ok, b',').is_ok(), "{ok}");
-        }
-        for bad in [",", "a,b", "\"", "x\ny", "\r"] {
-            let e = check_csv_null(bad, b',').unwrap_err();
-            assert!(e.to_string().contains("--csv-null"), "{e}");
-        }
-        assert!(check_csv_null(";", b';').is_err());
-        assert!(check_csv_null(";", b',').is_ok());
     }
 
     fn export_flags(extra: &[&str]) -> Result<Option<sluice_mysql::Locking>> {

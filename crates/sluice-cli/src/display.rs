@@ -38,6 +38,9 @@ pub struct Display {
     started: Mutex<Option<(Instant, Instant)>>,
     parts: Mutex<u64>,
     quiet: bool,
+    /// What the harm budget's governor says now (`paused: replica lag 12.3 s > 10 s`, `2/4
+    /// workers`), shown in the progress line.
+    governed: Mutex<Option<String>>,
 }
 
 impl Display {
@@ -59,6 +62,7 @@ impl Display {
             started: Mutex::new(None),
             parts: Mutex::new(0),
             quiet,
+            governed: Mutex::new(None),
         }
     }
 }
@@ -97,12 +101,15 @@ impl Progress for Display {
             return;
         };
         let secs = begin.elapsed().as_secs_f64().max(1e-3);
-        let msg = format!(
+        let mut msg = format!(
             "{:.1} MB/s  {}/{} parts",
             t.bytes as f64 / (1u64 << 20) as f64 / secs,
             t.parts_done,
             total_parts
         );
+        if let Some(g) = self.governed.lock().ok().and_then(|g| g.clone()) {
+            msg = format!("{msg}  {g}");
+        }
         match &self.bar {
             Some(b) => {
                 if b.length().is_some_and(|l| t.rows > l) {
@@ -128,6 +135,23 @@ impl Progress for Display {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
         }
+    }
+
+    fn governed(&self, paused: Option<&str>, active: usize, workers: usize) {
+        let now = governed_text(paused, active, workers);
+        if let Ok(mut g) = self.governed.lock() {
+            *g = now;
+        }
+    }
+}
+
+/// The progress line's word on the harm budget: `paused: replica lag 12.3 s > 10 s`, `2/4
+/// workers`, or nothing while every worker may run.
+fn governed_text(paused: Option<&str>, active: usize, workers: usize) -> Option<String> {
+    match paused {
+        Some(why) => Some(format!("paused: {why}")),
+        None if active < workers => Some(format!("{active}/{workers} workers")),
+        None => None,
     }
 }
 
@@ -182,6 +206,16 @@ pub fn report_text(r: &Report) -> String {
             r.workers
         ),
     );
+    if let Some(tl) = r.timeline.as_ref().filter(|t| !t.signals.is_empty()) {
+        let mut budget = format!(
+            "paused {:.1} s, {}–{} worker(s)",
+            tl.paused_seconds, tl.min_workers, r.workers
+        );
+        if let Some(p) = tl.pauses.first() {
+            budget.push_str(&format!(" (first pause: {})", p.reason));
+        }
+        row("harm budget", budget);
+    }
     let h = &r.harm;
     match r.consistency.as_str() {
         "snapshot" => row(
@@ -297,6 +331,9 @@ pub fn plan_text(p: &PlanReport) -> String {
     for n in &p.notes {
         out.push_str(&format!("note         {n}\n"));
     }
+    for s in &p.signals {
+        out.push_str(&format!("signal       {s}\n"));
+    }
     out.push('\n');
     out.push_str(&format!(
         "{:<32} {:>14} {:>11} {:>9}  {:<18} {:>6}\n",
@@ -322,6 +359,16 @@ pub fn plan_text(p: &PlanReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_progress_line_says_why_the_budget_holds_chunks_back() {
+        assert_eq!(
+            governed_text(Some("replica lag 12.3 s > 10 s"), 2, 4).as_deref(),
+            Some("paused: replica lag 12.3 s > 10 s")
+        );
+        assert_eq!(governed_text(None, 2, 4).as_deref(), Some("2/4 workers"));
+        assert_eq!(governed_text(None, 4, 4), None);
+    }
 
     #[test]
     fn numbers() {

@@ -11,6 +11,7 @@
 pub mod args;
 pub mod config;
 mod file;
+mod formats;
 #[cfg(test)]
 mod python_keywords;
 pub mod registry;

@@ -132,6 +132,13 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
         metrics: Arc::default(),
         accept_missing_cascades: s.accept_missing_cascades,
         partition_changes: sluice_cli::args::PartitionChangesArg::policy(s.partition_changes),
+        files: sluice_stream::ChangeFiles {
+            layout: sluice_cli::args::LayoutArg::layout(s.layout),
+            ops: match &s.ops {
+                Some(ops) => sluice_stream::OpFilter::parse(ops)?,
+                None => sluice_stream::OpFilter::default(),
+            },
+        },
     })
 }
 
@@ -257,6 +264,12 @@ fn report_text(r: &StreamReport) -> String {
             "  WARNING: {} change(s) of tables this run does not capture were left out (a \
              captured table renamed on the source)\n",
             r.ignored_changes
+        ));
+    }
+    if r.filtered_changes > 0 {
+        s.push_str(&format!(
+            "  {} change(s) of operations --ops {} leaves out were not written\n",
+            r.filtered_changes, r.ops
         ));
     }
     s.push_str(&format!("  {}\n", r.while_stopped));

@@ -15,6 +15,7 @@
 
 pub mod apply;
 pub mod batch;
+pub mod budget;
 pub mod change;
 pub mod chunk;
 pub mod clause;

@@ -192,4 +192,15 @@ pub trait ChunkReader: Send {
 pub trait HarmProbe: Send {
     /// Take one sample of the run's sessions (found by the session tag).
     async fn sample(&mut self) -> Result<HarmSample>;
+
+    /// The readers of the foreign-load signals `request` asks for, each to be read on its own
+    /// session (opened lazily; see [`crate::budget`]). The default has none: an engine without
+    /// them reads no signal, and a budget that needs one says it could not be read.
+    fn open_signals(
+        &mut self,
+        request: &crate::budget::SignalRequest,
+    ) -> Vec<Box<dyn crate::budget::SignalReader>> {
+        let _ = request;
+        Vec::new()
+    }
 }

@@ -7,6 +7,9 @@
 //!   ─▶ N workers × (chunk ─▶ part ─▶ receipt) (worker.rs) ─▶ release snapshot
 //!   ─▶ manifest.json, last (finish.rs) ─▶ report (report.rs) ─▶ unlock output
 //! ```
+//! Each worker asks the harm budget's gate before every chunk (`governor/`): how many workers
+//! may start one, and whether new chunks wait, is the governor's decision, taken between
+//! chunks only.
 //! The run is timed in phases (`crate::phase::EXPORT_PHASES`: connect, plan, snapshot, read,
 //! merge, manifest), logged as each ends and listed in the report.
 //! The manifest is written only after every part of the plan has a receipt, so its presence
@@ -17,6 +20,7 @@
 //! This file is the order of the run; each step's decisions live in the module named above.
 
 use crate::finish::{Finished, already_complete, finish};
+use crate::governor::{self, Governor};
 use crate::harm::HarmMonitor;
 use crate::job::ExportJob;
 use crate::output;
@@ -130,12 +134,46 @@ async fn locked(
         }
     };
     phases.enter("read");
-    let probe = match job.source.open_harm_probe(&options).await {
+    let mut probe = match job.source.open_harm_probe(&options).await {
         Ok(p) => (Some(p), None),
         Err(e) => (None, Some(format!("harm monitor unavailable: {e}"))),
     };
+    let signals = match (&mut probe.0, job.budget.governs()) {
+        (Some(p), true) => p.open_signals(&job.budget.request()),
+        (None, true) => {
+            // No session to read the budget's signals from: fail closed, before reading.
+            let _ = coordinator.release().await;
+            return Err(Error::source_transient(format!(
+                "the harm budget cannot read its signals: {}",
+                probe.1.unwrap_or_default()
+            )));
+        }
+        _ => Vec::new(),
+    };
     let monitor = HarmMonitor::start(probe.0, job.harm_interval, probe.1);
     let est_rows: u64 = prepared.remaining.iter().map(|c| c.est_rows).sum();
+    let counters = Arc::new(ReadCounters::default());
+    let parts_done = Arc::new(AtomicU64::new(0));
+    let governor = Governor::start(
+        job,
+        signals,
+        governor::Inputs {
+            workers: readers.len(),
+            counters: counters.clone(),
+            parts_done: parts_done.clone(),
+            harm: monitor.latest(),
+            snapshot_since,
+            progress: progress.clone(),
+        },
+    );
+    let governor = match governor {
+        Ok(g) => g,
+        Err(e) => {
+            let _ = monitor.finish().await;
+            let _ = coordinator.release().await;
+            return Err(e);
+        }
+    };
     let coordinator = Arc::new(Mutex::new(coordinator));
     let ctx = Arc::new(WorkerContext {
         queue: WorkQueue::new(std::mem::take(&mut prepared.remaining)),
@@ -151,8 +189,9 @@ async fn locked(
         batch_bytes: prepared.budget.batch_bytes,
         retry: job.retry,
         snapshot_index: prepared.snapshot_index,
-        counters: Arc::new(ReadCounters::default()),
-        parts_done: AtomicU64::new(0),
+        counters,
+        parts_done,
+        gate: governor.gate(),
         retries: AtomicU64::new(0),
         committed: std::sync::Mutex::new(Vec::new()),
         writers: Writers::default(),
@@ -165,6 +204,12 @@ async fn locked(
     });
     let outcome = drive(ctx.clone(), readers, progress.clone(), cancel).await;
     progress.end();
+    let timeline = governor.finish().await;
+    // The budget stopped the run before exceeding it: the parts read are kept for --resume.
+    let outcome = outcome.and_then(|()| match ctx.gate.stopped() {
+        Some(why) => Err(Error::source_transient(why)),
+        None => Ok(()),
+    });
     let (mut harm, harm_failed) = monitor.finish().await;
     let facts = coordinator.lock().await.run_facts();
     harm.global_lock_seconds = facts.global_lock_held.map(|d| d.as_secs_f64());
@@ -189,7 +234,12 @@ async fn locked(
         server_version,
         started,
     };
-    finish(job, lock, finished, phases).await
+    let mut report = finish(job, lock, finished, phases).await?;
+    report.timeline = Some(timeline);
+    if let Some(path) = &job.report_html {
+        crate::html::write(path, &report)?;
+    }
+    Ok(report)
 }
 
 /// Run the workers until all chunks are done, one fails, or the run is cancelled.
@@ -217,8 +267,8 @@ async fn drive(
         })
     };
     let mut set = tokio::task::JoinSet::new();
-    for reader in readers {
-        set.spawn(worker::run(ctx.clone(), reader));
+    for (index, reader) in readers.into_iter().enumerate() {
+        set.spawn(worker::run(ctx.clone(), index, reader));
     }
     let mut failure: Option<Error> = None;
     loop {

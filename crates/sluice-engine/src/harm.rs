@@ -16,10 +16,13 @@ use tokio::task::JoinHandle;
 struct Peaks {
     record: HarmRecord,
     failed: Option<String>,
+    /// The latest sample, for the harm budget's governor.
+    last: Option<HarmSample>,
 }
 
 impl Peaks {
     fn add(&mut self, s: &HarmSample) {
+        self.last = Some(*s);
         let r = &mut self.record;
         r.samples += 1;
         r.peak_connections = r.peak_connections.max(s.connections);
@@ -37,6 +40,20 @@ impl Peaks {
         r.longest_blocked_wait_seconds = r
             .longest_blocked_wait_seconds
             .max(s.longest_blocked_wait.as_secs_f64());
+    }
+}
+
+/// The monitor's latest sample, as the harm budget's governor reads it.
+#[derive(Clone)]
+pub struct HarmLatest(Arc<Mutex<Peaks>>);
+
+impl HarmLatest {
+    /// The latest sample, `None` before the first (or when sampling failed).
+    pub fn get(&self) -> Option<HarmSample> {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|p| if p.failed.is_some() { None } else { p.last })
     }
 }
 
@@ -85,6 +102,11 @@ impl HarmMonitor {
             })
         });
         HarmMonitor { peaks, stop, task }
+    }
+
+    /// A handle on the latest sample.
+    pub fn latest(&self) -> HarmLatest {
+        HarmLatest(self.peaks.clone())
     }
 
     /// Stop and return the peaks, with the reason figures are incomplete if sampling failed.

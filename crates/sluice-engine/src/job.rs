@@ -1,9 +1,11 @@
 //! The validated request the engine runs. The CLI builds it from flags and YAML; a library user
 //! builds it directly.
 
+use crate::governor::HarmBudget;
 use crate::retry::RetryPolicy;
 use sluice_core::{ChunkStrategy, Consistency, Selection, Source};
 use sluice_sink::{Destination, FormatOptions, OutputLock};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,6 +52,11 @@ pub struct ExportJob {
     /// inspects it and keeps it across its initial snapshot and the streaming after it): the
     /// export uses it instead of taking its own, and leaves releasing it to the caller.
     pub held_lock: Option<Arc<dyn OutputLock>>,
+    /// The harm budget: limits on foreign-load signals the run keeps to by changing its pace
+    /// between chunks (see `crate::governor`). The default governs nothing.
+    pub budget: HarmBudget,
+    /// Also render the report as a self-contained HTML page to this local file.
+    pub report_html: Option<PathBuf>,
 }
 
 impl ExportJob {
@@ -79,6 +86,8 @@ impl ExportJob {
             retry: RetryPolicy::default(),
             harm_interval: Duration::from_millis(100),
             held_lock: None,
+            budget: HarmBudget::default(),
+            report_html: None,
         }
     }
 }

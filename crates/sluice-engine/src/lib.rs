@@ -25,12 +25,16 @@
 //! | `report`    | the end-of-run report and its wording                       |
 //! | `retry`     | bounded backoff with jitter                                 |
 //! | `harm`      | the harm monitor                                            |
+//! | `governor`  | the harm budget: signals, the control law, the timeline     |
+//! | `html`      | the report as a self-contained HTML page                    |
 //! | `phase`     | where the time went: numbered phases with durations         |
 //! | `progress`  | progress callbacks                                          |
 
 pub mod export;
 pub mod finish;
+pub mod governor;
 pub mod harm;
+pub mod html;
 pub mod job;
 pub mod manifest;
 pub mod output;

@@ -63,6 +63,10 @@ pub struct PlanReport {
     pub notes: Vec<String>,
     /// Per dataset.
     pub datasets: Vec<DatasetPlan>,
+    /// The harm budget's signals, each read once: its value, or why it could not be read
+    /// (a run would then pause until it can). Empty without a budget.
+    #[serde(default)]
+    pub signals: Vec<String>,
 }
 
 fn strategy_of(bounds: &ChunkBounds) -> String {
@@ -136,6 +140,7 @@ pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
             server_local: inputs.server_local,
             notes,
             datasets: plans,
+            signals: crate::governor::probe_signals(job).await,
         })
     }
     .await;

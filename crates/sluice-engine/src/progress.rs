@@ -31,6 +31,12 @@ pub trait Progress: Send + Sync {
     fn tick(&self, tick: ProgressTick);
     /// Reading ended (successfully or not).
     fn end(&self);
+    /// The harm budget's governor, a few times a second while it governs: why new chunks wait
+    /// (`replica lag 12.3 s > 10 s`), if they do, and how many of the run's workers may start
+    /// one. The default shows nothing.
+    fn governed(&self, paused: Option<&str>, active: usize, workers: usize) {
+        let _ = (paused, active, workers);
+    }
 }
 
 /// Progress that shows nothing.

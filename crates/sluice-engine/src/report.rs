@@ -1,6 +1,7 @@
 //! What a run reports when it ends — throughput, memory, the harm done to the source, what each
 //! dataset's rows are — built in one place (`Report::build`), with the wording of its notes.
 
+use crate::governor::timeline::Timeline;
 use crate::job::ExportJob;
 use crate::manifest::{DatasetRecord, Guarantee, HarmRecord, PartRecord};
 use crate::phase::{PhaseRecord, PhaseTimer};
@@ -84,6 +85,10 @@ pub struct Report {
     /// `crate::phase`). Absent from reports written before phases were timed.
     #[serde(default)]
     pub phases: Vec<PhaseRecord>,
+    /// The run second by second: throughput, workers allowed, each harm-budget signal against
+    /// its limit, and every pause with its reason. Absent when nothing was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Timeline>,
 }
 
 /// What a run knows when it ends, for [`Report::build`]: the one place a report is put
@@ -193,6 +198,7 @@ impl Report {
                 .collect(),
             notes,
             phases: phases.finish(),
+            timeline: None,
         }
     }
 }

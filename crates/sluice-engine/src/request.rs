@@ -122,7 +122,7 @@ impl ExportJob {
         let s = &self.selection;
         let csv = match &self.format {
             FormatOptions::Csv(c) => Some(c),
-            FormatOptions::Parquet(_) | FormatOptions::Arrow(_) => None,
+            _ => None,
         };
         RequestRecord {
             source: self.source.display_url(),
@@ -137,11 +137,7 @@ impl ExportJob {
                     sql: q.sql.clone(),
                 })
                 .collect(),
-            format: match &self.format {
-                FormatOptions::Parquet(p) => format!("parquet {}", p.compression),
-                FormatOptions::Csv(_) => "csv".into(),
-                FormatOptions::Arrow(_) => "arrow".into(),
-            },
+            format: self.format.request_name(),
             csv_delimiter: csv.map(|c| (c.delimiter as char).to_string()),
             csv_null: csv.map(|c| c.null.clone()),
             csv_header: csv.map(|c| c.header),

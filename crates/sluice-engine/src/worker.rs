@@ -12,6 +12,7 @@
 //! is discarded then. (An interrupted read may leave the rest of its result unread; the
 //! drivers drain it before the next statement.)
 
+use crate::governor::Gate;
 use crate::manifest::PartRecord;
 use crate::queue::WorkQueue;
 use crate::retry::RetryPolicy;
@@ -50,7 +51,9 @@ pub struct WorkerContext {
     /// Rows and bytes read.
     pub counters: Arc<ReadCounters>,
     /// Parts committed in this run.
-    pub parts_done: AtomicU64,
+    pub parts_done: Arc<AtomicU64>,
+    /// The harm budget's gate, asked before each chunk.
+    pub gate: Gate,
     /// Retries taken.
     pub retries: AtomicU64,
     /// Receipts of this run's parts.
@@ -93,10 +96,25 @@ impl Writers {
     }
 }
 
-/// The worker loop. `reader` is the session opened for it under the snapshot.
-pub async fn run(ctx: Arc<WorkerContext>, reader: Box<dyn ChunkReader>) -> Result<()> {
+/// The worker loop. `reader` is the session opened for it under the snapshot; `index` is the
+/// worker's place in the order the harm budget's governor lets workers start chunks.
+pub async fn run(
+    ctx: Arc<WorkerContext>,
+    index: usize,
+    reader: Box<dyn ChunkReader>,
+) -> Result<()> {
     let mut reader = Some(reader);
-    while let Some(chunk) = ctx.queue.next() {
+    loop {
+        if failpoint::armed() {
+            // A `wait` blocks its thread: off the runtime's, so the governor keeps stepping.
+            tokio::task::spawn_blocking(|| failpoint::hit("budget.before_chunk"))
+                .await
+                .map_err(|e| Error::internal(format!("failpoint task: {e}")))??;
+        }
+        if !ctx.gate.admit(index, || ctx.queue.remaining() == 0).await {
+            break;
+        }
+        let Some(chunk) = ctx.queue.next() else { break };
         let mut attempt = 1;
         let mut first_failure: Option<Instant> = None;
         loop {

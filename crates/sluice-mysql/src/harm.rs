@@ -22,6 +22,8 @@
 //! the `PROCESS` privilege. The first time a session is seen waiting, a warning names it; the
 //! report lists them.
 
+mod signals;
+
 use crate::catalog::{self, Flavor};
 use crate::connect::MyTarget;
 use crate::error::{Phase, classify};
@@ -129,6 +131,8 @@ pub struct MyHarmProbe {
     sessions: Sessions,
     flavor: Flavor,
     target: String,
+    /// Where the harm budget's signal sessions connect.
+    my: MyTarget,
 }
 
 impl MyHarmProbe {
@@ -144,6 +148,7 @@ impl MyHarmProbe {
             sessions,
             flavor,
             target: target.display().to_string(),
+            my: target.clone(),
         })
     }
 
@@ -253,6 +258,13 @@ impl HarmProbe for MyHarmProbe {
             blocked_sessions,
             longest_blocked_wait,
         })
+    }
+
+    fn open_signals(
+        &mut self,
+        request: &sluice_core::budget::SignalRequest,
+    ) -> Vec<Box<dyn sluice_core::budget::SignalReader>> {
+        signals::open(&self.my, &self.sessions, request)
     }
 }
 

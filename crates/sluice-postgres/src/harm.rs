@@ -8,6 +8,11 @@
 //! `pg_stat_activity` in its own autocommit statement — statistics views are frozen per
 //! transaction, so the probe must not sit in one. Sessions blocked by ours are found with
 //! `pg_blocking_pids`, asked only for sessions that wait on a lock (it is not free).
+//!
+//! The harm budget's signals of foreign load (replica lag, the canary, other sessions'
+//! activity) are `signals.rs`'s.
+
+mod signals;
 
 use crate::connect::PgTarget;
 use crate::error::{Phase, classify};
@@ -94,6 +99,13 @@ impl HarmProbe for PgHarmProbe {
             blocked_sessions: r.get::<_, i32>(4).max(0) as u32,
             longest_blocked_wait: secs(r.get(5)),
         })
+    }
+
+    fn open_signals(
+        &mut self,
+        request: &sluice_core::budget::SignalRequest,
+    ) -> Vec<Box<dyn sluice_core::budget::SignalReader>> {
+        signals::open(&self.pg, &self.tag, request)
     }
 }
 

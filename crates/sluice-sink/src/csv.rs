@@ -1,11 +1,13 @@
-//! CSV part writer (RFC 4180 quoting, LF line ends).
+//! CSV part writer (RFC 4180 quoting, LF line ends), optionally gzip or zstd compressed
+//! (`compress.rs`).
 //!
 //! Rows are rendered into a buffer and handed to the destination in blocks of about 1 MB. A
 //! field is quoted when it contains the delimiter, a quote, CR or LF, or equals the NULL text;
 //! an empty string is always quoted, so with the default empty NULL, `,,` is NULL and `,"",`
 //! is an empty string — the same convention PostgreSQL's CSV uses.
 
-use crate::destination::{CountingWriter, FirstIoError};
+use crate::compress::Compressed;
+use crate::destination::CountingWriter;
 use crate::format::{CsvOptions, PartStats, PartWriter};
 use crate::render::renderer;
 use arrow_array::cast::AsArray;
@@ -13,19 +15,16 @@ use arrow_array::{Array, RecordBatch};
 use arrow_buffer::NullBuffer;
 use arrow_schema::SchemaRef;
 use sluice_core::{Error, Result};
-use std::io::Write;
 
 const FLUSH_AT: usize = 1 << 20;
 
 /// One CSV part file being written.
 pub struct CsvPart {
-    out: Option<CountingWriter>,
-    errors: FirstIoError,
+    out: Option<Compressed>,
     options: CsvOptions,
     buf: Vec<u8>,
     field: Vec<u8>,
     rows: u64,
-    path: String,
 }
 
 impl CsvPart {
@@ -54,15 +53,12 @@ impl CsvPart {
                 options.null
             )));
         }
-        let errors = out.errors();
         let mut part = CsvPart {
-            out: Some(out),
-            errors,
+            out: Some(Compressed::new(out, options.compression, path)?),
             options,
             buf: Vec::with_capacity(FLUSH_AT + 4096),
             field: Vec::new(),
             rows: 0,
-            path: path.to_string(),
         };
         if part.options.header {
             for (i, f) in schema.fields().iter().enumerate() {
@@ -129,12 +125,7 @@ impl CsvPart {
             .out
             .as_mut()
             .ok_or_else(|| Error::internal("write after finish"))?;
-        if let Err(e) = out.write_all(&self.buf) {
-            return Err(self
-                .errors
-                .take()
-                .unwrap_or_else(|| crate::destination::io_error(&e, "write", &self.path)));
-        }
+        out.write_block(&self.buf)?;
         self.buf.clear();
         Ok(())
     }
@@ -204,7 +195,7 @@ impl PartWriter for CsvPart {
             .out
             .take()
             .ok_or_else(|| Error::internal("finish twice"))?;
-        out.commit(self.rows)
+        out.finish()?.commit(self.rows)
     }
 
     fn abort(mut self: Box<Self>) {

@@ -30,6 +30,74 @@ impl fmt::Display for Compression {
     }
 }
 
+/// Compression of a text format's whole stream (CSV, JSON Lines). Compressed files stay
+/// concatenable: gzip members and zstd frames may follow one another in one file, which every
+/// reader of the formats decodes as one stream, so `--merge` joins them as it joins plain ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum TextCompression {
+    /// Plain text.
+    #[default]
+    None,
+    /// gzip (deflate) at the default level, `.gz`.
+    Gzip,
+    /// Zstandard at a level, `.zst`.
+    Zstd(i32),
+}
+
+impl fmt::Display for TextCompression {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TextCompression::None => f.write_str("none"),
+            TextCompression::Gzip => f.write_str("gzip"),
+            TextCompression::Zstd(l) => write!(f, "zstd({l})"),
+        }
+    }
+}
+
+/// Codec of an Avro object container file's blocks (the codecs the Avro specification names;
+/// the file's header says which, so readers need no option).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum AvroCodec {
+    /// `null`: blocks as encoded.
+    None,
+    /// `deflate`: the codec every Avro reader has.
+    Deflate,
+    /// `snappy` (each block followed by its CRC-32).
+    Snappy,
+    /// `zstandard`, at the library's default level (3).
+    #[default]
+    Zstd,
+}
+
+impl fmt::Display for AvroCodec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AvroCodec::None => "none",
+            AvroCodec::Deflate => "deflate",
+            AvroCodec::Snappy => "snappy",
+            AvroCodec::Zstd => "zstd",
+        })
+    }
+}
+
+/// JSON Lines options: one JSON object per row, `\n` after each (see `jsonl.rs` for how each
+/// type is written).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct JsonlOptions {
+    /// Compression of the whole file.
+    pub compression: TextCompression,
+}
+
+/// Avro options: one object container file per part, its schema derived from the Arrow
+/// schema (see `avro.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AvroOptions {
+    /// Codec of the file's blocks.
+    pub codec: AvroCodec,
+}
+
 /// Parquet options.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParquetOptions {
@@ -59,6 +127,8 @@ pub struct CsvOptions {
     pub null: String,
     /// Whether to write a header line with the column names.
     pub header: bool,
+    /// Compression of the whole file.
+    pub compression: TextCompression,
 }
 
 impl Default for CsvOptions {
@@ -67,6 +137,7 @@ impl Default for CsvOptions {
             delimiter: b',',
             null: String::new(),
             header: true,
+            compression: TextCompression::None,
         }
     }
 }
@@ -78,18 +149,48 @@ pub enum FormatOptions {
     Parquet(ParquetOptions),
     /// Comma-separated values.
     Csv(CsvOptions),
+    /// JSON Lines: one JSON object per row.
+    Jsonl(JsonlOptions),
+    /// Apache Avro object container files.
+    Avro(AvroOptions),
     /// Arrow batches handed to a consumer in this process, not encoded (see [`crate::memory`]);
     /// used with a [`crate::MemoryDestination`].
     Arrow(ArrowOutput),
 }
 
 impl FormatOptions {
-    /// File extension without the dot.
+    /// File extension without the first dot: the format's, then the compression's
+    /// (`parquet`, `csv`, `csv.gz`, `jsonl.zst`, `avro`).
     pub fn extension(&self) -> &'static str {
+        use TextCompression as T;
         match self {
             FormatOptions::Parquet(_) => "parquet",
-            FormatOptions::Csv(_) => "csv",
+            FormatOptions::Csv(c) => match c.compression {
+                T::None => "csv",
+                T::Gzip => "csv.gz",
+                T::Zstd(_) => "csv.zst",
+            },
+            FormatOptions::Jsonl(j) => match j.compression {
+                T::None => "jsonl",
+                T::Gzip => "jsonl.gz",
+                T::Zstd(_) => "jsonl.zst",
+            },
+            FormatOptions::Avro(_) => "avro",
             FormatOptions::Arrow(_) => "arrow",
+        }
+    }
+
+    /// The format as the request record (run state, manifest) names it: a resume must write
+    /// the same. `parquet zstd(1)`, `csv`, `csv gzip`, `jsonl zstd(3)`, `avro deflate`.
+    pub fn request_name(&self) -> String {
+        match self {
+            FormatOptions::Parquet(p) => format!("parquet {}", p.compression),
+            FormatOptions::Csv(c) if c.compression == TextCompression::None => "csv".into(),
+            FormatOptions::Csv(c) => format!("csv {}", c.compression),
+            FormatOptions::Jsonl(j) if j.compression == TextCompression::None => "jsonl".into(),
+            FormatOptions::Jsonl(j) => format!("jsonl {}", j.compression),
+            FormatOptions::Avro(a) => format!("avro {}", a.codec),
+            FormatOptions::Arrow(_) => "arrow".into(),
         }
     }
 
@@ -109,7 +210,14 @@ impl FormatOptions {
     pub fn describe(&self) -> String {
         match self {
             FormatOptions::Parquet(p) => format!("parquet {}", p.compression),
-            FormatOptions::Csv(c) => format!("csv delimiter {:?}", c.delimiter as char),
+            FormatOptions::Csv(c) if c.compression == TextCompression::None => {
+                format!("csv delimiter {:?}", c.delimiter as char)
+            }
+            FormatOptions::Csv(c) => {
+                format!("csv delimiter {:?} {}", c.delimiter as char, c.compression)
+            }
+            FormatOptions::Jsonl(j) => format!("jsonl {}", j.compression),
+            FormatOptions::Avro(a) => format!("avro {}", a.codec),
             FormatOptions::Arrow(_) => "arrow (in memory)".to_string(),
         }
     }
@@ -155,6 +263,10 @@ pub fn open_part(
             counting,
             o.clone(),
             path,
+        )?)),
+        FormatOptions::Jsonl(o) => Ok(Box::new(crate::jsonl::JsonlPart::new(counting, o, path)?)),
+        FormatOptions::Avro(o) => Ok(Box::new(crate::avro::AvroPart::new(
+            &schema, counting, o, path,
         )?)),
         FormatOptions::Arrow(a) => Ok(Box::new(ArrowPart::new(
             a.0.clone(),

@@ -2,7 +2,8 @@
 //!
 //! Knows no database. A [`Destination`] stores objects (local disk, or S3, GCS and Azure Blob
 //! through [`ObjectStoreDestination`]) and makes each visible only when complete. A [`PartWriter`] turns
-//! Arrow batches into one part file in a format (Parquet or CSV). The `manifest` is written
+//! Arrow batches into one part file in a format (Parquet, CSV, JSON Lines or Avro; text
+//! formats optionally gzip or zstd compressed). The `manifest` is written
 //! last and is what marks a dataset complete: a reader that sees `manifest.json` sees every
 //! part it lists, whole. A run can also keep its data in the process ([`memory`]): batches
 //! handed to a consumer, bookkeeping in a [`MemoryDestination`].
@@ -10,10 +11,13 @@
 //! Writers are synchronous and run on blocking threads: encoding and compression are CPU work,
 //! and keeping them off the async runtime lets decoding and encoding overlap.
 
+pub mod avro;
 mod cardinality;
+mod compress;
 pub mod csv;
 pub mod destination;
 pub mod format;
+pub mod jsonl;
 pub mod layout;
 pub mod local;
 pub mod lock;
@@ -28,7 +32,8 @@ mod render;
 
 pub use destination::{Destination, ObjectInfo, ObjectWriter};
 pub use format::{
-    Compression, CsvOptions, FormatOptions, ParquetOptions, PartStats, PartWriter, open_part,
+    AvroCodec, AvroOptions, Compression, CsvOptions, FormatOptions, JsonlOptions, ParquetOptions,
+    PartStats, PartWriter, TextCompression, open_part,
 };
 pub use local::LocalDestination;
 pub use lock::{LockHolder, OutputLock};

@@ -1,6 +1,10 @@
 //! `--merge`: one file per dataset from its parts, in part order.
 //!
-//! - CSV parts after the first are written without a header, so merging is concatenation.
+//! - CSV parts after the first are written without a header, so merging is concatenation;
+//!   JSON Lines parts are concatenated too. Compressed parts stay valid when concatenated
+//!   (gzip members and zstd frames may follow one another; readers decode them as one stream).
+//! - Avro container files cannot be concatenated (each has its header and sync marker):
+//!   refused.
 //! - Parquet parts are merged by copying their encoded column chunks into one file, row group
 //!   by row group: nothing is decoded or recompressed, and memory holds one read block.
 //!
@@ -78,7 +82,11 @@ pub fn merge(
         FormatOptions::Arrow(_) => Err(Error::internal(
             "in-memory Arrow output has no files to merge",
         )),
-        FormatOptions::Csv(_) => {
+        FormatOptions::Avro(_) => Err(Error::config(
+            "Avro container files cannot be concatenated: drop --merge, or use --format parquet, \
+             csv or jsonl",
+        )),
+        FormatOptions::Csv(_) | FormatOptions::Jsonl(_) => {
             for p in parts {
                 let f = open_remote(dest, p);
                 let mut r = RangeReader::new(dest.clone(), &f.path, 0, f.len);

@@ -236,7 +236,7 @@ fn interval(out: &mut Vec<u8>, months: i32, days: i32, micros: i64) {
     }
 }
 
-fn json_string(out: &mut Vec<u8>, s: &[u8]) {
+pub(crate) fn json_string(out: &mut Vec<u8>, s: &[u8]) {
     out.push(b'"');
     for &c in s {
         match c {

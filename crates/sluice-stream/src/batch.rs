@@ -8,10 +8,16 @@
 //! a transaction (the state then restarts at the transaction's start and skips what was
 //! written, by `_seq`).
 //!
-//! File names: `<dataset>/changes/<POS>-<SEQ>.<ext>`, the `_pos` and `_seq` of the file's first
-//! change. A retried batch starts with the same change, so it rewrites the same names; the
-//! name is known before the first byte is written, as object stores need.
+//! File names: `<dataset>/changes/[<partition>/]<POS>-<SEQ>.<ext>`, the `_pos` and `_seq` of
+//! the file's first change, the partition by `--layout` (`files.rs`). A retried batch starts
+//! with the same change, so it rewrites the same names (the partition as its intent recorded
+//! it); the name is known before the first byte is written, as object stores need. Changes of
+//! an operation `--ops` leaves out take their `_seq` and are counted, not written.
+//!
+//! Over 500 lines: the sink's callbacks, the batch's cut and the file naming share the
+//! batcher's state and read best together.
 
+use crate::files::{ChangeFiles, change_path};
 use crate::metrics::Metrics;
 use crate::state::{Committed, Intent, SchemaVersion, StateStore, StreamState, in_table_snapshot};
 use arrow_array::cast::AsArray;
@@ -19,7 +25,6 @@ use sluice_core::change::{ChangeOp, ChangeRows, ChangeSink, TxMeta, change_schem
 use sluice_core::failpoint;
 use sluice_core::table::TableRef;
 use sluice_core::{ColumnDesc, Error, ErrorKind, Result, StreamPos};
-use sluice_sink::layout::dataset_dir;
 use sluice_sink::{Destination, FormatOptions, PartKey, PartWriter, open_part};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -47,6 +52,8 @@ struct Batch {
     started: Instant,
     bytes: usize,
     changes: u64,
+    /// The folders of its files (`--layout`), from its first transaction's commit time.
+    partition: String,
 }
 
 /// Run a change file's I/O where the thread may block: the batcher is driven from the
@@ -106,6 +113,7 @@ pub struct Batcher {
     /// Commit time of the last transaction seen (µs since 1970).
     pub last_commit_ts: Option<i64>,
     metrics: Arc<Metrics>,
+    files: ChangeFiles,
 }
 
 impl Batcher {
@@ -117,6 +125,7 @@ impl Batcher {
         state: StreamState,
         budgets: Budgets,
         metrics: Arc<Metrics>,
+        files: ChangeFiles,
     ) -> Self {
         let c = state.committed.clone();
         let mut tables = Vec::new();
@@ -157,6 +166,7 @@ impl Batcher {
             last_commit_ts: None,
             metrics,
             state,
+            files,
         }
     }
 
@@ -203,11 +213,9 @@ impl Batcher {
                 .column_by_name(sluice_core::change::SEQ)
                 .map(|c| c.as_primitive::<arrow_array::types::UInt64Type>().value(0))
                 .unwrap_or_default();
-            let path = format!(
-                "{}/changes/{pos}-{seq:020}.{}",
-                dataset_dir(&t.dataset),
-                self.ext
-            );
+            let recorded = self.state.intent.as_ref().map_or(&[][..], |i| &i.files[..]);
+            let partition = self.batch.as_ref().map_or("", |b| &b.partition[..]);
+            let path = change_path(&t.dataset, partition, recorded, &pos, seq, &self.ext);
             let (dest, format) = (&self.dest, &self.format);
             // The key names the part for in-memory outputs only; change files go to files.
             let key = PartKey {
@@ -230,12 +238,16 @@ impl Batcher {
 
     /// Commit the open batch: record the intent, commit its files, save the position.
     pub fn cut(&mut self) -> Result<Option<CutInfo>> {
-        let Some(b) = self.batch.take() else {
+        if self.batch.is_none() {
             return Ok(None);
-        };
+        }
+        // The batch stays open while its last rows go out: their files take its partition.
         for h in 0..self.tables.len() {
             self.flush(h)?;
         }
+        let Some(b) = self.batch.take() else {
+            return Ok(None);
+        };
         failpoint::hit_as("stream.before_intent", ErrorKind::Destination)?;
         let then = Committed {
             restart: self.restart.clone(),
@@ -323,6 +335,7 @@ impl Batcher {
 
     fn save(&mut self) -> Result<()> {
         self.state.updated_at = chrono::Utc::now().to_rfc3339();
+        self.state.ops = (!self.files.ops.all()).then(|| self.files.ops.describe());
         self.store.save(&self.state)
     }
 
@@ -381,6 +394,14 @@ impl Batcher {
 
 impl ChangeSink for Batcher {
     fn begin(&mut self, tx: TxMeta) -> Result<()> {
+        // A partition holds one hour's changes: a transaction of another hour starts a batch.
+        // A replayed batch is cut where its intent says (it was cut here the first time).
+        if self.force_cut_at.is_none()
+            && let Some(b) = self.batch.as_ref()
+            && b.partition != self.files.layout.partition(commit_micros(tx.commit_ts))
+        {
+            self.cut()?;
+        }
         self.tx = tx;
         self.in_tx = true;
         Ok(())
@@ -452,6 +473,12 @@ impl ChangeSink for Batcher {
         if self.force_cut_at.is_some_and(|f| seq > f) {
             self.cut()?;
         }
+        if !self.files.ops.keeps(op) {
+            self.metrics
+                .filtered_changes
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        }
         self.cur = Some((table, op, seq));
         Ok(self.tables[table].rows.as_mut())
     }
@@ -466,12 +493,14 @@ impl ChangeSink for Batcher {
             .ok_or_else(|| Error::internal("a change for a table without columns"))?;
         rows.finish_row(op, &self.tx, seq)?;
         let pending = rows.bytes();
+        let (layout, commit_ts) = (self.files.layout, self.tx.commit_ts);
         let b = self.batch.get_or_insert_with(|| Batch {
             first_seq: seq,
             last_seq: seq,
             started: Instant::now(),
             bytes: 0,
             changes: 0,
+            partition: layout.partition(commit_micros(commit_ts)),
         });
         b.last_seq = seq;
         b.changes += 1;
@@ -498,4 +527,10 @@ impl ChangeSink for Batcher {
         }
         Ok(())
     }
+}
+
+/// A transaction's commit time for its partition; the clock where the source gave none (a
+/// retry then finds the partition in the intent, see `files.rs`).
+fn commit_micros(commit_ts: Option<i64>) -> i64 {
+    commit_ts.unwrap_or_else(|| chrono::Utc::now().timestamp_micros())
 }

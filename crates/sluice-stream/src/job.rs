@@ -79,6 +79,8 @@ pub struct StreamJob {
     /// What a partition truncated, detached or dropped on the source does to the run
     /// (`--partition-changes`; see `layout.rs`).
     pub partition_changes: crate::layout::LayoutChanges,
+    /// Change files' layout and the operations they keep (`--layout`, `--ops`).
+    pub files: crate::files::ChangeFiles,
 }
 
 /// Why the stream stopped.
@@ -142,6 +144,10 @@ pub struct StreamReport {
     /// Changes of tables this run does not capture (a captured table renamed on the source),
     /// left out.
     pub ignored_changes: u64,
+    /// The operations change files keep (`--ops`; all four without it).
+    pub ops: String,
+    /// Changes of the other operations, counted and not written.
+    pub filtered_changes: u64,
 }
 
 /// The warning for changes of a table the run does not capture: a captured table renamed on

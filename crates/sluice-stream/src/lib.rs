@@ -15,6 +15,7 @@
 //! | `drive`   | the read and restart loops every output runs under (`Output`)      |
 //! | `pump`    | change files as an `Output`: batches cut by bytes and time          |
 //! | `batch`   | the change sink: builders, change files, batches, intents          |
+//! | `files`   | change files' layout (`--layout`) and operations kept (`--ops`)     |
 //! | `state`   | the saved state and where it is kept (`redis`: in Redis)           |
 //! | `claim`   | the state store's claim kept alive for the whole run               |
 //! | `cascades`| foreign-key actions whose changes the source's log leaves out      |
@@ -27,6 +28,7 @@ pub mod batch;
 mod cascades;
 mod claim;
 mod drive;
+pub mod files;
 mod job;
 pub mod layout;
 pub mod metrics;
@@ -37,6 +39,7 @@ mod snapshot;
 mod start;
 pub mod state;
 
+pub use files::{ChangeFiles, ChangeLayout, OpFilter};
 pub use job::{ExportBuilder, Initial, Stopped, StreamJob, StreamReport, export_builder};
 pub use layout::LayoutChanges;
 pub use metrics::Metrics;

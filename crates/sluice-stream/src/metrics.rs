@@ -41,6 +41,8 @@ pub struct Metrics {
     /// Changes the source sent for tables the stream does not capture (a captured table
     /// renamed on the source: its changes arrive under the new name), left out.
     pub ignored_changes: AtomicU64,
+    /// Changes of operations `--ops` leaves out of the change files.
+    pub filtered_changes: AtomicU64,
     /// Reconnects after transient errors.
     pub retries: AtomicU64,
     /// The largest lag seen, milliseconds.
@@ -143,6 +145,12 @@ impl Metrics {
             "Changes of tables the stream does not capture (a captured table renamed on the \
              source), left out.",
             g(&self.ignored_changes).to_string(),
+        );
+        one(
+            "filtered_changes_total",
+            "counter",
+            "Changes of operations --ops leaves out of the change files.",
+            g(&self.filtered_changes).to_string(),
         );
         out
     }

@@ -132,6 +132,8 @@ pub(crate) async fn stream(
         while_stopped: job.source.while_stopped(&names, "sluice stream"),
         nulled_values: job.source.nulled_values(),
         ignored_changes: metrics.ignored_changes.load(Ordering::Relaxed),
+        ops: job.files.ops.describe(),
+        filtered_changes: metrics.filtered_changes.load(Ordering::Relaxed),
     })
 }
 
@@ -171,6 +173,7 @@ impl drive::Attempts for FileAttempts<'_> {
             state,
             budgets,
             self.metrics.clone(),
+            self.job.files,
         );
         let out = Files {
             batcher,

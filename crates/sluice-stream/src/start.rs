@@ -77,6 +77,7 @@ pub(crate) async fn new_state(
         intent: None,
         updated_at: chrono::Utc::now().to_rfc3339(),
         layout: source.layout(datasets).await?,
+        ops: None,
     })
 }
 

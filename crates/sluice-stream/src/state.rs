@@ -158,6 +158,10 @@ pub struct StreamState {
     /// detached or dropped is measured against. `None`: nothing to watch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layout: Option<String>,
+    /// The operations change files keep when `--ops` leaves some out (`insert,delete`), as of
+    /// the last save; `None`: every operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops: Option<String>,
 }
 
 /// Where the state is kept. Synchronous (the Redis store speaks over a blocking socket):

@@ -66,22 +66,64 @@ fn cells(b: &RecordBatch, r: usize, n: usize) -> Vec<String> {
         .collect()
 }
 
-/// The change files of a dataset directory, in name order (hidden temporaries excluded).
+/// The change files (Parquet or JSON Lines, compressed or not) of a dataset directory, in
+/// any partition of any layout, in path order (hidden temporaries excluded).
 pub fn change_files(dataset_dir: &Path) -> Vec<PathBuf> {
-    let dir = dataset_dir.join("changes");
-    let Ok(rd) = std::fs::read_dir(&dir) else {
-        return Vec::new();
-    };
-    let mut out: Vec<PathBuf> = rd
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| !n.starts_with('.') && n.ends_with(".parquet"))
-        })
-        .collect();
+    let mut out = Vec::new();
+    let mut dirs = vec![dataset_dir.join("changes")];
+    while let Some(dir) = dirs.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for p in rd.filter_map(|e| e.ok().map(|e| e.path())) {
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                !n.starts_with('.')
+                    && (n.ends_with(".parquet")
+                        || n.ends_with(".jsonl")
+                        || n.ends_with(".jsonl.gz")
+                        || n.ends_with(".jsonl.zst"))
+            }) {
+                out.push(p);
+            }
+        }
+    }
     out.sort();
     out
+}
+
+/// A JSON value as the text [`cells`] gives the same Arrow value, for the plain types replay
+/// tests use (numbers, text, booleans); NULL as `∅`.
+fn json_cell(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Null => "∅".into(),
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The changes of a JSON Lines change file.
+fn jsonl_changes(path: &Path, columns: &mut Vec<String>, out: &mut Vec<Change>) {
+    for row in crate::formats::jsonl_rows(path) {
+        let n = row
+            .iter()
+            .position(|(k, _)| k == "_op")
+            .expect("a change has _op");
+        *columns = row[..n].iter().map(|(k, _)| k.clone()).collect();
+        let field = |name: &str| &row.iter().find(|(k, _)| k == name).expect(name).1;
+        out.push(Change {
+            seq: field("_seq").as_u64().expect("_seq is a number"),
+            op: json_cell(field("_op")),
+            pos: json_cell(field("_pos")),
+            cells: row[..n].iter().map(|(_, v)| json_cell(v)).collect(),
+            columns: Arc::new(columns.clone()),
+            absent: field("_absent")
+                .as_array()
+                .map(|a| a.iter().map(json_cell).collect())
+                .unwrap_or_default(),
+        });
+    }
 }
 
 /// Every change of a dataset directory, sorted by `_seq` (duplicates kept, for the caller to
@@ -90,6 +132,10 @@ pub fn read_changes(dataset_dir: &Path) -> (Vec<String>, Vec<Change>) {
     let mut columns = Vec::new();
     let mut out = Vec::new();
     for f in change_files(dataset_dir) {
+        if !f.to_string_lossy().ends_with(".parquet") {
+            jsonl_changes(&f, &mut columns, &mut out);
+            continue;
+        }
         for b in parquet_batches(&f) {
             let schema = b.schema();
             let n = schema
@@ -124,7 +170,17 @@ pub fn read_changes(dataset_dir: &Path) -> (Vec<String>, Vec<Change>) {
     (columns, out)
 }
 
-/// Replay the change files of `dataset_dir` over its snapshot parts (Parquet), keyed by the
+/// The key text of a row's cells.
+fn key_of(key_idx: &[usize], cells: &[String]) -> String {
+    key_idx
+        .iter()
+        .map(|i| cells[*i].as_str())
+        .collect::<Vec<_>>()
+        .join("|")
+}
+
+/// Replay the change files of `dataset_dir` over its snapshot parts (Parquet, or JSON Lines when
+/// there is no Parquet part), keyed by the
 /// columns `key`. Panics on a repeated `_seq`, an overlap or a gap (see the module doc).
 pub fn replay(dataset_dir: &Path, key: &[&str]) -> Replayed {
     let mut table: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -146,6 +202,23 @@ pub fn replay(dataset_dir: &Path, key: &[&str]) -> Replayed {
     if columns.is_empty() {
         columns = change_columns;
     }
+    let mut rows: Vec<Vec<String>> = snapshot
+        .iter()
+        .flat_map(|b| (0..b.num_rows()).map(|r| cells(b, r, columns.len())))
+        .collect();
+    if snapshot.is_empty() {
+        // A snapshot written as JSON Lines (the stream's --format jsonl).
+        for ext in ["jsonl", "jsonl.gz", "jsonl.zst"] {
+            for p in part_files(dataset_dir, ext) {
+                for row in crate::formats::jsonl_rows(&p) {
+                    if columns.is_empty() {
+                        columns = row.iter().map(|(k, _)| k.clone()).collect();
+                    }
+                    rows.push(row.iter().map(|(_, v)| json_cell(v)).collect());
+                }
+            }
+        }
+    }
     let key_idx: Vec<usize> = key
         .iter()
         .map(|k| {
@@ -155,22 +228,12 @@ pub fn replay(dataset_dir: &Path, key: &[&str]) -> Replayed {
                 .unwrap_or_else(|| panic!("no key column {k} in {columns:?}"))
         })
         .collect();
-    let key_of = |cells: &[String]| -> String {
-        key_idx
-            .iter()
-            .map(|i| cells[*i].as_str())
-            .collect::<Vec<_>>()
-            .join("|")
-    };
-    for b in &snapshot {
-        for r in 0..b.num_rows() {
-            let c = cells(b, r, columns.len());
-            let k = key_of(&c);
-            assert!(
-                table.insert(k.clone(), c).is_none(),
-                "the snapshot holds key {k} twice"
-            );
-        }
+    for c in rows {
+        let k = key_of(&key_idx, &c);
+        assert!(
+            table.insert(k.clone(), c).is_none(),
+            "the snapshot holds key {k} twice"
+        );
     }
     let mut last_seq = None;
     let mut deleted: Option<(u64, Vec<String>)> = None;
@@ -206,7 +269,7 @@ pub fn replay(dataset_dir: &Path, key: &[&str]) -> Replayed {
             .map(|a| columns.iter().position(|c| c == a).expect("absent column"))
             .collect();
         let kept = |i: usize| absent.contains(&i) || !ch.columns.contains(&columns[i]);
-        let k = key_of(&full);
+        let k = key_of(&key_idx, &full);
         match ch.op.as_str() {
             "insert" => {
                 let mut row = full.clone();

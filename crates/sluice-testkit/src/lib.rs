@@ -8,8 +8,9 @@
 //!   and finds none fails loudly, never skips), a fresh database per test, and helpers.
 //! - [`mysql`] is the same for MariaDB (`SLUICE_TEST_MYSQL_URL`) and, through [`mysql9`]'s
 //!   [`mysql9::test_db`], for MySQL 9 (`SLUICE_TEST_MYSQL9_URL`).
-//! - [`files`] reads exported Parquet and CSV back for comparison; [`changes`] replays change
-//!   files over a snapshot (change-capture tests).
+//! - [`files`] reads exported Parquet and CSV back for comparison; [`formats`] reads JSON Lines
+//!   and Avro back with independent readers; [`changes`] replays change files (Parquet or JSON
+//!   Lines, in any layout) over a snapshot (change-capture tests).
 //! - [`firebird`] prepares an embedded Firebird runtime (no server) and test databases;
 //!   [`firebird_writer`] is the concurrent writer process of Firebird consistency tests.
 //! - [`objstore`] starts object-storage emulators (S3, GCS, Azure Blob) the same way.
@@ -23,6 +24,7 @@ pub mod changes;
 pub mod files;
 pub mod firebird;
 pub mod firebird_writer;
+pub mod formats;
 pub mod mariadb;
 pub mod mysql;
 pub mod mysql9;

@@ -146,6 +146,44 @@ impl MariadbServer {
         Ok(server)
     }
 
+    /// A replica of this server: a new server (`server-id=2`) replicating from this one's
+    /// current binary log position, so databases created from now on (every test's) reach it.
+    /// Tests read its lag (`SHOW SLAVE STATUS`) and stop its SQL thread
+    /// (`STOP SLAVE SQL_THREAD`).
+    pub fn start_replica(&self) -> Result<Self> {
+        let status = Command::new("mariadb")
+            .arg("--no-defaults")
+            .arg(format!("--socket={}", self.socket().display()))
+            .args(["-u", "root", "-N", "-B", "-e", "SHOW MASTER STATUS"])
+            .output()
+            .context("asking the primary for its binary log position")?;
+        let text = String::from_utf8_lossy(&status.stdout).into_owned();
+        let mut fields = text.split_whitespace();
+        let (Some(file), Some(pos)) = (fields.next(), fields.next()) else {
+            bail!("the primary has no binary log position: {text:?}");
+        };
+        let replica = Self::start_with(None, "server-id=2\nread_only=ON\n")?;
+        let sql = format!(
+            "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={}, MASTER_USER='{}', \
+             MASTER_PASSWORD='{MARIADB_PASSWORD}', MASTER_LOG_FILE='{file}', \
+             MASTER_LOG_POS={pos}, MASTER_USE_GTID=no; START SLAVE;",
+            self.port,
+            Self::USER
+        );
+        run(
+            Command::new("mariadb")
+                .arg("--no-defaults")
+                .arg(format!("--socket={}", replica.socket().display()))
+                .args(["-u", "root", "-e", &sql]),
+            "starting the MariaDB replica",
+        )?;
+        Ok(replica)
+    }
+
+    fn socket(&self) -> std::path::PathBuf {
+        self.dir.path().join("mysqld.sock")
+    }
+
     fn wait_ready(&self, socket: &Path) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {

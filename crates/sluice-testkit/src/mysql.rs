@@ -47,6 +47,21 @@ pub fn server_url() -> String {
     })
 }
 
+/// The URL of the test server's replica (test user), from `SLUICE_TEST_MYSQL_REPLICA_URL`
+/// (`sluice-testkit run --mariadb --mariadb-replica`).
+///
+/// # Panics
+/// When the variable is not set: a test that needs the replica fails loudly, it never skips.
+pub fn replica_url() -> String {
+    std::env::var("SLUICE_TEST_MYSQL_REPLICA_URL").unwrap_or_else(|_| {
+        panic!(
+            "SLUICE_TEST_MYSQL_REPLICA_URL is not set, so there is no MariaDB replica to test \
+             against. Run ./scripts/test, which starts one (sluice-testkit run --mariadb \
+             --mariadb-replica)."
+        )
+    })
+}
+
 /// Connect to `url`.
 pub async fn connect(url: &str) -> Conn {
     let opts = Opts::from_url(url).unwrap_or_else(|e| panic!("bad test URL: {e}"));

@@ -16,6 +16,20 @@ pub fn server_url() -> String {
     })
 }
 
+/// The superuser URL of the test server's streaming replica, from `SLUICE_TEST_PG_REPLICA_URL`
+/// (`sluice-testkit run --pg --pg-replica`).
+///
+/// # Panics
+/// When the variable is not set: a test that needs the replica fails loudly, it never skips.
+pub fn replica_url() -> String {
+    std::env::var("SLUICE_TEST_PG_REPLICA_URL").unwrap_or_else(|_| {
+        panic!(
+            "SLUICE_TEST_PG_REPLICA_URL is not set, so there is no PostgreSQL replica to test \
+             against. Run ./scripts/test, which starts one (sluice-testkit run --pg --pg-replica)."
+        )
+    })
+}
+
 /// Connect to `url`, driving the connection on the current runtime.
 pub async fn connect(url: &str) -> Client {
     let (client, conn) = tokio_postgres::connect(url, NoTls)

@@ -201,6 +201,66 @@ impl PgServer {
         Ok(server)
     }
 
+    /// A streaming replica of this server: `pg_basebackup` of it (with the standby's
+    /// settings, `-R`), started on a port of its own with hot standby on, so tests can read
+    /// its replay lag and pause its replay (`pg_wal_replay_pause()`).
+    pub fn start_replica(&self) -> Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("sluice-pg-replica-")
+            .tempdir()?;
+        if is_root() {
+            run(
+                Command::new("chown")
+                    .arg("-R")
+                    .arg(&self.user)
+                    .arg(dir.path()),
+                "chown of the replica's directory",
+            )?;
+        }
+        let data = dir.path().join("data");
+        let mut backup = as_server_user(&self.bin.join("pg_basebackup"), &self.user);
+        backup
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+            ])
+            .arg("-D")
+            .arg(&data)
+            .args(["-R", "-X", "stream", "-c", "fast", "--no-sync"]);
+        run(&mut backup, "pg_basebackup")?;
+        let port = free_port()?;
+        append(
+            &data.join("postgresql.conf"),
+            &format!(
+                "\nport = {port}\nunix_socket_directories = '{}'\nhot_standby = on\n",
+                dir.path().display()
+            ),
+        )?;
+        let mut start = as_server_user(&self.bin.join("pg_ctl"), &self.user);
+        start
+            .arg("-D")
+            .arg(&data)
+            .arg("-l")
+            .arg(dir.path().join("server.log"))
+            .args(["-w", "-t", "60", "start"]);
+        if let Err(e) = run(&mut start, "pg_ctl start (replica)") {
+            let log = std::fs::read_to_string(dir.path().join("server.log")).unwrap_or_default();
+            bail!("{e}\nserver log:\n{log}");
+        }
+        let replica = PgServer {
+            dir,
+            bin: self.bin.clone(),
+            port,
+            user: self.user.clone(),
+        };
+        replica.wait_ready()?;
+        Ok(replica)
+    }
+
     fn wait_ready(&self) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {

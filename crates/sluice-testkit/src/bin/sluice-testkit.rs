@@ -1,6 +1,8 @@
-//! `sluice-testkit run [--pg] [--pg-tls] [--mariadb] [--mariadb-tls] [--mysql] [--firebird] [--s3]
+//! `sluice-testkit run [--pg] [--pg-replica] [--pg-tls] [--mariadb] [--mariadb-replica] [--mariadb-tls] [--mysql] [--firebird] [--s3]
 //! [--gcs] [--azure] [--redis] -- COMMAND …`: start throwaway servers, run COMMAND with their URLs
-//! in the environment (`SLUICE_TEST_PG_URL`, `SLUICE_TEST_MYSQL_URL` (MariaDB),
+//! in the environment (`SLUICE_TEST_PG_URL`, `SLUICE_TEST_PG_REPLICA_URL` (`--pg-replica`: a
+//! streaming replica of the `--pg` server), `SLUICE_TEST_MYSQL_URL` (MariaDB),
+//! `SLUICE_TEST_MYSQL_REPLICA_URL` (`--mariadb-replica`: a replica of the `--mariadb` server),
 //! `SLUICE_TEST_MYSQL9_URL` (`--mysql`: MySQL 9), `SLUICE_TEST_S3_URL`… and each
 //! cloud's credential variables; for `--firebird` an embedded runtime, see
 //! `sluice_testkit::firebird`; for the TLS servers `SLUICE_TEST_PG_TLS_URL`,
@@ -35,13 +37,13 @@ fn run() -> Result<u8> {
     }
     let Some(split) = args.iter().position(|a| a == "--") else {
         bail!(
-            "usage: sluice-testkit run [--pg] [--pg-tls] [--mariadb] [--mariadb-tls] [--mysql] [--firebird] [--s3] [--gcs] [--azure] [--redis] -- COMMAND [ARGS…]"
+            "usage: sluice-testkit run [--pg] [--pg-replica] [--pg-tls] [--mariadb] [--mariadb-replica] [--mariadb-tls] [--mysql] [--firebird] [--s3] [--gcs] [--azure] [--redis] -- COMMAND [ARGS…]"
         );
     };
     let (opts, cmd) = (&args[..split], &args[split + 1..]);
     if opts.first().map(String::as_str) != Some("run") || cmd.is_empty() {
         bail!(
-            "usage: sluice-testkit run [--pg] [--pg-tls] [--mariadb] [--mariadb-tls] [--mysql] [--firebird] [--s3] [--gcs] [--azure] [--redis] -- COMMAND [ARGS…]"
+            "usage: sluice-testkit run [--pg] [--pg-replica] [--pg-tls] [--mariadb] [--mariadb-replica] [--mariadb-tls] [--mysql] [--firebird] [--s3] [--gcs] [--azure] [--redis] -- COMMAND [ARGS…]"
         );
     }
     let mut command = Command::new(&cmd[0]);
@@ -69,6 +71,22 @@ fn run() -> Result<u8> {
                 eprintln!("sluice-testkit: PostgreSQL on 127.0.0.1:{}", pg.port);
                 command.env("SLUICE_TEST_PG_URL", pg.url());
                 servers.push(Server::Pg(pg));
+            }
+            "--pg-replica" => {
+                let Some(Server::Pg(primary)) =
+                    servers.iter().rev().find(|s| matches!(s, Server::Pg(_)))
+                else {
+                    bail!("--pg-replica replicates the --pg server: give --pg before it");
+                };
+                let replica = primary
+                    .start_replica()
+                    .context("starting the PostgreSQL replica")?;
+                eprintln!(
+                    "sluice-testkit: PostgreSQL replica of port {} on 127.0.0.1:{}",
+                    primary.port, replica.port
+                );
+                command.env("SLUICE_TEST_PG_REPLICA_URL", replica.url());
+                servers.push(Server::Pg(replica));
             }
             "--pg-tls" => {
                 let certs = certs.context("no certificates")?;
@@ -104,6 +122,26 @@ fn run() -> Result<u8> {
                 eprintln!("sluice-testkit: MariaDB on 127.0.0.1:{}", m.port);
                 command.env("SLUICE_TEST_MYSQL_URL", m.url());
                 servers.push(Server::Mariadb(m));
+            }
+            "--mariadb-replica" => {
+                let Some(Server::Mariadb(primary)) = servers
+                    .iter()
+                    .rev()
+                    .find(|s| matches!(s, Server::Mariadb(_)))
+                else {
+                    bail!(
+                        "--mariadb-replica replicates the --mariadb server: give --mariadb before it"
+                    );
+                };
+                let replica = primary
+                    .start_replica()
+                    .context("starting the MariaDB replica")?;
+                eprintln!(
+                    "sluice-testkit: MariaDB replica of port {} on 127.0.0.1:{}",
+                    primary.port, replica.port
+                );
+                command.env("SLUICE_TEST_MYSQL_REPLICA_URL", replica.url());
+                servers.push(Server::Mariadb(replica));
             }
             "--mysql" => {
                 let m =

@@ -1,0 +1,290 @@
+//! JSON Lines part writer: one JSON object per row, its keys the columns in schema order,
+//! `\n` after each; optionally gzip or zstd compressed (`compress.rs`).
+//!
+//! Values are written so that nothing is lost and a reader needs no schema to tell types
+//! apart where JSON's own types would lose something:
+//!
+//! | Arrow                        | JSON                                                        |
+//! |------------------------------|-------------------------------------------------------------|
+//! | NULL                         | `null`                                                      |
+//! | Boolean                      | `true` / `false`                                            |
+//! | integers (64-bit included)   | number, every digit (`9223372036854775807`)                 |
+//! | floats                       | shortest exact number; `"NaN"`, `"Infinity"`, `"-Infinity"` |
+//! | Decimal128/256               | string with the column's scale (`"12.50"`)                  |
+//! | Utf8 (json/jsonb included)   | string                                                      |
+//! | Binary                       | string, standard base64 with padding                        |
+//! | FixedSizeBinary + arrow.uuid | string `8-4-4-4-12`                                         |
+//! | Date32                       | string `YYYY-MM-DD`; `"infinity"`, `"-infinity"`            |
+//! | Time64(µs)                   | string `HH:MM:SS[.ffffff]`                                  |
+//! | Timestamp(µs, zone)          | string `YYYY-MM-DDTHH:MM:SS[.ffffff]+00:00`                 |
+//! | Timestamp(µs) without zone   | string `YYYY-MM-DDTHH:MM:SS[.ffffff]`                       |
+//! | sluice.interval struct       | string, ISO 8601 duration (`"P1Y2M3DT4H5M6.5S"`)            |
+//! | List                         | array of the items, each by these rules                     |
+//! | anything else                | string, Arrow's display form                                |
+//!
+//! Numbers beyond 2^53 are exact in the text; a reader that parses every number as a double
+//! (JavaScript) rounds them, as it would any JSON.
+
+use crate::compress::Compressed;
+use crate::destination::CountingWriter;
+use crate::format::{JsonlOptions, PartStats, PartWriter};
+use crate::render::{Render, json_string, renderer};
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::extension::EXTENSION_TYPE_NAME_KEY;
+use arrow_schema::{DataType, Field};
+use base64::Engine;
+use sluice_core::{Error, Result};
+use std::cell::RefCell;
+
+const FLUSH_AT: usize = 1 << 20;
+
+/// One JSON Lines part file being written.
+pub struct JsonlPart {
+    out: Option<Compressed>,
+    buf: Vec<u8>,
+    rows: u64,
+}
+
+impl JsonlPart {
+    /// Start a part writing to `out` (which writes `path`).
+    pub fn new(out: CountingWriter, options: &JsonlOptions, path: &str) -> Result<Self> {
+        Ok(JsonlPart {
+            out: Some(Compressed::new(out, options.compression, path)?),
+            buf: Vec::with_capacity(FLUSH_AT + 4096),
+            rows: 0,
+        })
+    }
+
+    fn flush_buf(&mut self) -> Result<()> {
+        let out = self
+            .out
+            .as_mut()
+            .ok_or_else(|| Error::internal("write after finish"))?;
+        out.write_block(&self.buf)?;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+impl PartWriter for JsonlPart {
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        let schema = batch.schema();
+        let keys: Vec<Vec<u8>> = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let mut k = Vec::with_capacity(f.name().len() + 4);
+                if i > 0 {
+                    k.push(b',');
+                }
+                json_string(&mut k, f.name().as_bytes());
+                k.push(b':');
+                k
+            })
+            .collect();
+        let values = batch
+            .columns()
+            .iter()
+            .zip(schema.fields())
+            .map(|(a, f)| json_value(a, f))
+            .collect::<Result<Vec<_>>>()?;
+        let columns = batch.columns();
+        for row in 0..batch.num_rows() {
+            self.buf.push(b'{');
+            for (c, value) in values.iter().enumerate() {
+                self.buf.extend_from_slice(&keys[c]);
+                if columns[c].is_null(row) {
+                    self.buf.extend_from_slice(b"null");
+                } else {
+                    value(row, &mut self.buf);
+                }
+            }
+            self.buf.extend_from_slice(b"}\n");
+            if self.buf.len() >= FLUSH_AT {
+                self.flush_buf()?;
+            }
+        }
+        self.rows += batch.num_rows() as u64;
+        Ok(())
+    }
+
+    fn finish(mut self: Box<Self>) -> Result<PartStats> {
+        self.flush_buf()?;
+        let out = self
+            .out
+            .take()
+            .ok_or_else(|| Error::internal("finish twice"))?;
+        out.finish()?.commit(self.rows)
+    }
+
+    fn abort(mut self: Box<Self>) {
+        if let Some(out) = self.out.take() {
+            out.abort();
+        }
+    }
+}
+
+/// Text that needs no JSON escaping (digits, signs, separators) between quotes.
+fn quoted(inner: Render<'_>) -> Render<'_> {
+    Box::new(move |i, o| {
+        o.push(b'"');
+        inner(i, o);
+        o.push(b'"');
+    })
+}
+
+/// A writer of the JSON value at a row of `array` (not NULL; items of lists may be).
+fn json_value<'a>(array: &'a ArrayRef, field: &Field) -> Result<Render<'a>> {
+    let uuid = field
+        .metadata()
+        .get(EXTENSION_TYPE_NAME_KEY)
+        .is_some_and(|e| e == "arrow.uuid");
+    Ok(match array.data_type() {
+        DataType::Boolean
+        | DataType::Int8
+        | DataType::Int16
+        | DataType::Int32
+        | DataType::Int64
+        | DataType::UInt8
+        | DataType::UInt16
+        | DataType::UInt32
+        | DataType::UInt64 => renderer(array, field)?,
+        DataType::Float32 | DataType::Float64 => {
+            let inner = renderer(array, field)?;
+            Box::new(move |i, o| {
+                let start = o.len();
+                inner(i, o);
+                // NaN and the infinities have no JSON number: they are written as strings.
+                if matches!(o.get(start), Some(b'N' | b'I')) || o[start..].starts_with(b"-I") {
+                    o.insert(start, b'"');
+                    o.push(b'"');
+                }
+            })
+        }
+        DataType::Utf8 => {
+            let a = array.as_string::<i32>();
+            Box::new(move |i, o| json_string(o, a.value(i).as_bytes()))
+        }
+        DataType::LargeUtf8 => {
+            let a = array.as_string::<i64>();
+            Box::new(move |i, o| json_string(o, a.value(i).as_bytes()))
+        }
+        DataType::Binary => {
+            let a = array.as_binary::<i32>();
+            Box::new(move |i, o| base64(o, a.value(i)))
+        }
+        DataType::LargeBinary => {
+            let a = array.as_binary::<i64>();
+            Box::new(move |i, o| base64(o, a.value(i)))
+        }
+        DataType::FixedSizeBinary(_) if !uuid => {
+            let a = array.as_fixed_size_binary();
+            Box::new(move |i, o| base64(o, a.value(i)))
+        }
+        DataType::Timestamp(..) => {
+            let inner = renderer(array, field)?;
+            Box::new(move |i, o| {
+                let start = o.len();
+                o.push(b'"');
+                inner(i, o);
+                // The CSV form `YYYY-MM-DD HH:MM:SS[.f][Z]` made ISO 8601 with an offset.
+                if let Some(p) = o[start..].iter().position(|&b| b == b' ') {
+                    o[start + p] = b'T';
+                }
+                if o.last() == Some(&b'Z') {
+                    o.pop();
+                    o.extend_from_slice(b"+00:00");
+                }
+                o.push(b'"');
+            })
+        }
+        DataType::Decimal128(..)
+        | DataType::Decimal256(..)
+        | DataType::FixedSizeBinary(_)
+        | DataType::Date32
+        | DataType::Time64(_) => quoted(renderer(array, field)?),
+        DataType::Struct(_)
+            if field
+                .metadata()
+                .get(EXTENSION_TYPE_NAME_KEY)
+                .is_some_and(|e| e == "sluice.interval") =>
+        {
+            quoted(renderer(array, field)?)
+        }
+        DataType::List(item) => {
+            let list = array.as_list::<i32>();
+            let values = list.values();
+            let inner = json_value(values, item)?;
+            Box::new(move |i, o| {
+                let offsets = list.value_offsets();
+                o.push(b'[');
+                for j in offsets[i] as usize..offsets[i + 1] as usize {
+                    if j > offsets[i] as usize {
+                        o.push(b',');
+                    }
+                    if values.is_null(j) {
+                        o.extend_from_slice(b"null");
+                    } else {
+                        inner(j, o);
+                    }
+                }
+                o.push(b']');
+            })
+        }
+        _ => {
+            let inner = renderer(array, field)?;
+            let tmp = RefCell::new(Vec::new());
+            Box::new(move |i, o| {
+                let mut t = tmp.borrow_mut();
+                t.clear();
+                inner(i, &mut t);
+                json_string(o, &t);
+            })
+        }
+    })
+}
+
+fn base64(o: &mut Vec<u8>, bytes: &[u8]) {
+    let e = &base64::engine::general_purpose::STANDARD;
+    let start = o.len() + 1;
+    o.push(b'"');
+    o.resize(
+        start + base64::encoded_len(bytes.len(), true).unwrap_or(0),
+        0,
+    );
+    let n = e.encode_slice(bytes, &mut o[start..]).unwrap_or(0);
+    o.truncate(start + n);
+    o.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Float64Array, TimestampMicrosecondArray};
+    use std::sync::Arc;
+
+    fn one(a: ArrayRef, f: Field, row: usize) -> String {
+        let r = json_value(&a, &f).unwrap();
+        let mut o = Vec::new();
+        r(row, &mut o);
+        String::from_utf8(o).unwrap()
+    }
+
+    #[test]
+    fn values_are_json() {
+        let ts: ArrayRef =
+            Arc::new(TimestampMicrosecondArray::from(vec![1_500_000]).with_timezone("UTC"));
+        let f = Field::new("t", ts.data_type().clone(), true);
+        assert_eq!(one(ts, f, 0), "\"1970-01-01T00:00:01.5+00:00\"");
+        let fl: ArrayRef = Arc::new(Float64Array::from(vec![f64::NAN, -f64::INFINITY, 0.5]));
+        let f = Field::new("f", DataType::Float64, true);
+        assert_eq!(one(fl.clone(), f.clone(), 0), "\"NaN\"");
+        assert_eq!(one(fl.clone(), f.clone(), 1), "\"-Infinity\"");
+        assert_eq!(one(fl, f, 2), "0.5");
+        let b: ArrayRef = Arc::new(arrow_array::BinaryArray::from(vec![&b"\x00\xffa"[..]]));
+        let f = Field::new("b", DataType::Binary, true);
+        assert_eq!(one(b, f, 0), "\"AP9h\"");
+    }
+}
