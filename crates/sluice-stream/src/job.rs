@@ -102,7 +102,8 @@ pub struct StreamReport {
     pub destination: String,
     /// Where the state is.
     pub state: String,
-    /// Slot and publication.
+    /// The capture's name (PostgreSQL: its replication slot; MySQL/MariaDB: the name its state
+    /// is kept under). Called `slot` because reports already carry that key.
     pub slot: String,
     /// Publication.
     pub publication: String,
