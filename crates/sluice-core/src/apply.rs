@@ -188,6 +188,12 @@ pub struct SourceColumn {
 }
 
 impl SourceColumn {
+    /// The columns as the target's bookkeeping keeps them (a JSON list).
+    pub fn list_json(columns: &[SourceColumn]) -> String {
+        // A list of plain structs of strings: serializing it cannot fail.
+        serde_json::to_string(columns).unwrap_or_else(|_| "[]".into())
+    }
+
     /// The columns `columns` as a barrier compares them.
     pub fn of(columns: &[ColumnDesc]) -> Vec<SourceColumn> {
         columns

@@ -37,8 +37,10 @@
 
 mod dialect;
 pub mod fixture;
+mod session;
 
 pub use dialect::{ApplyDialect, ApplyLink, Prepared, Recorder};
+pub use session::{Barriers, PlannedSession};
 
 use super::{AppliedPosition, ApplyUnit, UnitTable};
 use crate::change::ChangeOp;

@@ -36,11 +36,6 @@ pub(crate) const COLUMNS_UPSERT: &str = "INSERT INTO `sluice`.`columns` (`name`,
      `table_schema`, `table_name`, `columns`) VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE \
      `columns` = VALUES(`columns`), `updated` = CURRENT_TIMESTAMP(6)";
 
-/// The JSON text `sluice.columns` keeps.
-pub(crate) fn columns_json(columns: &[SourceColumn]) -> String {
-    serde_json::to_string(columns).unwrap_or_else(|_| "[]".into())
-}
-
 /// Bookkeeping created by an earlier release gains what later ones record (MySQL has no
 /// `ADD COLUMN IF NOT EXISTS`: the catalog is asked first).
 const ADD_SKIP: &str =
@@ -217,7 +212,7 @@ pub(super) async fn save_columns(
     for (t, columns) in tables {
         conn.exec_drop(
             COLUMNS_UPSERT,
-            (name, &t.schema, &t.name, columns_json(columns)),
+            (name, &t.schema, &t.name, SourceColumn::list_json(columns)),
         )
         .await
         .map_err(|e| fail(e, d, "writing sluice.columns on"))?;

@@ -421,7 +421,7 @@ impl ApplyTarget for MyApplyTarget {
 
     async fn session(&self, name: &str, worker: u32) -> Result<Box<dyn ApplySession>> {
         let (conn, server) = self.open(2).await?;
-        Ok(Box::new(session::MySession::new(
+        Ok(Box::new(session::new(
             conn,
             self.display().to_string(),
             name,

@@ -12,36 +12,30 @@ use crate::sql::quote_table;
 use async_trait::async_trait;
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
-use sluice_core::apply::planner::{ApplyLink, Planner};
-use sluice_core::apply::{AppliedPosition, ApplySession, ApplyUnit, Barrier, Engine, SourceColumn};
+use sluice_core::apply::planner::{ApplyLink, Barriers, PlannedSession, Planner};
+use sluice_core::apply::{AppliedPosition, Barrier, Engine};
 use sluice_core::table::TableRef;
 use sluice_core::{Error, Result};
 
-/// An apply session (see the module documentation).
-pub struct MySession {
-    link: MyLink,
-    plan: Planner<MySql>,
-}
-
-/// The session's connection, as the planner sends through it.
-struct MyLink {
+/// The session's connection, as the planner sends through it; with the planner, an apply
+/// session (see the module documentation).
+pub(super) struct MyLink {
     conn: Conn,
     display: String,
 }
 
-impl MySession {
-    pub(super) fn new(
-        conn: Conn,
-        display: String,
-        name: &str,
-        worker: u32,
-        mysql_json: bool,
-    ) -> Self {
-        MySession {
-            link: MyLink { conn, display },
-            plan: Planner::new(MySql { mysql_json }, name, worker),
-        }
-    }
+/// A session over `conn` (already set up) for worker `worker` of replication `name`.
+pub(super) fn new(
+    conn: Conn,
+    display: String,
+    name: &str,
+    worker: u32,
+    mysql_json: bool,
+) -> PlannedSession<MySql, MyLink> {
+    PlannedSession::new(
+        Planner::new(MySql { mysql_json }, name, worker),
+        MyLink { conn, display },
+    )
 }
 
 #[async_trait]
@@ -117,23 +111,19 @@ async fn holders(conn: &mut Conn) -> String {
 }
 
 #[async_trait]
-impl ApplySession for MySession {
-    async fn begin(&mut self) -> Result<()> {
-        self.plan.begin();
-        Ok(())
-    }
-
-    async fn apply(&mut self, unit: &ApplyUnit) -> Result<()> {
-        self.plan.apply(unit, &mut self.link).await
-    }
-
+impl Barriers<MySql> for MyLink {
     /// DDL commits by itself on MySQL/MariaDB: what the transaction holds is committed first
     /// together with `before`, so a crash between here and the unit's end restarts exactly
     /// after the changes already applied (and applies the barrier again: it is idempotent).
-    async fn barrier(&mut self, barrier: &Barrier, before: &AppliedPosition) -> Result<bool> {
-        self.plan.record(before);
-        self.plan.commit_interim(&mut self.link).await?;
-        let MyLink { conn, display } = &mut self.link;
+    async fn barrier(
+        &mut self,
+        plan: &mut Planner<MySql>,
+        barrier: &Barrier,
+        before: &AppliedPosition,
+    ) -> Result<bool> {
+        plan.record(before);
+        plan.commit_interim(self).await?;
+        let MyLink { conn, display } = self;
         match barrier {
             Barrier::Truncate(tables) => {
                 for t in tables {
@@ -170,34 +160,7 @@ impl ApplySession for MySession {
             }
         }
         // The DDL committed; what follows runs in a transaction of its own.
-        self.plan.resume();
+        plan.resume();
         Ok(true)
-    }
-
-    async fn record(&mut self, position: &AppliedPosition) -> Result<()> {
-        self.plan.record(position);
-        Ok(())
-    }
-
-    async fn send(&mut self) -> Result<()> {
-        self.plan.send(&mut self.link).await
-    }
-
-    async fn commit(&mut self) -> Result<()> {
-        self.plan.commit(&mut self.link).await
-    }
-
-    fn unmatched(&self) -> u64 {
-        self.plan.unmatched()
-    }
-
-    async fn columns(&mut self, table: &TableRef, columns: &[SourceColumn]) -> Result<()> {
-        self.plan
-            .followed(table, &super::bookkeeping::columns_json(columns));
-        Ok(())
-    }
-
-    async fn rollback(&mut self) -> Result<()> {
-        self.plan.rollback(&mut self.link).await
     }
 }

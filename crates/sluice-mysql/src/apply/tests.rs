@@ -243,7 +243,7 @@ async fn bookkeeping_statements() {
         name: "id".into(),
         source_type: "int".into(),
     }];
-    let json = super::bookkeeping::columns_json(&columns);
+    let json = SourceColumn::list_json(&columns);
     plan.followed(&t, &json);
     plan.commit(&mut link).await.unwrap();
     assert_eq!(

@@ -45,11 +45,6 @@ const COLUMNS_UPSERT: &str = "INSERT INTO sluice.columns (name, table_schema, ta
      columns) VALUES ($1, $2, $3, $4) ON CONFLICT (name, table_schema, table_name) DO UPDATE \
      SET columns = excluded.columns, updated_at = now()";
 
-/// The JSON text `sluice.columns` keeps.
-pub(crate) fn columns_json(columns: &[SourceColumn]) -> String {
-    serde_json::to_string(columns).unwrap_or_else(|_| "[]".into())
-}
-
 /// The session holding a replication's advisory lock; closing it releases the lock.
 struct Locked(Client, i32);
 
@@ -291,7 +286,7 @@ pub(super) async fn save_columns(
         client
             .execute(
                 COLUMNS_UPSERT,
-                &[&name, &t.schema, &t.name, &columns_json(columns)],
+                &[&name, &t.schema, &t.name, &SourceColumn::list_json(columns)],
             )
             .await
             .map_err(|e| failed(e, d, "writing sluice.columns"))?;

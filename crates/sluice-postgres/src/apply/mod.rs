@@ -262,7 +262,7 @@ impl ApplyTarget for PgApplyTarget {
     }
 
     async fn session(&self, name: &str, worker: u32) -> Result<Box<dyn ApplySession>> {
-        Ok(Box::new(session::PgSession::new(
+        Ok(Box::new(session::new(
             self.connect().await?,
             self.display().to_string(),
             name,

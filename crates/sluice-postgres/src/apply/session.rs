@@ -12,31 +12,29 @@ use super::dialect::PgSql;
 use super::{ddl, failed, names};
 use async_trait::async_trait;
 use sluice_core::Result;
-use sluice_core::apply::planner::{ApplyLink, Planner};
-use sluice_core::apply::{AppliedPosition, ApplySession, ApplyUnit, Barrier, Engine, SourceColumn};
+use sluice_core::apply::planner::{ApplyLink, Barriers, PlannedSession, Planner};
+use sluice_core::apply::{AppliedPosition, Barrier, Engine};
 use sluice_core::table::TableRef;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
-/// An apply session (see the module documentation).
-pub struct PgSession {
-    link: PgLink,
-    plan: Planner<PgSql>,
-}
-
-/// The session's connection, as the planner sends through it.
-struct PgLink {
+/// The session's connection, as the planner sends through it; with the planner, an apply
+/// session (see the module documentation).
+pub struct PgLink {
     client: Client,
     display: String,
 }
 
-impl PgSession {
-    /// A session over `client` (already set up) for worker `worker` of replication `name`.
-    pub fn new(client: Client, display: String, name: &str, worker: u32) -> Self {
-        PgSession {
-            link: PgLink { client, display },
-            plan: Planner::new(PgSql::default(), name, worker),
-        }
-    }
+/// A session over `client` (already set up) for worker `worker` of replication `name`.
+pub fn new(
+    client: Client,
+    display: String,
+    name: &str,
+    worker: u32,
+) -> PlannedSession<PgSql, PgLink> {
+    PlannedSession::new(
+        Planner::new(PgSql::default(), name, worker),
+        PgLink { client, display },
+    )
 }
 
 #[async_trait]
@@ -74,28 +72,24 @@ impl ApplyLink for PgLink {
 }
 
 #[async_trait]
-impl ApplySession for PgSession {
-    async fn begin(&mut self) -> Result<()> {
-        self.plan.begin();
-        Ok(())
-    }
-
-    async fn apply(&mut self, unit: &ApplyUnit) -> Result<()> {
-        self.plan.apply(unit, &mut self.link).await
-    }
-
+impl Barriers<PgSql> for PgLink {
     /// DDL is transactional here: the barrier runs inside the unit's transaction and nothing
     /// commits early (`before` is not needed).
-    async fn barrier(&mut self, barrier: &Barrier, _before: &AppliedPosition) -> Result<bool> {
-        self.plan.send(&mut self.link).await?;
+    async fn barrier(
+        &mut self,
+        plan: &mut Planner<PgSql>,
+        barrier: &Barrier,
+        _before: &AppliedPosition,
+    ) -> Result<bool> {
+        plan.send(self).await?;
         match barrier {
             Barrier::Truncate(tables) => {
                 if tables.is_empty() {
                     return Ok(false);
                 }
-                self.plan.statement(&ddl::truncate_sql(tables));
+                plan.statement(&ddl::truncate_sql(tables));
                 for t in tables {
-                    self.plan.touch(t);
+                    plan.touch(t);
                 }
             }
             Barrier::Columns {
@@ -105,54 +99,21 @@ impl ApplySession for PgSession {
                 source_engine,
             } => {
                 let same = *source_engine == Engine::Postgres;
-                let (sql, notes) = ddl::alter_sql(
-                    &self.link.client,
-                    table,
-                    before,
-                    columns,
-                    same,
-                    &self.link.display,
-                )
-                .await?;
+                let (sql, notes) =
+                    ddl::alter_sql(&self.client, table, before, columns, same, &self.display)
+                        .await?;
                 for n in notes {
                     tracing::info!("{n}");
                 }
                 if sql.is_empty() {
                     return Ok(false);
                 }
-                self.plan.statement(&sql);
-                self.plan.touch(table);
+                plan.statement(&sql);
+                plan.touch(table);
             }
         }
-        self.plan.send(&mut self.link).await?;
+        plan.send(self).await?;
         Ok(false)
-    }
-
-    async fn record(&mut self, position: &AppliedPosition) -> Result<()> {
-        self.plan.record(position);
-        Ok(())
-    }
-
-    async fn send(&mut self) -> Result<()> {
-        self.plan.send(&mut self.link).await
-    }
-
-    async fn commit(&mut self) -> Result<()> {
-        self.plan.commit(&mut self.link).await
-    }
-
-    async fn rollback(&mut self) -> Result<()> {
-        self.plan.rollback(&mut self.link).await
-    }
-
-    fn unmatched(&self) -> u64 {
-        self.plan.unmatched()
-    }
-
-    async fn columns(&mut self, table: &TableRef, columns: &[SourceColumn]) -> Result<()> {
-        self.plan
-            .followed(table, &super::bookkeeping::columns_json(columns));
-        Ok(())
     }
 }
 

@@ -190,7 +190,7 @@ async fn bookkeeping_statements() {
         name: "id".into(),
         source_type: "integer".into(),
     }];
-    plan.followed(&t, &super::bookkeeping::columns_json(&columns));
+    plan.followed(&t, &SourceColumn::list_json(&columns));
     plan.commit(&mut link).await.unwrap();
     assert_eq!(
         link.sent,
