@@ -37,6 +37,15 @@ impl SignalKind {
             SignalKind::Active => "sessions",
         }
     }
+
+    /// How often a signal of this kind is read: the canary every 250 ms (its percentile needs
+    /// samples), the others every second.
+    pub fn interval(self) -> Duration {
+        match self {
+            SignalKind::Latency => Duration::from_millis(250),
+            SignalKind::ReplicaLag | SignalKind::Active => Duration::from_secs(1),
+        }
+    }
 }
 
 /// Which signals a budget needs read, and where.
@@ -67,7 +76,9 @@ pub trait SignalReader: Send {
     fn name(&self) -> String;
 
     /// How often to read it; unreadable for longer than this pauses new chunks.
-    fn interval(&self) -> Duration;
+    fn interval(&self) -> Duration {
+        self.kind().interval()
+    }
 
     /// Read it once, in the unit of [`SignalReader::kind`]. An error means "unknown now":
     /// the engine fails closed while it lasts.

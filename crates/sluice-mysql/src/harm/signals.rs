@@ -20,7 +20,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
 use sluice_core::budget::{SignalKind, SignalReader, SignalRequest};
 use sluice_core::{Error, Result};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The default canary: one row of the catalog by its key.
 const CANARY: &str =
@@ -188,13 +188,6 @@ impl SignalReader for MySignal {
             What::ReplicaLag => format!("replica lag ({})", self.display()),
             What::Canary(_) => "canary latency".into(),
             What::Active => "active sessions of others".into(),
-        }
-    }
-
-    fn interval(&self) -> Duration {
-        match self.what {
-            What::Canary(_) => Duration::from_millis(250),
-            _ => Duration::from_secs(1),
         }
     }
 

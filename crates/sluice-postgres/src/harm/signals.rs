@@ -17,7 +17,7 @@ use crate::error::{Phase, classify};
 use async_trait::async_trait;
 use sluice_core::budget::{SignalKind, SignalReader, SignalRequest};
 use sluice_core::{Error, Result};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio_postgres::Client;
 
 /// The default canary: one row of `pg_class` by its primary key.
@@ -206,13 +206,6 @@ impl SignalReader for PgSignal {
             },
             What::Canary(_) => "canary latency".into(),
             What::Active => "active sessions of others".into(),
-        }
-    }
-
-    fn interval(&self) -> Duration {
-        match self.what {
-            What::Canary(_) => Duration::from_millis(250),
-            _ => Duration::from_secs(1),
         }
     }
 
