@@ -6,6 +6,26 @@ use std::io::IsTerminal;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// The warnings a capture's report ends with (`sluice stream`, `sluice replicate`): values
+/// that could not be written and went in as NULL (`nulled_as`: how they went in), changes of
+/// tables the run does not capture. Empty when there is nothing to warn of.
+pub fn capture_warnings(nulled: u64, nulled_as: &str, ignored: u64) -> String {
+    let mut s = String::new();
+    if nulled > 0 {
+        s.push_str(&format!(
+            "  WARNING: {nulled} changed value(s) could not be written and were {nulled_as} as \
+             NULL (--bad-values null)\n"
+        ));
+    }
+    if ignored > 0 {
+        s.push_str(&format!(
+            "  WARNING: {ignored} change(s) of tables this run does not capture were left out \
+             (a captured table renamed on the source)\n"
+        ));
+    }
+    s
+}
+
 /// `1234567` → `1,234,567`.
 pub fn thousands(n: u64) -> String {
     let s = n.to_string();

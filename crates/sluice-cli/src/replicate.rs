@@ -212,20 +212,11 @@ fn report_text(r: &ReplicateReport) -> String {
             Stopped::Signal => "signal",
         }
     ));
-    if r.nulled_values > 0 {
-        s.push_str(&format!(
-            "  WARNING: {} changed value(s) could not be written and were applied as NULL \
-             (--bad-values null)\n",
-            r.nulled_values
-        ));
-    }
-    if r.ignored_changes > 0 {
-        s.push_str(&format!(
-            "  WARNING: {} change(s) of tables this run does not capture were left out (a \
-             captured table renamed on the source)\n",
-            r.ignored_changes
-        ));
-    }
+    s.push_str(&crate::display::capture_warnings(
+        r.nulled_values,
+        "applied",
+        r.ignored_changes,
+    ));
     s.push_str(&format!("  {}\n", r.while_stopped));
     s
 }

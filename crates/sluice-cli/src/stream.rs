@@ -252,20 +252,11 @@ fn report_text(r: &StreamReport) -> String {
             sluice_stream::Stopped::Signal => "signal",
         }
     ));
-    if r.nulled_values > 0 {
-        s.push_str(&format!(
-            "  WARNING: {} changed value(s) could not be written and were written as NULL \
-             (--bad-values null)\n",
-            r.nulled_values
-        ));
-    }
-    if r.ignored_changes > 0 {
-        s.push_str(&format!(
-            "  WARNING: {} change(s) of tables this run does not capture were left out (a \
-             captured table renamed on the source)\n",
-            r.ignored_changes
-        ));
-    }
+    s.push_str(&crate::display::capture_warnings(
+        r.nulled_values,
+        "written",
+        r.ignored_changes,
+    ));
     if r.filtered_changes > 0 {
         s.push_str(&format!(
             "  {} change(s) of operations --ops {} leaves out were not written\n",
