@@ -8,11 +8,11 @@
 //! export. The channel holds one event, so a reader that is not consumed stops the workers
 //! (the engine's own one-batch channels do the rest) and memory stays within the budget.
 //!
-//! Interruption: the calling thread waits in slices of [`TICK`], and between them runs
-//! Python's signal handlers (`check_signals`). When one raises (Ctrl-C: KeyboardInterrupt),
-//! the run is cancelled through the engine's cancellation channel — the path the CLI's
-//! SIGINT handling takes — and the call waits, still draining batches, until the run has
-//! closed its sessions; then the exception propagates.
+//! Interruption: the calling thread waits in slices of [`TICK`] (or until a batch), and after
+//! each wait runs Python's signal handlers (`check_signals`). When one raises (Ctrl-C:
+//! KeyboardInterrupt), the run is cancelled through the engine's cancellation channel — the
+//! path the CLI's SIGINT handling takes — and the call waits, still draining batches, until
+//! the run has closed its sessions; then the exception propagates.
 
 use pyo3::prelude::*;
 use sluice_core::{Error, Result};
@@ -145,15 +145,18 @@ impl Run {
     /// waited for, and the handler's exception is returned.
     pub fn next(&mut self, py: Python<'_>) -> PyResult<Step> {
         loop {
-            match self.poll(py) {
-                Ok(Some(step)) => return Ok(step),
-                Ok(None) => {}
-                Err(e) => return Err(crate::errors::to_py(py, &e)),
-            }
+            let step = self.poll(py);
+            // After every wait, not only the idle ones: while batches keep coming, a wait
+            // never times out, and Ctrl-C would be seen only once the read is over.
             if let Err(e) = py.check_signals() {
                 self.cancel();
                 self.finish(py);
                 return Err(e);
+            }
+            match step {
+                Ok(Some(step)) => return Ok(step),
+                Ok(None) => {}
+                Err(e) => return Err(crate::errors::to_py(py, &e)),
             }
         }
     }
