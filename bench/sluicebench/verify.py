@@ -26,13 +26,14 @@ class Output:
 
 
 def data_files(root: Path) -> list[Path]:
-    """Parquet and CSV files under root, excluding bookkeeping."""
+    """Parquet and CSV files under root, excluding bookkeeping (sluice's, a Delta table's log)."""
     return sorted(
         p
         for p in root.rglob("*")
         if p.is_file()
         and p.suffix in (".parquet", ".csv")
         and "_sluice" not in p.parts
+        and "_delta_log" not in p.parts
         and not p.name.startswith(".")
     )
 

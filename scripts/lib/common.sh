@@ -66,8 +66,11 @@ ensure_objstore_emulators() {
 # The Python package's test environment, a venv under ~/.cache/sluice/python-venv with the
 # pinned packages the tests use (pyarrow and pandas as users have them; psycopg, PyMySQL and
 # firebird-driver to set up test data). A stamp holding the pins makes re-runs a no-op.
+# DuckDB with its delta extension and the deltalake package: the readers of the Delta tables
+# sluice writes (sluice-testkit/src/lake.rs), implementations other than the one it commits with.
 PYTHON_TEST_PKGS=("pyarrow==26.0.1" "pandas==3.1.1" "pytest==9.2.0" "psycopg[binary]==3.3.9"
-    "pymysql==1.2.4" "firebird-driver==2.1.0")
+    "pymysql==1.2.4" "firebird-driver==2.1.0" "duckdb==1.4.4" "duckdb-ext-delta==1.4.4.20260205"
+    "deltalake==1.6.6")
 ensure_python_test_venv() {
     local dir="$HOME/.cache/sluice/python-venv"
     local want="${PYTHON_TEST_PKGS[*]}"

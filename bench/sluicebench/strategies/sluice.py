@@ -68,6 +68,7 @@ PG_VARIANTS = [
     ),
     ("ctid-p1-csv", 1, "ctid", "snapshot", "csv", [], "ctid, 1 worker, CSV"),
     ("ctid-p2-csv", 2, "ctid", "snapshot", "csv", [], "ctid, 2 workers, CSV"),
+    ("ctid-p2-delta", 2, "ctid", "snapshot", "delta", [], "ctid, 2 workers, a Delta table"),
     (
         "ctid-p2-nofsync",
         2,

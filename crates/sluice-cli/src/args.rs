@@ -185,6 +185,8 @@ pub enum FormatArg {
     Jsonl,
     /// Avro object container files (schema in each file).
     Avro,
+    /// A Delta Lake table per dataset (Parquet parts, one table commit at the end).
+    Delta,
 }
 
 /// Compression: Parquet zstd, snappy or none; CSV and JSON Lines gzip, zstd or none; Avro

@@ -192,6 +192,10 @@ fn build(o: &Options, output: Output) -> Result<ExportJob> {
         }
         (Output::Files { need_to: false }, None) => Some(".".to_string()),
     };
+    let table = match &to {
+        Some(to) => crate::formats::table_committer(&format, to)?,
+        None => None,
+    };
     let source = registry::open_source(&source, locking)?;
     let destination: Arc<dyn Destination> = match to {
         Some(to) => registry::open_destination(&to, !o.no_fsync, &storage_options)?,
@@ -211,6 +215,7 @@ fn build(o: &Options, output: Output) -> Result<ExportJob> {
     job.enable_row_security = o.enable_row_security;
     job.budget = budget(o)?;
     job.report_html = o.report_html.clone();
+    job.table = table;
     Ok(job)
 }
 

@@ -5,10 +5,12 @@
 use crate::args::{CompressionArg, FormatArg, Options};
 use crate::config::bytes;
 use sluice_core::{Error, Result};
+use sluice_sink::delta::TableCommitter;
 use sluice_sink::{
     AvroCodec, AvroOptions, Compression, CsvOptions, FormatOptions, JsonlOptions, ParquetOptions,
     TextCompression,
 };
+use std::sync::Arc;
 
 fn parse_delimiter(text: &str) -> Result<u8> {
     match text {
@@ -66,20 +68,60 @@ fn text_compression(o: &Options, name: &str) -> Result<TextCompression> {
     })
 }
 
+/// Parquet's options (`--format parquet`, and the parts of `--format delta`).
+fn parquet(o: &Options, name: &str) -> Result<ParquetOptions> {
+    Ok(ParquetOptions {
+        compression: match o.compression.unwrap_or(CompressionArg::Zstd) {
+            CompressionArg::Zstd => Compression::Zstd(zstd_level(o)?),
+            CompressionArg::Snappy => Compression::Snappy,
+            CompressionArg::None => Compression::None,
+            c => return Err(no_codec(name, c, "zstd, snappy or none")),
+        },
+        // The engine replaces this with the budget it derives from --memory.
+        row_group_bytes: bytes(o.row_group_size)
+            .unwrap_or(ParquetOptions::default().row_group_bytes),
+    })
+}
+
+/// The committer of a table format's runs into `to`: Delta tables in a local directory
+/// (`sluice-lake`); an object store is refused, naming what works.
+pub(crate) fn table_committer(
+    format: &FormatOptions,
+    to: &str,
+) -> Result<Option<Arc<dyn TableCommitter>>> {
+    if !format.is_table() {
+        return Ok(None);
+    }
+    let local = match to.strip_prefix("file://") {
+        Some(path) => path,
+        None if to.contains("://") => {
+            return Err(Error::config(format!(
+                "--format delta writes tables in a local directory in this release; {} is an \
+                 object store, which the Delta commit does not reach yet: give a local --to, or \
+                 use --format parquet for object storage.",
+                sluice_core::redact::redact_url(to)
+            )));
+        }
+        None => to,
+    };
+    Ok(Some(Arc::new(sluice_lake::DeltaCommitter::local(
+        std::path::Path::new(local),
+    )?)))
+}
+
 /// The output format `o` asks for, every combination of format and compression checked.
 pub(crate) fn format(o: &Options) -> Result<FormatOptions> {
     Ok(match o.format.unwrap_or(FormatArg::Parquet) {
-        FormatArg::Parquet => FormatOptions::Parquet(ParquetOptions {
-            compression: match o.compression.unwrap_or(CompressionArg::Zstd) {
-                CompressionArg::Zstd => Compression::Zstd(zstd_level(o)?),
-                CompressionArg::Snappy => Compression::Snappy,
-                CompressionArg::None => Compression::None,
-                c => return Err(no_codec("parquet", c, "zstd, snappy or none")),
-            },
-            // The engine replaces this with the budget it derives from --memory.
-            row_group_bytes: bytes(o.row_group_size)
-                .unwrap_or(ParquetOptions::default().row_group_bytes),
-        }),
+        FormatArg::Parquet => FormatOptions::Parquet(parquet(o, "parquet")?),
+        FormatArg::Delta => {
+            if o.merge {
+                return Err(Error::config(
+                    "--merge writes one file per dataset, and a Delta table is its log plus its \
+                     part files: drop --merge (the table is one dataset to its readers anyway).",
+                ));
+            }
+            FormatOptions::Delta(parquet(o, "delta")?)
+        }
         FormatArg::Csv => {
             let delimiter = match &o.csv_delimiter {
                 Some(d) => parse_delimiter(d)?,

@@ -195,6 +195,7 @@ async fn locked(
         retries: AtomicU64::new(0),
         committed: std::sync::Mutex::new(Vec::new()),
         writers: Writers::default(),
+        part_tag: job.format.is_table().then(|| prepared.state.run_id.clone()),
     });
     let parts_total = ctx.queue.remaining() as u64;
     progress.begin(&ProgressStart {

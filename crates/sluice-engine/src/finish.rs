@@ -13,9 +13,11 @@ use crate::prepare::Prepared;
 use crate::report::{Outcome, Report};
 use crate::worker::WorkerContext;
 use sluice_core::{Chunk, ChunkBounds, Consistency, Error, Result};
+use sluice_sink::delta::{TableCommit, TableFile};
 use sluice_sink::destination::on_blocking;
 use sluice_sink::layout::{self, MANIFEST};
 use sluice_sink::{OutputLock, merge};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -132,6 +134,10 @@ pub(crate) async fn finish(
             ..rec.clone()
         });
     }
+    if job.format.is_table() {
+        phases.enter("commit");
+        commit_tables(job, &run, &datasets).await?;
+    }
     let manifest = Manifest {
         manifest_version: MANIFEST_VERSION,
         tool: format!("sluice {}", env!("CARGO_PKG_VERSION")),
@@ -199,6 +205,76 @@ pub(crate) async fn finish(
         },
         phases,
     ))
+}
+
+/// One table commit per dataset (a table format), before the manifest: a run killed between
+/// the two is resumed, finds its commit by the export's id, and does not make it twice.
+async fn commit_tables(job: &ExportJob, run: &Finished, datasets: &[DatasetRecord]) -> Result<()> {
+    let committer = job
+        .table
+        .as_ref()
+        .ok_or_else(|| Error::internal("a table format without a table committer"))?;
+    let state = &run.prepared.state;
+    let position = state
+        .snapshots
+        .last()
+        .map(|s| s.position.to_string())
+        .unwrap_or_default();
+    for d in datasets {
+        let dir = layout::dataset_dir(&d.name);
+        let files = d
+            .parts
+            .iter()
+            .map(|p| TableFile {
+                path: p
+                    .file
+                    .strip_prefix(&format!("{dir}/"))
+                    .unwrap_or(&p.file)
+                    .to_string(),
+                bytes: p.bytes,
+                rows: p.rows,
+            })
+            .collect();
+        let mut properties = BTreeMap::new();
+        properties.insert("sluice.run_id".into(), state.run_id.clone());
+        properties.insert(
+            "sluice.source.engine".into(),
+            job.source.engine().to_string(),
+        );
+        properties.insert("sluice.source.position".into(), position.clone());
+        properties.insert("sluice.consistency".into(), job.consistency.to_string());
+        if let Some(g) = &d.guarantee {
+            properties.insert("sluice.guarantee".into(), g.describe());
+        }
+        properties.insert("sluice.dataset".into(), d.name.clone());
+        properties.insert("sluice.rows".into(), d.rows.to_string());
+        sluice_core::failpoint::hit("export.before_table_commit")?;
+        let done = committer
+            .commit(TableCommit {
+                dir,
+                files,
+                export_id: state.run_id.clone(),
+                properties,
+            })
+            .await?;
+        sluice_core::failpoint::hit("export.after_table_commit")?;
+        tracing::info!(
+            "{}: table version {}{}{}",
+            d.name,
+            done.version,
+            if done.made {
+                ""
+            } else {
+                " (committed by the interrupted run)"
+            },
+            if done.removed > 0 {
+                format!(", {} file(s) of the earlier version replaced", done.removed)
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(())
 }
 
 /// The report of a run that found the same request already complete.

@@ -108,6 +108,7 @@ pub async fn remove_unvouched(
     datasets: &[String],
     keep_receipts: &HashSet<String>,
     keep_files: &HashSet<String>,
+    table_tag: Option<Option<&str>>,
 ) -> Result<usize> {
     let mut doomed = Vec::new();
     for obj in dest.list(RECEIPTS).await? {
@@ -117,7 +118,7 @@ pub async fn remove_unvouched(
     }
     for d in datasets {
         for obj in dest.list(&layout::dataset_dir(d)).await? {
-            if !keep_files.contains(&obj.path) {
+            if !keep_files.contains(&obj.path) && layout::owned_by_export(&obj.path, table_tag) {
                 doomed.push(obj.path);
             }
         }
@@ -141,10 +142,21 @@ pub async fn remove_unvouched(
 /// Remove a previous export: the manifest first (so the output stops looking complete at once),
 /// then its files and bookkeeping. Files not written by sluice outside dataset directories are
 /// left alone, and so is the output's lock (held by this run).
-pub async fn clear(dest: &dyn Destination, datasets: &[String], extension: &str) -> Result<()> {
+///
+/// A table format's directories are tables (`table` true): the table keeps its log and files,
+/// and the export's commit replaces its contents in one version; only temporaries go.
+pub async fn clear(
+    dest: &dyn Destination,
+    datasets: &[String],
+    extension: &str,
+    table: bool,
+) -> Result<()> {
     dest.delete(MANIFEST).await?;
+    let owner = table.then_some(None);
     for path in dataset_files(dest, datasets, extension).await? {
-        dest.delete(&path).await?;
+        if layout::owned_by_export(&path, owner) {
+            dest.delete(&path).await?;
+        }
     }
     for obj in dest.list("_sluice").await? {
         if obj.path != RUN_STATE && obj.path != LOCK {

@@ -24,8 +24,11 @@ use std::time::Instant;
 ///   lock, PostgreSQL's ACCESS SHARE locks), write the run plan;
 /// - `read`: the workers read every chunk into committed parts;
 /// - `merge`: `--merge` joins each dataset's parts into one file;
+/// - `commit`: a table format's commit of each dataset's parts (`--format delta`);
 /// - `manifest`: `manifest.json` is written (last).
-pub const EXPORT_PHASES: &[&str] = &["connect", "plan", "snapshot", "read", "merge", "manifest"];
+pub const EXPORT_PHASES: &[&str] = &[
+    "connect", "plan", "snapshot", "read", "merge", "commit", "manifest",
+];
 
 /// One finished phase, as the report lists it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -131,7 +134,7 @@ mod tests {
                 (1, "connect", true),
                 (2, "plan", true),
                 (4, "read", true),
-                (6, "manifest", true)
+                (7, "manifest", true)
             ]
         );
         assert!(r.iter().all(|p| p.seconds >= 0.0));

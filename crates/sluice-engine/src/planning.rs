@@ -23,7 +23,10 @@ pub fn plan_inputs(job: &ExportJob) -> PlanInputs {
         memory: job.memory,
         batch_bytes: job.batch_bytes,
         row_group_bytes: job.row_group_bytes,
-        holds_row_group: matches!(job.format, FormatOptions::Parquet(_)),
+        holds_row_group: matches!(
+            job.format,
+            FormatOptions::Parquet(_) | FormatOptions::Delta(_)
+        ),
         hands_over: matches!(job.format, FormatOptions::Arrow(_)),
         writer_buffer_bytes: job.destination.buffer_bytes_per_writer(),
         cores: std::thread::available_parallelism()
@@ -38,6 +41,10 @@ pub fn plan_inputs(job: &ExportJob) -> PlanInputs {
 pub fn format_with_budget(format: &FormatOptions, budget: &Budget) -> FormatOptions {
     match format {
         FormatOptions::Parquet(p) => FormatOptions::Parquet(ParquetOptions {
+            row_group_bytes: budget.row_group_bytes,
+            ..p.clone()
+        }),
+        FormatOptions::Delta(p) => FormatOptions::Delta(ParquetOptions {
             row_group_bytes: budget.row_group_bytes,
             ..p.clone()
         }),

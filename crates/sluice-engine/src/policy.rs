@@ -94,7 +94,7 @@ pub async fn clear_previous(job: &ExportJob, names: &[String], previous: Prior) 
         all.extend(m.datasets.into_iter().map(|d| d.name));
     }
     let all: Vec<String> = all.into_iter().collect();
-    output::clear(dest, &all, job.format.extension()).await
+    output::clear(dest, &all, job.format.extension(), job.format.is_table()).await
 }
 
 /// A run that plans `names` afresh refuses to write into dataset directories that already hold

@@ -48,9 +48,22 @@ pub(crate) async fn prepare(
 ) -> Result<Prepared> {
     let discovered = coordinator.discover(&job.selection).await?;
     refuse_duplicates(&discovered)?;
+    let mut notes = Vec::new();
+    if job.format.is_table() {
+        if job.table.is_none() {
+            return Err(Error::config(format!(
+                "--format {} needs the table commit this build of sluice was made without",
+                job.format.describe()
+            )));
+        }
+        // Names Delta cannot hold are refused before anything is read; types it lacks are
+        // said in the report.
+        for d in &discovered {
+            notes.extend(sluice_sink::delta::table_schema(&d.name, &d.arrow_schema())?.notes);
+        }
+    }
     let inputs = plan_inputs(job).with_columns_of(&discovered);
     let sizing = plan::size(&discovered, &inputs);
-    let mut notes = Vec::new();
     let names: Vec<String> = discovered.iter().map(|d| d.name.clone()).collect();
     let (mut state, done) = match start {
         Start::Resume(state) => {

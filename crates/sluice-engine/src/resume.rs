@@ -235,7 +235,8 @@ pub async fn resume_plan(
         .map(|r| layout::receipt_path(&r.dataset, r.ordinal))
         .collect();
     let names: Vec<String> = state.datasets.iter().map(|r| r.name.clone()).collect();
-    let removed = output::remove_unvouched(dest, &names, &receipts, &files).await?;
+    let tag = job.format.is_table().then_some(Some(state.run_id.as_str()));
+    let removed = output::remove_unvouched(dest, &names, &receipts, &files, tag).await?;
     if removed > 0 {
         tracing::info!(
             "removed {removed} file(s) of the interrupted run that no receipt of this plan vouches \

@@ -60,6 +60,9 @@ pub struct WorkerContext {
     pub committed: std::sync::Mutex<Vec<PartRecord>>,
     /// Part writers still running (an aborted part's writer ends on its own thread).
     pub writers: Writers,
+    /// A table format's part names carry the export's run id (see
+    /// [`layout::table_part_path`]); `None` for file formats.
+    pub part_tag: Option<String>,
 }
 
 /// Counts the part writers still running, so a run can wait for every one of them — an
@@ -190,7 +193,10 @@ async fn export_chunk(
         .datasets
         .get(&chunk.dataset)
         .ok_or_else(|| Error::internal(format!("chunk of unknown dataset {}", chunk.dataset)))?;
-    let path = layout::part_path(&ds.name, chunk.ordinal, ctx.format.extension());
+    let path = match &ctx.part_tag {
+        Some(tag) => layout::table_part_path(&ds.name, chunk.ordinal, tag),
+        None => layout::part_path(&ds.name, chunk.ordinal, ctx.format.extension()),
+    };
     let (tx, mut rx) = mpsc::channel::<RecordBatch>(1);
     // Written batches go back to the reader, which reuses their memory.
     let (back_tx, back_rx) = std::sync::mpsc::sync_channel::<RecordBatch>(2);

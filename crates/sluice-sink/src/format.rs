@@ -153,6 +153,9 @@ pub enum FormatOptions {
     Jsonl(JsonlOptions),
     /// Apache Avro object container files.
     Avro(AvroOptions),
+    /// A Delta Lake table per dataset: Parquet parts in types Delta has (see [`crate::delta`]),
+    /// added by one table commit at the end of the run.
+    Delta(ParquetOptions),
     /// Arrow batches handed to a consumer in this process, not encoded (see [`crate::memory`]);
     /// used with a [`crate::MemoryDestination`].
     Arrow(ArrowOutput),
@@ -164,7 +167,7 @@ impl FormatOptions {
     pub fn extension(&self) -> &'static str {
         use TextCompression as T;
         match self {
-            FormatOptions::Parquet(_) => "parquet",
+            FormatOptions::Parquet(_) | FormatOptions::Delta(_) => "parquet",
             FormatOptions::Csv(c) => match c.compression {
                 T::None => "csv",
                 T::Gzip => "csv.gz",
@@ -185,6 +188,7 @@ impl FormatOptions {
     pub fn request_name(&self) -> String {
         match self {
             FormatOptions::Parquet(p) => format!("parquet {}", p.compression),
+            FormatOptions::Delta(p) => format!("delta {}", p.compression),
             FormatOptions::Csv(c) if c.compression == TextCompression::None => "csv".into(),
             FormatOptions::Csv(c) => format!("csv {}", c.compression),
             FormatOptions::Jsonl(j) if j.compression == TextCompression::None => "jsonl".into(),
@@ -192,6 +196,12 @@ impl FormatOptions {
             FormatOptions::Avro(a) => format!("avro {}", a.codec),
             FormatOptions::Arrow(_) => "arrow".into(),
         }
+    }
+
+    /// True for a table format: each dataset's directory is a table, made by one commit at
+    /// the end of the run (see [`crate::delta`]).
+    pub fn is_table(&self) -> bool {
+        matches!(self, FormatOptions::Delta(_))
     }
 
     /// The options for part `ordinal`: when merging CSV, only the first part carries the
@@ -210,6 +220,7 @@ impl FormatOptions {
     pub fn describe(&self) -> String {
         match self {
             FormatOptions::Parquet(p) => format!("parquet {}", p.compression),
+            FormatOptions::Delta(p) => format!("delta (parquet {})", p.compression),
             FormatOptions::Csv(c) if c.compression == TextCompression::None => {
                 format!("csv delimiter {:?}", c.delimiter as char)
             }
@@ -266,6 +277,9 @@ pub fn open_part(
         )?)),
         FormatOptions::Jsonl(o) => Ok(Box::new(crate::jsonl::JsonlPart::new(counting, o, path)?)),
         FormatOptions::Avro(o) => Ok(Box::new(crate::avro::AvroPart::new(
+            &schema, counting, o, path,
+        )?)),
+        FormatOptions::Delta(o) => Ok(Box::new(crate::delta::DeltaPart::new(
             &schema, counting, o, path,
         )?)),
         FormatOptions::Arrow(a) => Ok(Box::new(ArrowPart::new(

@@ -48,6 +48,34 @@ pub fn part_path(dataset: &str, ordinal: u32, extension: &str) -> String {
     format!("{}/{}", dataset_dir(dataset), part_file(ordinal, extension))
 }
 
+/// `<dataset>/part-00042-<tag>.parquet`: a part of a table format's export. The directory is
+/// the table, whose earlier versions still reference the parts of earlier exports: the tag
+/// (the export's run id) keeps this export's names from replacing theirs before its commit.
+pub fn table_part_path(dataset: &str, ordinal: u32, tag: &str) -> String {
+    format!("{}/part-{ordinal:05}-{tag}.parquet", dataset_dir(dataset))
+}
+
+/// The directory of a table format's log inside a dataset's directory (Delta's `_delta_log`).
+pub const TABLE_LOG: &str = "_delta_log";
+
+/// True for a file of a dataset directory that sluice's bookkeeping may remove: every file of
+/// a file format's directory; of a table's directory only hidden temporaries and the parts
+/// named with `tag` (this export's), never the table's log or the parts of earlier versions.
+pub fn owned_by_export(path: &str, table_tag: Option<Option<&str>>) -> bool {
+    let Some(tag) = table_tag else {
+        return true;
+    };
+    if path.split('/').any(|s| s == TABLE_LOG) {
+        return false;
+    }
+    is_temporary(path)
+        || tag.is_some_and(|t| {
+            path.rsplit('/')
+                .next()
+                .is_some_and(|f| f.starts_with("part-") && f.ends_with(&format!("-{t}.parquet")))
+        })
+}
+
 /// `<dataset>.<ext>`: the single file of a merged dataset.
 pub fn merged_path(dataset: &str, extension: &str) -> String {
     format!("{}.{extension}", dataset_dir(dataset))
@@ -68,6 +96,28 @@ pub fn is_temporary(path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tables_log_and_earlier_versions_are_never_the_exports() {
+        let files = |p: &str| owned_by_export(p, None);
+        assert!(files("public.t/part-00000.parquet") && files("public.t/_delta_log/x.json"));
+        let this = |p: &str| owned_by_export(p, Some(Some("abc")));
+        assert!(this("public.t/part-00003-abc.parquet"));
+        assert!(this("public.t/.part-00003-abc.parquet.x1.tmp"));
+        assert!(
+            !this("public.t/part-00003-old.parquet"),
+            "an earlier version's part"
+        );
+        assert!(!this("public.t/_delta_log/00000000000000000000.json"));
+        assert!(!this("public.t/_delta_log/.0.json.tmp"));
+        let none = |p: &str| owned_by_export(p, Some(None));
+        assert!(none("public.t/.part-00000-x.parquet.n.tmp"));
+        assert!(!none("public.t/part-00000-abc.parquet"));
+        assert_eq!(
+            table_part_path("public.t", 7, "abc"),
+            "public.t/part-00007-abc.parquet"
+        );
+    }
 
     #[test]
     fn names_are_safe_segments() {

@@ -15,6 +15,7 @@ pub mod avro;
 mod cardinality;
 mod compress;
 pub mod csv;
+pub mod delta;
 pub mod destination;
 pub mod format;
 pub mod jsonl;

@@ -25,6 +25,7 @@ pub mod files;
 pub mod firebird;
 pub mod firebird_writer;
 pub mod formats;
+pub mod lake;
 pub mod mariadb;
 pub mod mysql;
 pub mod mysql9;

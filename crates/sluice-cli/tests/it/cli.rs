@@ -55,12 +55,12 @@ async fn logs_written_to_a_file_carry_no_escape_codes_and_list_the_phases() {
     // Every phase is logged with its number and duration, in order.
     let mut at = 0;
     for phase in [
-        "phase 1/6 connect: ",
-        "phase 2/6 plan: ",
-        "phase 3/6 snapshot: ",
-        "phase 4/6 read: ",
-        "phase 5/6 merge: ",
-        "phase 6/6 manifest: ",
+        "phase 1/7 connect: ",
+        "phase 2/7 plan: ",
+        "phase 3/7 snapshot: ",
+        "phase 4/7 read: ",
+        "phase 5/7 merge: ",
+        "phase 7/7 manifest: ",
     ] {
         let found = text[at..]
             .find(phase)
@@ -125,7 +125,7 @@ async fn json_log_lines_parse_with_level_message_and_fields() {
         lines.iter().any(|v| v["message"]
             .as_str()
             .unwrap()
-            .starts_with("phase 4/6 read: ")),
+            .starts_with("phase 4/7 read: ")),
         "{}",
         ok.stderr
     );
@@ -158,7 +158,7 @@ async fn json_log_lines_parse_with_level_message_and_fields() {
         lines.iter().any(|v| v["message"]
             .as_str()
             .unwrap()
-            .starts_with("phase 2/6 plan: stopped after")),
+            .starts_with("phase 2/7 plan: stopped after")),
         "{}",
         bad.stderr
     );

@@ -13,6 +13,7 @@ mod capture_edges;
 mod chunking;
 mod cli;
 mod consistency;
+mod delta;
 mod demo;
 mod errors;
 mod faults;

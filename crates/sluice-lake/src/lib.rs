@@ -1,0 +1,261 @@
+//! Lakehouse table formats for sluice: the Parquet parts an export wrote into a dataset's
+//! directory become one version of a Delta Lake table, committed by the `deltalake` library
+//! (delta-rs) — sluice writes the data files with its own writer and leaves the table
+//! protocol (log, actions, protocol versions, conflict checks) to the library.
+//!
+//! One commit per dataset, at the end of the run (`sluice-engine`'s `finish`, before the
+//! manifest):
+//! - the table does not exist: it is created from the parts' schema (read from the first
+//!   part's footer, so the table's schema is exactly what the files hold) with every part
+//!   added, in one version (0);
+//! - it exists (`--overwrite`, or an earlier run's table): one version removes every file of
+//!   the current version and adds the export's parts; a changed schema is written in the same
+//!   version. Readers see the old contents or the new, never a mix.
+//!
+//! The commit carries an application transaction (`txn`: app id `sluice-export-<run id>`,
+//! version 1): a run killed after its commit and resumed finds it and does not commit twice.
+//! The commit's `commitInfo` carries the source position and guarantee (`sluice.*` keys), so
+//! a reader can tell which point in time a version shows.
+//!
+//! Limits: local directories only — the library's S3/GCS/Azure backends are separate crates
+//! not linked yet, so `--format delta` with an object-store `--to` is refused by the CLI.
+//! Statistics: each file's row count (`numRecords`); no per-column min/max (readers then do
+//! not skip files by value, which costs time, never correctness).
+
+use async_trait::async_trait;
+use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
+use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties};
+use deltalake_core::kernel::{Action, Add, MetadataExt, StructType, Transaction};
+use deltalake_core::logstore::LogStoreRef;
+use deltalake_core::logstore::object_store::ObjectStoreExt;
+use deltalake_core::operations::create::CreateBuilder;
+use deltalake_core::parquet::arrow::parquet_to_arrow_schema;
+use deltalake_core::parquet::file::metadata::ParquetMetaDataReader;
+use deltalake_core::protocol::{DeltaOperation, SaveMode};
+use deltalake_core::{DeltaTable, DeltaTableBuilder, DeltaTableError, ObjectStore, Path};
+use futures_util::TryStreamExt;
+use serde_json::{Value, json};
+use sluice_core::error::Retry;
+use sluice_core::{Error, Result};
+use sluice_sink::delta::{TableCommit, TableCommitted, TableCommitter};
+use std::collections::HashMap;
+use url::Url;
+
+/// Version of the application transaction an export commits with.
+const EXPORT_TXN_VERSION: i64 = 1;
+
+/// Commits exports into Delta tables under one local output directory.
+pub struct DeltaCommitter {
+    root: Url,
+}
+
+impl DeltaCommitter {
+    /// A committer for the output directory `dir` (absolute, or relative to the working
+    /// directory); refuses what the library cannot write here (object stores).
+    pub fn local(dir: &std::path::Path) -> Result<Self> {
+        let abs = std::path::absolute(dir)
+            .map_err(|e| Error::config(format!("--to {}: {e}", dir.display())))?;
+        let root = Url::from_directory_path(&abs).map_err(|()| {
+            Error::config(format!(
+                "--to {}: not a directory path a Delta table can live in",
+                dir.display()
+            ))
+        })?;
+        Ok(DeltaCommitter { root })
+    }
+
+    fn table_url(&self, dir: &str) -> Result<Url> {
+        self.root
+            .join(&format!("{dir}/"))
+            .map_err(|e| Error::internal(format!("table directory {dir:?} as a URL: {e}")))
+    }
+}
+
+/// A library error as sluice's: conflicts with a concurrent writer and storage failures may
+/// pass on a retry; the rest will not.
+fn delta_error(table: &Url, e: DeltaTableError) -> Error {
+    let retry = match &e {
+        DeltaTableError::ObjectStore { .. } | DeltaTableError::Io { .. } => Retry::Transient,
+        DeltaTableError::Transaction { .. } | DeltaTableError::VersionAlreadyExists(_) => {
+            Retry::Transient
+        }
+        _ => Retry::Permanent,
+    };
+    Error::destination(retry, format!("Delta table {table}: {e}"))
+}
+
+/// The table at `url`, loaded, or `None` where there is none yet.
+async fn open(url: &Url) -> Result<(DeltaTable, bool)> {
+    let mut table = DeltaTableBuilder::from_url(url.clone())
+        .and_then(|b| b.build())
+        .map_err(|e| delta_error(url, e))?;
+    if !table
+        .verify_deltatable_existence()
+        .await
+        .map_err(|e| delta_error(url, e))?
+    {
+        return Ok((table, false));
+    }
+    table.load().await.map_err(|e| delta_error(url, e))?;
+    Ok((table, true))
+}
+
+/// The Delta schema of a part, from its footer (the Arrow schema sluice's writer embeds).
+async fn file_schema(store: &dyn ObjectStore, url: &Url, path: &str) -> Result<StructType> {
+    let location = Path::from(path);
+    let meta = store
+        .head(&location)
+        .await
+        .map_err(|e| delta_error(url, e.into()))?;
+    let bad = |what: &str| Error::data(format!("{url}{path}: {what}"));
+    if meta.size < 8 {
+        return Err(bad("too short to be a Parquet file"));
+    }
+    let tail = store
+        .get_range(&location, meta.size - 8..meta.size)
+        .await
+        .map_err(|e| delta_error(url, e.into()))?;
+    let len = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]) as u64;
+    if &tail[4..] != b"PAR1" || len + 8 > meta.size {
+        return Err(bad("no Parquet footer"));
+    }
+    let footer = store
+        .get_range(&location, meta.size - 8 - len..meta.size - 8)
+        .await
+        .map_err(|e| delta_error(url, e.into()))?;
+    let parquet =
+        ParquetMetaDataReader::decode_metadata(&footer).map_err(|e| bad(&e.to_string()))?;
+    let file = parquet.file_metadata();
+    let arrow = parquet_to_arrow_schema(file.schema_descr(), file.key_value_metadata())
+        .map_err(|e| bad(&e.to_string()))?;
+    (&arrow)
+        .try_into_kernel()
+        .map_err(|e| bad(&format!("no Delta schema for its columns: {e}")))
+}
+
+/// The `add` action of one part: its size and modification time as the store reports them
+/// (a size other than the receipt's means the file is not the one the run wrote).
+async fn add_action(
+    store: &dyn ObjectStore,
+    url: &Url,
+    file: &sluice_sink::delta::TableFile,
+) -> Result<Add> {
+    let meta = store
+        .head(&Path::from(file.path.as_str()))
+        .await
+        .map_err(|e| delta_error(url, e.into()))?;
+    if meta.size != file.bytes {
+        return Err(Error::data(format!(
+            "{url}{}: {} bytes where the part's receipt says {}: the file was changed after the \
+             run wrote it; use --overwrite to export again",
+            file.path, meta.size, file.bytes
+        )));
+    }
+    Ok(Add {
+        path: file.path.clone(),
+        partition_values: HashMap::new(),
+        size: meta.size as i64,
+        modification_time: meta.last_modified.timestamp_millis(),
+        data_change: true,
+        stats: Some(json!({ "numRecords": file.rows }).to_string()),
+        ..Default::default()
+    })
+}
+
+fn properties(commit: &TableCommit, app_id: &str) -> CommitProperties {
+    let metadata: HashMap<String, Value> = commit
+        .properties
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    CommitProperties::default()
+        .with_metadata(metadata)
+        .with_application_transaction(Transaction::new(app_id, EXPORT_TXN_VERSION))
+}
+
+#[async_trait]
+impl TableCommitter for DeltaCommitter {
+    async fn commit(&self, commit: TableCommit) -> Result<TableCommitted> {
+        let url = self.table_url(&commit.dir)?;
+        let app_id = format!("sluice-export-{}", commit.export_id);
+        let (table, exists) = open(&url).await?;
+        let log: LogStoreRef = table.log_store();
+        let store = log.object_store(None);
+        if exists {
+            let state = table.snapshot().map_err(|e| delta_error(&url, e))?;
+            if state
+                .transaction_version(log.as_ref(), &app_id)
+                .await
+                .map_err(|e| delta_error(&url, e))?
+                .is_some_and(|v| v >= EXPORT_TXN_VERSION)
+            {
+                return Ok(TableCommitted {
+                    version: table.version().unwrap_or_default(),
+                    made: false,
+                    removed: 0,
+                });
+            }
+        }
+        let first = commit.files.first().ok_or_else(|| {
+            Error::internal(format!("{}: a table commit without parts", commit.dir))
+        })?;
+        let schema = file_schema(store.as_ref(), &url, &first.path).await?;
+        let mut adds = Vec::with_capacity(commit.files.len());
+        for f in &commit.files {
+            adds.push(Action::Add(add_action(store.as_ref(), &url, f).await?));
+        }
+        if !exists {
+            let table = CreateBuilder::new()
+                .with_log_store(log)
+                .with_columns(schema.fields().cloned())
+                .with_save_mode(SaveMode::ErrorIfExists)
+                .with_actions(adds)
+                .with_commit_properties(properties(&commit, &app_id))
+                .await
+                .map_err(|e| delta_error(&url, e))?;
+            return Ok(TableCommitted {
+                version: table.version().unwrap_or_default(),
+                made: true,
+                removed: 0,
+            });
+        }
+        let state = table.snapshot().map_err(|e| delta_error(&url, e))?;
+        let mut actions: Vec<Action> = Vec::new();
+        if state.schema().as_ref() != &schema {
+            let metadata = state
+                .metadata()
+                .clone()
+                .with_schema(&schema)
+                .map_err(|e| delta_error(&url, e.into()))?;
+            actions.push(Action::Metadata(metadata));
+        }
+        let removes: Vec<Action> = state
+            .snapshot()
+            .file_views(log.as_ref(), None)
+            .map_ok(|f| Action::Remove(f.remove_action(true)))
+            .try_collect()
+            .await
+            .map_err(|e| delta_error(&url, e))?;
+        let removed = removes.len() as u64;
+        actions.extend(removes);
+        actions.extend(adds);
+        let done = CommitBuilder::from(properties(&commit, &app_id))
+            .with_actions(actions)
+            .build(
+                Some(state),
+                log.clone(),
+                DeltaOperation::Write {
+                    mode: SaveMode::Overwrite,
+                    partition_by: None,
+                    predicate: None,
+                },
+            )
+            .await
+            .map_err(|e| delta_error(&url, e))?;
+        Ok(TableCommitted {
+            version: done.version(),
+            made: true,
+            removed,
+        })
+    }
+}

@@ -1,0 +1,160 @@
+//! Readers of lakehouse tables that sluice did not write: DuckDB with its `delta` extension
+//! (Delta Kernel, an implementation independent of the Rust library sluice commits with) for
+//! the rows, and the `deltalake` Python package for a table's versions, history and time
+//! travel. Both run in the test kit's Python environment (`~/.cache/sluice/python-venv`,
+//! installed by `scripts/lib/common.sh`; `SLUICE_TEST_PYTHON` names another interpreter);
+//! a missing one fails the test with the fix, never skips it.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// What the readers print, as JSON on one line.
+const SCRIPT: &str = r#"
+import sys, json, glob, os
+mode, target = sys.argv[1], sys.argv[2]
+if mode in ("duckdb", "parquet"):
+    import duckdb
+    con = duckdb.connect()
+    ext = glob.glob(os.path.join(sys.prefix, "lib", "python*", "site-packages", "duckdb_ext",
+                                 "extensions", "*", "*", "delta.duckdb_extension"))
+    if not ext:
+        sys.exit("the duckdb-ext-delta package is not installed: run scripts/test once")
+    con.execute(f"INSTALL '{ext[0]}'")
+    con.execute("LOAD delta")
+    source = f"delta_scan('{target}')" if mode == "duckdb" else f"read_parquet('{target}')"
+    rel = con.sql(f"SELECT * FROM {source}")
+    # Timestamps as microseconds since the epoch: DuckDB cannot print years past 294246
+    # (PostgreSQL's infinity), and the number is the value itself.
+    cols = ", ".join(f'CAST(epoch_us("{c}") AS VARCHAR)' if str(t).startswith("TIMESTAMP")
+                     else f'CAST("{c}" AS VARCHAR)' for c, t in zip(rel.columns, rel.types))
+    rows = con.sql(f"SELECT {cols} FROM {source} ORDER BY 1").fetchall()
+    print(json.dumps({"columns": rel.columns, "types": [str(t) for t in rel.types],
+                      "rows": [list(r) for r in rows]}))
+else:
+    from deltalake import DeltaTable
+    version = None if len(sys.argv) < 4 else int(sys.argv[3])
+    t = DeltaTable(target, version=version)
+    ids = sorted(t.to_pyarrow_table(columns=["id"]).column("id").to_pylist())
+    print(json.dumps({"version": t.version(), "files": len(t.file_uris()), "ids": ids,
+                      "history": t.history(), "protocol": [t.protocol().min_reader_version,
+                                                           t.protocol().min_writer_version]},
+                     default=str))
+"#;
+
+/// The Python interpreter of the test environment.
+pub fn python() -> PathBuf {
+    if let Ok(p) = std::env::var("SLUICE_TEST_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let home = std::env::var("HOME").expect("HOME");
+    let p = Path::new(&home).join(".cache/sluice/python-venv/bin/python");
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/test (it installs DuckDB and deltalake for these tests)",
+        p.display()
+    );
+    p
+}
+
+fn read(args: &[&str]) -> Value {
+    let out = Command::new(python())
+        .arg("-c")
+        .arg(SCRIPT)
+        .args(args)
+        .output()
+        .expect("running the Python reader");
+    assert!(
+        out.status.success(),
+        "reader {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the reader's JSON")
+}
+
+/// Rows read by DuckDB, every value as DuckDB's text of it (`None` for NULL; timestamps as
+/// microseconds since the epoch), ordered by the first column.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rows {
+    /// Column names.
+    pub columns: Vec<String>,
+    /// DuckDB's type of each column.
+    pub types: Vec<String>,
+    /// The rows.
+    pub rows: Vec<Vec<Option<String>>>,
+}
+
+fn rows(v: Value) -> Rows {
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .expect("a list")
+            .iter()
+            .map(|s| s.as_str().expect("text").to_string())
+            .collect()
+    };
+    Rows {
+        columns: strings(&v["columns"]),
+        types: strings(&v["types"]),
+        rows: v["rows"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .map(|r| {
+                r.as_array()
+                    .expect("a row")
+                    .iter()
+                    .map(|c| c.as_str().map(str::to_string))
+                    .collect()
+            })
+            .collect(),
+    }
+}
+
+/// The Delta table at `dir` as DuckDB's delta extension reads it.
+pub fn duckdb_delta(dir: &Path) -> Rows {
+    rows(read(&["duckdb", dir.to_str().expect("UTF-8 path")]))
+}
+
+/// The Parquet files matching `glob` as DuckDB reads them (for comparison with a table).
+pub fn duckdb_parquet(glob: &Path) -> Rows {
+    rows(read(&["parquet", glob.to_str().expect("UTF-8 path")]))
+}
+
+/// A Delta table as the `deltalake` Python package sees it (at `version`, or the latest).
+#[derive(Debug, Clone)]
+pub struct DeltaView {
+    /// The version read.
+    pub version: i64,
+    /// Data files of that version.
+    pub files: usize,
+    /// The `id` column's values, sorted.
+    pub ids: Vec<i64>,
+    /// Every commit's `commitInfo`, newest first.
+    pub history: Vec<Value>,
+    /// The protocol's minimum reader and writer versions.
+    pub protocol: (i64, i64),
+}
+
+/// The table at `dir` through the `deltalake` package.
+pub fn delta_view(dir: &Path, version: Option<i64>) -> DeltaView {
+    let path = dir.to_str().expect("UTF-8 path");
+    let v = match version {
+        Some(n) => read(&["deltalake", path, &n.to_string()]),
+        None => read(&["deltalake", path]),
+    };
+    DeltaView {
+        version: v["version"].as_i64().expect("version"),
+        files: v["files"].as_u64().expect("files") as usize,
+        ids: v["ids"]
+            .as_array()
+            .expect("ids")
+            .iter()
+            .map(|i| i.as_i64().expect("an id"))
+            .collect(),
+        history: v["history"].as_array().expect("history").clone(),
+        protocol: (
+            v["protocol"][0].as_i64().expect("reader version"),
+            v["protocol"][1].as_i64().expect("writer version"),
+        ),
+    }
+}
