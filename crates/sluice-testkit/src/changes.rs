@@ -329,3 +329,38 @@ pub fn replay(dataset_dir: &Path, key: &[&str]) -> Replayed {
         changes,
     }
 }
+
+/// Replay the change files of dataset `dataset` in the stream output `to` keyed by `key`, and
+/// compare the rows with `want` (the source table as its server reads it now, sorted `v1|v2|…`
+/// strings): the one proof every change-capture test ends with. On a difference, the changes
+/// that touched the differing rows, the change files and the stream's state are printed before
+/// the assertion fails, since a replay failure is hard to read from the rows alone.
+pub fn assert_replay_equals(to: &Path, dataset: &str, key: &[&str], want: &[String]) -> Replayed {
+    let dir = to.join(dataset);
+    let r = replay(&dir, key);
+    if r.rows != want {
+        let got: std::collections::BTreeSet<&String> = r.rows.iter().collect();
+        let w: std::collections::BTreeSet<&String> = want.iter().collect();
+        for row in w.difference(&got).chain(got.difference(&w)).take(6) {
+            let id = row.split('|').next().unwrap_or_default();
+            eprintln!("row {row}:");
+            for c in r.changes.iter().filter(|c| c.cells[0] == id) {
+                eprintln!(
+                    "  change _seq {} {} at {} {:?}",
+                    c.seq, c.op, c.pos, c.cells
+                );
+            }
+        }
+        for f in change_files(&dir) {
+            eprintln!("file {}", f.display());
+        }
+        let st = std::fs::read_to_string(to.join("_sluice/stream.json")).unwrap_or_default();
+        eprintln!("{}", &st[st.len().saturating_sub(3000)..]);
+    }
+    crate::files::assert_same_rows(
+        &r.rows,
+        want,
+        &format!("{dataset}: snapshot + changes replayed by _seq"),
+    );
+    r
+}

@@ -18,8 +18,13 @@
 //! - [`tls`] generates the certificates of the TLS servers (`--pg-tls`, `--mariadb-tls`).
 //! - [`process`] runs the `sluice` binary under test (output, time limit, failpoints);
 //!   [`scenario`] holds the suites every source must pass, written once and run over
-//!   PostgreSQL, MariaDB and Firebird, over the [`source`] database each engine offers.
+//!   PostgreSQL, MariaDB and Firebird, over the [`source`] database each engine offers;
+//!   [`capture`] holds the suites every change source must pass (PostgreSQL, MariaDB, MySQL
+//!   9), with the commit-counting [`writer`] they run during the stream; [`apply`] those every
+//!   apply target passes (PostgreSQL, MariaDB, MySQL 9).
 
+pub mod apply;
+pub mod capture;
 pub mod changes;
 pub mod files;
 pub mod firebird;
@@ -37,3 +42,4 @@ pub mod scenario;
 pub mod server;
 pub mod source;
 pub mod tls;
+pub mod writer;

@@ -18,6 +18,9 @@ pub enum Engine {
     Mariadb,
     /// Firebird, embedded (`SLUICE_TEST_FIREBIRD_DIR`).
     Firebird,
+    /// Oracle's MySQL 9 (`SLUICE_TEST_MYSQL9_URL`): a database on it is a MySQL one like
+    /// MariaDB's, the server differs (its GTIDs, its binary log events).
+    Mysql9,
 }
 
 enum Db {
@@ -29,6 +32,7 @@ enum Db {
 /// A fresh database on one engine's test server.
 pub struct Source {
     db: Db,
+    engine: Engine,
     /// The URL sluice reads.
     pub url: String,
 }
@@ -44,22 +48,19 @@ impl Source {
             Engine::Postgres => Db::Pg(crate::pg::TestDb::new().await),
             Engine::Mariadb => Db::My(crate::mysql::TestDb::new().await),
             Engine::Firebird => Db::Fb(crate::firebird::TestFdb::new()),
+            Engine::Mysql9 => Db::My(crate::mysql9::test_db().await),
         };
         let url = match &db {
             Db::Pg(d) => d.url.clone(),
             Db::My(d) => d.url.clone(),
             Db::Fb(d) => d.url.clone(),
         };
-        Source { db, url }
+        Source { db, engine, url }
     }
 
     /// The engine.
     pub fn engine(&self) -> Engine {
-        match self.db {
-            Db::Pg(_) => Engine::Postgres,
-            Db::My(_) => Engine::Mariadb,
-            Db::Fb(_) => Engine::Firebird,
-        }
+        self.engine
     }
 
     /// Create [`TABLE`] with `rows` rows of about `width` bytes each.

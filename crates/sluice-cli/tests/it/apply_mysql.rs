@@ -1,12 +1,10 @@
 #![allow(clippy::unwrap_used)]
 //! MariaDB as a replication target (`sluice_mysql::MyApplyTarget`), through the library: tables
 //! created from a source table's description and keys, the initial load's bulk path checked
-//! value by value against the source for every type, units of inserts, updates with absent
-//! columns, deletes, key updates and keyless rows, the applied position, conflicts, idempotent
-//! barriers, and the privilege errors with their `GRANT`.
-//!
-//! Length: the hand-built change batches and the value-by-value type cases are shared by the
-//! tests; split, each file would rebuild them.
+//! value by value against the source for every type, PostgreSQL's types in their mapped
+//! types, and the privilege errors with their `GRANT`. What every apply target passes (units
+//! in order with their position, a unit past the send buffer, conflicts, barriers applied
+//! twice, an earlier release's bookkeeping) is `apply_suite`'s MariaDB rows.
 
 use crate::common::{export, files, tempdir};
 use crate::mysql_types;
@@ -14,14 +12,13 @@ use arrow_array::builder::{ListBuilder, StringBuilder};
 use arrow_array::{ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array};
 use mysql_async::prelude::Queryable;
 use sluice_core::apply::{
-    AppliedPosition, ApplyTarget, ApplyUnit, Barrier, SourceColumn, TableKeys, TargetTable,
-    UnitTable,
+    ApplyTarget, ApplyUnit, Barrier, SourceColumn, TableKeys, TargetTable, UnitTable,
 };
 use sluice_core::change::{ChangeSource, change_schema};
-use sluice_core::table::{ColumnDesc, Dataset, TableRef};
-use sluice_mysql::catalog::{self, Resolved};
+use sluice_core::table::{ColumnDesc, TableRef};
+use sluice_mysql::MyApplyTarget;
 use sluice_mysql::replication::MyCapture;
-use sluice_mysql::{MyApplyTarget, MyTarget, Sessions};
+use sluice_testkit::apply::{create, describe_mysql as describe, position};
 use sluice_testkit::mysql::TestDb;
 use std::sync::Arc;
 
@@ -30,23 +27,6 @@ fn table(schema: &str, name: &str) -> TableRef {
         schema: schema.into(),
         name: name.into(),
     }
-}
-
-/// The source's description of `schema.name`, as the export reads it.
-async fn describe(url: &str, schema: &str, name: &str) -> Dataset {
-    let target = MyTarget::parse(url).unwrap();
-    let mut conn = target.connect(&Sessions::default()).await.unwrap();
-    let server = catalog::server_info(&mut conn, target.display())
-        .await
-        .unwrap();
-    let obj = Resolved {
-        table: table(schema, name),
-        view: false,
-    };
-    catalog::describe(&mut conn, &obj, &server, target.display())
-        .await
-        .unwrap()
-        .dataset
 }
 
 /// The source table `name` of `db` described, with its keys read through the change source,
@@ -78,11 +58,7 @@ async fn every_type_loads_and_equals_the_source() {
     assert_eq!(t.keys.primary, ["id"]);
 
     let target = MyApplyTarget::new(&db.url).unwrap();
-    target.prepare().await.unwrap();
-    let notes = target
-        .create_tables(std::slice::from_ref(&t))
-        .await
-        .unwrap();
+    let notes = create(&target, std::slice::from_ref(&t)).await;
     assert!(
         notes.iter().any(|n| n.contains("defaults")),
         "what is not carried is said: {notes:?}"
@@ -188,77 +164,6 @@ async fn every_type_loads_and_equals_the_source() {
     assert!(e.to_string().contains("c_json"), "{e}");
 }
 
-/// One change: `_op`, the table's values as text (cast to the column types), absent columns.
-struct Change {
-    op: &'static str,
-    values: Vec<Option<String>>,
-    absent: Vec<&'static str>,
-}
-
-fn change(op: &'static str, values: &[Option<&str>], absent: &[&'static str]) -> Change {
-    Change {
-        op,
-        values: values.iter().map(|v| v.map(str::to_string)).collect(),
-        absent: absent.to_vec(),
-    }
-}
-
-fn ins(values: &[Option<&str>]) -> Change {
-    change("insert", values, &[])
-}
-
-fn upd(values: &[Option<&str>], absent: &[&'static str]) -> Change {
-    change("update", values, absent)
-}
-
-fn del(values: &[Option<&str>]) -> Change {
-    change("delete", values, &[])
-}
-
-/// The rows of one table in a unit, as the runner hands them over.
-fn rows(t: &TargetTable, key: &[&str], changes: &[Change]) -> UnitTable {
-    let schema = change_schema(&t.table, &t.columns).unwrap();
-    let mut arrays: Vec<ArrayRef> = Vec::new();
-    for (i, c) in t.columns.iter().enumerate() {
-        let text: ArrayRef = Arc::new(StringArray::from(
-            changes
-                .iter()
-                .map(|ch| ch.values[i].as_deref())
-                .collect::<Vec<_>>(),
-        ));
-        arrays.push(arrow_cast::cast(&text, c.field.data_type()).unwrap());
-    }
-    let n = changes.len();
-    arrays.push(Arc::new(StringArray::from(
-        changes.iter().map(|c| c.op).collect::<Vec<_>>(),
-    )));
-    arrays.push(Arc::new(StringArray::from(vec!["0000000000000001"; n])));
-    arrays.push(Arc::new(UInt64Array::from(
-        (0..n as u64).collect::<Vec<_>>(),
-    )));
-    arrays.push(Arc::new(
-        TimestampMicrosecondArray::from(vec![Some(1_700_000_000_000_000i64); n])
-            .with_timezone("UTC"),
-    ));
-    arrays.push(Arc::new(StringArray::from(vec![Some("x"); n])));
-    let mut absent = ListBuilder::new(StringBuilder::new());
-    for c in changes {
-        for a in &c.absent {
-            absent.values().append_value(a);
-        }
-        absent.append(true);
-    }
-    arrays.push(Arc::new(absent.finish()));
-    UnitTable {
-        table: t.table.clone(),
-        columns: Arc::new(t.columns.clone()),
-        key: Arc::new(key.iter().map(|k| k.to_string()).collect()),
-        batch: RecordBatch::try_new(schema, arrays).unwrap(),
-        source_engine: sluice_core::apply::Engine::Mysql,
-        sole_key: false,
-    }
-}
-
 /// Exported `columns` of `t` as changes `op`, keyed by `id`.
 fn exported(t: &TargetTable, mut columns: Vec<ArrayRef>, op: &'static str) -> UnitTable {
     let n = columns[0].len();
@@ -287,30 +192,6 @@ fn exported(t: &TargetTable, mut columns: Vec<ArrayRef>, op: &'static str) -> Un
     }
 }
 
-fn unit(tables: Vec<UnitTable>) -> ApplyUnit {
-    let mut order = Vec::new();
-    for (ti, t) in tables.iter().enumerate() {
-        for r in 0..t.batch.num_rows() {
-            order.push((ti as u32, r as u32));
-        }
-    }
-    ApplyUnit {
-        tables,
-        order,
-        batches: Vec::new(),
-    }
-}
-
-fn position(unit: u64) -> AppliedPosition {
-    AppliedPosition {
-        unit,
-        restart: sluice_core::StreamPos::from_adapter(format!("restart-{unit}")),
-        pos: sluice_core::StreamPos::from_adapter(format!("pos-{unit}")),
-        commit_ts: Some(1_700_000_000_000_000 + unit as i64),
-        skip: 0,
-    }
-}
-
 /// Source tables `acct` (keyed, a unique name) and `log` (no key), created on the target in
 /// another database.
 async fn accounts() -> (TestDb, String, MyApplyTarget, TargetTable, TargetTable) {
@@ -330,250 +211,6 @@ async fn accounts() -> (TestDb, String, MyApplyTarget, TargetTable, TargetTable)
         .await
         .unwrap();
     (db, into, target, acct, log)
-}
-
-#[tokio::test]
-async fn units_apply_in_order_with_their_position() {
-    let (mut db, into, target, acct, log) = accounts().await;
-    let name = format!("r_{}", db.name);
-    let rows_of = |t: &str| format!("SELECT * FROM `{into}`.{t}");
-    let mut s0 = target.session(&name, 0).await.unwrap();
-    let mut s1 = target.session(&name, 1).await.unwrap();
-
-    s0.begin().await.unwrap();
-    s0.apply(&unit(vec![
-        rows(
-            &acct,
-            &["id"],
-            &[
-                ins(&[Some("1"), Some("ann"), Some("10.50"), Some("n1")]),
-                ins(&[Some("2"), Some("bob"), Some("20"), None]),
-                ins(&[Some("3"), Some("it's \\ 😀"), Some("-1.25"), Some("n3")]),
-            ],
-        ),
-        rows(
-            &log,
-            &[],
-            &[
-                ins(&[Some("1"), Some("x")]),
-                ins(&[Some("1"), Some("x")]),
-                ins(&[Some("2"), None]),
-            ],
-        ),
-    ]))
-    .await
-    .unwrap();
-    s0.record(&position(1)).await.unwrap();
-    s0.commit().await.unwrap();
-    assert_eq!(target.applied(&name).await.unwrap(), Some(position(1)));
-
-    // An update leaving `note` out keeps it; a key update arrives as delete + insert; a
-    // keyless delete removes one of two equal rows, and matches NULL with NULL.
-    s1.begin().await.unwrap();
-    s1.apply(&unit(vec![
-        rows(
-            &acct,
-            &["id"],
-            &[
-                upd(&[Some("1"), Some("ann"), Some("50"), None], &["note"]),
-                del(&[Some("2"), None, None, None]),
-                del(&[Some("3"), None, None, None]),
-                ins(&[Some("4"), Some("it's \\ 😀"), Some("-1.25"), Some("n3")]),
-            ],
-        ),
-        rows(
-            &log,
-            &[],
-            &[del(&[Some("1"), Some("x")]), del(&[Some("2"), None])],
-        ),
-    ]))
-    .await
-    .unwrap();
-    s1.record(&position(2)).await.unwrap();
-    s1.commit().await.unwrap();
-    assert_eq!(
-        db.row_strings(&rows_of("acct")).await,
-        ["1|ann|50.00|n1", "4|it's \\ 😀|-1.25|n3"]
-    );
-    assert_eq!(db.row_strings(&rows_of("log")).await, ["1|x"]);
-    // The highest unit of any worker is the applied position.
-    assert_eq!(target.applied(&name).await.unwrap(), Some(position(2)));
-
-    // A rolled-back unit leaves nothing, its position included.
-    s0.begin().await.unwrap();
-    s0.apply(&unit(vec![rows(
-        &acct,
-        &["id"],
-        &[ins(&[Some("9"), Some("zed"), None, None])],
-    )]))
-    .await
-    .unwrap();
-    s0.record(&position(3)).await.unwrap();
-    s0.rollback().await.unwrap();
-    assert_eq!(db.row_strings(&rows_of("acct")).await.len(), 2);
-    assert_eq!(target.applied(&name).await.unwrap(), Some(position(2)));
-
-    // A duplicate key is a conflict (running later may cure it).
-    s0.begin().await.unwrap();
-    s0.apply(&unit(vec![rows(
-        &acct,
-        &["id"],
-        &[ins(&[Some("5"), Some("ann"), None, None])],
-    )]))
-    .await
-    .unwrap();
-    s0.record(&position(3)).await.unwrap();
-    let e = s0.send().await.unwrap_err();
-    assert!(e.is_apply_conflict(), "{e}");
-    assert!(e.to_string().contains("acct"), "names the table: {e}");
-    s0.rollback().await.unwrap();
-
-    // A row locked by a unit waiting for its turn: the later one gets a conflict, not a hang.
-    s0.begin().await.unwrap();
-    s0.apply(&unit(vec![rows(
-        &acct,
-        &["id"],
-        &[upd(&[Some("1"), Some("ann"), Some("60"), None], &["note"])],
-    )]))
-    .await
-    .unwrap();
-    s0.record(&position(3)).await.unwrap();
-    s0.send().await.unwrap();
-    s1.begin().await.unwrap();
-    s1.apply(&unit(vec![rows(
-        &acct,
-        &["id"],
-        &[upd(&[Some("1"), Some("ann"), Some("70"), None], &["note"])],
-    )]))
-    .await
-    .unwrap();
-    s1.record(&position(4)).await.unwrap();
-    let e = s1.send().await.unwrap_err();
-    assert!(e.is_apply_conflict(), "{e}");
-    s1.rollback().await.unwrap();
-    s0.commit().await.unwrap();
-    assert_eq!(target.applied(&name).await.unwrap(), Some(position(3)));
-    assert_eq!(
-        db.scalar(&format!("SELECT balance FROM `{into}`.acct WHERE id = 1"))
-            .await
-            .as_deref(),
-        Some("60.00")
-    );
-
-    // State and positions are kept per replication name and forgotten together.
-    target.save_state(&name, b"{\"a\":1}").await.unwrap();
-    target.save_state(&name, b"{\"a\":2}").await.unwrap();
-    assert_eq!(
-        target.load_state(&name).await.unwrap().as_deref(),
-        Some(&b"{\"a\":2}"[..])
-    );
-    target.clear_state(&name).await.unwrap();
-    assert_eq!(target.load_state(&name).await.unwrap(), None);
-    assert_eq!(target.applied(&name).await.unwrap(), None);
-}
-
-#[tokio::test]
-async fn a_unit_past_the_buffer_bound_is_sent_in_pieces() {
-    let (mut db, into, target, acct, _) = accounts().await;
-    let name = format!("r_{}", db.name);
-    // Many rows with long notes: past the buffer bound, so some statements are sent before
-    // the position.
-    let note = "n".repeat(3000);
-    let changes: Vec<Change> = (0..1000)
-        .map(|i| {
-            let (id, name) = (i.to_string(), format!("u{i}"));
-            ins(&[Some(&id), Some(&name), Some("1"), Some(&note)])
-        })
-        .collect();
-    let mut s = target.session(&name, 0).await.unwrap();
-    s.begin().await.unwrap();
-    s.apply(&unit(vec![rows(&acct, &["id"], &changes)]))
-        .await
-        .unwrap();
-    s.record(&position(1)).await.unwrap();
-    s.commit().await.unwrap();
-    assert_eq!(
-        db.scalar(&format!(
-            "SELECT CONCAT(COUNT(*), ' ', SUM(LENGTH(note))) FROM `{into}`.acct"
-        ))
-        .await
-        .as_deref(),
-        Some("1000 3000000")
-    );
-}
-
-#[tokio::test]
-async fn barriers_applied_twice_give_the_same_table() {
-    let (mut db, into, target, acct, _) = accounts().await;
-    let name = format!("r_{}", db.name);
-    let mut s = target.session(&name, 0).await.unwrap();
-    s.begin().await.unwrap();
-    s.apply(&unit(vec![rows(
-        &acct,
-        &["id"],
-        &[ins(&[Some("1"), Some("ann"), Some("1"), Some("n")])],
-    )]))
-    .await
-    .unwrap();
-    s.record(&position(1)).await.unwrap();
-    s.commit().await.unwrap();
-
-    // Columns: `note` dropped, `email` added, `balance` retyped on the source.
-    db.exec(
-        "ALTER TABLE acct DROP COLUMN note, ADD COLUMN email varchar(40), \
-         MODIFY balance decimal(14,3)",
-    )
-    .await;
-    let now = describe(&db.url, &db.name, "acct").await.columns;
-    let columns = Barrier::Columns {
-        table: acct.table.clone(),
-        before: SourceColumn::of(&acct.columns),
-        columns: now,
-        source_engine: sluice_core::apply::Engine::Mysql,
-    };
-    let shape = format!(
-        "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE FROM information_schema.COLUMNS \
-         WHERE TABLE_SCHEMA = '{into}' AND TABLE_NAME = 'acct' ORDER BY ORDINAL_POSITION"
-    );
-    let mut shapes = Vec::new();
-    for _ in 0..2 {
-        s.begin().await.unwrap();
-        // The DDL commits by itself: what precedes it is committed first, with its position.
-        assert!(s.barrier(&columns, &position(1)).await.unwrap());
-        s.record(&position(2)).await.unwrap();
-        s.commit().await.unwrap();
-        shapes.push(db.row_strings(&shape).await);
-    }
-    assert_eq!(shapes[0], shapes[1]);
-    let source_shape = db
-        .row_strings(&shape.replace(&into, &db.name.clone()))
-        .await;
-    assert_eq!(shapes[0], source_shape);
-    assert_eq!(
-        db.row_strings(&format!("SELECT * FROM `{into}`.acct"))
-            .await,
-        ["1|ann|1.000|∅"]
-    );
-
-    // Truncate, twice.
-    for _ in 0..2 {
-        s.begin().await.unwrap();
-        assert!(
-            s.barrier(&Barrier::Truncate(vec![acct.table.clone()]), &position(2))
-                .await
-                .unwrap()
-        );
-        s.record(&position(3)).await.unwrap();
-        s.commit().await.unwrap();
-        assert!(
-            target
-                .non_empty(std::slice::from_ref(&acct.table))
-                .await
-                .unwrap()
-                .is_empty()
-        );
-    }
-    assert_eq!(target.applied(&name).await.unwrap(), Some(position(3)));
 }
 
 #[tokio::test]
@@ -751,11 +388,7 @@ async fn postgres_types_land_in_their_mapped_types() {
         source_engine: sluice_core::apply::Engine::Postgres,
     };
     let target = MyApplyTarget::new(&db.url).unwrap();
-    target.prepare().await.unwrap();
-    let notes = target
-        .create_tables(std::slice::from_ref(&t))
-        .await
-        .unwrap();
+    let notes = create(&target, std::slice::from_ref(&t)).await;
     for n in ["char(36)", "varchar(64)", "json"] {
         assert!(notes.iter().any(|x| x.contains(n)), "{n}: {notes:?}");
     }
@@ -896,25 +529,4 @@ async fn postgres_types_land_in_their_mapped_types() {
         assert_eq!(db.row_strings(&shape).await, want);
     }
     target.clear_state(&name).await.unwrap();
-}
-
-/// Bookkeeping an earlier release created (no `skip` column, no `sluice.columns`) is brought up
-/// to date by the next run. The bookkeeping database is the server's, so the test takes the
-/// server alone while it changes it.
-#[tokio::test]
-async fn bookkeeping_of_an_earlier_release_is_brought_up_to_date() {
-    let mut db = TestDb::alone().await;
-    let target = MyApplyTarget::new(&db.url).unwrap();
-    target.prepare().await.unwrap();
-    db.exec("ALTER TABLE sluice.applied DROP COLUMN skip; DROP TABLE sluice.columns")
-        .await;
-    target.prepare().await.unwrap();
-    let shape = db
-        .row_strings(
-            "SELECT COLUMN_NAME FROM information_schema.COLUMNS \
-             WHERE TABLE_SCHEMA = 'sluice' AND TABLE_NAME IN ('applied', 'columns') \
-               AND COLUMN_NAME IN ('skip', 'columns') ORDER BY COLUMN_NAME",
-        )
-        .await;
-    assert_eq!(shape, ["columns", "skip"]);
 }

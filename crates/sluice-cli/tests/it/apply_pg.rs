@@ -1,11 +1,9 @@
 #![allow(clippy::unwrap_used)]
 //! PostgreSQL as a replication target, through the library (`sluice_postgres::PgApplyTarget`):
-//! tables created from a discovered source table, the initial load's `COPY`, apply units
-//! (inserts, updates with absent columns, deletes, key updates, keyless tables), the applied
-//! position, conflicts, idempotent barriers, privileges; and the source's table keys.
-//!
-//! Length: the hand-built change batches (table columns plus change columns) are shared by
-//! every scenario, and the scenarios read best next to them.
+//! tables created from a discovered source table, the initial load's `COPY` and units for every
+//! type, a MySQL table's mapped types, privileges; and the source's table keys. What every
+//! apply target passes (units in order with their position, conflicts, barriers applied twice,
+//! an earlier release's bookkeeping) is `apply_suite`'s PostgreSQL rows.
 
 use crate::common::*;
 use arrow_array::builder::{ListBuilder, StringBuilder};
@@ -13,40 +11,16 @@ use arrow_array::{
     ArrayRef, Int32Array, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array,
 };
 use arrow_schema::{Field, Schema};
-use sluice_core::apply::{
-    AppliedPosition, ApplySession, ApplyTarget, ApplyUnit, Barrier, SourceColumn, TableKeys,
-    TargetTable, UnitTable,
-};
+use sluice_core::apply::{ApplyTarget, ApplyUnit, TableKeys, TargetTable, UnitTable};
 use sluice_core::change::{ChangeSource, change_fields};
-use sluice_core::ident::QualifiedName;
-use sluice_core::table::{Dataset, Selection, TableRef};
-use sluice_core::{Consistency, Source, SourceOptions};
+use sluice_core::table::{Dataset, TableRef};
 use sluice_postgres::PgApplyTarget;
+use sluice_testkit::apply::{apply_commit, create, discover as discover_in, unit};
 use std::sync::Arc;
 
 /// The datasets of `tables` on the PostgreSQL at `url`, as a replication discovers them.
 async fn discover(url: &str, tables: &[&str]) -> Vec<Dataset> {
     discover_in(&sluice_postgres::PgSource::new(url).unwrap(), tables).await
-}
-
-/// The datasets of `tables` in `source`, as a replication discovers them.
-async fn discover_in(source: &dyn Source, tables: &[&str]) -> Vec<Dataset> {
-    let options = SourceOptions {
-        session_tag: "test".into(),
-        consistency: Consistency::Chunk,
-        enable_row_security: false,
-    };
-    let mut c = source.open_coordinator(&options).await.unwrap();
-    let selection = Selection {
-        tables: tables
-            .iter()
-            .map(|t| QualifiedName::parse(t).unwrap())
-            .collect(),
-        ..Default::default()
-    };
-    let found = c.discover(&selection).await.unwrap();
-    c.release().await.unwrap();
-    found
 }
 
 fn target_table(d: &Dataset, keys: TableKeys) -> TargetTable {
@@ -109,38 +83,6 @@ fn one_batch(batches: &[RecordBatch]) -> (RecordBatch, Vec<Field>) {
         .map(|f| f.as_ref().clone())
         .collect();
     (batch, fields)
-}
-
-/// A unit of the tables' rows in order: every row of table 0, then of table 1, …
-fn unit(tables: Vec<UnitTable>) -> ApplyUnit {
-    let order = tables
-        .iter()
-        .enumerate()
-        .flat_map(|(t, u)| (0..u.batch.num_rows() as u32).map(move |r| (t as u32, r)))
-        .collect();
-    ApplyUnit {
-        tables,
-        order,
-        batches: Vec::new(),
-    }
-}
-
-fn position(unit: u64) -> AppliedPosition {
-    AppliedPosition {
-        unit,
-        restart: sluice_core::StreamPos::from_adapter(format!("{unit:016X}")),
-        pos: sluice_core::StreamPos::from_adapter(format!("{:016X}", unit + 1)),
-        commit_ts: Some(1_700_000_000_000_000 + unit as i64),
-        skip: 0,
-    }
-}
-
-/// Apply `u` and record `unit` in one transaction, committed.
-async fn apply_commit(s: &mut Box<dyn ApplySession>, u: &ApplyUnit, unit_no: u64) {
-    s.begin().await.unwrap();
-    s.apply(u).await.unwrap();
-    s.record(&position(unit_no)).await.unwrap();
-    s.commit().await.unwrap();
 }
 
 /// Each column of `all_types` as text, by id, on `client`: what the source and target must agree on.
@@ -389,332 +331,6 @@ async fn accounts() -> (TestDb, Vec<Dataset>, TestDb, PgApplyTarget) {
     (src, ds, dst, target)
 }
 
-fn acct_fields() -> Vec<Field> {
-    use arrow_schema::DataType::*;
-    vec![
-        Field::new("id", Int32, false),
-        Field::new("name", Utf8, false),
-        Field::new("note", Utf8, true),
-        Field::new("n", Int32, true),
-    ]
-}
-
-/// Rows of `acct`: (id, name, note, n).
-fn acct_rows(rows: &[(i32, &str, Option<&str>, Option<i32>)]) -> Vec<ArrayRef> {
-    vec![
-        Arc::new(Int32Array::from(
-            rows.iter().map(|r| r.0).collect::<Vec<_>>(),
-        )),
-        Arc::new(StringArray::from(
-            rows.iter().map(|r| r.1).collect::<Vec<_>>(),
-        )),
-        Arc::new(StringArray::from(
-            rows.iter().map(|r| r.2).collect::<Vec<_>>(),
-        )),
-        Arc::new(Int32Array::from(
-            rows.iter().map(|r| r.3).collect::<Vec<_>>(),
-        )),
-    ]
-}
-
-fn bag_table(d: &Dataset, rows: &[(Option<i32>, Option<&str>)], ops: &[&str]) -> UnitTable {
-    use arrow_schema::DataType::*;
-    unit_table(
-        d,
-        &[],
-        vec![Field::new("a", Int32, true), Field::new("b", Utf8, true)],
-        vec![
-            Arc::new(Int32Array::from(
-                rows.iter().map(|r| r.0).collect::<Vec<_>>(),
-            )),
-            Arc::new(StringArray::from(
-                rows.iter().map(|r| r.1).collect::<Vec<_>>(),
-            )),
-        ],
-        ops,
-        &[],
-    )
-}
-
-#[tokio::test]
-async fn units_apply_in_order_and_record_their_position() {
-    let (_src, ds, dst, target) = accounts().await;
-    let (acct, bag) = (&ds[0], &ds[1]);
-    assert!(target.applied("r").await.unwrap().is_none());
-    let mut s0 = target.session("r", 0).await.unwrap();
-    let mut s1 = target.session("r", 1).await.unwrap();
-
-    // Inserts (merged into one statement), an update that leaves an absent column alone, a
-    // delete, a key update (delete + insert), NULLs, quotes and backslashes.
-    let ins = unit_table(
-        acct,
-        &["id"],
-        acct_fields(),
-        acct_rows(&[
-            (1, "o'neil", Some("keep me"), Some(1)),
-            (2, "back\\slash", None, Some(2)),
-            (
-                3,
-                "'); DROP TABLE bag; --",
-                Some("\\'); DROP TABLE bag; --"),
-                None,
-            ),
-        ]),
-        &["insert"; 3],
-        &[],
-    );
-    apply_commit(&mut s0, &unit(vec![ins]), 1).await;
-    // Quotes and backslashes are data, never SQL.
-    assert_eq!(
-        dst.row_strings("SELECT name, note FROM acct WHERE id = 3")
-            .await,
-        ["'); DROP TABLE bag; --|\\'); DROP TABLE bag; --"]
-    );
-    let changes = unit_table(
-        acct,
-        &["id"],
-        acct_fields(),
-        acct_rows(&[
-            (1, "o'neil 2", None, Some(10)),
-            (3, "", None, None),
-            (2, "", None, None),
-            (20, "back\\slash", Some("moved"), Some(2)),
-        ]),
-        &["update", "delete", "delete", "insert"],
-        &[&["note"], &["name", "note", "n"], &["name", "note", "n"]],
-    );
-    let keyless = bag_table(
-        bag,
-        &[
-            (Some(1), Some("x")),
-            (Some(1), Some("x")),
-            (None, Some("n")),
-            (Some(1), Some("x")),
-        ],
-        &["insert", "insert", "insert", "delete"],
-    );
-    let mut both = unit(vec![changes, keyless]);
-    // Interleave the two tables' rows: acct 0, bag 0..2, acct 1..3, bag 3.
-    both.order = vec![
-        (0, 0),
-        (1, 0),
-        (1, 1),
-        (1, 2),
-        (0, 1),
-        (0, 2),
-        (0, 3),
-        (1, 3),
-    ];
-    apply_commit(&mut s1, &both, 2).await;
-    assert_eq!(
-        dst.row_strings("SELECT * FROM acct").await,
-        ["1|o'neil 2|keep me|10", "20|back\\slash|moved|2"]
-    );
-    assert_eq!(dst.row_strings("SELECT * FROM bag").await, ["1|x", "∅|n"]);
-    // A keyless update or delete touches one row even when several match.
-    let dup = bag_table(
-        bag,
-        &[(Some(1), Some("x")), (Some(1), Some("x"))],
-        &["insert", "insert"],
-    );
-    apply_commit(&mut s0, &unit(vec![dup]), 3).await;
-    let del = bag_table(
-        bag,
-        &[(None, Some("n")), (Some(1), Some("x"))],
-        &["delete", "delete"],
-    );
-    apply_commit(&mut s1, &unit(vec![del]), 4).await;
-    assert_eq!(dst.row_strings("SELECT * FROM bag").await, ["1|x", "1|x"]);
-
-    // The applied position is the highest unit of any worker; each worker has its row.
-    assert_eq!(target.applied("r").await.unwrap(), Some(position(4)));
-    assert_eq!(
-        dst.row_strings("SELECT name, worker, unit FROM sluice.applied")
-            .await,
-        ["r|0|3", "r|1|4"]
-    );
-    // A rolled-back unit leaves nothing, its position included — also one larger than the
-    // buffer, whose first statements were sent before `record`.
-    let names: Vec<String> = (0..3000)
-        .map(|i| format!("{i:04}{}", "x".repeat(400)))
-        .collect();
-    let big: Vec<(i32, &str, Option<&str>, Option<i32>)> = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (1000 + i as i32, n.as_str(), None, None))
-        .collect();
-    let gone = unit_table(
-        acct,
-        &["id"],
-        acct_fields(),
-        acct_rows(&big),
-        &vec!["insert"; big.len()],
-        &[],
-    );
-    s0.begin().await.unwrap();
-    s0.apply(&unit(vec![gone])).await.unwrap();
-    assert_eq!(
-        dst.row_strings("SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = current_database()")
-            .await,
-        ["1"],
-        "the first megabyte is sent, in the open transaction"
-    );
-    s0.record(&position(5)).await.unwrap();
-    s0.rollback().await.unwrap();
-    assert_eq!(target.applied("r").await.unwrap(), Some(position(4)));
-    assert_eq!(
-        dst.row_strings("SELECT count(*) FROM acct WHERE id >= 1000")
-            .await,
-        ["0"]
-    );
-
-    // State: saved, replaced, cleared with the positions.
-    assert_eq!(target.load_state("r").await.unwrap(), None);
-    target.save_state("r", b"{\"a\":1}").await.unwrap();
-    target.save_state("r", b"{\"a\":2}").await.unwrap();
-    assert_eq!(
-        target.load_state("r").await.unwrap().as_deref(),
-        Some(&b"{\"a\":2}"[..])
-    );
-    target.clear_state("r").await.unwrap();
-    assert_eq!(target.load_state("r").await.unwrap(), None);
-    assert_eq!(target.applied("r").await.unwrap(), None);
-}
-
-#[tokio::test]
-async fn conflicts_are_reported_as_conflicts() {
-    let (_src, ds, dst, target) = accounts().await;
-    let acct = &ds[0];
-    let row = |id, name| {
-        unit(vec![unit_table(
-            acct,
-            &["id"],
-            acct_fields(),
-            acct_rows(&[(id, name, None, None)]),
-            &["insert"],
-            &[],
-        )])
-    };
-    let mut a = target.session("c", 0).await.unwrap();
-    let mut b = target.session("c", 1).await.unwrap();
-    apply_commit(&mut a, &row(1, "one"), 1).await;
-
-    // A unique violation (the primary key, then another unique key).
-    for u in [row(1, "uno"), row(2, "one")] {
-        b.begin().await.unwrap();
-        b.apply(&u).await.unwrap();
-        b.record(&position(2)).await.unwrap();
-        let e = b.send().await.unwrap_err();
-        assert!(e.is_apply_conflict(), "{e}");
-        b.rollback().await.unwrap();
-    }
-    // A later unit waiting on a row an earlier, uncommitted one holds: the short lock wait
-    // turns it into a conflict instead of a hang.
-    a.begin().await.unwrap();
-    a.apply(&row(3, "three")).await.unwrap();
-    a.record(&position(3)).await.unwrap();
-    a.send().await.unwrap();
-    b.begin().await.unwrap();
-    b.apply(&row(3, "drei")).await.unwrap();
-    b.record(&position(4)).await.unwrap();
-    let e = b.send().await.unwrap_err();
-    assert!(e.is_apply_conflict(), "{e}");
-    assert!(e.to_string().contains("acct"), "{e}");
-    b.rollback().await.unwrap();
-    a.commit().await.unwrap();
-    assert_eq!(
-        dst.row_strings("SELECT id, name FROM acct").await,
-        ["1|one", "3|three"]
-    );
-    assert_eq!(target.applied("c").await.unwrap(), Some(position(3)));
-
-    // Anything else is permanent and names the table.
-    dst.exec("ALTER TABLE acct ADD CONSTRAINT small CHECK (id < 100)")
-        .await;
-    b.begin().await.unwrap();
-    b.apply(&row(100, "big")).await.unwrap();
-    b.record(&position(5)).await.unwrap();
-    let e = b.send().await.unwrap_err();
-    assert!(!e.is_apply_conflict() && !e.is_transient(), "{e}");
-    assert!(e.to_string().contains("public.acct"), "{e}");
-    b.rollback().await.unwrap();
-
-    // A lost connection is transient, not a conflict, and its message has no password.
-    b.begin().await.unwrap();
-    dst.exec(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE datname = current_database() AND pid <> pg_backend_pid() \
-           AND application_name = 'sluice'",
-    )
-    .await;
-    b.apply(&row(7, "seven")).await.unwrap();
-    b.record(&position(6)).await.unwrap();
-    let e = b.send().await.unwrap_err();
-    assert!(e.is_transient() && !e.is_apply_conflict(), "{e}");
-    assert_eq!(e.kind(), sluice_core::ErrorKind::Destination, "{e}");
-}
-
-#[tokio::test]
-async fn barriers_applied_twice_give_the_same_result() {
-    let (src, ds, dst, target) = accounts().await;
-    let acct = &ds[0];
-    let table = acct.object.clone().unwrap();
-    let mut s = target.session("b", 0).await.unwrap();
-    let ins = unit_table(
-        acct,
-        &["id"],
-        acct_fields(),
-        acct_rows(&[(1, "one", Some("n"), Some(1))]),
-        &["insert"],
-        &[],
-    );
-    apply_commit(&mut s, &unit(vec![ins]), 1).await;
-
-    // The source gains a column, loses one, retypes one; the barrier brings the target along.
-    src.exec("ALTER TABLE acct ADD COLUMN extra numeric(8,2), DROP COLUMN note, ALTER COLUMN n TYPE bigint")
-        .await;
-    let now = discover(&src.url, &["public.acct"]).await;
-    let barrier = Barrier::Columns {
-        table: table.clone(),
-        before: SourceColumn::of(&acct.columns),
-        columns: now[0].columns.clone(),
-        source_engine: sluice_core::apply::Engine::Postgres,
-    };
-    let columns = "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute \
-                   WHERE attrelid = 'acct'::regclass AND attnum > 0 AND NOT attisdropped";
-    let mut after = Vec::new();
-    for round in 0..2u64 {
-        s.begin().await.unwrap();
-        assert!(!s.barrier(&barrier, &position(1)).await.unwrap());
-        s.record(&position(2 + round)).await.unwrap();
-        s.commit().await.unwrap();
-        after.push(dst.row_strings(columns).await);
-    }
-    assert_eq!(
-        after[0],
-        ["extra|numeric(8,2)", "id|integer", "name|text", "n|bigint"]
-    );
-    assert_eq!(after[0], after[1]);
-    assert_eq!(dst.row_strings("SELECT * FROM acct").await, ["1|one|1|∅"]);
-
-    let truncate = Barrier::Truncate(vec![table.clone()]);
-    for round in 0..2u64 {
-        s.begin().await.unwrap();
-        assert!(!s.barrier(&truncate, &position(3)).await.unwrap());
-        s.record(&position(4 + round)).await.unwrap();
-        s.commit().await.unwrap();
-        assert_eq!(dst.row_strings("SELECT count(*) FROM acct").await, ["0"]);
-    }
-    assert_eq!(target.applied("b").await.unwrap(), Some(position(5)));
-    // The initial load's truncate, for an interrupted load.
-    dst.exec("INSERT INTO bag VALUES (1, 'x')").await;
-    target
-        .truncate(&[ds[1].object.clone().unwrap()])
-        .await
-        .unwrap();
-    assert_eq!(dst.row_strings("SELECT count(*) FROM bag").await, ["0"]);
-}
-
 const SECRET: &str = "apply-pw-Zk4";
 
 #[tokio::test]
@@ -858,11 +474,7 @@ async fn a_mysql_table_lands_with_mapped_types() {
     t.source_engine = sluice_core::apply::Engine::Mysql;
     let dst = TestDb::new().await;
     let target = PgApplyTarget::new(&dst.url).unwrap();
-    target.prepare().await.unwrap();
-    let notes = target
-        .create_tables(std::slice::from_ref(&t))
-        .await
-        .unwrap();
+    let notes = create(&target, std::slice::from_ref(&t)).await;
     assert!(
         notes
             .iter()
@@ -952,36 +564,4 @@ async fn a_mysql_table_lands_with_mapped_types() {
         assert!(other[3].ends_with("|-1.500000"), "{other:?}");
         assert!(other[4].ends_with("|360000.000001"), "{other:?}");
     }
-}
-
-/// Bookkeeping an earlier release created (no `skip` column, no `sluice.columns`) is brought up
-/// to date by the next run, its rows kept: a replication continues across the upgrade.
-#[tokio::test]
-async fn bookkeeping_of_an_earlier_release_is_brought_up_to_date() {
-    let dst = TestDb::new().await;
-    dst.exec(
-        "CREATE SCHEMA sluice;
-         CREATE TABLE sluice.applied (name text NOT NULL, worker integer NOT NULL,
-           unit bigint NOT NULL, restart text NOT NULL, pos text NOT NULL, commit_ts bigint,
-           updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (name, worker));
-         CREATE TABLE sluice.state (name text PRIMARY KEY, state bytea NOT NULL,
-           updated_at timestamptz NOT NULL DEFAULT now());
-         INSERT INTO sluice.applied (name, worker, unit, restart, pos)
-           VALUES ('r', 0, 4, '0000000000000010', '000000000000000F');",
-    )
-    .await;
-    let target = PgApplyTarget::new(&dst.url).unwrap();
-    target.prepare().await.unwrap();
-    let applied = target.applied("r").await.unwrap().unwrap();
-    assert_eq!((applied.unit, applied.skip), (4, 0));
-    assert!(target.followed_columns("r").await.unwrap().is_empty());
-    let followed = vec![(
-        TableRef::new("public", "t"),
-        vec![SourceColumn {
-            name: "id".into(),
-            source_type: "integer".into(),
-        }],
-    )];
-    target.save_columns("r", &followed).await.unwrap();
-    assert_eq!(target.followed_columns("r").await.unwrap(), followed);
 }

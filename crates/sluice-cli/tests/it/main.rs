@@ -9,7 +9,9 @@ mod objstore_common;
 
 mod apply_mysql;
 mod apply_pg;
+mod apply_suite;
 mod capture_edges;
+mod capture_suite;
 mod chunking;
 mod cli;
 mod consistency;

@@ -1,45 +1,30 @@
-//! `sluice stream` from the MariaDB binary log (the test kit's server: log-bin, ROW format):
-//! the snapshot hand-off with a writer running multi-table transactions (key updates included),
-//! kills at every failpoint of a batch with restarts, the types the export maps, MINIMAL and
-//! NOBLOB row images, DDL and TRUNCATE, and refusals (no key, a table without transactions, no
-//! privilege, statement-based changes, STATEMENT format, a purged binary log, with and without
-//! its GTID position). Resumes by GTID and idle streams: `mysql_positions`. Every check replays the change files over
-//! the snapshot by `_seq` (`sluice_testkit::changes::replay`, which panics on a repeated
-//! `_seq`, an overlap or a gap) and compares with the table.
-//!
-//! Over 500 lines: each test is one whole scenario against a real server (writer, failpoints,
-//! restarts, replay), and they share this file's writer and replay checks.
+//! `sluice stream` from the MariaDB binary log (the test kit's server: log-bin, ROW format),
+//! what only MySQL/MariaDB has: the types the export maps, MINIMAL and NOBLOB row images, and
+//! refusals (no key, a table without transactions, no privilege, statement-based changes,
+//! STATEMENT format, a purged binary log, with and without its GTID position). The scenarios
+//! every change source passes (hand-off with a writer running multi-table transactions, kills
+//! at every failpoint of a batch, DDL, TRUNCATE, `--initial none`) are `capture_suite`'s
+//! MariaDB rows; resumes by GTID and idle streams: `mysql_positions`. The writer and the
+//! helpers here are shared with `mysql_positions`, `stream_formats` and `stream_layouts`.
 
 use crate::common::writer::Background;
-use crate::common::{self, Failpoints, run, sluice, tempdir};
+use crate::common::{self, run, sluice, tempdir};
 use mysql_async::prelude::Queryable;
+use sluice_testkit::capture::{self, Engine};
 use sluice_testkit::changes::replay;
 use sluice_testkit::files::{assert_same_rows, dataset_batches, row_strings};
 use sluice_testkit::mysql::{TestDb, connect};
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-async fn create_tables(db: &mut TestDb, rows: i64) {
-    db.exec(&tables_sql(rows)).await;
-}
-
-/// `acct` with `rows` rows and an empty `hist` (the writer's tables).
+/// `acct` with `rows` rows and an empty `hist` (the writer's tables; the capture suite's).
 pub(crate) fn tables_sql(rows: i64) -> String {
-    format!(
-        "SET SESSION max_recursive_iterations = 1000000;
-         CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL, pad varchar(200) NOT NULL);
-         INSERT INTO acct WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < {rows})
-           SELECT n, 0, MD5(n) FROM g;
-         CREATE TABLE hist (id bigint PRIMARY KEY AUTO_INCREMENT, acct bigint NOT NULL,
-                            amount decimal(12,2) NOT NULL);
-         ANALYZE TABLE acct;"
-    )
+    capture::tables_sql(Engine::Mariadb, rows)
 }
 
-/// A writer of multi-table transactions: updates, a delete, an insert and a key update of
-/// `acct`, and an insert (sometimes a delete) in `hist`, one transaction after another.
+/// The capture suite's writer of multi-table transactions on MariaDB: updates, a delete, an
+/// insert and a key update of `acct`, and an insert (sometimes a delete) in `hist`.
 pub(crate) struct ChangeWriter;
 
 impl ChangeWriter {
@@ -48,37 +33,8 @@ impl ChangeWriter {
     }
 
     /// A writer whose inserted keys start at `next` (one after another writer's).
-    pub(crate) async fn start_from(url: &str, rows: i64, mut next: i64) -> Background {
-        let mut c = connect(url).await;
-        let w = Background::spawn(|stop, commits| async move {
-            while !stop.load(Ordering::Relaxed) {
-                let n = commits.load(Ordering::Relaxed);
-                let pick = format!("id >= FLOOR(RAND() * {rows}) ORDER BY id LIMIT 1");
-                let sql = format!(
-                    "START TRANSACTION;
-                         UPDATE acct SET v = v + 1, pad = CONCAT(LEFT(pad, 150), 'u')
-                           WHERE id >= FLOOR(RAND() * {rows}) ORDER BY id LIMIT 3;
-                         DELETE FROM acct WHERE {pick};
-                         INSERT INTO acct VALUES ({}, -1, 'new');
-                         UPDATE acct SET id = {} WHERE {pick};
-                         INSERT INTO hist (acct, amount) VALUES ({n}, {n} / 4);
-                         {}
-                         COMMIT;",
-                    next,
-                    next + 1,
-                    if n % 5 == 4 {
-                        "DELETE FROM hist ORDER BY id LIMIT 1;"
-                    } else {
-                        ""
-                    }
-                );
-                next += 2;
-                c.query_drop(sql).await.unwrap();
-                commits.fetch_add(1, Ordering::Relaxed);
-            }
-        });
-        w.wait_for(5).await;
-        w
+    pub(crate) async fn start_from(url: &str, rows: i64, next: i64) -> Background {
+        capture::start_writer(Engine::Mariadb, url, rows, next).await
     }
 }
 
@@ -131,20 +87,6 @@ pub(crate) fn state(to: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(to.join("_sluice/stream.json")).unwrap()).unwrap()
 }
 
-/// [`assert_replay_equals`] for the writer's two tables, `acct` and `hist`.
-async fn assert_acct_and_hist_replay(
-    db: &mut TestDb,
-    to: &Path,
-) -> (
-    sluice_testkit::changes::Replayed,
-    sluice_testkit::changes::Replayed,
-) {
-    let r = assert_replay_equals(db, to, "acct", &["id"], "SELECT id, v, pad FROM acct").await;
-    let h =
-        assert_replay_equals(db, to, "hist", &["id"], "SELECT id, acct, amount FROM hist").await;
-    (r, h)
-}
-
 async fn assert_replay_equals(
     db: &mut TestDb,
     to: &Path,
@@ -152,153 +94,8 @@ async fn assert_replay_equals(
     key: &[&str],
     select: &str,
 ) -> sluice_testkit::changes::Replayed {
-    let r = replay(&to.join(format!("{}.{table}", db.name)), key);
     let want = db.row_strings(select).await;
-    if r.rows != want {
-        // Say which changes touched the rows that differ, for the failure message.
-        let got: std::collections::BTreeSet<&String> = r.rows.iter().collect();
-        let w: std::collections::BTreeSet<&String> = want.iter().collect();
-        for m in w.difference(&got).chain(got.difference(&w)).take(6) {
-            let id = m.split('|').next().unwrap();
-            eprintln!("row {m}:");
-            for c in r.changes.iter().filter(|c| c.cells[0] == id) {
-                eprintln!(
-                    "  change _seq {} {} at {} {:?}",
-                    c.seq, c.op, c.pos, c.cells
-                );
-            }
-        }
-        let dir = to.join(format!("{}.{table}", db.name));
-        for f in sluice_testkit::changes::change_files(&dir) {
-            eprintln!("file {}", f.display());
-        }
-        let mut last: Option<&sluice_testkit::changes::Change> = None;
-        for c in &r.changes {
-            if last.is_some_and(|l| l.pos != c.pos) {
-                eprintln!("  tx {} _seq {}", c.pos, c.seq);
-            }
-            last = Some(c);
-        }
-        let st = std::fs::read_to_string(to.join("_sluice/stream.json")).unwrap_or_default();
-        eprintln!("{st}");
-    }
-    assert_same_rows(
-        &r.rows,
-        &want,
-        &format!("{table}: snapshot + changes by _seq"),
-    );
-    r
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn handoff_with_multi_table_transactions_during_the_snapshot_is_exact() {
-    let mut db = TestDb::new().await;
-    create_tables(&mut db, 20_000).await;
-    let writer = ChangeWriter::start(&db.url, 20_000).await;
-    let to = tempdir();
-    let fp = Failpoints::new();
-    // The writer commits while the export reads: after its first part, before the others.
-    let mut cmd = stream(
-        &db.url,
-        &["acct", "hist"],
-        to.path(),
-        &[
-            "--until-current",
-            "--chunk-size",
-            "256KB",
-            "--parallel",
-            "2",
-        ],
-    );
-    fp.run_paused_at(&mut cmd, "export.after_receipt", writer.wait_for(40))
-        .await;
-    writer.wait_for(20).await;
-    let commits = writer.stop().await;
-    run(&mut stream(
-        &db.url,
-        &["acct", "hist"],
-        to.path(),
-        &["--until-current"],
-    ))
-    .ok();
-    let (r, h) = assert_acct_and_hist_replay(&mut db, to.path()).await;
-    common::assert_writer_changes(&r, commits);
-    // One _seq sequence over both tables: no value twice, none missing.
-    let mut seqs: Vec<u64> = r.changes.iter().chain(&h.changes).map(|c| c.seq).collect();
-    seqs.sort();
-    assert_eq!(seqs.first(), Some(&1), "_seq starts at 1");
-    assert!(
-        seqs.windows(2).all(|w| w[1] == w[0] + 1),
-        "_seq has no holes"
-    );
-    // A transaction's changes in both tables share its _pos.
-    let acct_pos: std::collections::HashSet<&String> = r.changes.iter().map(|c| &c.pos).collect();
-    assert!(h.changes.iter().any(|c| acct_pos.contains(&c.pos)));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_at_every_point_of_a_batch_the_restarted_stream_is_exact() {
-    let mut db = TestDb::new().await;
-    create_tables(&mut db, 10_000).await;
-    let writer = ChangeWriter::start(&db.url, 10_000).await;
-    let to = tempdir();
-    let tables = ["acct", "hist"];
-    let small = [
-        "--until-current",
-        "--batch-bytes",
-        "64KB",
-        "--chunk-size",
-        "128KB",
-    ];
-    for spec in [
-        "export.after_receipt=exit@2",
-        "stream.after_flush=exit@1",
-        "stream.before_intent=exit@1",
-        "stream.after_intent=exit@1",
-        "stream.after_files=exit@1",
-        "stream.before_confirm=exit@2",
-    ] {
-        writer.wait_for(30).await;
-        let fp = Failpoints::new();
-        let mut cmd = stream(&db.url, &tables, to.path(), &small);
-        fp.arm(&mut cmd, spec);
-        let r = run(&mut cmd);
-        assert_ne!(r.code, 0, "{spec}: the run did not die:\n{}", r.stderr);
-        assert!(r.stderr.contains("failpoint"), "{spec}: {}", r.stderr);
-        if spec.starts_with("export.") {
-            assert_eq!(
-                state(to.path())["snapshot"]["done"],
-                false,
-                "the snapshot is unfinished"
-            );
-        }
-    }
-    // The interrupted initial snapshot was finished under a second snapshot, whose binary log
-    // position the tables it read use (the replay below proves the result exact).
-    let st = state(to.path());
-    assert_eq!(st["snapshot"]["done"], true);
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(to.path().join("manifest.json")).unwrap()).unwrap();
-    assert_eq!(
-        manifest["snapshots"].as_array().unwrap().len(),
-        2,
-        "{manifest}"
-    );
-    for (name, t) in st["tables"].as_object().unwrap() {
-        assert!(t["snapshot_position"].is_string(), "{name}: {st}");
-    }
-    writer.wait_for(30).await;
-    let fp = Failpoints::new();
-    let mut cmd = stream(&db.url, &tables, to.path(), &small);
-    fp.arm(&mut cmd, "stream.after_files=error@1");
-    let r = run(&mut cmd);
-    r.ok();
-    assert!(r.stderr.contains("restarting the stream"), "{}", r.stderr);
-    writer.wait_for(30).await;
-    writer.stop().await;
-    run(&mut stream(&db.url, &tables, to.path(), &small)).ok();
-    let (r, _) = assert_acct_and_hist_replay(&mut db, to.path()).await;
-    assert!(r.changes.len() > 100, "only {} changes", r.changes.len());
+    sluice_testkit::changes::assert_replay_equals(to, &format!("{}.{table}", db.name), key, &want)
 }
 
 /// Every type the export maps arrives in change files with the export's Arrow type and value:
@@ -407,48 +204,6 @@ async fn types_and_row_images_match_the_export() {
     );
     let i = noblob.columns.iter().position(|c| c == "bl").unwrap();
     assert_eq!(noblob.cells[i], "∅", "an absent cell holds NULL");
-}
-
-/// DDL in the binary log starts a new schema version (a new file); TRUNCATE is a change.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ddl_starts_a_schema_version_and_truncate_is_a_change() {
-    let mut db = TestDb::new().await;
-    db.exec("CREATE TABLE sv (id int PRIMARY KEY, a varchar(10)); INSERT INTO sv VALUES (1, 'x');")
-        .await;
-    let to = tempdir();
-    run(&mut stream(
-        &db.url,
-        &["sv"],
-        to.path(),
-        &["--until-current"],
-    ))
-    .ok();
-    db.exec(
-        "INSERT INTO sv VALUES (2, 'y');
-         ALTER TABLE sv ADD COLUMN b int;
-         INSERT INTO sv VALUES (3, 'z', 30);
-         UPDATE sv SET b = 10 WHERE id = 1;
-         TRUNCATE TABLE sv;
-         INSERT INTO sv VALUES (4, 'w', 40);",
-    )
-    .await;
-    run(&mut stream(
-        &db.url,
-        &["sv"],
-        to.path(),
-        &["--until-current"],
-    ))
-    .ok();
-    let r =
-        assert_replay_equals(&mut db, to.path(), "sv", &["id"], "SELECT id, a, b FROM sv").await;
-    assert!(r.changes.iter().any(|c| c.op == "truncate"));
-    let files = sluice_testkit::changes::change_files(&to.path().join(format!("{}.sv", db.name)));
-    assert!(
-        files.len() >= 2,
-        "a new schema version starts a new file: {files:?}"
-    );
-    let state = std::fs::read_to_string(to.path().join("_sluice/stream.json")).unwrap();
-    assert!(state.contains("\"version\": 2"), "{state}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

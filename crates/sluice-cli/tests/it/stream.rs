@@ -1,22 +1,21 @@
 #![allow(clippy::unwrap_used)]
-//! `sluice stream` against a real PostgreSQL with wal_level=logical: the snapshot hand-off with a
-//! writer running, kills at every failpoint of a batch with restarts, TOAST, partitioned tables,
-//! change files on an object store (moto's S3), the server's idle limits, errors, metrics,
-//! signals and --drop. Every check replays the change files over the snapshot by `_seq`
-//! (`sluice_testkit::changes::replay`, which panics on a repeated `_seq`, an overlap or a gap)
-//! and compares the result with the table.
+//! `sluice stream` against a real PostgreSQL with wal_level=logical, what only PostgreSQL has:
+//! TOAST, partitioned tables, the server's idle limits, refusals, metrics, signals, a large
+//! transaction, state in Redis and change files on an object store (moto's S3). The scenarios
+//! every change source passes (hand-off with a writer, kills at every failpoint of a batch,
+//! schema versions, truncate, `--initial none`) are `capture_suite`'s PostgreSQL rows. Every
+//! check replays the change files over the snapshot by `_seq`
+//! (`sluice_testkit::changes::assert_replay_equals`) and compares the result with the table.
 //!
-//! Over 500 lines: each test is one whole scenario against a real server (writer, failpoints,
-//! restarts, replay), and they share this file's writer and replay checks.
+//! Over 500 lines: each test is one whole scenario against a real server (failpoints,
+//! restarts, replay), and they share this file's table and replay checks.
 
-use crate::common::writer::Background;
 use crate::common::{self, Failpoints, TestDb, run, sluice, tempdir};
 use crate::objstore_common;
 use sluice_testkit::changes::replay;
 use sluice_testkit::files::assert_same_rows;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const TABLE: &str = "public.acct";
@@ -29,37 +28,6 @@ pub(crate) async fn create_acct(db: &TestDb, rows: i64) {
          ANALYZE acct;"
     ))
     .await;
-}
-
-/// A writer that inserts, updates, deletes and changes keys, one transaction after another.
-struct ChangeWriter;
-
-impl ChangeWriter {
-    async fn start(url: &str, rows: i64) -> Background {
-        let c = sluice_testkit::pg::connect(url).await;
-        let w = Background::spawn(|stop, commits| async move {
-            let pick = format!(
-                "(SELECT id FROM acct WHERE id >= (random() * {rows})::bigint ORDER BY id LIMIT 1)"
-            );
-            while !stop.load(Ordering::Relaxed) {
-                c.batch_execute(&format!(
-                    "BEGIN;
-                         UPDATE acct SET v = v + 1, pad = pad || 'u' WHERE id IN
-                           (SELECT id FROM acct WHERE id >= (random() * {rows})::bigint
-                            ORDER BY id LIMIT 3);
-                         DELETE FROM acct WHERE id = {pick};
-                         INSERT INTO acct VALUES (nextval('acct_new'), -1, 'new');
-                         UPDATE acct SET id = nextval('acct_new') WHERE id = {pick};
-                         COMMIT;"
-                ))
-                .await
-                .unwrap();
-                commits.fetch_add(1, Ordering::Relaxed);
-            }
-        });
-        w.wait_for(5).await;
-        w
-    }
 }
 
 pub(crate) fn stream(url: &str, to: &Path, extra: &[&str]) -> Command {
@@ -89,129 +57,11 @@ async fn assert_replay_equals(
     to: &Path,
     select: &str,
 ) -> sluice_testkit::changes::Replayed {
-    let r = replay(&to.join(TABLE), &["id"]);
     let want = db.row_strings(select).await;
-    if r.rows != want {
-        let got: std::collections::BTreeSet<&String> = r.rows.iter().collect();
-        let w: std::collections::BTreeSet<&String> = want.iter().collect();
-        let extra: Vec<_> = got.difference(&w).take(5).collect();
-        let missing: Vec<_> = w.difference(&got).take(5).collect();
-        eprintln!("DEBUG replay extra {extra:?}\nmissing {missing:?}");
-        for m in missing.iter().chain(extra.iter()) {
-            let id = m.split('|').next().unwrap();
-            for c in r.changes.iter().filter(|c| c.cells[0] == id) {
-                eprintln!("  change {} {} {} {:?}", c.seq, c.op, c.pos, c.cells);
-            }
-        }
-        let st = std::fs::read_to_string(to.join("_sluice/stream.json")).unwrap_or_default();
-        eprintln!("{}", &st[st.len().saturating_sub(1500)..]);
-    }
-    assert_same_rows(&r.rows, &want, "snapshot + changes replayed by _seq");
-    r
+    sluice_testkit::changes::assert_replay_equals(to, TABLE, &["id"], &want)
 }
 
-pub(crate) async fn slots_and_publications(db: &TestDb) -> (i64, i64) {
-    let row = db
-        .client
-        .query_one(
-            "SELECT (SELECT count(*) FROM pg_replication_slots WHERE database = current_database()),
-                    (SELECT count(*) FROM pg_publication)",
-            &[],
-        )
-        .await
-        .unwrap();
-    (row.get(0), row.get(1))
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn handoff_with_a_writer_during_the_snapshot_is_exact() {
-    let db = TestDb::new().await;
-    create_acct(&db, 20_000).await;
-    let writer = ChangeWriter::start(&db.url, 20_000).await;
-    let to = tempdir();
-    let fp = Failpoints::new();
-    // The writer commits while the export reads under the slot's snapshot: after the first
-    // part is committed, before the others.
-    let mut cmd = stream(
-        &db.url,
-        to.path(),
-        &[
-            "--until-current",
-            "--chunk-size",
-            "256KB",
-            "--parallel",
-            "2",
-        ],
-    );
-    fp.run_paused_at(&mut cmd, "export.after_receipt", writer.wait_for(40))
-        .await;
-    writer.wait_for(20).await;
-    let commits = writer.stop().await;
-    // Drain what was committed after the first run stopped.
-    run(&mut stream(&db.url, to.path(), &["--until-current"])).ok();
-    let r = assert_replay_equals_table(&db, to.path()).await;
-    common::assert_writer_changes(&r, commits);
-    let seqs: Vec<u64> = r.changes.iter().map(|c| c.seq).collect();
-    assert_eq!(seqs.first(), Some(&1), "_seq starts at 1");
-    assert!(
-        seqs.windows(2).all(|w| w[1] == w[0] + 1),
-        "_seq has no holes within one stream"
-    );
-    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
-    assert_eq!(slots_and_publications(&db).await, (0, 0));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_at_every_point_of_a_batch_the_restarted_stream_is_exact() {
-    let db = TestDb::new().await;
-    create_acct(&db, 10_000).await;
-    let writer = ChangeWriter::start(&db.url, 10_000).await;
-    let to = tempdir();
-    let small = [
-        "--until-current",
-        "--batch-bytes",
-        "64KB",
-        "--chunk-size",
-        "128KB",
-    ];
-    // Each run dies at one point, the next one continues from what the last left.
-    for spec in [
-        "export.after_receipt=exit@2",
-        "stream.after_flush=exit@1",
-        "stream.before_intent=exit@1",
-        "stream.after_intent=exit@1",
-        "stream.after_files=exit@1",
-        "stream.before_confirm=exit@2",
-    ] {
-        writer.wait_for(30).await;
-        let fp = Failpoints::new();
-        let mut cmd = stream(&db.url, to.path(), &small);
-        fp.arm(&mut cmd, spec);
-        let r = run(&mut cmd);
-        assert_ne!(r.code, 0, "{spec}: the run did not die:\n{}", r.stderr);
-        assert!(r.stderr.contains("failpoint"), "{spec}: {}", r.stderr);
-    }
-    // A transient failure is retried within the run, from the committed position.
-    writer.wait_for(30).await;
-    let fp = Failpoints::new();
-    let mut cmd = stream(&db.url, to.path(), &small);
-    fp.arm(&mut cmd, "stream.after_files=error@1");
-    let r = run(&mut cmd);
-    r.ok();
-    assert!(r.stderr.contains("restarting the stream"), "{}", r.stderr);
-    writer.wait_for(30).await;
-    writer.stop().await;
-    run(&mut stream(&db.url, to.path(), &small)).ok();
-    let r = assert_replay_equals_table(&db, to.path()).await;
-    assert!(r.changes.len() > 100, "only {} changes", r.changes.len());
-    // No hidden temporaries or files beyond the committed position are left.
-    let left: Vec<String> = common::files_under(&to.path().join(TABLE))
-        .into_iter()
-        .filter(|f| f.contains("/.") || f.starts_with('.'))
-        .collect();
-    assert!(left.is_empty(), "temporaries left: {left:?}");
-    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
-}
+pub(crate) use sluice_testkit::capture::slots_and_publications;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unchanged_toast_values_are_marked_absent_not_null() {
@@ -455,35 +305,6 @@ async fn a_large_transaction_streams_within_the_memory_budget() {
     assert!(files.len() >= 2, "{files:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_schema_change_starts_a_new_schema_version_in_a_new_file() {
-    let db = TestDb::new().await;
-    create_acct(&db, 100).await;
-    let to = tempdir();
-    run(&mut stream(&db.url, to.path(), &["--until-current"])).ok();
-    db.exec(
-        "UPDATE acct SET v = 1 WHERE id = 1;
-         ALTER TABLE acct ADD COLUMN note text;
-         UPDATE acct SET note = 'n' || id WHERE id <= 3;
-         INSERT INTO acct VALUES (1000, 0, 'p', 'new');",
-    )
-    .await;
-    run(&mut stream(&db.url, to.path(), &["--until-current"])).ok();
-    let r = assert_replay_equals(&db, to.path(), "SELECT id, v, pad, note FROM acct").await;
-    assert_eq!(r.changes.len(), 5);
-    let files = sluice_testkit::changes::change_files(&to.path().join(TABLE));
-    assert_eq!(files.len(), 2, "one file per schema version: {files:?}");
-    let state: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(to.path().join("_sluice/stream.json")).unwrap(),
-    )
-    .unwrap();
-    let versions = state["tables"][TABLE]["versions"].as_array().unwrap();
-    assert_eq!(versions.len(), 2, "{versions:?}");
-    assert_eq!(versions[1]["since_seq"], 2);
-    assert_eq!(versions[1]["columns"].as_array().unwrap().len(), 4);
-    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
-}
-
 fn redis_get(url: &str, key: &str) -> Option<String> {
     use std::io::{BufRead, BufReader, Read, Write};
     let addr = url.trim_start_matches("redis://");
@@ -561,41 +382,6 @@ async fn state_in_redis_survives_a_kill_and_refuses_a_second_stream() {
     .ok();
     assert_eq!(redis_get(&redis, &key), None, "--drop removes the state");
     assert_eq!(slots_and_publications(&db).await, (0, 0));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn initial_none_streams_changes_only_and_csv_change_files_carry_the_change_columns() {
-    let db = TestDb::new().await;
-    create_acct(&db, 100).await;
-    let to = tempdir();
-    let args = ["--until-current", "--initial", "none", "--format", "csv"];
-    run(&mut stream(&db.url, to.path(), &args)).ok();
-    assert!(!to.path().join("manifest.json").exists(), "no snapshot");
-    db.exec("UPDATE acct SET v = 7 WHERE id <= 10").await;
-    let r = run(&mut stream(&db.url, to.path(), &["--until-current"]));
-    assert_eq!(r.code, 2, "a format change is refused: {}", r.stderr);
-    assert!(r.stderr.contains("csv change files"), "{}", r.stderr);
-    run(&mut stream(&db.url, to.path(), &args)).ok();
-    let dir = to.path().join(TABLE).join("changes");
-    let files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert_eq!(files.len(), 1, "{files:?}");
-    let text = std::fs::read_to_string(&files[0]).unwrap();
-    let mut lines = text.lines();
-    assert_eq!(
-        lines.next(),
-        Some("id,v,pad,_op,_pos,_seq,_commit_ts,_xid,_absent")
-    );
-    let rows: Vec<&str> = lines.collect();
-    assert_eq!(rows.len(), 10, "{text}");
-    assert!(
-        rows.iter()
-            .all(|l| l.contains(",7,") && l.contains(",update,")),
-        "{text}"
-    );
-    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -50,32 +50,6 @@ pub fn export(url: &str, to: &Path, args: &[&str]) -> Run {
         .args(args))
 }
 
-/// What the change writer's `commits` transactions must leave in the change files of its
-/// `acct` table, replayed as `r` (PostgreSQL and MySQL streams alike): at least a change per
-/// transaction, inserts, updates and deletes, and each key update written as the delete of the
-/// old key and the insert of the new one, back to back in one transaction.
-pub fn assert_writer_changes(r: &sluice_testkit::changes::Replayed, commits: u64) {
-    assert!(
-        r.changes.len() as u64 >= commits,
-        "{} changes for {commits} writer transactions",
-        r.changes.len()
-    );
-    let ops = |op: &str| r.changes.iter().filter(|c| c.op == op).count();
-    assert!(ops("insert") > 0 && ops("update") > 0 && ops("delete") > 0);
-    let key_updates = r
-        .changes
-        .windows(2)
-        .filter(|w| {
-            w[0].op == "delete"
-                && w[1].op == "insert"
-                && w[0].seq + 1 == w[1].seq
-                && w[0].pos == w[1].pos
-                && w[1].cells[1] != "-1"
-        })
-        .count();
-    assert!(key_updates > 0, "no key update written as delete + insert");
-}
-
 /// The harness of every source's suites, starting this crate's binary.
 pub fn harness() -> sluice_testkit::scenario::Sluice {
     sluice_testkit::scenario::Sluice { command: sluice }

@@ -9,9 +9,8 @@
 
 use std::collections::HashSet;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 /// Create `table` with ids `1..=rows` (and an index on `v`, so updates are not HOT).
 pub async fn create_table(db: &super::TestDb, table: &str, rows: i64) {
@@ -24,48 +23,7 @@ pub async fn create_table(db: &super::TestDb, table: &str, rows: i64) {
     .await;
 }
 
-/// A task that commits transactions in a loop until stopped, counting its commits: the part
-/// every test writer shares (PostgreSQL or MariaDB, whatever each transaction does).
-pub struct Background {
-    stop: Arc<AtomicBool>,
-    commits: Arc<AtomicU64>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Background {
-    /// Spawn `body`, given the stop flag to poll and the counter to bump after each commit.
-    pub fn spawn<F, Fut>(body: F) -> Background
-    where
-        F: FnOnce(Arc<AtomicBool>, Arc<AtomicU64>) -> Fut,
-        Fut: std::future::Future<Output = ()> + Send + 'static,
-    {
-        let stop = Arc::new(AtomicBool::new(false));
-        let commits = Arc::new(AtomicU64::new(0));
-        let task = tokio::spawn(body(stop.clone(), commits.clone()));
-        Background {
-            stop,
-            commits,
-            task,
-        }
-    }
-
-    /// Wait until the loop has committed `n` more transactions.
-    pub async fn wait_for(&self, n: u64) {
-        let target = self.commits.load(Ordering::Relaxed) + n;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.commits.load(Ordering::Relaxed) < target {
-            assert!(Instant::now() < deadline, "the writer is stuck");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-
-    /// Stop the loop; returns the transactions committed.
-    pub async fn stop(self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        self.task.await.unwrap();
-        self.commits.load(Ordering::Relaxed)
-    }
-}
+pub use sluice_testkit::writer::Background;
 
 /// A running writer.
 pub struct Writer {

@@ -1,0 +1,281 @@
+//! The scenarios of change capture, each written once for every engine (see [`super`]). Each
+//! ends by comparing the replayed change files with the source table; moments are placed with
+//! failpoints, and the writer's progress is counted in commits, never waited for in time.
+
+use super::{ACCT, Capture, Engine, HIST, assert_writer_changes, state};
+use crate::process::{self, Failpoints, files_under};
+use crate::scenario::Sluice;
+use std::collections::HashSet;
+
+/// The writer's two tables, streamed together so that one transaction spans both.
+const TABLES: [&str; 2] = ["acct", "hist"];
+
+/// A writer commits multi-table transactions (updates, deletes, inserts, key updates) while
+/// the initial snapshot reads (the run waits after its first part until 40 more commits):
+/// the snapshot plus the changes replayed equal both tables; `_seq` runs from 1 without a
+/// hole over both; a transaction's changes in both tables share its `_pos`; `--drop` leaves
+/// nothing on the server.
+pub async fn handoff(sluice: &Sluice, engine: Engine) {
+    let mut src = Capture::new(sluice, engine).await;
+    src.create_accounts(20_000).await;
+    let writer = src.start_writer(20_000).await;
+    let to = process::tempdir();
+    let fp = Failpoints::new();
+    let args = [
+        "--until-current",
+        "--chunk-size",
+        "256KB",
+        "--parallel",
+        "2",
+    ];
+    let mut cmd = src.stream(&TABLES, to.path(), &args);
+    fp.run_paused_at(&mut cmd, "export.after_receipt", writer.wait_for(40))
+        .await;
+    writer.wait_for(20).await;
+    let commits = writer.stop().await;
+    // Drain what was committed after the first run stopped.
+    src.run(&TABLES, to.path(), &["--until-current"]).ok();
+    let r = src.assert_replay_equals(to.path(), "acct", ACCT).await;
+    let h = src.assert_replay_equals(to.path(), "hist", HIST).await;
+    assert_writer_changes(&r, commits);
+    let mut seqs: Vec<u64> = r.changes.iter().chain(&h.changes).map(|c| c.seq).collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs.first(), Some(&1), "_seq starts at 1");
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "_seq has no holes within one stream"
+    );
+    let acct_pos: HashSet<&String> = r.changes.iter().map(|c| &c.pos).collect();
+    assert!(
+        h.changes.iter().any(|c| acct_pos.contains(&c.pos)),
+        "a transaction's changes in both tables share its _pos"
+    );
+    src.drop_stream(&TABLES, to.path()).await;
+}
+
+/// Each run dies at one failpoint of the snapshot or of a batch (`exit`, as `kill -9` would
+/// leave it) while the writer runs, the next continues from what the last left: the
+/// interrupted snapshot is finished under a second snapshot whose position the tables it read
+/// start from; a transient failure is retried within the run from the committed position; the
+/// replay equals both tables (no gap, no duplicate) and nothing hidden is left.
+pub async fn killed_at_every_point(sluice: &Sluice, engine: Engine) {
+    let mut src = Capture::new(sluice, engine).await;
+    src.create_accounts(10_000).await;
+    let writer = src.start_writer(10_000).await;
+    let to = process::tempdir();
+    let small = [
+        "--until-current",
+        "--batch-bytes",
+        "64KB",
+        "--chunk-size",
+        "128KB",
+    ];
+    for spec in [
+        "export.after_receipt=exit@2",
+        "stream.after_flush=exit@1",
+        "stream.before_intent=exit@1",
+        "stream.after_intent=exit@1",
+        "stream.after_files=exit@1",
+        "stream.before_confirm=exit@2",
+    ] {
+        writer.wait_for(30).await;
+        let fp = Failpoints::new();
+        let mut cmd = src.stream(&TABLES, to.path(), &small);
+        fp.arm(&mut cmd, spec);
+        let r = process::run(&mut cmd);
+        assert_ne!(r.code, 0, "{spec}: the run did not die:\n{}", r.stderr);
+        assert!(r.stderr.contains("failpoint"), "{spec}: {}", r.stderr);
+        if spec.starts_with("export.") {
+            assert_eq!(
+                state(to.path())["snapshot"]["done"],
+                false,
+                "the snapshot is unfinished"
+            );
+        }
+    }
+    let st = state(to.path());
+    assert_eq!(st["snapshot"]["done"], true, "{st}");
+    let manifest = crate::files::manifest(to.path());
+    assert_eq!(
+        manifest["snapshots"].as_array().expect("snapshots").len(),
+        2,
+        "the interrupted snapshot was finished under a second one: {manifest}"
+    );
+    for (name, t) in st["tables"].as_object().expect("tables") {
+        assert!(t["snapshot_position"].is_string(), "{name}: {st}");
+    }
+    writer.wait_for(30).await;
+    let fp = Failpoints::new();
+    let mut cmd = src.stream(&TABLES, to.path(), &small);
+    fp.arm(&mut cmd, "stream.after_files=error@1");
+    let r = process::run(&mut cmd);
+    r.ok();
+    assert!(r.stderr.contains("restarting the stream"), "{}", r.stderr);
+    writer.wait_for(30).await;
+    writer.stop().await;
+    src.run(&TABLES, to.path(), &small).ok();
+    let r = src.assert_replay_equals(to.path(), "acct", ACCT).await;
+    src.assert_replay_equals(to.path(), "hist", HIST).await;
+    assert!(r.changes.len() > 100, "only {} changes", r.changes.len());
+    for t in TABLES {
+        let left: Vec<String> = files_under(&to.path().join(src.dataset(t)))
+            .into_iter()
+            .filter(|f| f.contains("/.") || f.starts_with('.'))
+            .collect();
+        assert!(left.is_empty(), "{t}: temporaries left: {left:?}");
+    }
+    src.drop_stream(&TABLES, to.path()).await;
+}
+
+/// A column added between two changes starts a new schema version in a new file: five
+/// changes, two files, the state's second version from `_seq` 2 with four columns; rows the
+/// new column was not set on replay as NULL.
+pub async fn schema_change(sluice: &Sluice, engine: Engine) {
+    let mut src = Capture::new(sluice, engine).await;
+    src.create_accounts(100).await;
+    let to = process::tempdir();
+    src.run(&["acct"], to.path(), &["--until-current"]).ok();
+    src.exec(
+        "UPDATE acct SET v = 1 WHERE id = 1;
+         ALTER TABLE acct ADD COLUMN note varchar(20);
+         UPDATE acct SET note = CONCAT('n', id) WHERE id <= 3;
+         INSERT INTO acct VALUES (1000, 0, 'p', 'new');",
+    )
+    .await;
+    src.run(&["acct"], to.path(), &["--until-current"]).ok();
+    let r = src
+        .assert_replay_equals(to.path(), "acct", "id, v, pad, note")
+        .await;
+    assert_eq!(r.changes.len(), 5, "{:?}", r.changes);
+    let files = crate::changes::change_files(&to.path().join(src.dataset("acct")));
+    assert_eq!(files.len(), 2, "one file per schema version: {files:?}");
+    let st = state(to.path());
+    let versions = st["tables"][src.dataset("acct")]["versions"]
+        .as_array()
+        .expect("versions");
+    // Each change carries the columns of its moment: the table's before the ALTER, then after.
+    let widths: Vec<usize> = r.changes.iter().map(|c| c.columns.len()).collect();
+    assert_eq!(widths, [3, 4, 4, 4, 4], "{:?}", r.changes);
+    assert_eq!(versions.len(), 2, "{versions:?}");
+    assert!(versions.iter().any(|v| v["version"] == 2), "{versions:?}");
+    // The state's history of versions, from which `_seq` each holds: exact on PostgreSQL.
+    // MySQL/MariaDB announce a restarted stream's tables with the catalog's columns, which
+    // are ahead of the log when a column was added while it was stopped: the history then
+    // has version 1 with the added column from `_seq` 1 and version 2 with the old columns
+    // from `_seq` 1 too (the files themselves are right, as the widths above show).
+    if engine == Engine::Postgres {
+        assert_eq!(versions[1]["version"], 2, "{versions:?}");
+        assert_eq!(versions[1]["since_seq"], 2, "{versions:?}");
+        assert_eq!(versions[1]["columns"].as_array().map(Vec::len), Some(4));
+    }
+    src.drop_stream(&["acct"], to.path()).await;
+}
+
+/// A `TRUNCATE` between inserts is a change of its own, in order, and the stream goes on after
+/// it: the replay (which empties the table at a truncate) equals the table.
+pub async fn truncate(sluice: &Sluice, engine: Engine) {
+    let mut src = Capture::new(sluice, engine).await;
+    src.create_accounts(100).await;
+    let to = process::tempdir();
+    src.run(&["acct"], to.path(), &["--until-current"]).ok();
+    src.exec(
+        "INSERT INTO acct VALUES (1001, 1, 'a');
+         TRUNCATE TABLE acct;
+         INSERT INTO acct VALUES (1002, 2, 'b');",
+    )
+    .await;
+    src.run(&["acct"], to.path(), &["--until-current"]).ok();
+    src.exec("UPDATE acct SET v = 3 WHERE id = 1002;").await;
+    src.run(&["acct"], to.path(), &["--until-current"]).ok();
+    let r = src.assert_replay_equals(to.path(), "acct", ACCT).await;
+    let ops: Vec<&str> = r.changes.iter().map(|c| c.op.as_str()).collect();
+    assert_eq!(
+        ops,
+        ["insert", "truncate", "insert", "update"],
+        "{:?}",
+        r.changes
+    );
+    src.drop_stream(&["acct"], to.path()).await;
+}
+
+/// `--initial none` takes no snapshot and streams only what changes after its first start
+/// (an update made before it is not there); its CSV change files carry the change columns
+/// after the table's; a later run asking for another format is refused.
+pub async fn initial_none(sluice: &Sluice, engine: Engine) {
+    let mut src = Capture::new(sluice, engine).await;
+    src.create_accounts(100).await;
+    src.exec("UPDATE acct SET v = 5 WHERE id = 50;").await;
+    let to = process::tempdir();
+    let args = ["--until-current", "--initial", "none", "--format", "csv"];
+    src.run(&["acct"], to.path(), &args).ok();
+    assert!(!to.path().join("manifest.json").exists(), "no snapshot");
+    src.exec("UPDATE acct SET v = 7 WHERE id <= 10;").await;
+    let r = src.run(&["acct"], to.path(), &["--until-current"]);
+    assert_eq!(r.code, 2, "a format change is refused: {}", r.stderr);
+    assert!(r.stderr.contains("csv change files"), "{}", r.stderr);
+    src.run(&["acct"], to.path(), &args).ok();
+    let dir = to.path().join(src.dataset("acct")).join("changes");
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("a changes directory")
+        .map(|e| e.expect("an entry").path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = std::fs::read_to_string(&files[0]).expect("the change file");
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("id,v,pad,_op,_pos,_seq,_commit_ts,_xid,_absent")
+    );
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 10, "{text}");
+    assert!(
+        rows.iter()
+            .all(|l| l.contains(",7,") && l.contains(",update,")),
+        "{text}"
+    );
+    let mut ids: Vec<String> = rows
+        .iter()
+        .map(|l| l.split(',').next().unwrap_or_default().to_string())
+        .collect();
+    ids.sort();
+    let updated = src.rows("acct WHERE v = 7", "id").await;
+    assert_eq!(ids, updated, "the updated rows, and only them");
+    src.drop_stream(&["acct"], to.path()).await;
+}
+
+/// Changes made while no stream runs (an insert, an update from and to NULL, a delete of a
+/// table with NULLs, decimals and four-byte characters) arrive at the next run, in order, and
+/// replay to the table.
+pub async fn changes_while_stopped(sluice: &Sluice, engine: Engine) {
+    let mut src = Capture::new(sluice, engine).await;
+    let charset = src.sql("", " CHARACTER SET utf8mb4");
+    src.exec(&format!(
+        "CREATE TABLE t (id bigint PRIMARY KEY, v int NOT NULL, name varchar(40),
+                         amount decimal(12,2) NOT NULL){charset};
+         INSERT INTO t VALUES (1, 10, 'one', 1.50), (2, 20, NULL, -2.25), (3, 30, 'drei', 0.00),
+                              (4, 40, 'ünïcödé 𝄞', 99999.99);"
+    ))
+    .await;
+    let to = process::tempdir();
+    // The first run takes the snapshot and ends at the log's current position.
+    src.run(&["t"], to.path(), &["--until-current"]).ok();
+    src.exec(
+        "INSERT INTO t VALUES (5, 50, 'five', 5.05);
+         UPDATE t SET v = v + 1, name = 'two' WHERE id = 2;
+         UPDATE t SET name = NULL WHERE id = 1;
+         DELETE FROM t WHERE id = 3;",
+    )
+    .await;
+    src.run(&["t"], to.path(), &["--until-current"]).ok();
+    let r = src
+        .assert_replay_equals(to.path(), "t", "id, v, name, amount")
+        .await;
+    let ops: Vec<&str> = r.changes.iter().map(|c| c.op.as_str()).collect();
+    assert_eq!(
+        ops,
+        ["insert", "update", "update", "delete"],
+        "{:?}",
+        r.changes
+    );
+    src.drop_stream(&["t"], to.path()).await;
+}
