@@ -193,7 +193,7 @@ fn build(o: &Options, output: Output) -> Result<ExportJob> {
         (Output::Files { need_to: false }, None) => Some(".".to_string()),
     };
     let table = match &to {
-        Some(to) => crate::formats::table_committer(&format, to)?,
+        Some(to) => crate::formats::table_committer(&format, to, &storage_options)?,
         None => None,
     };
     let source = registry::open_source(&source, locking)?;

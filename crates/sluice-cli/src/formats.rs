@@ -83,29 +83,20 @@ fn parquet(o: &Options, name: &str) -> Result<ParquetOptions> {
     })
 }
 
-/// The committer of a table format's runs into `to`: Delta tables in a local directory
-/// (`sluice-lake`); an object store is refused, naming what works.
+/// The committer of a table format's runs into `to` (`sluice-lake`: a local directory or S3,
+/// with the export's storage options); other object stores are refused there, naming what
+/// works.
 pub(crate) fn table_committer(
     format: &FormatOptions,
     to: &str,
+    storage_options: &[(String, String)],
 ) -> Result<Option<Arc<dyn TableCommitter>>> {
     if !format.is_table() {
         return Ok(None);
     }
-    let local = match to.strip_prefix("file://") {
-        Some(path) => path,
-        None if to.contains("://") => {
-            return Err(Error::config(format!(
-                "--format delta writes tables in a local directory in this release; {} is an \
-                 object store, which the Delta commit does not reach yet: give a local --to, or \
-                 use --format parquet for object storage.",
-                sluice_core::redact::redact_url(to)
-            )));
-        }
-        None => to,
-    };
-    Ok(Some(Arc::new(sluice_lake::DeltaCommitter::local(
-        std::path::Path::new(local),
+    Ok(Some(Arc::new(sluice_lake::DeltaCommitter::for_output(
+        to,
+        storage_options,
     )?)))
 }
 

@@ -17,17 +17,24 @@
 //! The commit's `commitInfo` carries the source position and guarantee (`sluice.*` keys), so
 //! a reader can tell which point in time a version shows.
 //!
-//! Limits: local directories only — the library's S3/GCS/Azure backends are separate crates
-//! not linked yet, so `--format delta` with an object-store `--to` is refused by the CLI.
+//! Where: a local directory, or S3 (`s3://`, the bucket's client built here from the same
+//! settings as the export's files, commits by conditional put — see `ConditionalPutLogStores`).
+//! GCS and Azure are refused by the CLI: their clients are not linked in the library's
+//! version of the object-store crate here.
 //! Statistics: each file's row count (`numRecords`); no per-column min/max (readers then do
 //! not skip files by value, which costs time, never correctness).
 
 use async_trait::async_trait;
+use deltalake_core::DeltaResult;
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
 use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake_core::kernel::{Action, Add, MetadataExt, StructType, Transaction};
-use deltalake_core::logstore::LogStoreRef;
 use deltalake_core::logstore::object_store::ObjectStoreExt;
+use deltalake_core::logstore::object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use deltalake_core::logstore::{
+    LogStoreFactory, LogStoreRef, ObjectStoreRef, StorageConfig, default_logstore,
+    logstore_factories,
+};
 use deltalake_core::operations::create::CreateBuilder;
 use deltalake_core::parquet::arrow::parquet_to_arrow_schema;
 use deltalake_core::parquet::file::metadata::ParquetMetaDataReader;
@@ -39,15 +46,47 @@ use sluice_core::error::Retry;
 use sluice_core::{Error, Result};
 use sluice_sink::delta::{TableCommit, TableCommitted, TableCommitter};
 use std::collections::HashMap;
+use std::sync::Arc;
 use url::Url;
 
 /// Version of the application transaction an export commits with.
 const EXPORT_TXN_VERSION: i64 = 1;
 
-/// Commits exports into Delta tables under one local output directory.
+/// Commits exports into Delta tables under one output location: a local directory, or an
+/// S3 prefix.
 pub struct DeltaCommitter {
     root: Url,
+    /// The bucket's store (S3), `None` for a local directory (the library opens those).
+    store: Option<Arc<dyn ObjectStore>>,
 }
+
+/// Commit files on S3 through the library's default log store: each version's file is
+/// written with a conditional put (`If-None-Match`), so of two writers of one version one
+/// fails instead of both succeeding. S3 (since 2024), MinIO and moto honour it; a store that
+/// ignores it could lose a concurrent commit, which is why the library does not register this
+/// for `s3://` by itself.
+#[derive(Debug)]
+struct ConditionalPutLogStores;
+
+impl LogStoreFactory for ConditionalPutLogStores {
+    fn with_options(
+        &self,
+        prefixed_store: ObjectStoreRef,
+        root_store: ObjectStoreRef,
+        location: &Url,
+        options: &StorageConfig,
+    ) -> DeltaResult<LogStoreRef> {
+        Ok(default_logstore(
+            prefixed_store,
+            root_store,
+            location,
+            options,
+        ))
+    }
+}
+
+/// Options of sluice's object-store URLs that are sluice's own, not the S3 client's.
+const SLUICE_ONLY: &[&str] = &["part_size", "upload_concurrency"];
 
 impl DeltaCommitter {
     /// A committer for the output directory `dir` (absolute, or relative to the working
@@ -61,7 +100,69 @@ impl DeltaCommitter {
                 dir.display()
             ))
         })?;
-        Ok(DeltaCommitter { root })
+        Ok(DeltaCommitter { root, store: None })
+    }
+
+    /// A committer for `to`: a local directory or `file://` URL, or `s3://bucket/prefix`
+    /// with the same client settings the export's files were written with (the environment's
+    /// `AWS_*`, the URL's query and `options`). Other object stores are refused, naming what
+    /// works.
+    pub fn for_output(to: &str, options: &[(String, String)]) -> Result<Self> {
+        if let Some(path) = to.strip_prefix("file://") {
+            return Self::local(std::path::Path::new(path));
+        }
+        if !to.contains("://") {
+            return Self::local(std::path::Path::new(to));
+        }
+        let shown = sluice_core::redact::redact_url(to);
+        let url =
+            Url::parse(to).map_err(|e| Error::config(format!("--to {shown} is not a URL: {e}")))?;
+        if url.scheme() != "s3" {
+            return Err(Error::config(format!(
+                "--format delta writes tables in a local directory or on S3 (s3://) in this \
+                 release; {shown} is another object store, which the Delta commit does not \
+                 reach yet: use a local --to or s3://, or --format parquet."
+            )));
+        }
+        let bucket = url.host_str().unwrap_or_default();
+        let mut b = AmazonS3Builder::from_env().with_url(format!("s3://{bucket}"));
+        let pairs = url
+            .query_pairs()
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .chain(options.iter().cloned());
+        for (k, v) in pairs {
+            if SLUICE_ONLY.contains(&k.as_str()) {
+                continue;
+            }
+            let key: AmazonS3ConfigKey = k
+                .parse()
+                .map_err(|_| Error::config(format!("--to {shown}: {k:?} is not an S3 setting")))?;
+            b = b.with_config(key, v);
+        }
+        let store = b.build().map_err(|e| {
+            Error::config(format!(
+                "--to {shown}: cannot set up the S3 client for Delta: {e}"
+            ))
+        })?;
+        let prefix = url.path().trim_matches('/');
+        let root = Url::parse(&format!(
+            "s3://{bucket}/{}",
+            if prefix.is_empty() {
+                String::new()
+            } else {
+                format!("{prefix}/")
+            }
+        ))
+        .map_err(|e| Error::config(format!("--to {shown}: {e}")))?;
+        let factories = logstore_factories();
+        let scheme = Url::parse("s3://").map_err(|e| Error::internal(e.to_string()))?;
+        if !factories.contains_key(&scheme) {
+            factories.insert(scheme, Arc::new(ConditionalPutLogStores));
+        }
+        Ok(DeltaCommitter {
+            root,
+            store: Some(Arc::new(store)),
+        })
     }
 
     fn table_url(&self, dir: &str) -> Result<Url> {
@@ -85,8 +186,12 @@ fn delta_error(table: &Url, e: DeltaTableError) -> Error {
 }
 
 /// The table at `url`, loaded, or `None` where there is none yet.
-async fn open(url: &Url) -> Result<(DeltaTable, bool)> {
+async fn open(url: &Url, store: Option<&Arc<dyn ObjectStore>>) -> Result<(DeltaTable, bool)> {
     let mut table = DeltaTableBuilder::from_url(url.clone())
+        .map(|b| match store {
+            Some(s) => b.with_storage_backend(s.clone(), url.clone()),
+            None => b,
+        })
         .and_then(|b| b.build())
         .map_err(|e| delta_error(url, e))?;
     if !table
@@ -178,7 +283,7 @@ impl TableCommitter for DeltaCommitter {
     async fn commit(&self, commit: TableCommit) -> Result<TableCommitted> {
         let url = self.table_url(&commit.dir)?;
         let app_id = format!("sluice-export-{}", commit.export_id);
-        let (table, exists) = open(&url).await?;
+        let (table, exists) = open(&url, self.store.as_ref()).await?;
         let log: LogStoreRef = table.log_store();
         let store = log.object_store(None);
         if exists {

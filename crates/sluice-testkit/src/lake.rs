@@ -34,7 +34,8 @@ if mode in ("duckdb", "parquet"):
 else:
     from deltalake import DeltaTable
     version = None if len(sys.argv) < 4 else int(sys.argv[3])
-    t = DeltaTable(target, version=version)
+    opts = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    t = DeltaTable(target, version=version, storage_options=opts or None)
     ids = sorted(t.to_pyarrow_table(columns=["id"]).column("id").to_pylist())
     print(json.dumps({"version": t.version(), "files": len(t.file_uris()), "ids": ids,
                       "history": t.history(), "protocol": [t.protocol().min_reader_version,
@@ -137,7 +138,12 @@ pub struct DeltaView {
 
 /// The table at `dir` through the `deltalake` package.
 pub fn delta_view(dir: &Path, version: Option<i64>) -> DeltaView {
-    let path = dir.to_str().expect("UTF-8 path");
+    delta_view_at(dir.to_str().expect("UTF-8 path"), version)
+}
+
+/// The table at `uri` (a path, or `s3://…` with the client settings of the environment's
+/// `AWS_*` variables, which the test kit's S3 emulator sets) through the `deltalake` package.
+pub fn delta_view_at(path: &str, version: Option<i64>) -> DeltaView {
     let v = match version {
         Some(n) => read(&["deltalake", path, &n.to_string()]),
         None => read(&["deltalake", path]),
