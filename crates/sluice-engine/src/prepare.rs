@@ -38,6 +38,16 @@ pub(crate) struct Prepared {
     pub outside_snapshot: BTreeMap<String, String>,
 }
 
+/// What a table format does to the datasets' columns (for the report and `sluice plan`), or
+/// the refusal of a column name it cannot hold — before anything is read.
+pub(crate) fn table_notes(datasets: &[Dataset]) -> Result<Vec<String>> {
+    let mut notes = Vec::new();
+    for d in datasets {
+        notes.extend(sluice_sink::delta::table_schema(&d.name, &d.arrow_schema())?.notes);
+    }
+    Ok(notes)
+}
+
 /// Discover, plan (or reconcile the unfinished plan), pin the snapshot, write run.json.
 pub(crate) async fn prepare(
     job: &ExportJob,
@@ -56,11 +66,7 @@ pub(crate) async fn prepare(
                 job.format.describe()
             )));
         }
-        // Names Delta cannot hold are refused before anything is read; types it lacks are
-        // said in the report.
-        for d in &discovered {
-            notes.extend(sluice_sink::delta::table_schema(&d.name, &d.arrow_schema())?.notes);
-        }
+        notes.extend(table_notes(&discovered)?);
     }
     let inputs = plan_inputs(job).with_columns_of(&discovered);
     let sizing = plan::size(&discovered, &inputs);

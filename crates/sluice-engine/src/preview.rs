@@ -124,6 +124,12 @@ pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
         }
         let predicted = predicted_peak_rss(workers, &budget(workers, &inputs), &inputs);
         notes.extend(plan::memory_note(workers, predicted, &inputs));
+        if job.format.is_table() {
+            match crate::prepare::table_notes(&datasets) {
+                Ok(n) => notes.extend(n),
+                Err(e) => notes.push(format!("an export would refuse to start: {e}")),
+            }
+        }
         Ok(PlanReport {
             source: format!("{} {}", job.source.engine(), job.source.display_url()),
             server_version: coordinator.server_version(),

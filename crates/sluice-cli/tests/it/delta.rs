@@ -238,6 +238,18 @@ async fn what_a_delta_table_cannot_take_is_refused_with_the_fix() {
         "{:?}",
         files_under(out.path())
     );
+    // `sluice plan` says the same, reading no row.
+    let plan = sluice_testkit::process::run(
+        sluice()
+            .args(["plan", "--source", &db.url])
+            .args(words("--table odd --format delta")),
+    );
+    assert!(
+        plan.stdout.contains("an export would refuse to start") && plan.stdout.contains("\"a b\""),
+        "{}{}",
+        plan.stdout,
+        plan.stderr
+    );
     let run = run_export_to(
         &db.url,
         "gs://bucket/x",
