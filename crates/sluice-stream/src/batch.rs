@@ -41,6 +41,11 @@ struct Table {
     /// Not in the stream's selection (a shared publication): its changes are not written.
     ignored: bool,
     snapshot_position: Option<StreamPos>,
+    /// The columns its builders were made for (name, Arrow type, source type).
+    columns: Vec<(String, String, String)>,
+    /// Their schema version in the state; 0 until a change is written with them, since a
+    /// version starts at its first change, not at the source's announcement (which may come
+    /// for changes that are not written, or be replaced before any is).
     version: u32,
     rows: Option<ChangeRows>,
     file: Option<OpenFile>,
@@ -136,6 +141,7 @@ impl Batcher {
                 dataset: name.clone(),
                 ignored: false,
                 snapshot_position: t.snapshot_position.clone(),
+                columns: Vec::new(),
                 version: 0,
                 rows: None,
                 file: None,
@@ -348,30 +354,30 @@ impl Batcher {
         }
     }
 
-    fn version_for(&mut self, h: usize, columns: &[ColumnDesc]) -> u32 {
-        let desc: Vec<(String, String, String)> = columns
-            .iter()
-            .map(|c| {
-                (
-                    c.name.clone(),
-                    c.field.data_type().to_string(),
-                    c.source_type.clone(),
-                )
-            })
-            .collect();
-        let dataset = self.tables[h].dataset.clone();
-        let next_seq = self.next_seq;
-        let pos = self.tx.pos.clone();
-        let Some(ts) = self.state.tables.get_mut(&dataset) else {
+    /// The schema version of table `h`'s current columns for a change written at `seq`,
+    /// recorded in the state when it begins there.
+    ///
+    /// The version holding `seq` is the latest that began at or before it: it is kept when its
+    /// columns are these (a replayed batch finds the versions it made the first time).
+    /// Otherwise a version begins at `seq`, numbered after the last; versions recorded from
+    /// `seq` on came from an attempt whose changes are being written again, so they give way
+    /// (no two versions claim one `_seq`, and a version's columns are those of its files).
+    fn version_for(&mut self, h: usize, seq: u64) -> u32 {
+        let Table {
+            dataset, columns, ..
+        } = &self.tables[h];
+        let pos = &self.tx.pos;
+        let Some(ts) = self.state.tables.get_mut(dataset) else {
             return 0;
         };
-        // The latest version with these columns that began at or before this point: a replay
-        // finds the versions it made the first time.
-        if let Some(v) = ts
-            .versions
-            .iter()
-            .rev()
-            .find(|v| v.columns == desc && v.since_seq <= next_seq)
+        if let Some(v) = ts.versions.iter().rev().find(|v| v.since_seq <= seq)
+            && v.columns == *columns
+        {
+            return v.version;
+        }
+        ts.versions.retain(|v| v.since_seq < seq);
+        if let Some(v) = ts.versions.last()
+            && v.columns == *columns
         {
             return v.version;
         }
@@ -379,17 +385,31 @@ impl Batcher {
         if version > 1 {
             tracing::info!(
                 "{dataset}: its columns changed at position {pos}: schema version {version} \
-                 starts at _seq {next_seq} (a new change file)"
+                 starts at _seq {seq} (a new change file)"
             );
         }
         ts.versions.push(SchemaVersion {
             version,
-            since_seq: next_seq,
-            since_pos: pos,
-            columns: desc,
+            since_seq: seq,
+            since_pos: pos.clone(),
+            columns: columns.clone(),
         });
         version
     }
+}
+
+/// A table's columns as its schema versions record them: name, Arrow type, source type.
+fn describe(columns: &[ColumnDesc]) -> Vec<(String, String, String)> {
+    columns
+        .iter()
+        .map(|c| {
+            (
+                c.name.clone(),
+                c.field.data_type().to_string(),
+                c.source_type.clone(),
+            )
+        })
+        .collect()
 }
 
 impl ChangeSink for Batcher {
@@ -417,6 +437,7 @@ impl ChangeSink for Batcher {
                     dataset: table.dataset_name(),
                     ignored: true,
                     snapshot_position: None,
+                    columns: Vec::new(),
                     version: 0,
                     rows: None,
                     file: None,
@@ -427,9 +448,9 @@ impl ChangeSink for Batcher {
         if self.tables[h].ignored {
             return Ok(h);
         }
-        let version = self.version_for(h, columns);
+        let desc = describe(columns);
         let t = &self.tables[h];
-        if t.version == version && t.rows.is_some() {
+        if t.columns == desc && t.rows.is_some() {
             return Ok(h);
         }
         let busy = t.file.is_some() || t.rows.as_ref().is_some_and(|r| r.rows() > 0);
@@ -451,7 +472,9 @@ impl ChangeSink for Batcher {
         }
         let t = &mut self.tables[h];
         t.rows = Some(ChangeRows::new(schema, columns.len())?);
-        t.version = version;
+        t.columns = desc;
+        // Its version is found at its first written change (`row`).
+        t.version = 0;
         Ok(h)
     }
 
@@ -478,6 +501,9 @@ impl ChangeSink for Batcher {
                 .filtered_changes
                 .fetch_add(1, Ordering::Relaxed);
             return Ok(None);
+        }
+        if self.tables[table].version == 0 && self.tables[table].rows.is_some() {
+            self.tables[table].version = self.version_for(table, seq);
         }
         self.cur = Some((table, op, seq));
         Ok(self.tables[table].rows.as_mut())
@@ -534,3 +560,6 @@ impl ChangeSink for Batcher {
 fn commit_micros(commit_ts: Option<i64>) -> i64 {
     commit_ts.unwrap_or_else(|| chrono::Utc::now().timestamp_micros())
 }
+
+#[cfg(test)]
+mod tests;

@@ -31,9 +31,11 @@ pub const STATE_VERSION: u32 = 1;
 pub struct SchemaVersion {
     /// 1, 2, …
     pub version: u32,
-    /// The first `_seq` written with it (0 before any change).
+    /// The first `_seq` written with it: a version starts at its first change, not where the
+    /// source announced the columns (states of earlier releases may hold a version that
+    /// starts before its first change).
     pub since_seq: u64,
-    /// Position of the transaction that brought it.
+    /// Position of the transaction of its first change.
     pub since_pos: StreamPos,
     /// Columns: name, Arrow type, source type.
     pub columns: Vec<(String, String, String)>,

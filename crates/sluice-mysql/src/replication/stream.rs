@@ -20,7 +20,11 @@
 //! with an error rather than decoding values into the wrong columns. Under
 //! `binlog_row_metadata=FULL` the table map says how its values are stored (enum and set
 //! members, signedness, character sets): where that differs from the catalog's, or the count
-//! does, the table map's own definition is used instead (`table_map.rs`).
+//! does, the table map's own definition is used instead (`table_map.rs`), its columns that the
+//! catalog holds unchanged described as the catalog does (`table_map::reconcile`). The runner
+//! is told a table's columns only once they are the table map's: a restarted stream must not
+//! announce the catalog's present, which may be ahead of the position it resumes from, or the
+//! schema history would gain a version the log has not reached.
 //!
 //! Over 500 lines: event groups, table maps and row images all read and change one stream's
 //! state (the open group, the table ids, each table's decoders and runner handle); the value
@@ -659,6 +663,24 @@ impl MyStream {
 
     /// The runner's handle for `t`, its columns read again first if a DDL named it.
     async fn relation(&mut self, t: &TableRef, sink: &mut dyn ChangeSink) -> Result<usize> {
+        self.refresh(t).await?;
+        let tab = self
+            .tables
+            .get_mut(t)
+            .ok_or_else(|| Error::internal(format!("{t} is not captured")))?;
+        match tab.handle {
+            Some(h) => Ok(h),
+            None => {
+                let h = sink.relation(t, &tab.columns)?;
+                tab.handle = Some(h);
+                Ok(h)
+            }
+        }
+    }
+
+    /// Read `t`'s columns from the catalog again if a DDL named it (or its table map did not
+    /// fit them); they are announced to the runner only once they are the ones decoded with.
+    async fn refresh(&mut self, t: &TableRef) -> Result<()> {
         let display = self.display.clone();
         let Some(tab) = self.tables.get_mut(t) else {
             return Err(Error::internal(format!("{t} is not captured")));
@@ -688,14 +710,7 @@ impl MyStream {
             tab.stale = false;
             tab.handle = None;
         }
-        match tab.handle {
-            Some(h) => Ok(h),
-            None => {
-                let h = sink.relation(t, &tab.columns)?;
-                tab.handle = Some(h);
-                Ok(h)
-            }
-        }
+        Ok(())
     }
 
     async fn table_map(&mut self, e: &Event, sink: &mut dyn ChangeSink) -> Result<()> {
@@ -715,7 +730,11 @@ impl MyStream {
             self.ids.insert(id, Some((t, layout)));
             return Ok(());
         }
-        self.relation(&t, sink).await?;
+        // Not announced yet: the catalog is the table now, which may be ahead of this event
+        // (a column added while the stream was stopped); the runner is told the columns only
+        // once they are known to be this table map's, or its schema history would gain a
+        // version the log has not reached.
+        self.refresh(&t).await?;
         let from_map = super::table_map::columns(&t, &tme)?;
         // The definition decoded with must be the one the event was written with: same
         // columns, and (under full row metadata, which says) the same binary log facts —
@@ -740,9 +759,9 @@ impl MyStream {
             if let Some(tab) = self.tables.get_mut(&t) {
                 tab.stale = true;
             }
-            self.relation(&t, sink).await?;
+            self.refresh(&t).await?;
             if !self.tables.get(&t).is_some_and(fits) {
-                let Some(m) = from_map else {
+                let Some(mut m) = from_map else {
                     let have = self.tables.get(&t).map_or(0, |x| x.columns.len());
                     return Err(Error::new(
                         ErrorKind::Source,
@@ -758,12 +777,13 @@ impl MyStream {
                         ),
                     ));
                 };
-                let decoder = ValueDecoder::new(&m.columns, self.zero_dates)
-                    .map_err(|e| Error::config(format!("{t}: {}", e.0)))?;
                 let tab = self
                     .tables
                     .get_mut(&t)
                     .ok_or_else(|| Error::internal(format!("{t} is not captured")))?;
+                super::table_map::reconcile(&mut m, &tab.columns, &tab.codec.facts);
+                let decoder = ValueDecoder::new(&m.columns, self.zero_dates)
+                    .map_err(|e| Error::config(format!("{t}: {}", e.0)))?;
                 if !m.key.is_empty() {
                     tab.key = key_of(&m.columns, &m.key);
                 } else {
@@ -778,9 +798,10 @@ impl MyStream {
                 tab.columns = m.columns;
                 // Read the catalog again at the next DDL or mismatch.
                 tab.stale = false;
-                tab.handle = Some(sink.relation(&t, &tab.columns)?);
+                tab.handle = None;
             }
         }
+        self.relation(&t, sink).await?;
         let layout = Arc::new(Layout::of(&tme).map_err(|x| malformed(&self.display, x))?);
         let tab = self
             .tables

@@ -230,3 +230,80 @@ pub fn columns(t: &TableRef, tme: &TableMapEvent<'_>) -> Result<Option<MapColumn
         key,
     }))
 }
+
+/// The type text without its parenthesized parts (lengths, display widths, precisions,
+/// members): `bigint(20) unsigned` → `bigint unsigned`, as a table map writes it.
+fn without_lengths(t: &str) -> String {
+    let mut out = String::with_capacity(t.len());
+    let (mut depth, mut quoted) = (0usize, false);
+    for c in t.chars() {
+        match c {
+            '\'' if depth > 0 => quoted = !quoted,
+            '(' if !quoted => depth += 1,
+            ')' if !quoted && depth > 0 => depth -= 1,
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Whether the catalog's type text `catalog` is the table map's `map`: exactly where the table
+/// map writes the parenthesized part (decimals, bits, enums, sets), else with the catalog's
+/// lengths left out.
+fn same_type(catalog: &str, map: &str) -> bool {
+    if map.contains('(') {
+        catalog.eq_ignore_ascii_case(map)
+    } else {
+        without_lengths(catalog).eq_ignore_ascii_case(map)
+    }
+}
+
+/// Give the table map's columns the catalog's description where the catalog holds the same
+/// column: same name, same binary log facts, same Arrow type and the same type once lengths
+/// are left out.
+///
+/// A table map lacks what the catalog says beyond storage (`varchar(200)` is `varchar` there,
+/// MariaDB's `bigint(20)` is `bigint`, nullability is unknown). The table map's definition is
+/// used only where the catalog is ahead of the log (a column added or dropped later), and its
+/// other columns are then the catalog's: described as the catalog describes them, the stream's
+/// schema versions stay the same as those made from the catalog before (a restart does not
+/// start a version whose columns did not change, and the later catalog-read version differs
+/// only by what the log changed).
+pub fn reconcile(m: &mut MapColumns, catalog: &[ColumnDesc], facts: &[ColumnFacts]) {
+    for (c, f) in m.columns.iter_mut().zip(&m.facts) {
+        let same = catalog.iter().zip(facts).find(|(k, kf)| {
+            k.name == c.name
+                && kf.fix == f.fix
+                && k.field.data_type() == c.field.data_type()
+                && same_type(&k.source_type, &c.source_type)
+        });
+        if let Some((k, _)) = same {
+            *c = k.clone();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{same_type, without_lengths};
+
+    #[test]
+    fn lengths_are_left_out_as_a_table_map_leaves_them() {
+        assert_eq!(without_lengths("bigint(20) unsigned"), "bigint unsigned");
+        assert_eq!(without_lengths("varchar(200)"), "varchar");
+        assert_eq!(without_lengths("decimal(12,2)"), "decimal");
+        assert_eq!(without_lengths("enum('a)','b')"), "enum");
+        assert_eq!(without_lengths("int"), "int");
+    }
+
+    #[test]
+    fn a_catalog_type_is_the_table_maps_up_to_what_the_map_leaves_out() {
+        assert!(same_type("bigint(20)", "bigint"));
+        assert!(same_type("int(10) unsigned", "int unsigned"));
+        assert!(same_type("varchar(200)", "varchar"));
+        assert!(same_type("decimal(12,2)", "decimal(12,2)"));
+        assert!(!same_type("decimal(12,4)", "decimal(12,2)"));
+        assert!(!same_type("int", "bigint"));
+    }
+}
