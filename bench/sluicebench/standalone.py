@@ -192,6 +192,16 @@ def main(argv: list[str] | None = None) -> int:
 def measure_all(a, carry, url, bin_dir, postmaster, workers, globs, argv) -> int:
     """Generate each dataset, measure every wanted strategy on it, write the results."""
     sluice = carry / "sluice"
+    packed = carry / "sluice.xz"
+    if packed.exists() and not sluice.exists():
+        # bench/carry packs the binary with xz when it and the PostgreSQL wheel would pass
+        # the 64 MiB a device run carries.
+        import lzma
+        import shutil
+
+        with lzma.open(packed) as src, open(sluice, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        sluice.chmod(0o755)
     if sluice.exists():
         sluice.chmod(0o755)
     cx_path = carry / "connectorx"
