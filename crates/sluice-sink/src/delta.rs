@@ -159,9 +159,9 @@ impl TableSchema {
     /// `batch` (in the dataset's schema) in the table's schema.
     pub fn convert(&self, batch: &RecordBatch) -> Result<RecordBatch> {
         if self.conversions.iter().all(|c| *c == Conversion::Keep) {
-            return batch
-                .clone()
-                .with_schema(self.schema.clone())
+            // Same arrays under the table's schema, whose fields carry no metadata (a JSON
+            // column's extension name): `with_schema` would refuse a schema with less metadata.
+            return RecordBatch::try_new(self.schema.clone(), batch.columns().to_vec())
                 .map_err(|e| Error::internal(format!("delta schema: {e}")));
         }
         let source = batch.schema();
@@ -332,6 +332,29 @@ mod tests {
         let u = arrow_cast::display::array_value_to_string(out.column(2), 0).unwrap();
         assert_eq!(u, "abababab-abab-abab-abab-abababababab");
         assert!(out.column(2).is_null(1));
+    }
+
+    #[test]
+    fn a_json_column_alone_is_written_as_plain_text() {
+        let metadata: std::collections::HashMap<String, String> =
+            [("ARROW:extension:name".to_string(), "arrow.json".to_string())].into();
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("j", DataType::Utf8, true).with_metadata(metadata),
+        ]);
+        let t = table_schema("d", &schema).unwrap();
+        assert_eq!(t.notes.len(), 1, "{:?}", t.notes);
+        let batch = RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(Int64Array::from(vec![1])),
+                Arc::new(arrow_array::StringArray::from(vec![Some("{}")])),
+            ],
+        )
+        .unwrap();
+        let out = t.convert(&batch).unwrap();
+        assert!(out.schema().field(1).metadata().is_empty());
+        assert_eq!(out.num_rows(), 1);
     }
 
     #[test]
