@@ -238,6 +238,27 @@ async fn file_schema(store: &dyn ObjectStore, url: &Url, path: &str) -> Result<S
         .map_err(|e| bad(&format!("no Delta schema for its columns: {e}")))
 }
 
+/// A table partitioned by another writer: sluice's parts are not partitioned, and adding them
+/// to such a table would leave a table its readers cannot read, so its contents are not
+/// replaced (the kernel's accessor for the partition columns is not public; the metadata's
+/// own serialization says them).
+fn refuse_partitioned(url: &Url, metadata: &deltalake_core::kernel::Metadata) -> Result<()> {
+    let json = serde_json::to_value(metadata).unwrap_or_default();
+    let columns: Vec<&str> = json["partitionColumns"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if columns.is_empty() {
+        return Ok(());
+    }
+    Err(Error::config(format!(
+        "{url} is a Delta table partitioned by ({}), and sluice writes unpartitioned tables: it \
+         will not replace that table's contents. Export to another --to, or remove the table \
+         first.",
+        columns.join(", ")
+    )))
+}
+
 /// The `add` action of one part: its size and modification time as the store reports them
 /// (a size other than the receipt's means the file is not the one the run wrote).
 async fn add_action(
@@ -325,6 +346,7 @@ impl TableCommitter for DeltaCommitter {
             });
         }
         let state = table.snapshot().map_err(|e| delta_error(&url, e))?;
+        refuse_partitioned(&url, state.metadata())?;
         let mut actions: Vec<Action> = Vec::new();
         if state.schema().as_ref() != &schema {
             let metadata = state

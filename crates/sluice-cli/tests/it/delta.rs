@@ -278,6 +278,40 @@ async fn what_a_delta_table_cannot_take_is_refused_with_the_fix() {
     );
 }
 
+/// A table another writer partitioned is not replaced by `--overwrite` (its readers could not
+/// read unpartitioned parts added to it): exit 2 naming the partition column, the table
+/// unchanged.
+#[tokio::test]
+async fn a_partitioned_table_is_not_replaced() {
+    let db = TestDb::new().await;
+    create_table(&db, "r", 100).await;
+    let out = tempdir();
+    let table = out.path().join("public.r");
+    let made = std::process::Command::new(lake::python())
+        .arg("-c")
+        .arg(
+            "import sys, pyarrow as pa; from deltalake import write_deltalake; \
+             write_deltalake(sys.argv[1], pa.table({'id': [7], 'v': [1]}), partition_by=['v'])",
+        )
+        .arg(&table)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let run = export(
+        &db.url,
+        out.path(),
+        &words("--table r --format delta --overwrite"),
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("partitioned by (v)"), "{}", run.stderr);
+    let v = lake::delta_view(&table, None);
+    assert_eq!((v.version, v.ids), (0, vec![7]));
+}
+
 fn run_export_to(url: &str, to: &str, args: &[&str]) -> Run {
     sluice_testkit::process::run(
         sluice()
