@@ -37,10 +37,9 @@ pub enum Start {
 pub fn decide(job: &ExportJob, prior: Prior) -> Result<Start> {
     let shown = job.destination.display();
     if job.overwrite {
-        return Ok(match prior {
-            Prior::Fresh => Start::Fresh,
-            other => Start::Overwrite(other),
-        });
+        // Even with nothing of ours there, files in the dataset directories are replaced (the
+        // table above), not refused with advice to pass the --overwrite already given.
+        return Ok(Start::Overwrite(prior));
     }
     match prior {
         Prior::Fresh => Ok(Start::Fresh),
