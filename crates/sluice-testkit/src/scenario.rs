@@ -158,8 +158,10 @@ pub async fn kill_then_resume(sluice: &Sluice, mut src: Source) {
     let out = process::tempdir();
     let a = args("512KB", &["--chunk-by", "key"]);
     sluice.killed_at(&src.url, out.path(), &a, "export.after_receipt=exit@2");
+    // The second receipt's failpoint kills the run; the other worker may have written a
+    // receipt of its own between writing and reaching the failpoint, so at least two.
     let before = receipts(out.path());
-    assert_eq!(before, 2, "both receipts are durable before the kill");
+    assert!(before >= 2, "{before} receipts durable before the kill");
     let refused = sluice.export(&src.url, out.path(), &a);
     assert_eq!(refused.code, 2, "{}", refused.stderr);
     assert!(refused.stderr.contains("--resume"), "{}", refused.stderr);
