@@ -86,26 +86,7 @@ async fn export_with_oracle(db: &TestDb, out: &Path, args: &[&str], spec: &str) 
         .spawn()
         .unwrap();
     fp.reached("export.after_plan", &mut child).await;
-    let state = files::json(&out.join("_sluice/run.json"));
-    let id = state["snapshots"].as_array().unwrap().last().unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let oracle = sluice_testkit::pg::connect(&db.url).await;
-    oracle
-        .batch_execute(&format!(
-            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '{id}'"
-        ))
-        .await
-        .unwrap();
-    let mut ids: Vec<i64> = oracle
-        .query("SELECT id FROM r", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    ids.sort_unstable();
+    let ids = ids_in_run_snapshot(&db.url, out).await;
     fp.release("export.after_plan");
     let run = tokio::task::spawn_blocking(move || finish(child).into())
         .await

@@ -24,27 +24,7 @@ async fn resume_with_oracle(db: &TestDb, out: &Path, args: &[&str]) -> (Run, Vec
     let paused = harness()
         .paused_at(&db.url, out, &all, "export.after_plan")
         .await;
-    let state = files::json(&out.join("_sluice/run.json"));
-    let snapshots = state["snapshots"].as_array().unwrap();
-    let id = snapshots.last().unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let oracle = sluice_testkit::pg::connect(&db.url).await;
-    oracle
-        .batch_execute(&format!(
-            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '{id}'"
-        ))
-        .await
-        .unwrap();
-    let mut ids: Vec<i64> = oracle
-        .query("SELECT id FROM r", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    ids.sort_unstable();
+    let ids = ids_in_run_snapshot(&db.url, out).await;
     let run = paused.release().await;
     (run, ids)
 }

@@ -54,3 +54,30 @@ pub fn export(url: &str, to: &Path, args: &[&str]) -> Run {
 pub fn harness() -> sluice_testkit::scenario::Sluice {
     sluice_testkit::scenario::Sluice { command: sluice }
 }
+
+/// The sorted ids of table `r` as of the snapshot a paused run holds (the last one in its
+/// `_sluice/run.json`), read by a separate session that imports it: the oracle an export's
+/// output must equal.
+pub async fn ids_in_run_snapshot(url: &str, out: &Path) -> Vec<i64> {
+    let state = files::json(&out.join("_sluice/run.json"));
+    let id = state["snapshots"].as_array().unwrap().last().unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let oracle = sluice_testkit::pg::connect(url).await;
+    oracle
+        .batch_execute(&format!(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '{id}'"
+        ))
+        .await
+        .unwrap();
+    let mut ids: Vec<i64> = oracle
+        .query("SELECT id FROM r", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    ids.sort_unstable();
+    ids
+}
