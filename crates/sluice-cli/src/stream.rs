@@ -145,6 +145,7 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
                 Some(ops) => sluice_stream::OpFilter::parse(ops)?,
                 None => sluice_stream::OpFilter::default(),
             },
+            before_images: s.before_images,
         },
     })
 }

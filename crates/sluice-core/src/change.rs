@@ -13,6 +13,7 @@
 //! | `_commit_ts` | Timestamp(µs, UTC)       | commit time |
 //! | `_xid`       | Utf8                     | the source's transaction id (PostgreSQL xid; a GTID where the source has them) |
 //! | `_absent`    | List(Utf8)               | columns this change does not carry (an unchanged TOAST value, a delete's non-key columns): their cells are NULL but mean "not sent", never "NULL" |
+//! | `_before`    | Struct(the table's columns) | only with `--before-images`, after the others: the whole old row of an update or a delete; NULL for inserts and truncates |
 //!
 //! Replaying changes by `_seq` over a snapshot needs no special case: an update that changes the
 //! key is a `delete` of the old key followed by an `insert` of the new row, and a column listed
@@ -22,21 +23,23 @@
 //! The adapter implements [`ChangeStream`] and feeds a [`ChangeSink`]; the runner implements the
 //! sink (batching, files, state). Neither knows the other's side.
 //!
-//! Length: about 590 lines: the change columns, the row builders, the source and sink traits
-//! with what each method promises, and the small policies a source applies while decoding
-//! (bad values, layout changes); one vocabulary that every capture adapter implements.
+//! Length: about 560 lines: the change columns, the source and sink traits with what each
+//! method promises, and the small policies a source applies while decoding (bad values, layout
+//! changes); one vocabulary that every capture adapter implements. The row builders are in
+//! `change/rows.rs`.
 
-use crate::columns::{BatchBuilder, ColumnBuilder};
 use crate::error::{Error, Result};
 use crate::position::{SnapshotInfo, StreamPos};
 use crate::source::Source;
 use crate::table::{ColumnDesc, Dataset, TableRef};
-use arrow_array::RecordBatch;
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
+
+mod rows;
+pub use rows::ChangeRows;
 
 /// Name of the operation column.
 pub const OP: &str = "_op";
@@ -50,6 +53,8 @@ pub const COMMIT_TS: &str = "_commit_ts";
 pub const XID: &str = "_xid";
 /// Name of the absent-columns column.
 pub const ABSENT: &str = "_absent";
+/// Name of the before-image column (`--before-images`), after the change columns.
+pub const BEFORE: &str = "_before";
 /// Every change column, in the order they follow the table's columns.
 pub const CHANGE_COLUMNS: [&str; 6] = [OP, POS, SEQ, COMMIT_TS, XID, ABSENT];
 
@@ -192,6 +197,33 @@ pub fn change_schema(table: &TableRef, columns: &[ColumnDesc]) -> Result<SchemaR
     Ok(Arc::new(Schema::new(fields)))
 }
 
+/// `schema` (a [`change_schema`] of `table`, whose first `table_columns` fields are the
+/// table's) with the before-image column: a struct of the table's columns holding the old row
+/// of an update or a delete, NULL where a change has none. Fails when the table has a column
+/// named like it.
+pub fn with_before_images(
+    table: &TableRef,
+    schema: &SchemaRef,
+    table_columns: usize,
+) -> Result<SchemaRef> {
+    let own = &schema.fields()[..table_columns];
+    if own.iter().any(|f| f.name() == BEFORE) {
+        return Err(Error::config(format!(
+            "{table} has a column named {BEFORE}, which --before-images uses for the old row; \
+             rename the column, leave the table out, or stream without --before-images"
+        )));
+    }
+    let mut fields = schema.fields().to_vec();
+    fields.push(Arc::new(Field::new(
+        BEFORE,
+        DataType::Struct(own.to_vec().into()),
+        true,
+    )));
+    Ok(Arc::new(
+        Schema::new(fields).with_metadata(schema.metadata().clone()),
+    ))
+}
+
 /// One transaction's facts, shared by its rows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TxMeta {
@@ -201,94 +233,6 @@ pub struct TxMeta {
     pub xid: String,
     /// Commit time, microseconds since 1970 (UTC).
     pub commit_ts: Option<i64>,
-}
-
-/// The rows of one table (one schema version) waiting to be written: Arrow builders for the
-/// table's columns and the change columns, recycled between batches.
-#[derive(Debug)]
-pub struct ChangeRows {
-    builder: BatchBuilder,
-    table_columns: usize,
-    fixed_row_bytes: usize,
-}
-
-impl ChangeRows {
-    /// Builders for `schema` (a [`change_schema`]) whose first `table_columns` fields are the
-    /// table's.
-    pub fn new(schema: SchemaRef, table_columns: usize) -> Result<Self> {
-        let fixed_row_bytes = schema
-            .fields()
-            .iter()
-            .map(|f| f.data_type().primitive_width().unwrap_or(8))
-            .sum();
-        Ok(ChangeRows {
-            builder: BatchBuilder::new(schema, 256)?,
-            table_columns,
-            fixed_row_bytes,
-        })
-    }
-
-    /// The schema the rows are built with.
-    pub fn schema(&self) -> &SchemaRef {
-        self.builder.schema()
-    }
-
-    /// The table's column builders, in schema order: the adapter appends one value (or NULL)
-    /// to each for every change, then names the absent ones with [`Self::absent`].
-    pub fn columns(&mut self) -> &mut [ColumnBuilder] {
-        let n = self.table_columns;
-        &mut self.builder.columns()[..n]
-    }
-
-    /// Record that column `index` of the current change is absent (its cell must be NULL).
-    pub fn absent(&mut self, index: usize) -> Result<()> {
-        let name = self.builder.schema().field(index).name().clone();
-        let at = self.table_columns + 5;
-        let items = self.builder.columns()[at]
-            .list_items()
-            .ok_or_else(|| Error::internal("the _absent column is not a list"))?;
-        items.push_bytes(name.as_bytes())
-    }
-
-    /// Finish the current change: its table columns and absent names are appended; this adds
-    /// the change columns.
-    pub fn finish_row(&mut self, op: ChangeOp, tx: &TxMeta, seq: u64) -> Result<()> {
-        let n = self.table_columns;
-        let cols = &mut self.builder.columns()[n..];
-        cols[0].push_bytes(op.as_str().as_bytes())?;
-        cols[1].push_bytes(tx.pos.as_str().as_bytes())?;
-        cols[2].push_u64(seq)?;
-        match tx.commit_ts {
-            Some(t) => cols[3].push_i64(t)?,
-            None => cols[3].push_null(),
-        }
-        cols[4].push_bytes(tx.xid.as_bytes())?;
-        cols[5].push_list_end()?;
-        self.builder.row_done();
-        Ok(())
-    }
-
-    /// Changes buffered since the last batch.
-    pub fn rows(&self) -> usize {
-        self.builder.rows()
-    }
-
-    /// Arrow bytes buffered (values, offsets and variable-length data), for the byte budget.
-    pub fn bytes(&mut self) -> usize {
-        let rows = self.builder.rows();
-        let var: usize = self.builder.columns().iter().map(|c| c.var_bytes()).sum();
-        rows * self.fixed_row_bytes + var
-    }
-
-    /// Build the batch of the buffered changes; the builders keep their memory.
-    pub fn finish(&mut self) -> Result<RecordBatch> {
-        self.builder.finish()
-    }
-
-    /// Take back the memory of a written batch.
-    pub fn recycle(&mut self, batch: RecordBatch) {
-        self.builder.recycle(batch);
-    }
 }
 
 /// Where a change source delivers what it decodes. Implemented by the stream runner.
@@ -511,6 +455,18 @@ pub trait ChangeSource: Send + Sync {
         Ok(())
     }
 
+    /// Refuse, with the fix, captured tables whose log does not carry the whole old row of an
+    /// update or a delete (`--before-images`; PostgreSQL: a table or partition without
+    /// REPLICA IDENTITY FULL; MySQL/MariaDB: `binlog_row_image` other than FULL). The stream
+    /// still stops at a change that arrives without one (the setting changed while it ran).
+    async fn check_before_images(&self, datasets: &[Dataset]) -> Result<()> {
+        let _ = datasets;
+        Err(Error::config(format!(
+            "{} cannot log old rows; stream without --before-images",
+            self.display_url()
+        )))
+    }
+
     /// Start a capture of `datasets`: create its server objects where it keeps any (a
     /// failure leaves nothing behind) and say where the stream starts, with a snapshot
     /// hand-off when `snapshot`.
@@ -568,9 +524,6 @@ pub trait ServerObjects: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow_array::Array;
-    use arrow_array::cast::AsArray;
-    use arrow_array::types::UInt64Type;
 
     fn col(name: &str, dt: DataType) -> ColumnDesc {
         ColumnDesc {
@@ -580,38 +533,6 @@ mod tests {
             cast: None,
             as_text_fallback: false,
         }
-    }
-
-    #[test]
-    fn rows_carry_change_columns_and_absent_names() {
-        let t = TableRef {
-            schema: "s".into(),
-            name: "t".into(),
-        };
-        let cols = [col("id", DataType::Int64), col("v", DataType::Utf8)];
-        let schema = change_schema(&t, &cols).unwrap();
-        assert!(schema.field(0).is_nullable());
-        let mut rows = ChangeRows::new(schema, 2).unwrap();
-        let tx = TxMeta {
-            pos: crate::StreamPos::from_adapter("0000000001000000"),
-            xid: "7".into(),
-            commit_ts: Some(1),
-        };
-        rows.columns()[0].push_i64(1).unwrap();
-        rows.columns()[1].push_null();
-        rows.absent(1).unwrap();
-        rows.finish_row(ChangeOp::Update, &tx, 42).unwrap();
-        rows.columns()[0].push_i64(2).unwrap();
-        rows.columns()[1].push_bytes(b"x").unwrap();
-        rows.finish_row(ChangeOp::Insert, &tx, 43).unwrap();
-        assert!(rows.bytes() > 0);
-        let b = rows.finish().unwrap();
-        assert_eq!(b.num_rows(), 2);
-        assert_eq!(b.column(2).as_string::<i32>().value(0), "update");
-        assert_eq!(b.column(4).as_primitive::<UInt64Type>().value(1), 43);
-        let absent = b.column(7).as_list::<i32>();
-        assert_eq!(absent.value(0).as_string::<i32>().value(0), "v");
-        assert_eq!(absent.value(1).len(), 0);
     }
 
     #[test]

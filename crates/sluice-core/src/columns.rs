@@ -443,6 +443,11 @@ impl BatchBuilder {
     pub fn recycle(&mut self, batch: RecordBatch) {
         let columns: Vec<ArrayRef> = batch.columns().to_vec();
         drop(batch);
+        self.recycle_columns(columns);
+    }
+
+    /// [`Self::recycle`] for the columns of a batch taken apart (a struct's children).
+    pub fn recycle_columns(&mut self, columns: Vec<ArrayRef>) {
         for (b, a) in self.columns.iter_mut().zip(columns) {
             b.recycle(a);
         }

@@ -21,6 +21,7 @@
 //! | Duration(µs) (MySQL `time`)  | `long`, microseconds                                   |
 //! | sluice.interval struct       | a `record` of `months`, `days`, `micros`               |
 //! | List                         | `array`                                                |
+//! | any other Struct (`_before`) | a `record` of its fields, each by these rules          |
 //!
 //! A column name Avro cannot hold (names are `[A-Za-z_][A-Za-z0-9_]*`) is written with every
 //! other character as `_` and a `_` before a leading digit (`a b` → `a_b`, `1x` → `_1x`; a
@@ -32,10 +33,12 @@
 
 use crate::destination::{CountingWriter, FirstIoError};
 use crate::format::{AvroCodec, AvroOptions, PartStats, PartWriter, write_error};
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, RecordBatch, StructArray};
 use arrow_avro::compression::CompressionCodec;
 use arrow_avro::writer::{AvroWriter, WriterBuilder};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_schema::extension::EXTENSION_TYPE_NAME_KEY;
+use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -68,25 +71,10 @@ impl AvroPart {
             AvroCodec::Snappy => Some(CompressionCodec::Snappy),
             AvroCodec::Zstd => Some(CompressionCodec::ZStandard),
         };
-        let mut used = HashSet::new();
-        let fields: Vec<Field> = schema
-            .fields()
-            .iter()
-            .map(|f| {
-                let f = match f.data_type() {
-                    DataType::UInt64 => f.as_ref().clone().with_data_type(U64_AS),
-                    _ => f.as_ref().clone(),
-                };
-                let name = avro_name(f.name(), &mut used);
-                if &name == f.name() {
-                    return f;
-                }
-                let mut meta = f.metadata().clone();
-                meta.insert("avro.doc".to_string(), f.name().clone());
-                f.with_name(name).with_metadata(meta)
-            })
-            .collect();
-        let written = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+        let written = Arc::new(Schema::new_with_metadata(
+            avro_fields(schema.fields()),
+            schema.metadata().clone(),
+        ));
         let writer = WriterBuilder::new(written.as_ref().clone())
             .with_compression(codec)
             .build(out)
@@ -118,10 +106,8 @@ impl PartWriter for AvroPart {
         let columns = batch
             .columns()
             .iter()
-            .map(|c| match c.data_type() {
-                DataType::UInt64 => arrow_cast::cast(c, &U64_AS).map_err(Error::from),
-                _ => Ok(c.clone()),
-            })
+            .zip(self.schema.fields())
+            .map(|(c, f)| avro_array(c, f))
             .collect::<Result<Vec<ArrayRef>>>()?;
         let batch = RecordBatch::try_new(self.schema.clone(), columns).map_err(Error::from)?;
         w.write(&batch)
@@ -145,6 +131,60 @@ impl PartWriter for AvroPart {
             w.into_inner().abort();
         }
     }
+}
+
+/// `fields` as Avro holds them: names Avro accepts (the source's kept as `doc`), UInt64 as a
+/// decimal, the fields of a record (a plain struct, the `_before` of change files) likewise.
+fn avro_fields(fields: &Fields) -> Vec<Field> {
+    let mut used = HashSet::new();
+    fields
+        .iter()
+        .map(|f| {
+            let f = match f.data_type() {
+                DataType::UInt64 => f.as_ref().clone().with_data_type(U64_AS),
+                DataType::Struct(inner) if !is_interval(f) => f
+                    .as_ref()
+                    .clone()
+                    .with_data_type(DataType::Struct(avro_fields(inner).into())),
+                _ => f.as_ref().clone(),
+            };
+            let name = avro_name(f.name(), &mut used);
+            if &name == f.name() {
+                return f;
+            }
+            let mut meta = f.metadata().clone();
+            meta.insert("avro.doc".to_string(), f.name().clone());
+            f.with_name(name).with_metadata(meta)
+        })
+        .collect()
+}
+
+/// A column as [`avro_fields`] made `written`, its field, declares it.
+fn avro_array(c: &ArrayRef, written: &Field) -> Result<ArrayRef> {
+    match (c.data_type(), written.data_type()) {
+        (DataType::UInt64, _) => arrow_cast::cast(c, &U64_AS).map_err(Error::from),
+        (DataType::Struct(_), DataType::Struct(fields)) if !is_interval(written) => {
+            let s = c.as_struct();
+            let columns = s
+                .columns()
+                .iter()
+                .zip(fields)
+                .map(|(c, f)| avro_array(c, f))
+                .collect::<Result<Vec<_>>>()?;
+            Ok(Arc::new(StructArray::try_new(
+                fields.clone(),
+                columns,
+                s.nulls().cloned(),
+            )?))
+        }
+        _ => Ok(c.clone()),
+    }
+}
+
+fn is_interval(f: &Field) -> bool {
+    f.metadata()
+        .get(EXTENSION_TYPE_NAME_KEY)
+        .is_some_and(|e| e == "sluice.interval")
 }
 
 /// `name` as an Avro name, not one of `used` (which it joins).

@@ -20,6 +20,7 @@
 //! | Timestamp(µs) without zone   | string `YYYY-MM-DDTHH:MM:SS[.ffffff]`                       |
 //! | sluice.interval struct       | string, ISO 8601 duration (`"P1Y2M3DT4H5M6.5S"`)            |
 //! | List                         | array of the items, each by these rules                     |
+//! | any other Struct (`_before`) | object of its fields, each by these rules                   |
 //! | anything else                | string, Arrow's display form                                |
 //!
 //! Numbers beyond 2^53 are exact in the text; a reader that parses every number as a double
@@ -213,6 +214,34 @@ fn json_value<'a>(array: &'a ArrayRef, field: &Field) -> Result<Render<'a>> {
         {
             quoted(renderer(array, field)?)
         }
+        DataType::Struct(fields) => {
+            let s = array.as_struct();
+            let members = fields
+                .iter()
+                .zip(s.columns())
+                .map(|(f, c)| {
+                    let mut key = Vec::with_capacity(f.name().len() + 3);
+                    json_string(&mut key, f.name().as_bytes());
+                    key.push(b':');
+                    Ok((key, c, json_value(c, f)?))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Box::new(move |i, o| {
+                o.push(b'{');
+                for (n, (key, column, value)) in members.iter().enumerate() {
+                    if n > 0 {
+                        o.push(b',');
+                    }
+                    o.extend_from_slice(key);
+                    if column.is_null(i) {
+                        o.extend_from_slice(b"null");
+                    } else {
+                        value(i, o);
+                    }
+                }
+                o.push(b'}');
+            })
+        }
         DataType::List(item) => {
             let list = array.as_list::<i32>();
             let values = list.values();
@@ -260,7 +289,7 @@ fn base64(o: &mut Vec<u8>, bytes: &[u8]) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use arrow_array::{Float64Array, TimestampMicrosecondArray};
     use std::sync::Arc;
@@ -286,5 +315,41 @@ mod tests {
         let b: ArrayRef = Arc::new(arrow_array::BinaryArray::from(vec![&b"\x00\xffa"[..]]));
         let f = Field::new("b", DataType::Binary, true);
         assert_eq!(one(b, f, 0), "\"AP9h\"");
+    }
+
+    #[test]
+    fn a_record_of_columns_is_an_object_of_values() {
+        let (s, f) = record();
+        assert_eq!(
+            one(s.clone(), f.clone(), 0),
+            r#"{"id":1,"v":"a\"b","t":null}"#
+        );
+        assert_eq!(
+            one(s, f, 1),
+            r#"{"id":2,"v":null,"t":"1970-01-01T00:00:01+00:00"}"#
+        );
+    }
+
+    /// A struct like a change file's `_before`: an integer, a text, a timestamp, with NULLs.
+    pub(crate) fn record() -> (ArrayRef, Field) {
+        let fields = vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("v", DataType::Utf8, true),
+            Field::new(
+                "t",
+                DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some("UTC".into())),
+                true,
+            ),
+        ];
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(arrow_array::Int64Array::from(vec![1, 2])),
+            Arc::new(arrow_array::StringArray::from(vec![Some("a\"b"), None])),
+            Arc::new(
+                TimestampMicrosecondArray::from(vec![None, Some(1_000_000)]).with_timezone("UTC"),
+            ),
+        ];
+        let s = arrow_array::StructArray::new(fields.clone().into(), columns, None);
+        let f = Field::new("_before", DataType::Struct(fields.into()), true);
+        (Arc::new(s), f)
     }
 }

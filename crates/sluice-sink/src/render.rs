@@ -16,6 +16,7 @@
 //! | Timestamp(µs[, tz])          | `YYYY-MM-DD HH:MM:SS[.ffffff]`, `Z` appended with a zone |
 //! | sluice.interval struct       | ISO 8601 duration, e.g. `P1Y2M3DT4H5M6.5S`               |
 //! | List                         | JSON array (`[1,2,null]`, strings quoted)                |
+//! | any other Struct (`_before`) | JSON object of its fields' text forms, as in a List      |
 //! | anything else                | Arrow's display form                                     |
 
 use arrow_array::cast::AsArray;
@@ -339,6 +340,43 @@ pub(crate) fn renderer<'a>(array: &'a ArrayRef, field: &Field) -> Result<Render<
             let us = s.column(2).as_primitive::<Int64Type>();
             Box::new(move |i, o| interval(o, m.value(i), d.value(i), us.value(i)))
         }
+        DataType::Struct(fields) => {
+            // A record of columns (the `_before` of change files): a JSON object whose values
+            // are these text forms, numbers and arrays bare, the others JSON strings.
+            let s: &StructArray = array.as_struct();
+            let members = fields
+                .iter()
+                .zip(s.columns())
+                .map(|(f, c)| {
+                    let mut key = Vec::with_capacity(f.name().len() + 3);
+                    json_string(&mut key, f.name().as_bytes());
+                    key.push(b':');
+                    let bare =
+                        json_bare(f.data_type()) || matches!(f.data_type(), DataType::List(_));
+                    Ok((key, c, bare, renderer(c, f)?))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Box::new(move |i, o| {
+                o.push(b'{');
+                let mut tmp = Vec::new();
+                for (n, (key, column, bare, inner)) in members.iter().enumerate() {
+                    if n > 0 {
+                        o.push(b',');
+                    }
+                    o.extend_from_slice(key);
+                    if column.is_null(i) {
+                        o.extend_from_slice(b"null");
+                    } else if *bare {
+                        inner(i, o);
+                    } else {
+                        tmp.clear();
+                        inner(i, &mut tmp);
+                        json_string(o, &tmp);
+                    }
+                }
+                o.push(b'}');
+            })
+        }
         DataType::List(item) => {
             let list = array.as_list::<i32>();
             let values = list.values();
@@ -403,6 +441,19 @@ mod tests {
         let mut v = Vec::new();
         f(&mut v);
         String::from_utf8(v).unwrap()
+    }
+
+    #[test]
+    fn a_record_of_columns_is_a_json_object_of_text_forms() {
+        let (a, f) = crate::jsonl::tests::record();
+        let r = renderer(&a, &f).unwrap();
+        let text = |row| {
+            let mut o = Vec::new();
+            r(row, &mut o);
+            String::from_utf8(o).unwrap()
+        };
+        assert_eq!(text(0), r#"{"id":1,"v":"a\"b","t":null}"#);
+        assert_eq!(text(1), r#"{"id":2,"v":null,"t":"1970-01-01 00:00:01Z"}"#);
     }
 
     #[test]

@@ -21,7 +21,9 @@ use crate::files::{ChangeFiles, change_path};
 use crate::metrics::Metrics;
 use crate::state::{Committed, Intent, SchemaVersion, StateStore, StreamState, in_table_snapshot};
 use arrow_array::cast::AsArray;
-use sluice_core::change::{ChangeOp, ChangeRows, ChangeSink, TxMeta, change_schema};
+use sluice_core::change::{
+    ChangeOp, ChangeRows, ChangeSink, TxMeta, change_schema, with_before_images,
+};
 use sluice_core::failpoint;
 use sluice_core::table::TableRef;
 use sluice_core::{ColumnDesc, Error, ErrorKind, Result, StreamPos};
@@ -342,6 +344,7 @@ impl Batcher {
     fn save(&mut self) -> Result<()> {
         self.state.updated_at = chrono::Utc::now().to_rfc3339();
         self.state.ops = (!self.files.ops.all()).then(|| self.files.ops.describe());
+        self.state.before_images = self.files.before_images;
         self.store.save(&self.state)
     }
 
@@ -459,6 +462,9 @@ impl ChangeSink for Batcher {
             self.cut()?;
         }
         let mut schema = change_schema(table, columns)?;
+        if self.files.before_images {
+            schema = with_before_images(table, &schema, columns.len())?;
+        }
         let missing = self
             .state
             .tables

@@ -1,4 +1,4 @@
-//! Where change files go and which changes they keep (`--layout`, `--ops`).
+//! Where change files go and what they keep (`--layout`, `--ops`, `--before-images`).
 //!
 //! ```text
 //! flat: <table>/changes/<POS>-<SEQ>.<ext>
@@ -114,6 +114,10 @@ pub struct ChangeFiles {
     pub layout: ChangeLayout,
     /// Operations written.
     pub ops: OpFilter,
+    /// Write each update's and delete's whole old row as a `_before` struct column
+    /// (`--before-images`; the source must log old rows, see
+    /// [`sluice_core::change::ChangeSource::check_before_images`]).
+    pub before_images: bool,
 }
 
 /// The name of a change file whose first change is at `pos`, `_seq` `seq`.

@@ -149,6 +149,8 @@ pub struct StreamReport {
     pub ops: String,
     /// Changes of the other operations, counted and not written.
     pub filtered_changes: u64,
+    /// Updates and deletes carry their old row (`--before-images`).
+    pub before_images: bool,
 }
 
 /// The warning for changes of a table the run does not capture: a captured table renamed on

@@ -134,6 +134,7 @@ pub(crate) async fn stream(
         ignored_changes: metrics.ignored_changes.load(Ordering::Relaxed),
         ops: job.files.ops.describe(),
         filtered_changes: metrics.filtered_changes.load(Ordering::Relaxed),
+        before_images: job.files.before_images,
     })
 }
 

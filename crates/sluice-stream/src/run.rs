@@ -119,6 +119,9 @@ async fn claimed(
     }
     let unlogged = crate::cascades::unlogged(job.source.as_ref(), &keys);
     crate::cascades::check_stream(job.source.as_ref(), &unlogged, job.accept_missing_cascades)?;
+    if job.files.before_images {
+        job.source.check_before_images(&datasets).await?;
+    }
     let store = job.state.clone();
     let saved = blocking(move || store.load()).await?;
     let names = names_of(job, saved.as_ref())?;

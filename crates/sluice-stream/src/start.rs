@@ -78,6 +78,7 @@ pub(crate) async fn new_state(
         updated_at: chrono::Utc::now().to_rfc3339(),
         layout: source.layout(datasets).await?,
         ops: None,
+        before_images: false,
     })
 }
 

@@ -164,6 +164,9 @@ pub struct StreamState {
     /// the last save; `None`: every operation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ops: Option<String>,
+    /// Change files carry before-images (`--before-images`), as of the last save.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub before_images: bool,
 }
 
 /// Where the state is kept. Synchronous (the Redis store speaks over a blocking socket):

@@ -37,6 +37,9 @@ pub struct Change {
     pub columns: Arc<Vec<String>>,
     /// `_absent`.
     pub absent: Vec<String>,
+    /// `_before` (`--before-images`): the old row's cells, in the order of `columns`; `None`
+    /// where the change has none (or the files carry no before-images).
+    pub before: Option<Vec<String>>,
 }
 
 /// What a replay produced.
@@ -122,6 +125,16 @@ fn jsonl_changes(path: &Path, columns: &mut Vec<String>, out: &mut Vec<Change>) 
                 .as_array()
                 .map(|a| a.iter().map(json_cell).collect())
                 .unwrap_or_default(),
+            before: row
+                .iter()
+                .find(|(k, _)| k == "_before")
+                .and_then(|(_, v)| v.as_object())
+                .map(|old| {
+                    columns
+                        .iter()
+                        .map(|c| json_cell(old.get(c).expect("_before has every column")))
+                        .collect()
+                }),
         });
     }
 }
@@ -152,6 +165,12 @@ pub fn read_changes(dataset_dir: &Path) -> (Vec<String>, Vec<Change>) {
             let pos = b.column(n + 1).as_string::<i32>();
             let seq = b.column(n + 2).as_primitive::<UInt64Type>();
             let absent = b.column(n + 5).as_list::<i32>();
+            let before = b.column_by_name("_before").map(|c| {
+                let s = c.as_struct();
+                let fields = s.fields().clone();
+                let schema = Arc::new(arrow_schema::Schema::new(fields));
+                RecordBatch::try_new(schema, s.columns().to_vec()).expect("the old rows")
+            });
             for r in 0..b.num_rows() {
                 let a = absent.value(r);
                 let a = a.as_string::<i32>();
@@ -162,6 +181,10 @@ pub fn read_changes(dataset_dir: &Path) -> (Vec<String>, Vec<Change>) {
                     cells: cells(&b, r, n),
                     columns: names.clone(),
                     absent: (0..a.len()).map(|i| a.value(i).to_string()).collect(),
+                    before: before.as_ref().and_then(|old| {
+                        let valid = b.column_by_name("_before").is_some_and(|c| c.is_valid(r));
+                        valid.then(|| cells(old, r, n))
+                    }),
                 });
             }
         }
@@ -270,6 +293,36 @@ pub fn replay(dataset_dir: &Path, key: &[&str]) -> Replayed {
             .collect();
         let kept = |i: usize| absent.contains(&i) || !ch.columns.contains(&columns[i]);
         let k = key_of(&key_idx, &full);
+        if let Some(old) = &ch.before {
+            // A before-image is the row as the changes so far left it.
+            let mut old_full = vec!["∅".to_string(); columns.len()];
+            for (name, v) in ch.columns.iter().zip(old) {
+                let i = columns
+                    .iter()
+                    .position(|c| c == name)
+                    .expect("known column");
+                old_full[i] = v.clone();
+            }
+            let old_key = key_of(&key_idx, &old_full);
+            let now = table.get(&old_key).unwrap_or_else(|| {
+                panic!(
+                    "{} _seq {} has the before-image {old:?} of key {old_key}, which is not there",
+                    ch.op, ch.seq
+                )
+            });
+            for name in ch.columns.iter() {
+                let i = columns
+                    .iter()
+                    .position(|c| c == name)
+                    .expect("known column");
+                assert_eq!(
+                    old_full[i], now[i],
+                    "{} _seq {} (pos {}): the before-image's {name} differs from the row the \
+                     changes so far left",
+                    ch.op, ch.seq, ch.pos
+                );
+            }
+        }
         match ch.op.as_str() {
             "insert" => {
                 let mut row = full.clone();

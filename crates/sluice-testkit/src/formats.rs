@@ -242,7 +242,19 @@ pub fn json_matches(a: &ArrayRef, row: usize, j: &Json) -> Result<(), String> {
             });
             got == Some(v)
         }
+        DataType::Struct(fields) if j.is_object() => {
+            // A record of columns (`_before`): each member by name, none extra.
+            let (s, members) = (a.as_struct(), j.as_object().expect("an object"));
+            for (i, f) in fields.iter().enumerate() {
+                let m = members
+                    .get(f.name())
+                    .ok_or(format!("no member {}", f.name()))?;
+                json_matches(s.column(i), row, m).map_err(|e| format!("{}: {e}", f.name()))?;
+            }
+            members.len() == fields.len()
+        }
         DataType::Struct(_) => {
+            // The interval struct, written as an ISO 8601 duration.
             let s = a.as_struct();
             let want = (
                 s.column(0).as_primitive::<Int32Type>().value(row),

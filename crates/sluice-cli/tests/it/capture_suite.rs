@@ -38,4 +38,5 @@ rows!(
     truncate,
     initial_none,
     changes_while_stopped,
+    before_images,
 );

@@ -260,7 +260,8 @@ fn parquet_changes(dataset_dir: &Path) -> RecordBatch {
 }
 
 /// The same changes of the PostgreSQL type table streamed as Parquet, JSON Lines and Avro
-/// change files are the same values.
+/// change files are the same values, the old rows of `--before-images` (every type in a
+/// struct, an object, a record) included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn change_files_in_jsonl_and_avro_equal_parquet_change_files() {
     let (db, cols) = crate::types::setup().await;
@@ -271,6 +272,8 @@ async fn change_files_in_jsonl_and_avro_equal_parquet_change_files() {
         db.exec(&format!("ALTER TABLE all_types DROP COLUMN {c}"))
             .await;
     }
+    // Every type's old value too, as the `_before` record of updates and deletes.
+    db.exec("ALTER TABLE all_types REPLICA IDENTITY FULL").await;
     let names: Vec<&str> = cols
         .iter()
         .map(|c| c.name)
@@ -293,6 +296,7 @@ async fn change_files_in_jsonl_and_avro_equal_parquet_change_files() {
                 "--until-current",
                 "--batch-seconds",
                 "0.2",
+                "--before-images",
             ])
             .args(extra);
         run(&mut c).ok();
@@ -329,6 +333,14 @@ async fn change_files_in_jsonl_and_avro_equal_parquet_change_files() {
         .unwrap()
         .as_primitive::<UInt64Type>();
     assert!(seqs.null_count() == 0);
+    let (ops, before) = (
+        want.column_by_name("_op").unwrap().as_string::<i32>(),
+        want.column_by_name("_before").unwrap(),
+    );
+    for r in 0..want.num_rows() {
+        let old_row = matches!(ops.value(r), "update" | "delete");
+        assert_eq!(before.is_valid(r), old_row, "{}: _before", ops.value(r));
+    }
     assert_jsonl_equals(
         &want,
         &out.path().join("j/public.all_types/changes"),

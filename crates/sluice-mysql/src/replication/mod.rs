@@ -182,6 +182,16 @@ impl MyCapture {
         Ok((conn, server))
     }
 
+    /// The server's `binlog_row_image` (what a new session logs), upper case.
+    async fn row_image(&self) -> Result<String> {
+        let (mut conn, _) = self.session().await?;
+        let vars = server::variables(&mut conn, self.display()).await?;
+        Ok(vars
+            .get("binlog_row_image")
+            .map(|s| s.to_ascii_uppercase())
+            .unwrap_or_default())
+    }
+
     async fn position_now(&self) -> Result<BinPos> {
         let mut g = self.probe.lock().await;
         if g.is_none() {
@@ -370,12 +380,7 @@ impl ChangeSource for MyCapture {
     }
 
     async fn check_whole_rows(&self) -> Result<()> {
-        let (mut conn, _) = self.session().await?;
-        let vars = server::variables(&mut conn, self.display()).await?;
-        let image = vars
-            .get("binlog_row_image")
-            .map(|s| s.to_ascii_uppercase())
-            .unwrap_or_default();
+        let image = self.row_image().await?;
         if image == "MINIMAL" || image == "NOBLOB" {
             return Err(Error::config(format!(
                 "{} logs binlog_row_image={image}: an update of a primary key arrives as a \
@@ -384,6 +389,26 @@ impl ChangeSource for MyCapture {
                  binlog_row_image=FULL (SET GLOBAL and in the server's configuration; sessions \
                  started before keep their setting until they reconnect).",
                 self.display()
+            )));
+        }
+        Ok(())
+    }
+
+    async fn check_before_images(&self, _datasets: &[Dataset]) -> Result<()> {
+        let image = self.row_image().await?;
+        if image != "FULL" {
+            return Err(Error::config(format!(
+                "--before-images writes the whole old row of each update and delete, and {} \
+                 logs binlog_row_image={image}, which leaves out the old values of {}. Set \
+                 binlog_row_image=FULL (SET GLOBAL and in the server's configuration; sessions \
+                 started before keep their setting until they reconnect), or stream without \
+                 --before-images.",
+                self.display(),
+                if image == "NOBLOB" {
+                    "unchanged BLOB and TEXT columns"
+                } else {
+                    "every column but the key"
+                }
             )));
         }
         Ok(())

@@ -51,7 +51,9 @@ use mysql_async::{BinlogStream, Conn};
 use mysql_common::binlog::EventStreamReader;
 use mysql_common::binlog::consts::BinlogVersion;
 use mysql_common::io::ParseBuf;
-use sluice_core::change::{BadValuePolicy, ChangeOp, ChangeSink, ChangeStream, Step, TxMeta};
+use sluice_core::change::{
+    BadValuePolicy, ChangeOp, ChangeRows, ChangeSink, ChangeStream, Step, TxMeta,
+};
 use sluice_core::table::TableRef;
 use sluice_core::{ColumnDesc, Dataset, Error, ErrorKind, Result, Retry, StreamPos};
 use std::collections::HashMap;
@@ -876,8 +878,26 @@ impl MyStream {
                     .map_err(|x| malformed(display, x))?;
             }
             match op {
-                ChangeOp::Insert => emit(tab, handle, &t, ChangeOp::Insert, &mut a, sink, bad)?,
-                ChangeOp::Delete => emit(tab, handle, &t, ChangeOp::Delete, &mut b, sink, bad)?,
+                ChangeOp::Insert => emit(
+                    tab,
+                    handle,
+                    &t,
+                    ChangeOp::Insert,
+                    &mut a,
+                    OldRow::None,
+                    sink,
+                    bad,
+                )?,
+                ChangeOp::Delete => emit(
+                    tab,
+                    handle,
+                    &t,
+                    ChangeOp::Delete,
+                    &mut b,
+                    OldRow::Same,
+                    sink,
+                    bad,
+                )?,
                 _ => {
                     let moved = tab
                         .key
@@ -889,10 +909,29 @@ impl MyStream {
                         }
                     }
                     if moved {
-                        emit(tab, handle, &t, ChangeOp::Delete, &mut b, sink, bad)?;
-                        emit(tab, handle, &t, ChangeOp::Insert, &mut a, sink, bad)?;
+                        emit(
+                            tab,
+                            handle,
+                            &t,
+                            ChangeOp::Delete,
+                            &mut b,
+                            OldRow::Same,
+                            sink,
+                            bad,
+                        )?;
+                        emit(
+                            tab,
+                            handle,
+                            &t,
+                            ChangeOp::Insert,
+                            &mut a,
+                            OldRow::None,
+                            sink,
+                            bad,
+                        )?;
                     } else {
-                        emit(tab, handle, &t, ChangeOp::Update, &mut a, sink, bad)?;
+                        let old = OldRow::Other(&b);
+                        emit(tab, handle, &t, ChangeOp::Update, &mut a, old, sink, bad)?;
                     }
                 }
             }
@@ -901,8 +940,21 @@ impl MyStream {
     }
 }
 
+/// The old row of a change, for its before-image (`--before-images`).
+#[derive(Clone, Copy)]
+enum OldRow<'r, 'c> {
+    /// None (an insert).
+    None,
+    /// The change's own values (a delete's row is its before image).
+    Same,
+    /// This before image (an update).
+    Other(&'r [Option<Cell<'c>>]),
+}
+
 /// One change into the runner's builders: values present are decoded, the others absent; a
 /// value that cannot be written goes by the bad-value policy (`bad`, with the group's `_pos`).
+/// With before-images, `old` is appended first, and must be whole: a session logging
+/// `binlog_row_image=MINIMAL` or `NOBLOB` stops the stream, naming the fix.
 #[allow(clippy::too_many_arguments)]
 fn emit(
     tab: &mut Table,
@@ -910,10 +962,21 @@ fn emit(
     t: &TableRef,
     op: ChangeOp,
     values: &mut [Option<Cell<'_>>],
+    old: OldRow<'_, '_>,
     sink: &mut dyn ChangeSink,
     (bad, pos): (&BadValuePolicy, &str),
 ) -> Result<()> {
     if let Some(rows) = sink.row(handle, op)? {
+        if rows.before_images() {
+            let old: &[Option<Cell<'_>>] = match old {
+                OldRow::None => &[],
+                OldRow::Same => values,
+                OldRow::Other(o) => o,
+            };
+            if !old.is_empty() {
+                emit_before(tab, t, rows, old, (bad, pos))?;
+            }
+        }
         for (i, v) in values.iter_mut().enumerate() {
             match v.take() {
                 Some(v) => {
@@ -930,6 +993,38 @@ fn emit(
         }
     }
     sink.row_done()
+}
+
+/// Append `old`, the whole before image of an update or a delete, as its `_before` row.
+fn emit_before(
+    tab: &mut Table,
+    t: &TableRef,
+    rows: &mut ChangeRows,
+    old: &[Option<Cell<'_>>],
+    (bad, pos): (&BadValuePolicy, &str),
+) -> Result<()> {
+    if let Some(i) = old.iter().position(Option::is_none) {
+        return Err(Error::data(format!(
+            "{t}: a change at position {pos} was logged without the old value of {} \
+             (its session wrote binlog_row_image=MINIMAL or NOBLOB), and --before-images \
+             writes whole old rows. Set binlog_row_image=FULL globally (and in the server's \
+             configuration) and reconnect the writers, then restart the stream; or stream \
+             without --before-images.",
+            tab.columns[i].name
+        )));
+    }
+    let out = rows
+        .before()
+        .ok_or_else(|| Error::internal("before-images without their builders"))?;
+    for (i, v) in old.iter().enumerate() {
+        if let Some(v) = v
+            && let Err(e) = tab.codec.push_cell(i, &mut out[i], v.clone())
+        {
+            bad.handle(&format!("{t}.{}", tab.columns[i].name), pos, &e.0)?;
+            out[i].push_null();
+        }
+    }
+    Ok(())
 }
 
 #[async_trait]

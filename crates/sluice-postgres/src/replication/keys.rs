@@ -8,7 +8,7 @@
 use crate::error::{Phase, classify};
 use sluice_core::apply::{ForeignKey, GeneratedColumn, RefAction, TableKeys};
 use sluice_core::table::TableRef;
-use sluice_core::{Dataset, Result};
+use sluice_core::{Dataset, Error, Result};
 use std::collections::HashMap;
 use tokio_postgres::Client;
 
@@ -134,4 +134,37 @@ pub async fn table_keys(
         }
     }
     Ok(out)
+}
+
+/// Refuse, naming each and its fix, captured tables or partitions without REPLICA IDENTITY
+/// FULL: only under it does the log carry the whole old row of an update or a delete, which
+/// `--before-images` writes.
+pub async fn check_before_images(
+    client: &Client,
+    datasets: &[Dataset],
+    display: &str,
+) -> Result<()> {
+    let mut lacking = Vec::new();
+    for t in datasets.iter().filter_map(|d| d.object.as_ref()) {
+        for (name, identity, _) in super::slot::leaves(client, t, display).await? {
+            if identity != "f" {
+                lacking.push(name);
+            }
+        }
+    }
+    if lacking.is_empty() {
+        return Ok(());
+    }
+    let fix: Vec<String> = lacking
+        .iter()
+        .map(|n| format!("ALTER TABLE {n} REPLICA IDENTITY FULL;"))
+        .collect();
+    Err(Error::config(format!(
+        "--before-images writes the whole old row of each update and delete, and {display} logs \
+         it only for tables with REPLICA IDENTITY FULL, which {} lack{}. Run {} (it makes the \
+         source log every column of each changed row), or stream without --before-images.",
+        lacking.join(", "),
+        if lacking.len() == 1 { "s" } else { "" },
+        fix.join(" ")
+    )))
 }

@@ -18,6 +18,7 @@
 //! `SnapBuildXactNeedsSkip`), so every committed change lands once.
 
 pub mod conn;
+mod fill;
 pub mod keys;
 pub mod partitions;
 pub mod pgoutput;
@@ -227,6 +228,11 @@ impl ChangeSource for PgCapture {
     async fn table_keys(&self, datasets: &[Dataset]) -> Result<Vec<sluice_core::apply::TableKeys>> {
         let client = self.client().await?;
         keys::table_keys(&client, datasets, self.display()).await
+    }
+
+    async fn check_before_images(&self, datasets: &[Dataset]) -> Result<()> {
+        let client = self.client().await?;
+        keys::check_before_images(&client, datasets, self.display()).await
     }
 
     async fn check(&self, datasets: &[Dataset]) -> Result<()> {

@@ -75,22 +75,8 @@ pub async fn preflight(
         // IDENTITY on the parent does not reach them), and once the table is published, the
         // server refuses updates and deletes on a leaf without one — the application's, not
         // only ours. A plain table is its own only leaf (pg_partition_tree lists nothing for it).
-        let leaves = client
-            .query(
-                "SELECT c.oid::regclass::text, c.relreplident::text, \
-                        EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary) \
-                 FROM pg_class c \
-                 WHERE (c.oid = $1::text::regclass AND c.relkind = 'r') \
-                    OR c.oid IN (SELECT relid FROM pg_partition_tree($1::text::regclass) \
-                                 WHERE isleaf) \
-                 ORDER BY 1",
-                &[&quote_table(t)],
-            )
-            .await
-            .map_err(err)?;
-        for leaf in &leaves {
-            let (name, identity, has_pk): (String, String, bool) =
-                (leaf.get(0), leaf.get(1), leaf.get(2));
+        let leaves = leaves(client, t, display).await?;
+        for (name, identity, has_pk) in leaves {
             let keyed = match identity.as_str() {
                 "f" | "i" => true,
                 "d" => has_pk,
@@ -126,6 +112,34 @@ pub async fn preflight(
         table_columns(client, t, types, server.money_scale, display).await?;
     }
     Ok(())
+}
+
+/// The leaves of `t` whose replica identity decides what the log carries for an update or a
+/// delete — its partitions, or itself when it is a plain table (`pg_partition_tree` lists
+/// nothing for one) — with each one's `relreplident` (`d`, `f`, `i`, `n`) and whether it has a
+/// primary key.
+pub(super) async fn leaves(
+    client: &Client,
+    t: &TableRef,
+    display: &str,
+) -> Result<Vec<(String, String, bool)>> {
+    let rows = client
+        .query(
+            "SELECT c.oid::regclass::text, c.relreplident::text, \
+                    EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary) \
+             FROM pg_class c \
+             WHERE (c.oid = $1::text::regclass AND c.relkind = 'r') \
+                OR c.oid IN (SELECT relid FROM pg_partition_tree($1::text::regclass) \
+                             WHERE isleaf) \
+             ORDER BY 1",
+            &[&quote_table(t)],
+        )
+        .await
+        .map_err(|e| classify(e, Phase::Catalog, display))?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
 }
 
 /// The columns of `t` as the export describes them, with how each replicated value is

@@ -11,15 +11,14 @@
 //! old row is whole (REPLICA IDENTITY FULL), else absent.
 
 use super::conn::ReplConn;
+use super::fill::{Filler, fill, fill_before, fill_from};
 use super::pgoutput::{self, Copy, Message, Old, Tuple, Value};
 use super::slot::{describe, table_columns};
 use super::values::Codec;
 use crate::catalog::load_types;
 use crate::types::TypeMap;
 use async_trait::async_trait;
-use sluice_core::change::{
-    BadValuePolicy, ChangeOp, ChangeRows, ChangeSink, ChangeStream, Step, TxMeta,
-};
+use sluice_core::change::{BadValuePolicy, ChangeOp, ChangeSink, ChangeStream, Step, TxMeta};
 use sluice_core::table::TableRef;
 use sluice_core::{Error, Result, StreamPos};
 use std::collections::HashMap;
@@ -205,7 +204,9 @@ impl PgStream {
     /// What appending needs: the relation and what to do with a value it cannot write.
     fn bad<'a>(&'a self, rel: &'a Rel) -> Filler<'a> {
         Filler {
-            rel,
+            table: &rel.table,
+            codecs: &rel.codecs,
+            identity: &rel.identity,
             bad: &self.bad_values,
             pos: self.tx_pos.as_str(),
         }
@@ -219,16 +220,22 @@ impl PgStream {
         })
     }
 
+    /// One change: `tuple` with whether it is a key-only old tuple (see [`fill`]), and the
+    /// old row the server sent with an update or a delete, for its before-image.
     fn handle_row(
         &self,
         oid: u32,
         op: ChangeOp,
         tuple: Option<(Tuple<'_>, bool)>,
+        old: Option<(Old, Tuple<'_>)>,
         sink: &mut dyn ChangeSink,
     ) -> Result<()> {
         let rel = self.rel(oid)?;
         if let Some(rows) = sink.row(rel.handle, op)? {
             fill(&self.bad(rel), rows, tuple)?;
+            if matches!(op, ChangeOp::Update | ChangeOp::Delete) {
+                fill_before(&self.bad(rel), rows, old)?;
+            }
         }
         sink.row_done()
     }
@@ -254,7 +261,7 @@ impl PgStream {
                 sink.commit(&pos_text(end_lsn))
             }
             Message::Insert { oid, new } => {
-                self.handle_row(oid, ChangeOp::Insert, Some((new, false)), sink)
+                self.handle_row(oid, ChangeOp::Insert, Some((new, false)), None, sink)
             }
             Message::Update { oid, old, new } => {
                 let rel = self.rel(oid)?;
@@ -265,7 +272,8 @@ impl PgStream {
                 };
                 match old {
                     Some((kind, o)) if changed => {
-                        self.handle_row(oid, ChangeOp::Delete, Some((o, kind == Old::Key)), sink)?;
+                        let key_only = kind == Old::Key;
+                        self.handle_row(oid, ChangeOp::Delete, Some((o, key_only)), old, sink)?;
                         // Under REPLICA IDENTITY FULL the old row carries every value, so the
                         // new row's unchanged out-of-line values are taken from it.
                         let fallback = (kind == Old::Full).then_some(o);
@@ -275,17 +283,26 @@ impl PgStream {
                         }
                         sink.row_done()
                     }
-                    _ => self.handle_row(oid, ChangeOp::Update, Some((new, false)), sink),
+                    _ => self.handle_row(oid, ChangeOp::Update, Some((new, false)), old, sink),
                 }
             }
             Message::Delete {
                 oid,
                 old: (kind, o),
-            } => self.handle_row(oid, ChangeOp::Delete, Some((o, kind == Old::Key)), sink),
+            } => {
+                let key_only = kind == Old::Key;
+                self.handle_row(
+                    oid,
+                    ChangeOp::Delete,
+                    Some((o, key_only)),
+                    Some((kind, o)),
+                    sink,
+                )
+            }
             Message::Truncate { oids } => {
                 for oid in oids {
                     if self.rels.contains_key(&oid) {
-                        self.handle_row(oid, ChangeOp::Truncate, None, sink)?;
+                        self.handle_row(oid, ChangeOp::Truncate, None, None, sink)?;
                     }
                 }
                 Ok(())
@@ -309,95 +326,11 @@ fn key_changed(rel: &Rel, old: &Tuple<'_>, new: &Tuple<'_>) -> Result<bool> {
     Ok(false)
 }
 
-fn malformed(e: pgoutput::Malformed) -> Error {
+pub(super) fn malformed(e: pgoutput::Malformed) -> Error {
     Error::source_permanent(format!(
         "the replication stream sent a message sluice cannot read: {}",
         e.0
     ))
-}
-
-/// A relation's appending context: the relation, the bad-value policy, the transaction's
-/// position (for messages).
-struct Filler<'a> {
-    rel: &'a Rel,
-    bad: &'a BadValuePolicy,
-    pos: &'a str,
-}
-
-/// Append one change's table columns: `tuple` with whether it is a key-only old tuple, or
-/// none (truncate: every column absent).
-fn fill(f: &Filler<'_>, rows: &mut ChangeRows, tuple: Option<(Tuple<'_>, bool)>) -> Result<()> {
-    let rel = f.rel;
-    let n = rel.codecs.len();
-    let Some((tuple, key_only)) = tuple else {
-        for i in 0..n {
-            rows.columns()[i].push_null();
-            rows.absent(i)?;
-        }
-        return Ok(());
-    };
-    if tuple.len != n {
-        return Err(Error::source_transient(format!(
-            "{}: a change carries {} columns where its description has {n}",
-            rel.table, tuple.len
-        )));
-    }
-    for (i, v) in tuple.values().enumerate() {
-        let v = v.map_err(malformed)?;
-        if key_only && !rel.identity[i] {
-            append(f, rows, i, Value::Unchanged)?;
-        } else {
-            append(f, rows, i, v)?;
-        }
-    }
-    Ok(())
-}
-
-/// Append a new row whose unchanged out-of-line values (`u`) are taken from `old`, a whole old
-/// row (REPLICA IDENTITY FULL), where it has them; without one they are absent, as in
-/// [`fill`].
-fn fill_from(
-    f: &Filler<'_>,
-    rows: &mut ChangeRows,
-    new: Tuple<'_>,
-    old: Option<Tuple<'_>>,
-) -> Result<()> {
-    let rel = f.rel;
-    let Some(old) = old else {
-        return fill(f, rows, Some((new, false)));
-    };
-    let n = rel.codecs.len();
-    if new.len != n || old.len != n {
-        return Err(Error::source_transient(format!(
-            "{}: a change carries {} columns where its description has {n}",
-            rel.table, new.len
-        )));
-    }
-    for (i, (v, o)) in new.values().zip(old.values()).enumerate() {
-        let (v, o) = (v.map_err(malformed)?, o.map_err(malformed)?);
-        let v = match (v, o) {
-            (Value::Unchanged, o) if o != Value::Unchanged => o,
-            (v, _) => v,
-        };
-        append(f, rows, i, v)?;
-    }
-    Ok(())
-}
-
-/// Append value `v` of column `i` (absent when the server did not send it; NULL when it cannot
-/// be written and the policy says so).
-fn append(f: &Filler<'_>, rows: &mut ChangeRows, i: usize, v: Value<'_>) -> Result<()> {
-    if matches!(v, Value::Unchanged) {
-        rows.columns()[i].push_null();
-        return rows.absent(i);
-    }
-    if let Err(why) = f.rel.codecs[i].append(&mut rows.columns()[i], v) {
-        let name = rows.schema().field(i).name().clone();
-        f.bad
-            .handle(&format!("{}.{name}", f.rel.table), f.pos, &why.to_string())?;
-        rows.columns()[i].push_null();
-    }
-    Ok(())
 }
 
 #[async_trait]

@@ -68,6 +68,7 @@ fn batcher(dir: &std::path::Path) -> Batcher {
         updated_at: String::new(),
         layout: None,
         ops: None,
+        before_images: false,
     };
     let budgets = Budgets {
         batch_bytes: 1 << 30,

@@ -1,0 +1,285 @@
+//! The Arrow builders a change source appends each changed row into ([`ChangeRows`]): the
+//! table's columns, the change columns and, with before-images, the old row as one struct
+//! column ([`super::BEFORE`]).
+
+use super::{BEFORE, ChangeOp, TxMeta};
+use crate::columns::{BatchBuilder, ColumnBuilder};
+use crate::error::{Error, Result};
+use arrow_array::cast::AsArray;
+use arrow_array::{ArrayRef, RecordBatch, StructArray};
+use arrow_buffer::{BooleanBufferBuilder, NullBuffer};
+use arrow_schema::{DataType, Fields, Schema, SchemaRef};
+use std::sync::Arc;
+
+/// The rows of one table (one schema version) waiting to be written: Arrow builders for the
+/// table's columns and the change columns, recycled between batches.
+#[derive(Debug)]
+pub struct ChangeRows {
+    /// The whole schema, `_before` included.
+    schema: SchemaRef,
+    builder: BatchBuilder,
+    table_columns: usize,
+    fixed_row_bytes: usize,
+    before: Option<Before>,
+}
+
+/// The builders of the before-image struct: one per table column, and whether each change has
+/// an old row (its validity).
+#[derive(Debug)]
+struct Before {
+    fields: Fields,
+    builder: BatchBuilder,
+    valid: BooleanBufferBuilder,
+    /// The current change's old row was appended ([`ChangeRows::before`]).
+    set: bool,
+}
+
+impl ChangeRows {
+    /// Builders for `schema` (a [`super::change_schema`], or one with
+    /// [`super::with_before_images`]) whose first `table_columns` fields are the table's.
+    pub fn new(schema: SchemaRef, table_columns: usize) -> Result<Self> {
+        let (main, before) = match schema.fields().last() {
+            Some(f) if f.name() == BEFORE => {
+                let DataType::Struct(fields) = f.data_type() else {
+                    return Err(Error::internal("the _before column is not a struct"));
+                };
+                let main = Schema::new(schema.fields()[..schema.fields().len() - 1].to_vec())
+                    .with_metadata(schema.metadata().clone());
+                let before = Before {
+                    fields: fields.clone(),
+                    builder: BatchBuilder::new(Arc::new(Schema::new(fields.clone())), 256)?,
+                    valid: BooleanBufferBuilder::new(256),
+                    set: false,
+                };
+                (Arc::new(main), Some(before))
+            }
+            _ => (schema.clone(), None),
+        };
+        let width = |f: &arrow_schema::FieldRef| f.data_type().primitive_width().unwrap_or(8);
+        let fixed_row_bytes = main.fields().iter().map(width).sum::<usize>()
+            + before
+                .as_ref()
+                .map_or(0, |b| b.fields.iter().map(width).sum::<usize>() + 1);
+        Ok(ChangeRows {
+            schema,
+            builder: BatchBuilder::new(main, 256)?,
+            table_columns,
+            fixed_row_bytes,
+            before,
+        })
+    }
+
+    /// The schema the rows are built with.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// The table's column builders, in schema order: the adapter appends one value (or NULL)
+    /// to each for every change, then names the absent ones with [`Self::absent`].
+    pub fn columns(&mut self) -> &mut [ColumnBuilder] {
+        let n = self.table_columns;
+        &mut self.builder.columns()[..n]
+    }
+
+    /// True when the rows carry before-images (`--before-images`).
+    pub fn before_images(&self) -> bool {
+        self.before.is_some()
+    }
+
+    /// The builders of the current change's old row when the stream writes before-images
+    /// (`None` when it does not): calling it says the change has one, and the adapter then
+    /// appends one value (or NULL) to each. A change that does not call it (an insert, a
+    /// truncate) gets a NULL `_before`.
+    pub fn before(&mut self) -> Option<&mut [ColumnBuilder]> {
+        let b = self.before.as_mut()?;
+        b.set = true;
+        Some(b.builder.columns())
+    }
+
+    /// Record that column `index` of the current change is absent (its cell must be NULL).
+    pub fn absent(&mut self, index: usize) -> Result<()> {
+        let name = self.builder.schema().field(index).name().clone();
+        let at = self.table_columns + 5;
+        let items = self.builder.columns()[at]
+            .list_items()
+            .ok_or_else(|| Error::internal("the _absent column is not a list"))?;
+        items.push_bytes(name.as_bytes())
+    }
+
+    /// Finish the current change: its table columns and absent names are appended; this adds
+    /// the change columns (and a NULL old row where none was appended).
+    pub fn finish_row(&mut self, op: ChangeOp, tx: &TxMeta, seq: u64) -> Result<()> {
+        let n = self.table_columns;
+        let cols = &mut self.builder.columns()[n..];
+        cols[0].push_bytes(op.as_str().as_bytes())?;
+        cols[1].push_bytes(tx.pos.as_str().as_bytes())?;
+        cols[2].push_u64(seq)?;
+        match tx.commit_ts {
+            Some(t) => cols[3].push_i64(t)?,
+            None => cols[3].push_null(),
+        }
+        cols[4].push_bytes(tx.xid.as_bytes())?;
+        cols[5].push_list_end()?;
+        self.builder.row_done();
+        if let Some(b) = self.before.as_mut() {
+            if !b.set {
+                for c in b.builder.columns() {
+                    c.push_null();
+                }
+            }
+            b.valid.append(b.set);
+            b.builder.row_done();
+            b.set = false;
+        }
+        Ok(())
+    }
+
+    /// Changes buffered since the last batch.
+    pub fn rows(&self) -> usize {
+        self.builder.rows()
+    }
+
+    /// Arrow bytes buffered (values, offsets and variable-length data), for the byte budget.
+    pub fn bytes(&mut self) -> usize {
+        let rows = self.builder.rows();
+        let mut var: usize = self.builder.columns().iter().map(|c| c.var_bytes()).sum();
+        if let Some(b) = self.before.as_mut() {
+            var += b
+                .builder
+                .columns()
+                .iter()
+                .map(|c| c.var_bytes())
+                .sum::<usize>();
+        }
+        rows * self.fixed_row_bytes + var
+    }
+
+    /// Build the batch of the buffered changes; the builders keep their memory.
+    pub fn finish(&mut self) -> Result<RecordBatch> {
+        let main = self.builder.finish()?;
+        let Some(b) = self.before.as_mut() else {
+            return Ok(main);
+        };
+        let old = b.builder.finish()?;
+        let valid = NullBuffer::new(b.valid.finish());
+        let before = StructArray::try_new(b.fields.clone(), old.columns().to_vec(), Some(valid))?;
+        let mut columns = main.columns().to_vec();
+        columns.push(Arc::new(before));
+        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
+    }
+
+    /// Take back the memory of a written batch.
+    pub fn recycle(&mut self, batch: RecordBatch) {
+        let Some(b) = self.before.as_mut() else {
+            return self.builder.recycle(batch);
+        };
+        let before: Option<ArrayRef> = batch.columns().last().cloned();
+        self.builder.recycle(batch);
+        if let Some(before) = before {
+            let s: StructArray = before.as_struct().clone();
+            drop(before);
+            let (_, columns, _) = s.into_parts();
+            b.builder.recycle_columns(columns);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{TxMeta, change_schema, with_before_images};
+    use super::*;
+    use crate::table::{ColumnDesc, TableRef};
+    use arrow_array::Array;
+    use arrow_array::types::{Int64Type, UInt64Type};
+    use arrow_schema::Field;
+
+    fn columns() -> (TableRef, Vec<ColumnDesc>) {
+        let col = |name: &str, dt: DataType| ColumnDesc {
+            name: name.into(),
+            source_type: "t".into(),
+            field: Field::new(name, dt, false),
+            cast: None,
+            as_text_fallback: false,
+        };
+        let t = TableRef {
+            schema: "s".into(),
+            name: "t".into(),
+        };
+        (
+            t,
+            vec![col("id", DataType::Int64), col("v", DataType::Utf8)],
+        )
+    }
+
+    fn tx() -> TxMeta {
+        TxMeta {
+            pos: crate::StreamPos::from_adapter("0000000001000000"),
+            xid: "7".into(),
+            commit_ts: Some(1),
+        }
+    }
+
+    #[test]
+    fn rows_carry_change_columns_and_absent_names() {
+        let (t, cols) = columns();
+        let schema = change_schema(&t, &cols).unwrap();
+        assert!(schema.field(0).is_nullable());
+        let mut rows = ChangeRows::new(schema, 2).unwrap();
+        assert!(rows.before().is_none());
+        rows.columns()[0].push_i64(1).unwrap();
+        rows.columns()[1].push_null();
+        rows.absent(1).unwrap();
+        rows.finish_row(ChangeOp::Update, &tx(), 42).unwrap();
+        rows.columns()[0].push_i64(2).unwrap();
+        rows.columns()[1].push_bytes(b"x").unwrap();
+        rows.finish_row(ChangeOp::Insert, &tx(), 43).unwrap();
+        assert!(rows.bytes() > 0);
+        let b = rows.finish().unwrap();
+        assert_eq!(b.num_rows(), 2);
+        assert_eq!(b.column(2).as_string::<i32>().value(0), "update");
+        assert_eq!(b.column(4).as_primitive::<UInt64Type>().value(1), 43);
+        let absent = b.column(7).as_list::<i32>();
+        assert_eq!(absent.value(0).as_string::<i32>().value(0), "v");
+        assert_eq!(absent.value(1).len(), 0);
+    }
+
+    #[test]
+    fn before_images_are_a_struct_null_where_a_change_has_no_old_row() {
+        let (t, cols) = columns();
+        let schema = with_before_images(&t, &change_schema(&t, &cols).unwrap(), 2).unwrap();
+        let mut rows = ChangeRows::new(schema.clone(), 2).unwrap();
+        for round in 0..2 {
+            // An insert: no old row.
+            rows.columns()[0].push_i64(1).unwrap();
+            rows.columns()[1].push_bytes(b"new").unwrap();
+            rows.finish_row(ChangeOp::Insert, &tx(), 1).unwrap();
+            // An update: the old row, one of its values NULL.
+            rows.columns()[0].push_i64(1).unwrap();
+            rows.columns()[1].push_bytes(b"newer").unwrap();
+            let old = rows.before().unwrap();
+            old[0].push_i64(1).unwrap();
+            old[1].push_null();
+            rows.finish_row(ChangeOp::Update, &tx(), 2).unwrap();
+            let b = rows.finish().unwrap();
+            assert_eq!(b.schema(), schema, "round {round}");
+            let before = b.column(8).as_struct();
+            assert!(before.is_null(0) && before.is_valid(1), "round {round}");
+            assert_eq!(before.column(0).as_primitive::<Int64Type>().value(1), 1);
+            assert!(before.column(1).is_null(1));
+            rows.recycle(b);
+        }
+    }
+
+    #[test]
+    fn a_column_named_like_the_before_image_is_refused() {
+        let (t, mut cols) = columns();
+        cols[1].name = BEFORE.into();
+        cols[1].field = Field::new(BEFORE, DataType::Utf8, true);
+        let schema = change_schema(&t, &cols).unwrap();
+        let e = with_before_images(&t, &schema, 2).unwrap_err().to_string();
+        assert!(
+            e.contains("_before") && e.contains("--before-images"),
+            "{e}"
+        );
+    }
+}
