@@ -18,7 +18,7 @@
 //! batcher's state and read best together.
 
 use crate::files::{ChangeFiles, change_path};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, TableMetrics, op_index};
 use crate::state::{Committed, Intent, SchemaVersion, StateStore, StreamState, in_table_snapshot};
 use arrow_array::cast::AsArray;
 use sluice_core::change::{
@@ -51,6 +51,9 @@ struct Table {
     version: u32,
     rows: Option<ChangeRows>,
     file: Option<OpenFile>,
+    /// Its metrics; `pending`: changes per operation in the open batch, added at its cut.
+    metrics: Arc<TableMetrics>,
+    pending: [u64; 4],
 }
 
 struct Batch {
@@ -61,6 +64,8 @@ struct Batch {
     changes: u64,
     /// The folders of its files (`--layout`), from its first transaction's commit time.
     partition: String,
+    /// Commit time of its oldest change (µs), for the commit → file latency.
+    first_commit: Option<i64>,
 }
 
 /// Run a change file's I/O where the thread may block: the batcher is driven from the
@@ -147,6 +152,8 @@ impl Batcher {
                 version: 0,
                 rows: None,
                 file: None,
+                metrics: metrics.table(name),
+                pending: [0; 4],
             });
         }
         Batcher {
@@ -283,6 +290,8 @@ impl Batcher {
                 let stats = io(|| f.writer.finish())?;
                 written += stats.bytes;
                 self.metrics.files.fetch_add(1, Ordering::Relaxed);
+                t.metrics.files.fetch_add(1, Ordering::Relaxed);
+                t.metrics.bytes.fetch_add(stats.bytes, Ordering::Relaxed);
             }
         }
         failpoint::hit_as("stream.after_files", ErrorKind::Destination)?;
@@ -299,6 +308,19 @@ impl Batcher {
         self.metrics
             .committed_seq
             .store(b.last_seq, Ordering::Relaxed);
+        for t in &mut self.tables {
+            for (n, c) in t.pending.iter_mut().enumerate() {
+                t.metrics.changes[n].fetch_add(std::mem::take(c), Ordering::Relaxed);
+            }
+        }
+        self.metrics.batch_changes.observe(b.changes as f64);
+        self.metrics.batch_bytes.observe(written as f64);
+        if let Some(first) = b.first_commit {
+            let now = chrono::Utc::now().timestamp_micros();
+            self.metrics
+                .commit_to_file
+                .observe((now - first) as f64 / 1e6);
+        }
         Ok(Some(CutInfo {
             changes: b.changes,
             files: files.len(),
@@ -354,6 +376,7 @@ impl Batcher {
             if let Some(f) = t.file.take() {
                 io(|| f.writer.abort());
             }
+            t.pending = [0; 4];
         }
     }
 
@@ -436,14 +459,17 @@ impl ChangeSink for Batcher {
             None => {
                 tracing::warn!("{}", crate::job::uncaptured(table));
                 self.by_ref.insert(table.clone(), self.tables.len());
+                let dataset = table.dataset_name();
                 self.tables.push(Table {
-                    dataset: table.dataset_name(),
+                    metrics: self.metrics.table(&dataset),
+                    dataset,
                     ignored: true,
                     snapshot_position: None,
                     columns: Vec::new(),
                     version: 0,
                     rows: None,
                     file: None,
+                    pending: [0; 4],
                 });
                 return Ok(self.tables.len() - 1);
             }
@@ -489,6 +515,7 @@ impl ChangeSink for Batcher {
         let t = &self.tables[table];
         if t.ignored {
             self.metrics.ignored_changes.fetch_add(1, Ordering::Relaxed);
+            t.metrics.ignored.fetch_add(1, Ordering::Relaxed);
             return Ok(None);
         }
         if in_table_snapshot(t.snapshot_position.as_ref(), &self.tx.pos) {
@@ -506,6 +533,7 @@ impl ChangeSink for Batcher {
             self.metrics
                 .filtered_changes
                 .fetch_add(1, Ordering::Relaxed);
+            self.tables[table].metrics.filtered[op_index(op)].fetch_add(1, Ordering::Relaxed);
             return Ok(None);
         }
         if self.tables[table].version == 0 && self.tables[table].rows.is_some() {
@@ -533,9 +561,11 @@ impl ChangeSink for Batcher {
             bytes: 0,
             changes: 0,
             partition: layout.partition(commit_micros(commit_ts)),
+            first_commit: commit_ts,
         });
         b.last_seq = seq;
         b.changes += 1;
+        self.tables[h].pending[op_index(op)] += 1;
         let total = b.bytes + pending;
         if pending >= self.budgets.flush_bytes {
             self.flush(h)?;

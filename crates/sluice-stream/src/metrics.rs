@@ -1,17 +1,28 @@
 //! Prometheus metrics of a running stream (`--metrics-addr HOST:PORT`, path `/metrics`).
 //!
-//! A plain HTTP/1.1 responder on a Tokio listener: monitoring scrapes a handful of counters
-//! and gauges every few seconds, which needs no web framework. Every request gets the metrics,
-//! whatever its path.
+//! A plain HTTP/1.1 responder on a Tokio listener: monitoring scrapes a handful of counters,
+//! gauges and histograms every few seconds, which needs no web framework. Every request gets
+//! the metrics, whatever its path.
+//!
+//! What a table's changes do is labelled by `table` (the dataset name, `schema.table`) and,
+//! where it applies, `op` (`insert`, `update`, `delete`, `truncate`): `changes_total`,
+//! `filtered_changes_total`, `ignored_changes_total`, `files_total`, `bytes_written_total`
+//! (`sum without (table, op)` gives the stream's total). What belongs to the stream as a whole
+//! (positions, lag, retained log, errors) has no label. Histograms: `commit_to_file_seconds`
+//! (per batch, from the commit of its oldest change to its files being committed — the batch's
+//! worst latency), `batch_changes` and `batch_bytes`. The dashboard and alert rules in
+//! `deploy/` use these names; `tests/it/stream_metrics.rs` checks each exists.
 
+use sluice_core::change::ChangeOp;
+use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Counters and gauges, updated by the runner as it goes.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
     /// Changes written.
     pub changes: AtomicU64,
@@ -49,9 +60,198 @@ pub struct Metrics {
     pub peak_lag_millis: AtomicU64,
     /// 1 once the initial snapshot is done and changes are read (not exported).
     pub streaming: AtomicU64,
+    /// Per table (dataset name), registered as the batcher meets them.
+    tables: Mutex<BTreeMap<String, Arc<TableMetrics>>>,
+    /// Per batch: commit of its oldest change → its files committed, seconds.
+    pub commit_to_file: Histogram,
+    /// Per batch: changes written.
+    pub batch_changes: Histogram,
+    /// Per batch: bytes of change files written.
+    pub batch_bytes: Histogram,
+}
+
+/// The operations in label order ([`op_index`]).
+const OPS: [ChangeOp; 4] = [
+    ChangeOp::Insert,
+    ChangeOp::Update,
+    ChangeOp::Delete,
+    ChangeOp::Truncate,
+];
+
+/// The slot of `op` in the per-operation counters.
+pub fn op_index(op: ChangeOp) -> usize {
+    match op {
+        ChangeOp::Insert => 0,
+        ChangeOp::Update => 1,
+        ChangeOp::Delete => 2,
+        ChangeOp::Truncate => 3,
+    }
+}
+
+/// One table's counters.
+#[derive(Debug, Default)]
+pub struct TableMetrics {
+    /// Changes written (committed), per operation ([`op_index`]).
+    pub changes: [AtomicU64; 4],
+    /// Changes `--ops` left out, per operation.
+    pub filtered: [AtomicU64; 4],
+    /// Changes of a table the stream does not capture (arriving under a new name).
+    pub ignored: AtomicU64,
+    /// Change files committed.
+    pub files: AtomicU64,
+    /// Bytes of change files committed.
+    pub bytes: AtomicU64,
+}
+
+/// A Prometheus histogram with fixed upper bounds, updated without locks.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    /// Observations per bucket (not cumulative), the last one above every bound.
+    counts: Vec<AtomicU64>,
+    /// Sum of the observations, in millionths.
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Histogram {
+            bounds,
+            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_micros: AtomicU64::new(0),
+        }
+    }
+
+    /// Count one observation of `v` (negative values count as 0).
+    pub fn observe(&self, v: f64) {
+        let v = v.max(0.0);
+        let i = self
+            .bounds
+            .iter()
+            .position(|b| v <= *b)
+            .unwrap_or(self.bounds.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add((v * 1e6).round() as u64, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str) {
+        let mut total = 0u64;
+        for (i, c) in self.counts.iter().enumerate() {
+            total += c.load(Ordering::Relaxed);
+            let le = self
+                .bounds
+                .get(i)
+                .map_or("+Inf".to_string(), |b| b.to_string());
+            let _ = writeln!(out, "sluice_stream_{name}_bucket{{le=\"{le}\"}} {total}");
+        }
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "sluice_stream_{name}_sum {sum}");
+        let _ = writeln!(out, "sluice_stream_{name}_count {total}");
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            changes: AtomicU64::default(),
+            transactions: AtomicU64::default(),
+            batches: AtomicU64::default(),
+            files: AtomicU64::default(),
+            bytes_written: AtomicU64::default(),
+            committed_seq: AtomicU64::default(),
+            committed_position: AtomicU64::default(),
+            retained_bytes: AtomicU64::default(),
+            lag_bytes: AtomicU64::default(),
+            lag_millis: AtomicU64::default(),
+            since_confirm_millis: AtomicU64::default(),
+            errors: AtomicU64::default(),
+            ignored_changes: AtomicU64::default(),
+            filtered_changes: AtomicU64::default(),
+            retries: AtomicU64::default(),
+            peak_lag_millis: AtomicU64::default(),
+            streaming: AtomicU64::default(),
+            tables: Mutex::default(),
+            commit_to_file: Histogram::new(&[
+                0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+            ]),
+            batch_changes: Histogram::new(&[1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6]),
+            batch_bytes: Histogram::new(&[1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9]),
+        }
+    }
 }
 
 impl Metrics {
+    /// The counters of table `dataset`, registered on first use (a restarted attempt's
+    /// batcher gets the same ones).
+    pub fn table(&self, dataset: &str) -> Arc<TableMetrics> {
+        let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+        tables.entry(dataset.to_string()).or_default().clone()
+    }
+
+    /// The per-table families: `name`, its help, and the value per (table, op) — `op` `None`
+    /// for a family without it.
+    fn per_table(&self, out: &mut String) {
+        let tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        type Pick = fn(&TableMetrics) -> &[AtomicU64; 4];
+        let by_op: [(&str, &str, Pick); 2] = [
+            (
+                "changes_total",
+                "Changes written, per table and operation.",
+                |t| &t.changes,
+            ),
+            (
+                "filtered_changes_total",
+                "Changes of operations --ops leaves out of the change files, per table and operation.",
+                |t| &t.filtered,
+            ),
+        ];
+        for (name, help, pick) in by_op {
+            let _ = writeln!(out, "# HELP sluice_stream_{name} {help}");
+            let _ = writeln!(out, "# TYPE sluice_stream_{name} counter");
+            for (table, t) in tables.iter() {
+                for (op, v) in OPS.iter().zip(pick(t)) {
+                    let _ = writeln!(
+                        out,
+                        "sluice_stream_{name}{{table=\"{}\",op=\"{}\"}} {}",
+                        label(table),
+                        op.as_str(),
+                        g(v)
+                    );
+                }
+            }
+        }
+        type One = fn(&TableMetrics) -> &AtomicU64;
+        let per: [(&str, &str, One); 3] = [
+            ("files_total", "Change files committed, per table.", |t| {
+                &t.files
+            }),
+            (
+                "bytes_written_total",
+                "Bytes of change files committed, per table.",
+                |t| &t.bytes,
+            ),
+            (
+                "ignored_changes_total",
+                "Changes of tables the stream does not capture (a captured table renamed on the source), left out, per table.",
+                |t| &t.ignored,
+            ),
+        ];
+        for (name, help, pick) in per {
+            let _ = writeln!(out, "# HELP sluice_stream_{name} {help}");
+            let _ = writeln!(out, "# TYPE sluice_stream_{name} counter");
+            for (table, t) in tables.iter() {
+                let _ = writeln!(
+                    out,
+                    "sluice_stream_{name}{{table=\"{}\"}} {}",
+                    label(table),
+                    g(pick(t))
+                );
+            }
+        }
+    }
+
     /// The metrics in Prometheus' text format.
     pub fn render(&self) -> String {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -61,12 +261,6 @@ impl Metrics {
             let _ = writeln!(out, "# TYPE sluice_stream_{name} {kind}");
             let _ = writeln!(out, "sluice_stream_{name} {value}");
         };
-        one(
-            "changes_total",
-            "counter",
-            "Changes written.",
-            g(&self.changes).to_string(),
-        );
         one(
             "transactions_total",
             "counter",
@@ -78,18 +272,6 @@ impl Metrics {
             "counter",
             "Batches committed.",
             g(&self.batches).to_string(),
-        );
-        one(
-            "files_total",
-            "counter",
-            "Change files committed.",
-            g(&self.files).to_string(),
-        );
-        one(
-            "bytes_written_total",
-            "counter",
-            "Bytes of change files committed.",
-            g(&self.bytes_written).to_string(),
         );
         one(
             "committed_seq",
@@ -139,21 +321,38 @@ impl Metrics {
             "Reconnects after transient errors.",
             g(&self.retries).to_string(),
         );
-        one(
-            "ignored_changes_total",
-            "counter",
-            "Changes of tables the stream does not capture (a captured table renamed on the \
-             source), left out.",
-            g(&self.ignored_changes).to_string(),
-        );
-        one(
-            "filtered_changes_total",
-            "counter",
-            "Changes of operations --ops leaves out of the change files.",
-            g(&self.filtered_changes).to_string(),
-        );
+        self.per_table(&mut out);
+        let hist: [(&str, &str, &Histogram); 3] = [
+            (
+                "commit_to_file_seconds",
+                "Per batch: seconds from the commit of its oldest change to its files committed.",
+                &self.commit_to_file,
+            ),
+            (
+                "batch_changes",
+                "Per batch: changes written.",
+                &self.batch_changes,
+            ),
+            (
+                "batch_bytes",
+                "Per batch: bytes of change files written.",
+                &self.batch_bytes,
+            ),
+        ];
+        for (name, help, h) in hist {
+            let _ = writeln!(out, "# HELP sluice_stream_{name} {help}");
+            let _ = writeln!(out, "# TYPE sluice_stream_{name} histogram");
+            h.render(&mut out, name);
+        }
         out
     }
+}
+
+/// A label value as Prometheus' text format writes it (`\`, `"` and newlines escaped).
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 /// Serve `metrics` on `addr` until the runtime ends. Binding fails with a configuration error.
@@ -186,4 +385,42 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> sluice_core::Resu
         }
     });
     Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histograms_render_cumulative_buckets_sum_and_count() {
+        let m = Metrics::default();
+        for v in [0.05, 0.3, 0.3, 7.0, 1e4] {
+            m.commit_to_file.observe(v);
+        }
+        let text = m.render();
+        for line in [
+            "sluice_stream_commit_to_file_seconds_bucket{le=\"0.1\"} 1",
+            "sluice_stream_commit_to_file_seconds_bucket{le=\"0.5\"} 3",
+            "sluice_stream_commit_to_file_seconds_bucket{le=\"10\"} 4",
+            "sluice_stream_commit_to_file_seconds_bucket{le=\"600\"} 4",
+            "sluice_stream_commit_to_file_seconds_bucket{le=\"+Inf\"} 5",
+            "sluice_stream_commit_to_file_seconds_sum 10007.65",
+            "sluice_stream_commit_to_file_seconds_count 5",
+        ] {
+            assert!(text.contains(line), "{line} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn table_labels_are_escaped_and_every_operation_is_listed() {
+        let m = Metrics::default();
+        m.table("s.\"odd\"").changes[op_index(ChangeOp::Delete)].fetch_add(2, Ordering::Relaxed);
+        let text = m.render();
+        assert!(
+            text.contains(r#"sluice_stream_changes_total{table="s.\"odd\"",op="delete"} 2"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"sluice_stream_changes_total{table="s.\"odd\"",op="truncate"} 0"#));
+        assert!(text.contains(r#"sluice_stream_files_total{table="s.\"odd\""} 0"#));
+    }
 }

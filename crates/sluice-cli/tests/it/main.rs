@@ -53,5 +53,6 @@ mod stream;
 mod stream_claims;
 mod stream_formats;
 mod stream_layouts;
+mod stream_metrics;
 mod tls;
 mod types;

@@ -1,11 +1,12 @@
 #![allow(clippy::unwrap_used)]
 //! `sluice stream` against a real PostgreSQL with wal_level=logical, what only PostgreSQL has:
-//! TOAST, partitioned tables, the server's idle limits, refusals, metrics, signals, a large
+//! TOAST, partitioned tables, the server's idle limits, refusals, a large
 //! transaction, state in Redis and change files on an object store (moto's S3). The scenarios
 //! every change source passes (hand-off with a writer, kills at every failpoint of a batch,
 //! schema versions, truncate, `--initial none`) are `capture_suite`'s PostgreSQL rows. Every
 //! check replays the change files over the snapshot by `_seq`
 //! (`sluice_testkit::changes::assert_replay_equals`) and compares the result with the table.
+//! Metrics and signals: `stream_metrics.rs`.
 //!
 //! Over 500 lines: each test is one whole scenario against a real server (failpoints,
 //! restarts, replay), and they share this file's table and replay checks.
@@ -143,119 +144,6 @@ async fn refusals_name_the_fix_and_leave_no_slot_behind() {
     assert_eq!(r.code, 4, "{}", r.stderr);
     assert_eq!(slots_and_publications(&db).await, (0, 0), "{}", r.stderr);
     assert!(!to.path().join("_sluice/stream.json").exists());
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn scrape(port: u16) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out)
-}
-
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_running_stream_serves_metrics_refuses_a_second_one_and_stops_on_sigterm() {
-    let db = TestDb::new().await;
-    create_acct(&db, 1_000).await;
-    let to = tempdir();
-    let port = free_port();
-    let mut child = stream(
-        &db.url,
-        to.path(),
-        &[
-            "--slot",
-            "metrics_slot",
-            "--metrics-addr",
-            &format!("127.0.0.1:{port}"),
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    // Once the snapshot is written, the stream is reading from the slot.
-    let state = to.path().join("_sluice/stream.json");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !std::fs::read_to_string(&state).is_ok_and(|s| s.contains("\"done\": true")) {
-        assert!(Instant::now() < deadline, "the snapshot did not finish");
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("the stream ended ({status})");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    db.exec("UPDATE acct SET v = v + 1 WHERE id <= 100").await;
-    let text = loop {
-        assert!(Instant::now() < deadline, "no changes counted in time");
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("the stream ended ({status})");
-        }
-        if let Some(s) = scrape(port)
-            && s.contains("sluice_stream_changes_total 100")
-            && metric(&s, "sluice_stream_batches_total") >= 1.0
-            && metric(&s, "sluice_stream_committed_position") > 0.0
-        {
-            break s;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    assert!(
-        metric(&text, "sluice_stream_committed_seq") >= 100.0,
-        "{text}"
-    );
-    // The committed position is the LSN the stream confirmed: not past the server's end.
-    let end = db
-        .row_strings("SELECT (pg_current_wal_lsn() - '0/0')::bigint")
-        .await;
-    let end: f64 = end[0].parse().unwrap();
-    let committed = metric(&text, "sluice_stream_committed_position");
-    assert!(committed > 0.0 && committed <= end, "{committed} vs {end}");
-    assert!(text.contains("sluice_stream_retained_bytes"), "{text}");
-    assert!(text.contains("sluice_stream_lag_seconds"), "{text}");
-    // A second stream on the same slot is refused.
-    let other = tempdir();
-    let r = run(&mut stream(
-        &db.url,
-        other.path(),
-        &["--slot", "metrics_slot", "--until-current"],
-    ));
-    assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("in use"), "{}", r.stderr);
-    // SIGTERM stops it cleanly, after committing.
-    let pid = child.id() as i32;
-    #[allow(unsafe_code)]
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe {
-        libc::kill(pid, libc::SIGTERM);
-    }
-    let out = common::finish(child);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r = assert_replay_equals_table(&db, to.path()).await;
-    assert_eq!(r.changes.len(), 100);
-    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
-    assert_eq!(slots_and_publications(&db).await, (0, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

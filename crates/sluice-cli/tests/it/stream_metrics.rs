@@ -1,0 +1,219 @@
+//! `sluice stream --metrics-addr`: a running stream's Prometheus metrics (labelled per table and
+//! operation, batch histograms), a second stream on the same slot refused, SIGTERM stopping it
+//! after a commit; and the dashboard and alert rules shipped in `deploy/` — valid, and using
+//! only metrics a running stream serves.
+
+use crate::common::{self, TestDb, run, tempdir};
+use crate::stream::{assert_replay_equals_table, create_acct, slots_and_publications, stream};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+fn deploy(file: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy")
+        .join(file)
+}
+
+const DASHBOARD: &str = "grafana/sluice-stream.json";
+const ALERTS: &str = "prometheus/sluice-stream-alerts.yml";
+
+/// The `sluice_stream_…` names the dashboard's queries and the alert rules' expressions use.
+fn deploy_metrics() -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for file in [DASHBOARD, ALERTS] {
+        let text = std::fs::read_to_string(deploy(file)).unwrap();
+        for (at, _) in text.match_indices("sluice_stream_") {
+            let name: String = text[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            names.insert(name);
+        }
+    }
+    assert!(names.len() >= 10, "{names:?}");
+    names
+}
+
+/// The dashboard is a Grafana dashboard whose every panel queries Prometheus; each alert rule
+/// has a name, an expression on sluice's metrics, a severity and a summary.
+#[test]
+fn the_shipped_dashboard_and_alert_rules_are_well_formed() {
+    let d: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(deploy(DASHBOARD)).unwrap()).unwrap();
+    assert_eq!(d["uid"], "sluice-stream");
+    let panels = d["panels"].as_array().unwrap();
+    assert!(panels.len() >= 6, "{} panels", panels.len());
+    for p in panels {
+        let targets = p["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "panel {} has no query", p["title"]);
+        for t in targets {
+            let expr = t["expr"].as_str().unwrap();
+            assert!(expr.contains("sluice_stream_"), "{}: {expr}", p["title"]);
+            assert_eq!(
+                expr.matches('(').count(),
+                expr.matches(')').count(),
+                "{expr}"
+            );
+        }
+    }
+    let rules: serde_json::Value =
+        yaml_serde::from_str(&std::fs::read_to_string(deploy(ALERTS)).unwrap()).unwrap();
+    let rules = rules["groups"][0]["rules"].as_array().unwrap();
+    let names: Vec<&str> = rules.iter().map(|r| r["alert"].as_str().unwrap()).collect();
+    for want in [
+        "SluiceStreamLagging",
+        "SluiceStreamRetainsLog",
+        "SluiceStreamNoCommit",
+        "SluiceStreamRestarting",
+    ] {
+        assert!(names.contains(&want), "{want} in {names:?}");
+    }
+    for r in rules {
+        assert!(
+            r["expr"].as_str().unwrap().contains("sluice_stream_"),
+            "{r}"
+        );
+        assert!(r["labels"]["severity"].is_string(), "{r}");
+        assert!(r["annotations"]["summary"].is_string(), "{r}");
+    }
+}
+
+fn scrape(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_stream_serves_metrics_refuses_a_second_one_and_stops_on_sigterm() {
+    let db = TestDb::new().await;
+    create_acct(&db, 1_000).await;
+    let to = tempdir();
+    let port = sluice_testkit::server::free_port().unwrap();
+    let mut child = stream(
+        &db.url,
+        to.path(),
+        &[
+            "--slot",
+            "metrics_slot",
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Once the snapshot is written, the stream is reading from the slot.
+    let state = to.path().join("_sluice/stream.json");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&state).is_ok_and(|s| s.contains("\"done\": true")) {
+        assert!(Instant::now() < deadline, "the snapshot did not finish");
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the stream ended ({status})");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    db.exec("UPDATE acct SET v = v + 1 WHERE id <= 100").await;
+    let text = loop {
+        assert!(Instant::now() < deadline, "no changes counted in time");
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the stream ended ({status})");
+        }
+        if let Some(s) = scrape(port)
+            && s.contains(r#"sluice_stream_changes_total{table="public.acct",op="update"} 100"#)
+            && metric(&s, "sluice_stream_batches_total") >= 1.0
+            && metric(&s, "sluice_stream_committed_position") > 0.0
+        {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        metric(&text, "sluice_stream_committed_seq") >= 100.0,
+        "{text}"
+    );
+    // The committed position is the LSN the stream confirmed: not past the server's end.
+    let end = db
+        .row_strings("SELECT (pg_current_wal_lsn() - '0/0')::bigint")
+        .await;
+    let end: f64 = end[0].parse().unwrap();
+    let committed = metric(&text, "sluice_stream_committed_position");
+    assert!(committed > 0.0 && committed <= end, "{committed} vs {end}");
+    assert!(text.contains("sluice_stream_retained_bytes"), "{text}");
+    assert!(text.contains("sluice_stream_lag_seconds"), "{text}");
+    // Labelled per table and operation; the batch histograms count the committed batch.
+    for line in [
+        r#"sluice_stream_changes_total{table="public.acct",op="insert"} 0"#,
+        r#"sluice_stream_files_total{table="public.acct"} "#,
+        r#"sluice_stream_commit_to_file_seconds_bucket{le="+Inf"} "#,
+    ] {
+        assert!(text.contains(line), "{line} in:\n{text}");
+    }
+    assert!(
+        metric(&text, "sluice_stream_batch_changes_count") >= 1.0,
+        "{text}"
+    );
+    assert!(
+        metric(&text, "sluice_stream_batch_changes_sum") >= 100.0,
+        "{text}"
+    );
+    assert!(
+        metric(
+            &text,
+            r#"sluice_stream_bytes_written_total{table="public.acct"}"#
+        ) > 0.0
+    );
+    // Every metric the shipped dashboard and alert rules use is served.
+    for name in deploy_metrics() {
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .filter(|base| text.contains(&format!("# TYPE {base} histogram")))
+            .unwrap_or(&name);
+        assert!(
+            text.contains(&format!("# TYPE {family} ")),
+            "deploy/ uses {name}, which /metrics does not serve:\n{text}"
+        );
+    }
+    // A second stream on the same slot is refused.
+    let other = tempdir();
+    let r = run(&mut stream(
+        &db.url,
+        other.path(),
+        &["--slot", "metrics_slot", "--until-current"],
+    ));
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("in use"), "{}", r.stderr);
+    // SIGTERM stops it cleanly, after committing.
+    let pid = child.id() as i32;
+    #[allow(unsafe_code)]
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+    let out = common::finish(child);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = assert_replay_equals_table(&db, to.path()).await;
+    assert_eq!(r.changes.len(), 100);
+    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
+    assert_eq!(slots_and_publications(&db).await, (0, 0));
+}
