@@ -74,7 +74,14 @@ def _options(**given: Any) -> Dict[str, Any]:
     return {k: v for k, v in given.items() if v is not None and v is not False}
 
 
-def _one_dataset(table: Optional[str], query: Optional[str], config: Any) -> Dict[str, Any]:
+def _one_dataset(
+    table: Optional[str], query: Optional[str], columns: Optional[Sequence[str]], config: Any
+) -> Dict[str, Any]:
+    if columns is not None and (table is None or isinstance(columns, str)):
+        raise ConfigError(
+            "columns= is a list of column names of table= (e.g. columns=[\"id\", \"amount\"]); "
+            "a query selects its own columns."
+        )
     if table is None and query is None and config is not None:
         return {}  # the YAML file names it (a second dataset is refused when it is read)
     if (table is None) == (query is None):
@@ -84,6 +91,10 @@ def _one_dataset(table: Optional[str], query: Optional[str], config: Any) -> Dic
     if table is not None:
         if not isinstance(table, str):
             raise ConfigError("table= is one table name (use sluice.export to write several).")
+        if columns is not None:
+            # Exact names, as pyarrow takes them: each quoted for the picker.
+            picked = ",".join('"' + c.replace('"', '""') + '"' for c in columns)
+            return {"table": table, "columns": f"{table}:{picked}"}
         return {"table": table}
     if not isinstance(query, str):
         raise ConfigError("query= is one SQL text (use sluice.export to write several queries).")
@@ -95,6 +106,7 @@ def read_arrow(
     *,
     table: Optional[str] = None,
     query: Optional[str] = None,
+    columns: Optional[Sequence[str]] = None,
     parallel: Optional[int] = None,
     consistency: Optional[str] = None,
     chunk_by: Optional[str] = None,
@@ -133,6 +145,8 @@ def read_arrow(
         table: The table, view or materialized view, as ``name`` or ``schema.name``
             (double-quote a part to match its case exactly).
         query: A SELECT to read instead of a table (one worker: a query cannot be chunked).
+        columns: Only these columns of ``table`` (exact names), in the table's order; the
+            others are not read.
         parallel: Workers, each with its own connection (default: chosen from the table's
             size and the cores).
         consistency: ``"snapshot"`` (default: every worker reads one snapshot) or ``"chunk"``
@@ -189,7 +203,7 @@ def read_arrow(
         probe_sql=probe_sql,
         config=config,
     )
-    opts.update(_one_dataset(table, query, config))
+    opts.update(_one_dataset(table, query, columns, config))
     result, _report = _sluice.read(**opts)
     # Not pa.table(result): it first checks for a pandas DataFrame, which imports pandas
     # (half a second) when it is installed.
@@ -201,6 +215,7 @@ def read_batches(
     *,
     table: Optional[str] = None,
     query: Optional[str] = None,
+    columns: Optional[Sequence[str]] = None,
     parallel: Optional[int] = None,
     consistency: Optional[str] = None,
     chunk_by: Optional[str] = None,
@@ -266,7 +281,7 @@ def read_batches(
         probe_sql=probe_sql,
         config=config,
     )
-    opts.update(_one_dataset(table, query, config))
+    opts.update(_one_dataset(table, query, columns, config))
     stream = _sluice.stream(**opts)
     schema = pa.schema(stream.schema)
     return pa.RecordBatchReader.from_batches(schema, _batches(stream))
@@ -289,6 +304,7 @@ def export(
     tables: Union[str, Sequence[str], None] = None,
     schema: Union[str, Sequence[str], None] = None,
     query: Optional[Mapping[str, str]] = None,
+    columns: Union[str, Sequence[str], None] = None,
     format: Optional[str] = None,
     parallel: Optional[int] = None,
     consistency: Optional[str] = None,
@@ -338,6 +354,8 @@ def export(
         tables: Regular expression(s) matched against ``schema.table``.
         schema: Every table of these schemas.
         query: ``{"name": "SELECT …"}``: each query exported as dataset ``name``.
+        columns: ``"table:col,col"`` (or a list of them, one per table): read only these
+            columns of a selected table, as ``--columns``.
         format: ``"parquet"`` (default) or ``"csv"``.
         compression: Parquet: ``"zstd"`` (default), ``"snappy"``, ``"none"``.
         zstd_level: 1 (default) to 22.
@@ -371,6 +389,7 @@ def export(
         tables=tables,
         schema=schema,
         query=query,
+        columns=columns,
         format=format,
         parallel=parallel,
         consistency=consistency,
@@ -418,6 +437,7 @@ def plan(
     tables: Union[str, Sequence[str], None] = None,
     schema: Union[str, Sequence[str], None] = None,
     query: Optional[Mapping[str, str]] = None,
+    columns: Union[str, Sequence[str], None] = None,
     to: Optional[PathLike] = None,
     format: Optional[str] = None,
     parallel: Optional[int] = None,
@@ -456,6 +476,7 @@ def plan(
         tables=tables,
         schema=schema,
         query=query,
+        columns=columns,
         to=os.fspath(to) if to is not None else None,
         format=format,
         parallel=parallel,

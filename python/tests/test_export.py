@@ -61,3 +61,21 @@ def test_yaml_config_is_the_cli_file(pg, tmp_path):
     config.write_text("table: t\nbogus_key: 1\n")
     with pytest.raises(sluice.ConfigError, match="bogus_key"):
         sluice.read_arrow(pg.url, config=config)
+
+
+def test_columns_pick_a_tables_columns_by_exact_name(pg, tmp_path):
+    pg.exec(
+        'CREATE TABLE people (id int PRIMARY KEY, "Name" text, secret text, amount int);'
+        "INSERT INTO people SELECT g, 'n' || g, 'pw', g FROM generate_series(1, 100) g"
+    )
+    t = sluice.read_arrow(pg.url, table="people", columns=["amount", "Name", "id"])
+    assert t.column_names == ["id", "Name", "amount"]
+    assert t.num_rows == 100
+    assert sorted(t.column("amount").to_pylist()) == [r[0] for r in pg.rows("SELECT amount FROM people ORDER BY 1")]
+    with pytest.raises(sluice.ConfigError, match="no column"):
+        sluice.read_arrow(pg.url, table="people", columns=["name"])  # exact: "Name" only
+    with pytest.raises(sluice.ConfigError, match="list of column names"):
+        sluice.read_arrow(pg.url, query="SELECT 1", columns=["id"])
+    out = tmp_path / "out"
+    sluice.export(pg.url, to=out, table="people", columns="people:id,secret")
+    assert pq.read_table(out / "public.people").column_names == ["id", "secret"]

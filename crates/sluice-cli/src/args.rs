@@ -261,6 +261,10 @@ pub struct Options {
     #[arg(long, value_name = "NAME=SQL")]
     #[serde(deserialize_with = "yaml::entries")]
     pub query: Vec<Pair>,
+    /// Read only these columns of a selected table: --columns 'TABLE:COL,COL' (the table named as with --table; double-quote a part to match it exactly). Repeatable, once per table. sluice stream writes the same columns to change files (the key must be among them).
+    #[arg(long, value_name = "TABLE:COLS")]
+    #[serde(deserialize_with = "yaml::one_or_many")]
+    pub columns: Vec<String>,
     /// How to split datasets: auto, ctid, key, key:<col>[,<col>…], none.
     #[arg(long, value_name = "STRATEGY")]
     pub chunk_by: Option<String>,

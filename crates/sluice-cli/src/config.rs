@@ -9,7 +9,7 @@ use crate::registry;
 use crate::settings::Settings;
 use crate::size::ByteSize;
 use sluice_core::{
-    ChunkStrategy, Consistency, Error, NamedQuery, QualifiedName, Result, Selection,
+    ChunkStrategy, ColumnPick, Consistency, Error, NamedQuery, QualifiedName, Result, Selection,
 };
 use sluice_engine::ExportJob;
 use sluice_engine::governor::HarmBudget;
@@ -75,6 +75,9 @@ fn selection(o: &Options) -> Result<Selection> {
             }
         };
         selection.queries.push(query);
+    }
+    for c in &o.columns {
+        selection.columns.push(ColumnPick::parse(c)?);
     }
     if selection.is_empty() {
         return Err(Error::config(

@@ -54,6 +54,13 @@ fn job(o: &Options, r: &ReplicateOptions) -> Result<ReplicateJob> {
              --table, --tables or --schema.",
         ));
     }
+    if !o.columns.is_empty() {
+        return Err(Error::config(
+            "sluice replicate copies whole tables and keeps their columns equal to the \
+             source's: --columns is not supported here. Leave it out (sluice export and sluice \
+             stream take it).",
+        ));
+    }
     if o.consistency == Some(ConsistencyArg::Chunk) {
         return Err(Error::config(
             "sluice replicate loads the target under one snapshot whose position starts the \

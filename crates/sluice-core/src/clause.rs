@@ -314,6 +314,7 @@ mod tests {
             estimate: SizeEstimate::default(),
             outside_snapshot: Vec::new(),
             row_security_filtered: false,
+            columns_picked: false,
         }
     }
 

@@ -44,4 +44,6 @@ pub use source::{
     ChunkReader, Consistency, Coordinator, HarmProbe, HarmSample, ReadStats, RunFacts, Source,
     SourceOptions,
 };
-pub use table::{ColumnDesc, Dataset, DatasetKind, NamedQuery, Relation, Selection, SizeEstimate};
+pub use table::{
+    ColumnDesc, ColumnPick, Dataset, DatasetKind, NamedQuery, Relation, Selection, SizeEstimate,
+};

@@ -18,7 +18,7 @@
 
 use crate::error::{Error, Result};
 use crate::ident::{NamePart, QualifiedName};
-use crate::table::{Dataset, NamedQuery, Selection, TableRef};
+use crate::table::{ColumnPick, Dataset, NamedQuery, Selection, TableRef};
 use async_trait::async_trait;
 use std::collections::HashSet;
 
@@ -303,7 +303,72 @@ pub async fn discover<C: Catalog + ?Sized>(
         }
         datasets.push(catalog.describe_query(q).await?);
     }
+    for pick in &selection.columns {
+        let candidates = catalog.candidates(&pick.table).await?;
+        let table = resolve(&pick.table, candidates, &naming, &target, scope.as_deref())?.table;
+        let ds = datasets
+            .iter_mut()
+            .find(|d| d.object.as_ref() == Some(&table))
+            .ok_or_else(|| {
+                Error::config(format!(
+                    "--columns names {table}, which the selection does not include; select it \
+                     (--table {}) or leave its --columns out.",
+                    pick.table
+                ))
+            })?;
+        keep_columns(ds, pick, naming.folding)?;
+    }
     Ok(datasets)
+}
+
+/// Keep only the columns `pick` names of `ds` (in the table's order); each name must match one
+/// column (as table names match: exactly, as folded, in any case), and the same table may be
+/// picked once.
+fn keep_columns(ds: &mut Dataset, pick: &ColumnPick, folding: Folding) -> Result<()> {
+    if ds.columns_picked {
+        return Err(Error::config(format!(
+            "--columns names {} twice; list all its columns in one --columns.",
+            ds.name
+        )));
+    }
+    let mut keep = HashSet::new();
+    for part in &pick.columns {
+        let mut ranked: Vec<(u8, &str)> = ds
+            .columns
+            .iter()
+            .filter_map(|c| Some((rank(part, &c.name, folding)?, c.name.as_str())))
+            .collect();
+        if let Some(best) = ranked.iter().map(|(r, _)| *r).min() {
+            ranked.retain(|(r, _)| *r == best);
+        }
+        match ranked.as_slice() {
+            [(_, name)] => {
+                keep.insert(name.to_string());
+            }
+            [] => {
+                let names: Vec<&str> = ds.columns.iter().map(|c| c.name.as_str()).collect();
+                return Err(Error::config(format!(
+                    "--columns: {} has no column {:?}; its columns are {}.",
+                    ds.name,
+                    part.text,
+                    names.join(", ")
+                )));
+            }
+            many => {
+                let names: Vec<&str> = many.iter().map(|(_, n)| *n).collect();
+                return Err(Error::config(format!(
+                    "--columns: {:?} matches several columns of {} ({}); double-quote it to \
+                     match one exactly.",
+                    part.text,
+                    ds.name,
+                    names.join(", ")
+                )));
+            }
+        }
+    }
+    ds.columns.retain(|c| keep.contains(&c.name));
+    ds.columns_picked = true;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! What is exported: datasets, their physical relations and columns.
 
-use crate::ident::QualifiedName;
+use crate::error::{Error, Result};
+use crate::ident::{NamePart, QualifiedName};
 use arrow_schema::{Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -147,6 +148,9 @@ pub struct Dataset {
     /// True when the source filtered this dataset's rows by row-level security policies (the
     /// user opted in to exporting only the rows visible to them): the dataset may be a subset.
     pub row_security_filtered: bool,
+    /// True when `--columns` chose its columns (the others are not read): a change stream
+    /// leaves them out of its change files too.
+    pub columns_picked: bool,
 }
 
 impl Relation {
@@ -183,6 +187,7 @@ impl Dataset {
             estimate,
             outside_snapshot: Vec::new(),
             row_security_filtered: false,
+            columns_picked: false,
         }
     }
 
@@ -204,6 +209,7 @@ impl Dataset {
             primary_key: Vec::new(),
             outside_snapshot: Vec::new(),
             row_security_filtered: false,
+            columns_picked: false,
         }
     }
 
@@ -239,6 +245,75 @@ pub struct Selection {
     pub schemas: Vec<String>,
     /// Queries (`--query`).
     pub queries: Vec<NamedQuery>,
+    /// Columns kept of some of the selected tables (`--columns`).
+    pub columns: Vec<ColumnPick>,
+}
+
+/// `--columns TABLE:COL,COL`: the columns kept of one selected table (the others are not read,
+/// in the snapshot or in change files). Columns keep the table's order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnPick {
+    /// The table, named as `--table` names it.
+    pub table: QualifiedName,
+    /// The columns as typed (a quoted one matches only exactly, as table names do).
+    pub columns: Vec<NamePart>,
+}
+
+impl ColumnPick {
+    /// Parse `table:col,col` (`schema.table` and the columns may be double-quoted; a quoted
+    /// part may hold `:`, `,` and `"` doubled).
+    pub fn parse(input: &str) -> Result<ColumnPick> {
+        let bad = |why: &str| {
+            Error::config(format!(
+                "--columns {input:?}: {why}. Write it as table:column,column (e.g. --columns \
+                 'public.orders:id,status,\"Amount\"'), once per table."
+            ))
+        };
+        let parts = split_unquoted(input, ':');
+        let [table, columns] = parts.as_slice() else {
+            return Err(bad("it needs one ':' between the table and its columns"));
+        };
+        let table = QualifiedName::parse(table)?;
+        let mut out = Vec::new();
+        for c in split_unquoted(columns, ',') {
+            let c = c.trim();
+            let part = match c.strip_prefix('"').and_then(|c| c.strip_suffix('"')) {
+                Some(inner) if !inner.is_empty() => NamePart {
+                    text: inner.replace("\"\"", "\""),
+                    quoted: true,
+                },
+                _ if c.is_empty() || c.contains('"') => {
+                    return Err(bad("a column name is empty or badly quoted"));
+                }
+                _ => NamePart {
+                    text: c.to_string(),
+                    quoted: false,
+                },
+            };
+            out.push(part);
+        }
+        Ok(ColumnPick {
+            table,
+            columns: out,
+        })
+    }
+}
+
+/// `text` split at each `sep` outside double quotes.
+fn split_unquoted(text: &str, sep: char) -> Vec<String> {
+    let (mut out, mut cur, mut quoted) = (Vec::new(), String::new(), false);
+    for ch in text.chars() {
+        if ch == '"' {
+            quoted = !quoted;
+        }
+        if ch == sep && !quoted {
+            out.push(std::mem::take(&mut cur));
+        } else {
+            cur.push(ch);
+        }
+    }
+    out.push(cur);
+    out
 }
 
 impl Selection {
@@ -248,6 +323,27 @@ impl Selection {
             && self.patterns.is_empty()
             && self.schemas.is_empty()
             && self.queries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod column_pick_tests {
+    use super::*;
+
+    #[test]
+    fn column_picks_parse_with_quotes() {
+        let p = ColumnPick::parse(r#"public."Or:ders":id, "A,b" ,x"#).unwrap();
+        assert_eq!(p.table.name.text, "Or:ders");
+        let cols: Vec<(&str, bool)> = p
+            .columns
+            .iter()
+            .map(|c| (c.text.as_str(), c.quoted))
+            .collect();
+        assert_eq!(cols, [("id", false), ("A,b", true), ("x", false)]);
+        for bad in ["orders", "orders:", "orders:a,,b", "a:b:c"] {
+            let e = ColumnPick::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("--columns"), "{bad}: {e}");
+        }
     }
 }
 

@@ -138,6 +138,9 @@ pub struct DatasetRecord {
     /// the dataset may be a subset of the table.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub row_security_filtered: bool,
+    /// True when `--columns` chose the columns: the dataset holds a subset of the table's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub columns_picked: bool,
     /// What the rows are guaranteed to be (set in the manifest; absent in the run state).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guarantee: Option<Guarantee>,

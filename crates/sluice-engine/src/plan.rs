@@ -477,6 +477,7 @@ mod tests {
             estimate: SizeEstimate { rows, bytes },
             outside_snapshot: Vec::new(),
             row_security_filtered: false,
+            columns_picked: false,
         }
     }
 

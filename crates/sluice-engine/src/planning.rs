@@ -91,6 +91,7 @@ pub fn record_of(d: &Dataset) -> DatasetRecord {
         outside_snapshot: d.outside_snapshot.clone(),
         outside_snapshot_reason: None,
         row_security_filtered: d.row_security_filtered,
+        columns_picked: d.columns_picked,
         guarantee: None,
         rows: 0,
         bytes: 0,

@@ -271,6 +271,7 @@ mod tests {
             outside_snapshot: Vec::new(),
             outside_snapshot_reason: None,
             row_security_filtered: false,
+            columns_picked: false,
             guarantee: None,
             rows: 0,
             bytes: 0,

@@ -305,5 +305,6 @@ pub fn describe(conn: &mut FbConn, obj: &Resolved, server: &ServerInfo) -> Resul
         estimate,
         outside_snapshot: Vec::new(),
         row_security_filtered: false,
+        columns_picked: false,
     })
 }

@@ -469,6 +469,7 @@ pub async fn describe(
         estimate,
         outside_snapshot,
         row_security_filtered: !policed.is_empty(),
+        columns_picked: false,
     })
 }
 

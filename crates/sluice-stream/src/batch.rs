@@ -54,6 +54,8 @@ struct Table {
     /// Its metrics; `pending`: changes per operation in the open batch, added at its cut.
     metrics: Arc<TableMetrics>,
     pending: [u64; 4],
+    /// The columns `--columns` keeps (`None`: all).
+    keep: Option<Vec<String>>,
 }
 
 struct Batch {
@@ -154,6 +156,7 @@ impl Batcher {
                 file: None,
                 metrics: metrics.table(name),
                 pending: [0; 4],
+                keep: t.columns.clone(),
             });
         }
         Batcher {
@@ -470,6 +473,7 @@ impl ChangeSink for Batcher {
                     rows: None,
                     file: None,
                     pending: [0; 4],
+                    keep: None,
                 });
                 return Ok(self.tables.len() - 1);
             }
@@ -477,9 +481,29 @@ impl ChangeSink for Batcher {
         if self.tables[h].ignored {
             return Ok(h);
         }
-        let desc = describe(columns);
+        // `--columns`: the files' columns, their schema versions included, are the kept ones.
+        let keep: Option<Vec<bool>> = self.tables[h]
+            .keep
+            .as_ref()
+            .map(|k| columns.iter().map(|c| k.contains(&c.name)).collect());
+        let kept: Vec<ColumnDesc> = match &keep {
+            Some(k) => columns
+                .iter()
+                .zip(k)
+                .filter(|(_, k)| **k)
+                .map(|(c, _)| c.clone())
+                .collect(),
+            None => columns.to_vec(),
+        };
+        let desc = describe(&kept);
         let t = &self.tables[h];
-        if t.columns == desc && t.rows.is_some() {
+        // The builders take every column the source sends, by position: the same kept columns
+        // at other positions (a left-out column added or dropped) still need new builders.
+        if t.columns == desc
+            && t.rows
+                .as_ref()
+                .is_some_and(|r| r.width() == columns.len() && r.projection() == keep.as_deref())
+        {
             return Ok(h);
         }
         let busy = t.file.is_some() || t.rows.as_ref().is_some_and(|r| r.rows() > 0);
@@ -503,7 +527,11 @@ impl ChangeSink for Batcher {
             schema = Arc::new(schema.as_ref().clone().with_metadata(meta));
         }
         let t = &mut self.tables[h];
-        t.rows = Some(ChangeRows::new(schema, columns.len())?);
+        let mut rows = ChangeRows::new(schema, columns.len())?;
+        if let Some(k) = keep {
+            rows.project(k)?;
+        }
+        t.rows = Some(rows);
         t.columns = desc;
         // Its version is found at its first written change (`row`).
         t.version = 0;

@@ -122,6 +122,23 @@ async fn claimed(
     if job.files.before_images {
         job.source.check_before_images(&datasets).await?;
     }
+    for ds in datasets.iter().filter(|d| d.columns_picked) {
+        let missing: Vec<&str> = ds
+            .primary_key
+            .iter()
+            .filter(|k| !ds.columns.iter().any(|c| &c.name == *k))
+            .map(String::as_str)
+            .collect();
+        if !missing.is_empty() {
+            return Err(Error::config(format!(
+                "--columns leaves out {} of {}'s key: its change files are keyed by it (a \
+                 delete carries only the key). Add {} to its --columns.",
+                missing.join(", "),
+                ds.name,
+                if missing.len() == 1 { "it" } else { "them" }
+            )));
+        }
+    }
     let store = job.state.clone();
     let saved = blocking(move || store.load()).await?;
     let names = names_of(job, saved.as_ref())?;
@@ -153,6 +170,13 @@ async fn claimed(
         }
     };
     state.source = job.source.display_url();
+    for ds in &datasets {
+        if let Some(t) = state.tables.get_mut(&ds.name) {
+            t.columns = ds
+                .columns_picked
+                .then(|| ds.columns.iter().map(|c| c.name.clone()).collect());
+        }
+    }
     crate::layout::check(
         job.source.as_ref(),
         &datasets,
@@ -169,10 +193,19 @@ async fn claimed(
             }
         }
     }
+    // The log carries every column: the change stream decodes the tables whole, and the
+    // batcher leaves out what `--columns` did not pick (`TableState::columns`).
+    let whole = if datasets.iter().any(|d| d.columns_picked) {
+        let mut all = job.selection.clone();
+        all.columns.clear();
+        discover(job.source.as_ref(), &all).await?
+    } else {
+        datasets
+    };
     let result = stream(
         job,
         state,
-        &datasets,
+        &whole,
         metrics,
         cancel,
         started,

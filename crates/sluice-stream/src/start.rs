@@ -50,6 +50,7 @@ pub(crate) async fn new_state(
                     snapshot_position: snapshot.then(|| created.position.clone()),
                     versions: Vec::new(),
                     missing: Vec::new(),
+                    columns: None,
                 },
             ))
         })

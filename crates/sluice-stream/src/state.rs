@@ -56,6 +56,9 @@ pub struct TableState {
     /// file's metadata as `sluice.missing_changes`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<String>,
+    /// The columns `--columns` keeps in its change files, as of the last start (`None`: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub columns: Option<Vec<String>>,
 }
 
 impl StreamState {

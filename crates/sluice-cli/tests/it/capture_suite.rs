@@ -39,4 +39,5 @@ rows!(
     initial_none,
     changes_while_stopped,
     before_images,
+    columns,
 );

@@ -14,6 +14,7 @@ mod capture_edges;
 mod capture_suite;
 mod chunking;
 mod cli;
+mod columns;
 mod consistency;
 mod delta;
 mod demo;

@@ -21,6 +21,8 @@ pub struct ChangeRows {
     table_columns: usize,
     fixed_row_bytes: usize,
     before: Option<Before>,
+    /// The table columns kept in the batches ([`Self::project`]); `None`: all.
+    keep: Option<Vec<bool>>,
 }
 
 /// The builders of the before-image struct: one per table column, and whether each change has
@@ -66,7 +68,59 @@ impl ChangeRows {
             table_columns,
             fixed_row_bytes,
             before,
+            keep: None,
         })
+    }
+
+    /// Keep only the table columns whose `keep` is true in the batches (`--columns`): the
+    /// adapter still appends every column, the others are dropped when a batch is built, from
+    /// `_absent` and from `_before` too.
+    pub fn project(&mut self, keep: Vec<bool>) -> Result<()> {
+        if keep.len() != self.table_columns {
+            return Err(Error::internal("a projection of another width"));
+        }
+        let fields = self.schema.fields();
+        let mut out: Vec<arrow_schema::FieldRef> = fields[..self.table_columns]
+            .iter()
+            .zip(&keep)
+            .filter(|(_, k)| **k)
+            .map(|(f, _)| f.clone())
+            .collect();
+        for f in &fields[self.table_columns..] {
+            match f.data_type() {
+                DataType::Struct(inner) if f.name() == BEFORE => {
+                    let inner: Fields = inner
+                        .iter()
+                        .zip(&keep)
+                        .filter(|(_, k)| **k)
+                        .map(|(f, _)| f.clone())
+                        .collect();
+                    out.push(Arc::new(
+                        f.as_ref().clone().with_data_type(DataType::Struct(inner)),
+                    ));
+                }
+                _ => out.push(f.clone()),
+            }
+        }
+        self.schema = Arc::new(Schema::new(out).with_metadata(self.schema.metadata().clone()));
+        if let Some(b) = self.before.as_mut()
+            && let Some(DataType::Struct(inner)) =
+                self.schema.fields().last().map(|f| f.data_type().clone())
+        {
+            b.fields = inner;
+        }
+        self.keep = Some(keep);
+        Ok(())
+    }
+
+    /// How many table columns the adapter appends per change (kept or not).
+    pub fn width(&self) -> usize {
+        self.table_columns
+    }
+
+    /// The table columns kept ([`Self::project`]; `None`: all).
+    pub fn projection(&self) -> Option<&[bool]> {
+        self.keep.as_deref()
     }
 
     /// The schema the rows are built with.
@@ -98,6 +152,9 @@ impl ChangeRows {
 
     /// Record that column `index` of the current change is absent (its cell must be NULL).
     pub fn absent(&mut self, index: usize) -> Result<()> {
+        if self.keep.as_ref().is_some_and(|k| !k[index]) {
+            return Ok(());
+        }
         let name = self.builder.schema().field(index).name().clone();
         let at = self.table_columns + 5;
         let items = self.builder.columns()[at]
@@ -157,19 +214,37 @@ impl ChangeRows {
     /// Build the batch of the buffered changes; the builders keep their memory.
     pub fn finish(&mut self) -> Result<RecordBatch> {
         let main = self.builder.finish()?;
-        let Some(b) = self.before.as_mut() else {
-            return Ok(main);
+        let kept = |columns: &[ArrayRef], n: usize| -> Vec<ArrayRef> {
+            match &self.keep {
+                None => columns.to_vec(),
+                Some(keep) => columns
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i >= n || keep[*i])
+                    .map(|(_, c)| c.clone())
+                    .collect(),
+            }
         };
-        let old = b.builder.finish()?;
-        let valid = NullBuffer::new(b.valid.finish());
-        let before = StructArray::try_new(b.fields.clone(), old.columns().to_vec(), Some(valid))?;
-        let mut columns = main.columns().to_vec();
-        columns.push(Arc::new(before));
+        let mut columns = kept(main.columns(), self.table_columns);
+        if let Some(b) = self.before.as_mut() {
+            let old = b.builder.finish()?;
+            let valid = NullBuffer::new(b.valid.finish());
+            let n = old.num_columns();
+            let before =
+                StructArray::try_new(b.fields.clone(), kept(old.columns(), n), Some(valid))?;
+            columns.push(Arc::new(before));
+        } else if self.keep.is_none() {
+            return Ok(main);
+        }
         Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
     }
 
     /// Take back the memory of a written batch.
     pub fn recycle(&mut self, batch: RecordBatch) {
+        if self.keep.is_some() {
+            // Its columns no longer line up with the builders: dropped, not reused.
+            return;
+        }
         let Some(b) = self.before.as_mut() else {
             return self.builder.recycle(batch);
         };
@@ -268,6 +343,49 @@ mod tests {
             assert!(before.column(1).is_null(1));
             rows.recycle(b);
         }
+    }
+
+    #[test]
+    fn a_projection_drops_columns_from_rows_absent_names_and_before_images() {
+        let (t, cols) = columns();
+        let schema = with_before_images(&t, &change_schema(&t, &cols).unwrap(), 2).unwrap();
+        let mut rows = ChangeRows::new(schema, 2).unwrap();
+        rows.project(vec![true, false]).unwrap();
+        rows.columns()[0].push_i64(1).unwrap();
+        rows.columns()[1].push_null();
+        rows.absent(1).unwrap();
+        let old = rows.before().unwrap();
+        old[0].push_i64(1).unwrap();
+        old[1].push_bytes(b"secret").unwrap();
+        rows.finish_row(ChangeOp::Update, &tx(), 1).unwrap();
+        let b = rows.finish().unwrap();
+        let schema = b.schema();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "id",
+                "_op",
+                "_pos",
+                "_seq",
+                "_commit_ts",
+                "_xid",
+                "_absent",
+                "_before"
+            ]
+        );
+        assert_eq!(b.schema(), *rows.schema());
+        assert_eq!(
+            b.column(6).as_list::<i32>().value(0).len(),
+            0,
+            "v is not named absent"
+        );
+        assert_eq!(
+            b.column(7).as_struct().num_columns(),
+            1,
+            "v is not in _before"
+        );
+        rows.recycle(b);
     }
 
     #[test]

@@ -132,6 +132,7 @@ pub async fn describe(
             },
             outside_snapshot: Vec::new(),
             row_security_filtered: false,
+            columns_picked: false,
         },
         split_key,
         non_transactional,

@@ -53,6 +53,7 @@ fn batcher(dir: &std::path::Path) -> Batcher {
                 snapshot_position: None,
                 versions: Vec::new(),
                 missing: Vec::new(),
+                columns: None,
             },
         )]),
         snapshot: SnapshotState {
