@@ -62,6 +62,9 @@ def nbytes(text):
 CHANGES = size(os.environ["SLUICE_BENCH_CHANGES"])
 BIG_TX = os.environ.get("SLUICE_BENCH_BIG_TX") or ""
 STEADY = os.environ.get("SLUICE_BENCH_STEADY") or ""
+# The narrow table under REPLICA IDENTITY FULL, with a pass writing before-images (the floor
+# then reads the same larger log).
+BEFORE_IMAGES = bool(os.environ.get("SLUICE_BENCH_BEFORE_IMAGES"))
 
 
 def timed(argv):
@@ -205,7 +208,8 @@ FORMATS = [
     ("jsonl", ["--format", "jsonl"]),
     ("avro", ["--format", "avro"]),
     ("csv.gz", ["--format", "csv", "--compression", "gzip"]),
-]
+    ("parquet --columns id,a", ["--columns", "public.narrow:id,a"]),
+] + ([("parquet --before-images", ["--before-images"])] if BEFORE_IMAGES else [])
 
 
 def tree_bytes(path):
@@ -230,7 +234,8 @@ def format_pass(name, flags, url, table, out):
 def format_lines(table, rows):
     lines = [
         f"Formats on the {table} table (the same backlog, one slot each; Parquet is the pass "
-        "above):",
+        "above" + ("; the table has REPLICA IDENTITY FULL, so every pass reads whole old rows"
+                   if BEFORE_IMAGES else "") + "):",
         "",
         "| format | changes | wall s | CPU µs/change | user-space CPU µs/change | files/s | "
         "bytes/change | peak RSS |",
@@ -252,6 +257,8 @@ def pg_measure_table(table, n):
     psql(f"CREATE DATABASE {db}")
     url = URL.rsplit("/", 1)[0] + "/" + db
     psql(f"CREATE TABLE {table} ({PG_TABLES[table]})", url)
+    if BEFORE_IMAGES and table == "narrow":
+        psql(f"ALTER TABLE {table} REPLICA IDENTITY FULL", url)
     out = tempfile.mkdtemp(prefix=f"sluice-stream-bench-{table}-")
     try:
         # sluice's slot (and its publication) first, then the floor's on the same publication.

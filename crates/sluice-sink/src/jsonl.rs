@@ -29,7 +29,7 @@
 use crate::compress::Compressed;
 use crate::destination::CountingWriter;
 use crate::format::{JsonlOptions, PartStats, PartWriter};
-use crate::render::{Render, json_string, renderer};
+use crate::render::{Render, json_string, member_key, renderer};
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::extension::EXTENSION_TYPE_NAME_KEY;
@@ -76,12 +76,8 @@ impl PartWriter for JsonlPart {
             .iter()
             .enumerate()
             .map(|(i, f)| {
-                let mut k = Vec::with_capacity(f.name().len() + 4);
-                if i > 0 {
-                    k.push(b',');
-                }
-                json_string(&mut k, f.name().as_bytes());
-                k.push(b':');
+                let mut k = if i > 0 { vec![b','] } else { Vec::new() };
+                k.extend(member_key(f));
                 k
             })
             .collect();
@@ -219,12 +215,7 @@ fn json_value<'a>(array: &'a ArrayRef, field: &Field) -> Result<Render<'a>> {
             let members = fields
                 .iter()
                 .zip(s.columns())
-                .map(|(f, c)| {
-                    let mut key = Vec::with_capacity(f.name().len() + 3);
-                    json_string(&mut key, f.name().as_bytes());
-                    key.push(b':');
-                    Ok((key, c, json_value(c, f)?))
-                })
+                .map(|(f, c)| Ok((member_key(f), c, json_value(c, f)?)))
                 .collect::<Result<Vec<_>>>()?;
             Box::new(move |i, o| {
                 o.push(b'{');

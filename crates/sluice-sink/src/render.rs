@@ -348,12 +348,9 @@ pub(crate) fn renderer<'a>(array: &'a ArrayRef, field: &Field) -> Result<Render<
                 .iter()
                 .zip(s.columns())
                 .map(|(f, c)| {
-                    let mut key = Vec::with_capacity(f.name().len() + 3);
-                    json_string(&mut key, f.name().as_bytes());
-                    key.push(b':');
                     let bare =
                         json_bare(f.data_type()) || matches!(f.data_type(), DataType::List(_));
-                    Ok((key, c, bare, renderer(c, f)?))
+                    Ok((member_key(f), c, bare, renderer(c, f)?))
                 })
                 .collect::<Result<Vec<_>>>()?;
             Box::new(move |i, o| {
@@ -413,6 +410,14 @@ pub(crate) fn renderer<'a>(array: &'a ArrayRef, field: &Field) -> Result<Render<
             })
         }
     })
+}
+
+/// `"name":` of a JSON object's member for field `f`.
+pub(crate) fn member_key(f: &Field) -> Vec<u8> {
+    let mut key = Vec::with_capacity(f.name().len() + 3);
+    json_string(&mut key, f.name().as_bytes());
+    key.push(b':');
+    key
 }
 
 fn int<'a, T: ArrowPrimitiveType>(array: &'a ArrayRef) -> Render<'a>

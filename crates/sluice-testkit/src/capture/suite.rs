@@ -10,16 +10,26 @@ use std::collections::HashSet;
 /// The writer's two tables, streamed together so that one transaction spans both.
 const TABLES: [&str; 2] = ["acct", "hist"];
 
+/// A database of `engine` with the writer's tables of `rows` accounts, the writer running
+/// (five commits in), and an empty output directory.
+async fn running(
+    sluice: &Sluice,
+    engine: Engine,
+    rows: i64,
+) -> (Capture, super::Background, tempfile::TempDir) {
+    let mut src = Capture::new(sluice, engine).await;
+    src.create_accounts(rows).await;
+    let writer = src.start_writer(rows).await;
+    (src, writer, process::tempdir())
+}
+
 /// A writer commits multi-table transactions (updates, deletes, inserts, key updates) while
 /// the initial snapshot reads (the run waits after its first part until 40 more commits):
 /// the snapshot plus the changes replayed equal both tables; `_seq` runs from 1 without a
 /// hole over both; a transaction's changes in both tables share its `_pos`; `--drop` leaves
 /// nothing on the server.
 pub async fn handoff(sluice: &Sluice, engine: Engine) {
-    let mut src = Capture::new(sluice, engine).await;
-    src.create_accounts(20_000).await;
-    let writer = src.start_writer(20_000).await;
-    let to = process::tempdir();
+    let (mut src, writer, to) = running(sluice, engine, 20_000).await;
     let fp = Failpoints::new();
     let args = [
         "--until-current",
@@ -59,10 +69,7 @@ pub async fn handoff(sluice: &Sluice, engine: Engine) {
 /// start from; a transient failure is retried within the run from the committed position; the
 /// replay equals both tables (no gap, no duplicate) and nothing hidden is left.
 pub async fn killed_at_every_point(sluice: &Sluice, engine: Engine) {
-    let mut src = Capture::new(sluice, engine).await;
-    src.create_accounts(10_000).await;
-    let writer = src.start_writer(10_000).await;
-    let to = process::tempdir();
+    let (mut src, writer, to) = running(sluice, engine, 10_000).await;
     let small = [
         "--until-current",
         "--batch-bytes",
@@ -456,10 +463,7 @@ pub async fn before_images(sluice: &Sluice, engine: Engine) {
 /// with another column would not), no change names a left-out column (not even as absent),
 /// and the other table keeps all of its columns.
 pub async fn columns(sluice: &Sluice, engine: Engine) {
-    let mut src = Capture::new(sluice, engine).await;
-    src.create_accounts(5_000).await;
-    let writer = src.start_writer(5_000).await;
-    let to = process::tempdir();
+    let (mut src, writer, to) = running(sluice, engine, 5_000).await;
     let pick = format!("{}:ID,v", src.dataset("acct"));
     let args = [
         "--until-current",
