@@ -645,5 +645,8 @@ pub struct ReplicateOptions {
     /// PostgreSQL: stop (default) when a captured partitioned table's partition is truncated, detached or dropped (the log does not carry those rows leaving); keep: warn, note it with the table and go on.
     #[arg(long, value_enum)]
     pub partition_changes: Option<PartitionChangesArg>,
+    /// Serve Prometheus metrics on HOST:PORT (path /metrics).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
 }
 }

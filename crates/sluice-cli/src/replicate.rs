@@ -102,6 +102,7 @@ fn job(o: &Options, r: &ReplicateOptions) -> Result<ReplicateJob> {
         progress: Arc::new(sluice_engine::Silent),
         counters: Arc::default(),
         partition_changes: sluice_cli::args::PartitionChangesArg::policy(r.partition_changes),
+        metrics_addr: crate::stream::metrics_addr(r.metrics_addr.as_deref())?,
     })
 }
 

@@ -83,14 +83,7 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
             "--batch-seconds must be a positive number of seconds.",
         ));
     }
-    let metrics_addr = match &s.metrics_addr {
-        Some(a) => Some(a.parse().map_err(|_| {
-            Error::config(format!(
-                "--metrics-addr {a:?} is not HOST:PORT with an IP address, e.g. 127.0.0.1:9187."
-            ))
-        })?),
-        None => None,
-    };
+    let metrics_addr = metrics_addr(s.metrics_addr.as_deref())?;
     let destination = template.destination.clone();
     let state: Arc<dyn sluice_stream::StateStore> = match s.state.as_deref() {
         None | Some("output") => Arc::new(OutputState::new(destination.clone())),
@@ -148,6 +141,18 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
             before_images: s.before_images,
         },
     })
+}
+
+/// `--metrics-addr` (of `sluice stream` and `sluice replicate`): an IP address and port.
+pub(crate) fn metrics_addr(addr: Option<&str>) -> Result<Option<std::net::SocketAddr>> {
+    addr.map(|a| {
+        a.parse().map_err(|_| {
+            Error::config(format!(
+                "--metrics-addr {a:?} is not HOST:PORT with an IP address, e.g. 127.0.0.1:9187."
+            ))
+        })
+    })
+    .transpose()
 }
 
 /// `--initial` (of `sluice stream` and `sluice replicate`): a snapshot unless `none`.

@@ -114,7 +114,8 @@ pub struct Histogram {
 }
 
 impl Histogram {
-    fn new(bounds: &'static [f64]) -> Self {
+    /// A histogram with these upper bounds (ascending; `+Inf` is added).
+    pub fn new(bounds: &'static [f64]) -> Self {
         Histogram {
             bounds,
             counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
@@ -135,7 +136,10 @@ impl Histogram {
             .fetch_add((v * 1e6).round() as u64, Ordering::Relaxed);
     }
 
-    fn render(&self, out: &mut String, name: &str) {
+    /// Append the histogram `name` (its full metric name) with its help line.
+    pub fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} histogram");
         let mut total = 0u64;
         for (i, c) in self.counts.iter().enumerate() {
             total += c.load(Ordering::Relaxed);
@@ -143,11 +147,23 @@ impl Histogram {
                 .bounds
                 .get(i)
                 .map_or("+Inf".to_string(), |b| b.to_string());
-            let _ = writeln!(out, "sluice_stream_{name}_bucket{{le=\"{le}\"}} {total}");
+            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {total}");
         }
         let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "sluice_stream_{name}_sum {sum}");
-        let _ = writeln!(out, "sluice_stream_{name}_count {total}");
+        let _ = writeln!(out, "{name}_sum {sum}");
+        let _ = writeln!(out, "{name}_count {total}");
+    }
+}
+
+/// Upper bounds of latency histograms, seconds.
+pub const LATENCY_SECONDS: &[f64] = &[
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+
+/// A latency histogram ([`LATENCY_SECONDS`]).
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram::new(LATENCY_SECONDS)
     }
 }
 
@@ -172,9 +188,7 @@ impl Default for Metrics {
             peak_lag_millis: AtomicU64::default(),
             streaming: AtomicU64::default(),
             tables: Mutex::default(),
-            commit_to_file: Histogram::new(&[
-                0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
-            ]),
+            commit_to_file: Histogram::default(),
             batch_changes: Histogram::new(&[1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6]),
             batch_bytes: Histogram::new(&[1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9]),
         }
@@ -340,9 +354,7 @@ impl Metrics {
             ),
         ];
         for (name, help, h) in hist {
-            let _ = writeln!(out, "# HELP sluice_stream_{name} {help}");
-            let _ = writeln!(out, "# TYPE sluice_stream_{name} histogram");
-            h.render(&mut out, name);
+            h.render(&mut out, &format!("sluice_stream_{name}"), help);
         }
         out
     }
@@ -355,8 +367,20 @@ fn label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// What `/metrics` answers: the Prometheus text of a stream or a replication.
+pub trait Render: Send + Sync + 'static {
+    /// The metrics in Prometheus' text format.
+    fn render(&self) -> String;
+}
+
+impl Render for Metrics {
+    fn render(&self) -> String {
+        Metrics::render(self)
+    }
+}
+
 /// Serve `metrics` on `addr` until the runtime ends. Binding fails with a configuration error.
-pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> sluice_core::Result<SocketAddr> {
+pub async fn serve(addr: SocketAddr, metrics: Arc<dyn Render>) -> sluice_core::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
         sluice_core::Error::config(format!(
             "--metrics-addr {addr}: cannot listen there ({e}). Choose a free HOST:PORT."

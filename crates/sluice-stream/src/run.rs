@@ -57,7 +57,7 @@ pub async fn run_stream(job: StreamJob, cancel: watch::Receiver<bool>) -> Result
     let started = Instant::now();
     let metrics = job.metrics.clone();
     if let Some(addr) = job.metrics_addr {
-        let bound = serve(addr, metrics.clone()).await?;
+        let bound = serve(addr, metrics.clone() as Arc<dyn crate::metrics::Render>).await?;
         tracing::info!("metrics at http://{bound}/metrics");
     }
     job.destination.check_writable().await?;

@@ -1,4 +1,4 @@
-//! `sluice stream --metrics-addr`: a running stream's Prometheus metrics (labelled per table and
+//! `sluice stream --metrics-addr` and `sluice replicate --metrics-addr`: a running stream's Prometheus metrics (labelled per table and
 //! operation, batch histograms), a second stream on the same slot refused, SIGTERM stopping it
 //! after a commit; and the dashboard and alert rules shipped in `deploy/` — valid, and using
 //! only metrics a running stream serves.
@@ -216,4 +216,105 @@ async fn a_running_stream_serves_metrics_refuses_a_second_one_and_stops_on_sigte
     assert_eq!(r.changes.len(), 100);
     run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
     assert_eq!(slots_and_publications(&db).await, (0, 0));
+}
+
+/// `sluice replicate --metrics-addr`: once the initial load is applied, 100 source updates are
+/// counted as applied changes, the apply latency histogram observes their units, and the
+/// target equals the source when SIGTERM has stopped the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_replication_serves_metrics() {
+    let (source, target) = (TestDb::new().await, TestDb::new().await);
+    create_acct(&source, 1_000).await;
+    let port = sluice_testkit::server::free_port().unwrap();
+    let mut child = crate::common::sluice()
+        .args([
+            "replicate",
+            "--source",
+            &source.url,
+            "--target",
+            &target.url,
+        ])
+        .args([
+            "--table",
+            "public.acct",
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // The initial load is on the target once its rows are there.
+    let loaded = || async {
+        let r = target
+            .client
+            .query_one("SELECT count(*) FROM public.acct", &[])
+            .await;
+        r.ok().map(|r| r.get::<_, i64>(0)) == Some(1000)
+    };
+    while !loaded().await {
+        assert!(Instant::now() < deadline, "the initial load did not finish");
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the replication ended ({status})");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    source
+        .exec("UPDATE acct SET v = v + 1 WHERE id <= 100")
+        .await;
+    let text = loop {
+        assert!(
+            Instant::now() < deadline,
+            "no applied changes counted in time"
+        );
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the replication ended ({status})");
+        }
+        if let Some(s) = scrape(port)
+            && metric(&s, "sluice_replicate_changes_total") >= 100.0
+        {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        metric(&text, "sluice_replicate_transactions_total") >= 1.0,
+        "{text}"
+    );
+    assert!(
+        metric(&text, "sluice_replicate_apply_latency_seconds_count") >= 1.0,
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE sluice_replicate_lag_seconds gauge"),
+        "{text}"
+    );
+    assert!(
+        text.contains("sluice_replicate_apply_latency_seconds_bucket{le=\"+Inf\"}"),
+        "{text}"
+    );
+    #[allow(unsafe_code)]
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let out = common::finish(child);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sql = "SELECT id, v, pad FROM public.acct";
+    assert_eq!(source.row_strings(sql).await, target.row_strings(sql).await);
+    run(crate::common::sluice()
+        .args([
+            "replicate",
+            "--source",
+            &source.url,
+            "--target",
+            &target.url,
+        ])
+        .args(["--table", "public.acct", "--drop"]))
+    .ok();
 }

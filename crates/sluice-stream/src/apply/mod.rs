@@ -31,6 +31,7 @@
 
 mod collect;
 mod load;
+mod metrics;
 mod name;
 mod plan;
 mod pump;
@@ -100,6 +101,8 @@ pub struct ReplicateJob {
     /// What a partition truncated, detached or dropped on the source does to the run
     /// (`--partition-changes`; see `layout.rs`).
     pub partition_changes: crate::layout::LayoutChanges,
+    /// Serve Prometheus metrics of [`Self::counters`] here (`--metrics-addr`).
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// What a run did.
@@ -204,6 +207,11 @@ pub async fn run_replicate(
 ) -> Result<ReplicateReport> {
     let started = Instant::now();
     let job = resolved(job);
+    if let Some(addr) = job.metrics_addr {
+        let counters = job.counters.clone() as Arc<dyn crate::metrics::Render>;
+        let bound = crate::metrics::serve(addr, counters).await?;
+        tracing::info!("metrics at http://{bound}/metrics");
+    }
     let datasets = discover(job.source.as_ref(), &job.selection).await?;
     if let Some(d) = datasets.iter().find(|d| d.object.is_none()) {
         return Err(Error::config(format!(

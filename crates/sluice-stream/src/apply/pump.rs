@@ -288,6 +288,10 @@ impl drive::Output for Target<'_> {
             .counters
             .peak_retained_bytes
             .fetch_max(h.retained_bytes, Ordering::Relaxed);
+        self.job
+            .counters
+            .retained_bytes
+            .store(h.retained_bytes, Ordering::Relaxed);
     }
 
     fn layout_state(&mut self) -> &mut StreamState {

@@ -66,6 +66,11 @@ pub struct ApplyCounters {
     pub peak_lag_millis: AtomicU64,
     /// The most log the source kept for the replication, bytes.
     pub peak_retained_bytes: AtomicU64,
+    /// The log the source keeps for the replication now, bytes.
+    pub retained_bytes: AtomicU64,
+    /// Per unit: seconds from the source's commit of its last transaction to its commit on
+    /// the target.
+    pub apply_latency: crate::metrics::Histogram,
 }
 
 struct Shared {
@@ -334,6 +339,8 @@ async fn work(shared: &Shared, mut session: Box<dyn ApplySession>) -> Result<()>
                     .fetch_add(take.work.changes + streamed, Ordering::Relaxed);
                 if let Some(ts) = pos.commit_ts.or(take.work.commit_ts) {
                     c.last_commit_ts.store(ts.max(0) as u64, Ordering::Relaxed);
+                    let now = chrono::Utc::now().timestamp_micros();
+                    c.apply_latency.observe((now - ts) as f64 / 1e6);
                 }
                 shared.bytes.fetch_sub(take.work.bytes, Ordering::Relaxed);
                 *shared.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(pos);
