@@ -131,6 +131,7 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
         progress: Arc::new(sluice_engine::Silent),
         metrics: Arc::default(),
         accept_missing_cascades: s.accept_missing_cascades,
+        standby: s.standby,
         partition_changes: sluice_cli::args::PartitionChangesArg::policy(s.partition_changes),
         files: sluice_stream::ChangeFiles {
             layout: sluice_cli::args::LayoutArg::layout(s.layout),

@@ -76,6 +76,10 @@ pub struct StreamJob {
     /// Stream child tables of foreign keys whose actions' changes the source's log leaves
     /// out (`--accept-missing-cascades`; see `cascades.rs`).
     pub accept_missing_cascades: bool,
+    /// Wait for the running stream's claim on the state and take over when it ends
+    /// (`--standby`; the state store must fence its writes, see
+    /// [`crate::StateStore::fenced`]), instead of refusing.
+    pub standby: bool,
     /// What a partition truncated, detached or dropped on the source does to the run
     /// (`--partition-changes`; see `layout.rs`).
     pub partition_changes: crate::layout::LayoutChanges,

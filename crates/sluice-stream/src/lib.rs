@@ -36,6 +36,7 @@ mod pump;
 pub mod redis;
 pub mod run;
 mod snapshot;
+mod standby;
 mod start;
 pub mod state;
 

@@ -184,8 +184,59 @@ impl StateStore for RedisState {
     fn save(&self, state: &StreamState) -> Result<()> {
         let bytes = serde_json::to_vec(state)
             .map_err(|e| Error::internal(format!("cannot encode the stream state: {e}")))?;
-        self.call(&[b"SET", self.key.as_bytes(), &bytes])?;
-        Ok(())
+        let Some(holder) = self.holder.lock().ok().and_then(|h| h.clone()) else {
+            self.call(&[b"SET", self.key.as_bytes(), &bytes])?;
+            return Ok(());
+        };
+        // Fenced: written only while the lock still names this run, in one step on the
+        // server, so a run that was paused past its claim's life (and replaced by a standby)
+        // cannot overwrite the new holder's state when it wakes.
+        let script = b"if redis.call('get', KEYS[1]) == ARGV[1] then \
+            redis.call('set', KEYS[2], ARGV[2]) return 1 else return 0 end";
+        let lock = self.lock_key();
+        match self.call(&[
+            b"EVAL",
+            script,
+            b"2",
+            lock.as_bytes(),
+            self.key.as_bytes(),
+            holder.as_bytes(),
+            &bytes,
+        ])? {
+            Reply::Int(1) => Ok(()),
+            _ => Err(Error::config(format!(
+                "the stream's claim on {} was lost (another stream holds it now, or it \
+                 expired while this one was paused): stopping without writing its state",
+                self.display
+            ))),
+        }
+    }
+
+    fn fenced(&self) -> bool {
+        true
+    }
+
+    fn try_acquire(&self, holder: &str) -> Result<Option<String>> {
+        let ttl = self.ttl_ms.to_string();
+        let lock = self.lock_key();
+        let r = self.call(&[
+            b"SET",
+            lock.as_bytes(),
+            holder.as_bytes(),
+            b"NX",
+            b"PX",
+            ttl.as_bytes(),
+        ])?;
+        if r == Reply::Bulk(None) {
+            return Ok(Some(match self.call(&[b"GET", lock.as_bytes()])? {
+                Reply::Bulk(Some(b)) => String::from_utf8_lossy(&b).into_owned(),
+                _ => "another stream".into(),
+            }));
+        }
+        if let Ok(mut h) = self.holder.lock() {
+            *h = Some(holder.to_string());
+        }
+        Ok(None)
     }
 
     fn clear(&self) -> Result<()> {
@@ -198,32 +249,16 @@ impl StateStore for RedisState {
     }
 
     fn acquire(&self, holder: &str) -> Result<()> {
-        let ttl = self.ttl_ms.to_string();
-        let lock = self.lock_key();
-        let r = self.call(&[
-            b"SET",
-            lock.as_bytes(),
-            holder.as_bytes(),
-            b"NX",
-            b"PX",
-            ttl.as_bytes(),
-        ])?;
-        if r == Reply::Bulk(None) {
-            let by = match self.call(&[b"GET", lock.as_bytes()])? {
-                Reply::Bulk(Some(b)) => String::from_utf8_lossy(&b).into_owned(),
-                _ => "another stream".into(),
-            };
-            return Err(Error::config(format!(
+        match self.try_acquire(holder)? {
+            None => Ok(()),
+            Some(by) => Err(Error::config(format!(
                 "the stream state {} is held by {by}: another stream is running on it. Stop it \
-                 first (its lock expires {} s after it stops refreshing it).",
+                 first (its lock expires {} s after it stops refreshing it), or run this one \
+                 with --standby to take over when it ends.",
                 self.display,
                 self.ttl_ms / 1000
-            )));
+            ))),
         }
-        if let Ok(mut h) = self.holder.lock() {
-            *h = Some(holder.to_string());
-        }
-        Ok(())
     }
 
     fn refresh(&self) -> Result<()> {

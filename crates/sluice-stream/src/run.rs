@@ -62,7 +62,9 @@ pub async fn run_stream(job: StreamJob, cancel: watch::Receiver<bool>) -> Result
     }
     job.destination.check_writable().await?;
     let holder = sluice_sink::LockHolder::now(&format!("stream-{}", std::process::id()));
-    {
+    if job.standby {
+        crate::standby::claim(&job, &holder.describe(), &cancel).await?;
+    } else {
         let store = job.state.clone();
         let who = holder.describe();
         blocking(move || store.acquire(&who)).await?;
@@ -70,7 +72,7 @@ pub async fn run_stream(job: StreamJob, cancel: watch::Receiver<bool>) -> Result
     // The output's lock before anything of it is inspected or removed (an interrupted
     // snapshot's unfinished parts), kept across the snapshot (the export uses it) and the
     // streaming: a second run on this output is refused before it can touch the first's files.
-    let lock = match job.destination.lock(&holder).await {
+    let lock = match crate::standby::output_lock(&job, &holder, &cancel).await {
         Ok(l) => l,
         Err(e) => {
             release(&job).await;

@@ -190,6 +190,17 @@ pub trait StateStore: Send + Sync {
         let _ = holder;
         Ok(())
     }
+    /// [`Self::acquire`] that says who holds the claim instead of failing when another stream
+    /// does (`Ok(Some(holder))`), for a standby that waits for it (`--standby`).
+    fn try_acquire(&self, holder: &str) -> Result<Option<String>> {
+        self.acquire(holder).map(|()| None)
+    }
+    /// True when the store fences its writes: after a claim was taken over, the old holder's
+    /// saves fail instead of overwriting the new holder's state (what `--standby` needs of
+    /// a store).
+    fn fenced(&self) -> bool {
+        false
+    }
     /// How long the claim lives without a refresh (`None`: the store holds no claim; the
     /// output's lock does it).
     fn claim_ttl(&self) -> Option<std::time::Duration> {

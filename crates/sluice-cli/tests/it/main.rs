@@ -55,5 +55,6 @@ mod stream_claims;
 mod stream_formats;
 mod stream_layouts;
 mod stream_metrics;
+mod stream_standby;
 mod tls;
 mod types;

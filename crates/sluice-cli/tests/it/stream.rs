@@ -193,7 +193,7 @@ async fn a_large_transaction_streams_within_the_memory_budget() {
     assert!(files.len() >= 2, "{files:?}");
 }
 
-fn redis_get(url: &str, key: &str) -> Option<String> {
+pub(crate) fn redis_get(url: &str, key: &str) -> Option<String> {
     use std::io::{BufRead, BufReader, Read, Write};
     let addr = url.trim_start_matches("redis://");
     let mut s = BufReader::new(std::net::TcpStream::connect(addr).unwrap());

@@ -1,0 +1,215 @@
+//! `sluice stream --standby` with the state in Redis, a writer running: a standby waits while
+//! the active stream holds the claim, takes over when the active one is killed (`kill -9`),
+//! and the change files of both replay exactly to the table; a stream paused (SIGSTOP) past
+//! its claim's life, replaced by a standby, and woken finds its writes refused and stops
+//! without touching the new holder's state. Without `--standby` a second stream is refused
+//! (`stream.rs`), and `--standby` without a fencing store is refused.
+
+use crate::common::{self, TestDb, run, tempdir};
+use crate::stream::{assert_replay_equals_table, create_acct, redis_get, stream};
+use sluice_testkit::capture::{Engine, start_writer, tables_sql};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// The state of stream `key` in Redis, as JSON.
+fn state(redis: &str, key: &str) -> serde_json::Value {
+    serde_json::from_str(&redis_get(redis, key).expect("the state is in Redis")).unwrap()
+}
+
+fn spawn(url: &str, to: &std::path::Path, args: &[&str]) -> Child {
+    stream(url, to, args)
+        .env("SLUICE_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn signal(child: &Child, sig: i32) {
+    #[allow(unsafe_code)]
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(child.id() as i32, sig);
+    }
+}
+
+/// Wait until `done` holds, failing after a minute or when `alive` ended.
+async fn until(what: &str, alive: &mut Child, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not in time");
+        if alive.try_wait().unwrap().is_some() {
+            let mut err = String::new();
+            if let Some(e) = alive.stderr.as_mut() {
+                let _ = std::io::Read::read_to_string(e, &mut err);
+            }
+            panic!("{what}: the stream ended:\n{err}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_from_a_killed_stream_with_no_change_lost_or_repeated() {
+    let redis = sluice_testkit::redis::server_url();
+    let db = TestDb::new().await;
+    db.exec(&tables_sql(Engine::Postgres, 2_000)).await;
+    let to = tempdir();
+    let key = format!("standby-{}", db.name);
+    let st = format!("{redis}/0?key={key}&claim_ttl=3");
+    let args = ["--state", st.as_str()];
+    let writer = start_writer(Engine::Postgres, &db.url, 2_000, 10_000_000).await;
+    let mut active = spawn(&db.url, to.path(), &args);
+    until("the active stream's snapshot", &mut active, || {
+        redis_get(&redis, &key).is_some_and(|s| s.contains("\"done\":true"))
+    })
+    .await;
+    let standby_args = [&args[..], &["--standby"]].concat();
+    let mut standby = spawn(&db.url, to.path(), &standby_args);
+    let batches = |s: &serde_json::Value| s["committed"]["batches"].as_u64().unwrap();
+    let before = batches(&state(&redis, &key));
+    until(
+        "the active stream commits while the standby waits",
+        &mut standby,
+        || batches(&state(&redis, &key)) >= before + 3,
+    )
+    .await;
+    signal(&active, libc::SIGKILL);
+    let _ = active.wait();
+    // The standby holds the claim and commits batches of its own.
+    let lock = format!("{key}:lock");
+    let pid = format!("stream-{}", standby.id());
+    until("the standby takes the claim", &mut standby, || {
+        redis_get(&redis, &lock).is_some_and(|h| h.contains(&pid))
+    })
+    .await;
+    let taken = batches(&state(&redis, &key));
+    writer.wait_for(30).await;
+    until("the standby commits", &mut standby, || {
+        batches(&state(&redis, &key)) > taken
+    })
+    .await;
+    writer.stop().await;
+    signal(&standby, libc::SIGTERM);
+    let out = common::finish(standby);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("standby: took over"), "{err}");
+    // What the standby had not drained when stopped, then the replay against the table.
+    run(&mut stream(
+        &db.url,
+        to.path(),
+        &[&args[..], &["--until-current"]].concat(),
+    ))
+    .ok();
+    assert_replay_equals_table(&db, to.path()).await;
+    run(&mut stream(&db.url, to.path(), &["--state", &st, "--drop"])).ok();
+}
+
+/// On MariaDB, whose binary log any number of sessions may read (a PostgreSQL slot stays busy
+/// with the paused stream's session until the server's wal_sender_timeout ends it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_stream_replaced_by_a_standby_cannot_write_state_when_it_wakes() {
+    let redis = sluice_testkit::redis::server_url();
+    let mut db = sluice_testkit::mysql::TestDb::new().await;
+    db.exec(
+        "CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL);
+         INSERT INTO acct VALUES (1, 0), (2, 0), (3, 0);",
+    )
+    .await;
+    // Two outputs on one state: the paused stream's output lock (a flock it still holds)
+    // would keep the standby waiting; its state is what fencing protects.
+    let (old_out, new_out) = (tempdir(), tempdir());
+    let key = format!("fence-{}", db.name);
+    let st = format!("{redis}/0?key={key}&claim_ttl=3");
+    let args = ["--state", st.as_str()];
+    let fp = common::Failpoints::new();
+    let mut cmd = crate::mysql_stream::stream(&db.url, &["acct"], old_out.path(), &args);
+    fp.arm(&mut cmd, "stream.before_intent=wait@1");
+    let mut old = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    until("the first stream's snapshot", &mut old, || {
+        redis_get(&redis, &key).is_some_and(|s| s.contains("\"done\":true"))
+    })
+    .await;
+    // The first stream stops just before recording a batch's intent, and is paused there past
+    // its claim's life.
+    db.exec("UPDATE acct SET v = v + 1").await;
+    fp.reached("stream.before_intent", &mut old).await;
+    signal(&old, libc::SIGSTOP);
+    let mut new = crate::mysql_stream::stream(
+        &db.url,
+        &["acct"],
+        new_out.path(),
+        &[&args[..], &["--standby"]].concat(),
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let lock = format!("{key}:lock");
+    let pid = format!("stream-{}", new.id());
+    until("the standby takes the expired claim", &mut new, || {
+        redis_get(&redis, &lock).is_some_and(|h| h.contains(&pid))
+    })
+    .await;
+    until("the standby commits the update", &mut new, || {
+        state(&redis, &key)["committed"]["changes"]
+            .as_u64()
+            .unwrap()
+            >= 3
+    })
+    .await;
+    let then = state(&redis, &key);
+    // The paused stream wakes and goes on to record its intent: refused, it stops.
+    signal(&old, libc::SIGCONT);
+    fp.release("stream.before_intent");
+    let out = common::finish(old);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the woken stream went on:\n{err}");
+    assert!(err.contains("claim") || err.contains("lock"), "{err}");
+    assert!(
+        new.try_wait().unwrap().is_none(),
+        "the standby is still streaming"
+    );
+    // Its batch was never committed: no change file of it (the standby wrote those changes).
+    let dataset = format!("{}.acct", db.name);
+    let written = sluice_testkit::changes::change_files(&old_out.path().join(&dataset));
+    assert!(
+        written.is_empty(),
+        "the paused stream committed {written:?}"
+    );
+    let theirs = sluice_testkit::changes::change_files(&new_out.path().join(&dataset));
+    assert!(!theirs.is_empty(), "the standby wrote the update");
+    let now = state(&redis, &key);
+    assert!(
+        now["committed"]["batches"].as_u64() >= then["committed"]["batches"].as_u64()
+            && now["updated_at"].as_str() >= then["updated_at"].as_str(),
+        "the state went back: {then} → {now}"
+    );
+    signal(&new, libc::SIGTERM);
+    assert!(common::finish(new).status.success());
+    let r = common::run(&mut crate::mysql_stream::stream(
+        &db.url,
+        &["acct"],
+        new_out.path(),
+        &["--state", &st, "--drop"],
+    ));
+    r.ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standby_without_a_fencing_state_store_is_refused() {
+    let db = TestDb::new().await;
+    create_acct(&db, 10).await;
+    let r = run(&mut stream(
+        &db.url,
+        tempdir().path(),
+        &["--standby", "--until-current"],
+    ));
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("--state redis://"), "{}", r.stderr);
+}

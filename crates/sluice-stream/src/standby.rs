@@ -1,0 +1,102 @@
+//! `sluice stream --standby`: a second instance that waits while the running stream holds the
+//! state's claim, and takes over when that stream stops or dies.
+//!
+//! The claim lives in a store that fences its writes (Redis: a lock key with a time to live,
+//! refreshed by the holder; every state save checks, on the server and in the same step, that
+//! the lock still names the saving run). When the holder dies its claim expires within
+//! `claim_ttl`; the standby takes it, then the output's lock (a local output's `flock` is
+//! released by the kernel when the holder's process ends; an object store's lock once its
+//! heartbeat is stale), and continues from the last committed batch like any restart: the
+//! batch the dead holder had not committed is rewritten under the names its intent recorded.
+//! A holder that was only paused (SIGSTOP, a long GC pause of its VM) and wakes after the
+//! takeover finds its next save refused and stops before committing any file.
+
+use crate::job::{StreamJob, blocking};
+use sluice_core::{Error, ErrorKind, Result};
+use sluice_sink::{LockHolder, OutputLock};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// How often a standby looks at a lock it waits for, at most.
+const LOOK_EVERY: Duration = Duration::from_secs(2);
+
+/// Take the state's claim for `who`: at once when free, else (`--standby`) when its holder's
+/// claim ends. Fails when the store cannot fence a holder that lost its claim.
+pub(crate) async fn claim(
+    job: &StreamJob,
+    who: &str,
+    cancel: &watch::Receiver<bool>,
+) -> Result<()> {
+    if !job.state.fenced() {
+        return Err(Error::config(format!(
+            "--standby needs the stream's state in Redis (--state redis://…): its claim expires \
+             when the running stream dies, and a stream that lost it cannot write state any \
+             more. {} does not fence a paused stream's writes.",
+            job.state.describe()
+        )));
+    }
+    let every = job
+        .state
+        .claim_ttl()
+        .map_or(LOOK_EVERY, |t| (t / 4).min(LOOK_EVERY));
+    let mut told = false;
+    loop {
+        let (store, w) = (job.state.clone(), who.to_string());
+        match blocking(move || store.try_acquire(&w)).await? {
+            None => {
+                if told {
+                    tracing::info!(
+                        "standby: took over the stream state {}",
+                        job.state.describe()
+                    );
+                }
+                return Ok(());
+            }
+            Some(by) if !told => {
+                tracing::info!(
+                    "standby: {by} holds the stream state {}; taking over when its claim ends",
+                    job.state.describe()
+                );
+                told = true;
+            }
+            Some(_) => {}
+        }
+        wait(every, cancel).await?;
+    }
+}
+
+/// The output's lock; a standby waits while another run holds it (the claim's holder died
+/// moments ago and its output lock is not free yet). Without `--standby` a held output is
+/// refused at once.
+pub(crate) async fn output_lock(
+    job: &StreamJob,
+    holder: &LockHolder,
+    cancel: &watch::Receiver<bool>,
+) -> Result<Arc<dyn OutputLock>> {
+    let mut told = false;
+    loop {
+        match job.destination.lock(holder).await {
+            // A held output is the lock's only configuration error.
+            Err(e) if job.standby && e.kind() == ErrorKind::Config => {
+                if !told {
+                    tracing::info!("standby: waiting for the output's lock ({e})");
+                    told = true;
+                }
+                wait(LOOK_EVERY, cancel).await?;
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn wait(every: Duration, cancel: &watch::Receiver<bool>) -> Result<()> {
+    let mut cancel = cancel.clone();
+    if *cancel.borrow() {
+        return Err(Error::interrupted("stopped while standing by"));
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(every) => Ok(()),
+        _ = cancel.changed() => Err(Error::interrupted("stopped while standing by")),
+    }
+}
