@@ -651,5 +651,8 @@ pub struct ReplicateOptions {
     /// Serve Prometheus metrics on HOST:PORT (path /metrics).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
+    /// Wait while another run applies this replication, and take over (from its last applied position) when it stops or dies. Without it a second run is refused.
+    #[arg(long)]
+    pub standby: bool,
 }
 }

@@ -103,6 +103,7 @@ fn job(o: &Options, r: &ReplicateOptions) -> Result<ReplicateJob> {
         counters: Arc::default(),
         partition_changes: sluice_cli::args::PartitionChangesArg::policy(r.partition_changes),
         metrics_addr: crate::stream::metrics_addr(r.metrics_addr.as_deref())?,
+        standby: r.standby,
     })
 }
 

@@ -10,6 +10,9 @@
 //! batch the dead holder had not committed is rewritten under the names its intent recorded.
 //! A holder that was only paused (SIGSTOP, a long GC pause of its VM) and wakes after the
 //! takeover finds its next save refused and stops before committing any file.
+//!
+//! `sluice replicate --standby` waits on the replication's lock on the target instead: a
+//! session-level lock, released by the server when the holder's session ends.
 
 use crate::job::{StreamJob, blocking};
 use sluice_core::{Error, ErrorKind, Result};
@@ -86,6 +89,36 @@ pub(crate) async fn output_lock(
                 wait(LOOK_EVERY, cancel).await?;
             }
             other => return other,
+        }
+    }
+}
+
+/// The replication's lock on the target (`sluice replicate --standby`): a session-level lock
+/// the server releases when the holder's session ends, so a standby takes over when the
+/// running replication stops or dies, and waits as long as it is alive (paused included).
+pub(crate) async fn replication_lock(
+    job: &crate::apply::ReplicateJob,
+    name: &str,
+    cancel: &watch::Receiver<bool>,
+) -> Result<Box<dyn sluice_core::apply::ReplicationLock>> {
+    let mut told = false;
+    loop {
+        match job.target.lock(name).await {
+            // A replication held by another run is the lock's only configuration error.
+            Err(e) if job.standby && e.kind() == ErrorKind::Config => {
+                if !told {
+                    tracing::info!("standby: {e}; taking over when that run ends");
+                    told = true;
+                }
+                wait(LOOK_EVERY, cancel).await?;
+            }
+            Ok(lock) => {
+                if told {
+                    tracing::info!("standby: took over replication {name}");
+                }
+                return Ok(lock);
+            }
+            Err(e) => return Err(e),
         }
     }
 }

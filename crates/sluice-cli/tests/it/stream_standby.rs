@@ -3,7 +3,8 @@
 //! and the change files of both replay exactly to the table; a stream paused (SIGSTOP) past
 //! its claim's life, replaced by a standby, and woken finds its writes refused and stops
 //! without touching the new holder's state. Without `--standby` a second stream is refused
-//! (`stream.rs`), and `--standby` without a fencing store is refused.
+//! (`stream.rs`), and `--standby` without a fencing store is refused. `sluice replicate
+//! --standby` takes over a killed replication and the target comes to equal the source.
 
 use crate::common::{self, TestDb, run, tempdir};
 use crate::stream::{assert_replay_equals_table, create_acct, redis_get, stream};
@@ -31,6 +32,24 @@ fn signal(child: &Child, sig: i32) {
     unsafe {
         libc::kill(child.id() as i32, sig);
     }
+}
+
+/// The child's stderr as it is written, collected by a thread of its own.
+fn tail(child: &mut Child) -> std::sync::Arc<std::sync::Mutex<String>> {
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let (mut err, into) = (child.stderr.take().unwrap(), log.clone());
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = std::io::Read::read(&mut err, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            into.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    log
 }
 
 /// Wait until `done` holds, failing after a minute or when `alive` ended.
@@ -212,4 +231,101 @@ async fn standby_without_a_fencing_state_store_is_refused() {
     ));
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("--state redis://"), "{}", r.stderr);
+}
+
+/// `sluice replicate --standby`: a standby waits while the running replication holds its lock
+/// on the target, takes over when that run is killed, and the target comes to equal the source
+/// (the writer's tables, changed before, during and after the kill).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replication_standby_takes_over_from_a_killed_run() {
+    let (source, target) = (TestDb::new().await, TestDb::new().await);
+    source.exec(&tables_sql(Engine::Postgres, 2_000)).await;
+    let writer = start_writer(Engine::Postgres, &source.url, 2_000, 10_000_000).await;
+    let replicate = |extra: &[&str]| {
+        crate::common::sluice()
+            .args([
+                "replicate",
+                "--source",
+                &source.url,
+                "--target",
+                &target.url,
+            ])
+            .args(["--table", "public.acct", "--table", "public.hist"])
+            .args(extra)
+            .env("SLUICE_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut active = replicate(&[]);
+    let active_log = tail(&mut active);
+    // The initial load is done once its last phase is logged; the run then applies changes.
+    while !active_log.lock().unwrap().contains("phase 7/7") {
+        assert!(Instant::now() < deadline, "the initial load did not finish");
+        assert!(
+            active.try_wait().unwrap().is_none(),
+            "the replication ended"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut standby = replicate(&["--standby"]);
+    let standby_log = tail(&mut standby);
+    while !standby_log.lock().unwrap().contains("standby: ") {
+        assert!(
+            Instant::now() < deadline,
+            "the standby did not start waiting"
+        );
+        assert!(standby.try_wait().unwrap().is_none(), "the standby ended");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    writer.wait_for(20).await;
+    assert!(standby.try_wait().unwrap().is_none(), "the standby waits");
+    signal(&active, libc::SIGKILL);
+    let _ = active.wait();
+    writer.wait_for(30).await;
+    writer.stop().await;
+    let same = || async {
+        let mut equal = true;
+        for sql in [
+            "SELECT id, v, pad FROM public.acct",
+            "SELECT id, acct, amount FROM public.hist",
+        ] {
+            equal &= source.row_strings(sql).await == target.row_strings(sql).await;
+        }
+        equal
+    };
+    while !same().await {
+        assert!(
+            Instant::now() < deadline + Duration::from_secs(60),
+            "the target never caught up"
+        );
+        if standby.try_wait().unwrap().is_some() {
+            let out = common::finish(standby);
+            panic!(
+                "the standby ended:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    signal(&standby, libc::SIGTERM);
+    assert!(standby.wait().unwrap().success());
+    let log = standby_log.lock().unwrap().clone();
+    assert!(log.contains("standby: took over replication"), "{log}");
+    assert!(
+        !log.contains("initial load"),
+        "the standby went on from the applied position:\n{log}"
+    );
+    run(crate::common::sluice()
+        .args([
+            "replicate",
+            "--source",
+            &source.url,
+            "--target",
+            &target.url,
+        ])
+        .args(["--table", "public.acct", "--table", "public.hist", "--drop"]))
+    .ok();
 }

@@ -103,6 +103,9 @@ pub struct ReplicateJob {
     pub partition_changes: crate::layout::LayoutChanges,
     /// Serve Prometheus metrics of [`Self::counters`] here (`--metrics-addr`).
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Wait while another run holds the replication and take over when its target session
+    /// ends (`--standby`), instead of refusing.
+    pub standby: bool,
 }
 
 /// What a run did.
@@ -230,7 +233,7 @@ pub async fn run_replicate(
     let name = name::resolve(&job).await?;
     // Held to the end of the run (released when the run ends however it ends: the lock
     // lives in a target session of its own).
-    let lock = job.target.lock(&name).await?;
+    let lock = crate::standby::replication_lock(&job, &name, &cancel).await?;
     match &job.target_schema {
         Some(s) => tracing::info!(
             "replication {name}: tables go into {s} on {}",
