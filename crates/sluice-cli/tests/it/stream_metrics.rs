@@ -15,15 +15,19 @@ fn deploy(file: &str) -> PathBuf {
         .join(file)
 }
 
-const DASHBOARD: &str = "grafana/sluice-stream.json";
-const ALERTS: &str = "prometheus/sluice-stream-alerts.yml";
+const DASHBOARDS: [&str; 2] = [
+    "grafana/sluice-stream.json",
+    "grafana/sluice-replicate.json",
+];
+const ALERTS: &str = "prometheus/sluice-alerts.yml";
 
-/// The `sluice_stream_…` names the dashboard's queries and the alert rules' expressions use.
-fn deploy_metrics() -> std::collections::BTreeSet<String> {
+/// The `<prefix>…` names (`sluice_stream_`, `sluice_replicate_`) the dashboards' queries and
+/// the alert rules' expressions use.
+fn deploy_metrics(prefix: &str) -> std::collections::BTreeSet<String> {
     let mut names = std::collections::BTreeSet::new();
-    for file in [DASHBOARD, ALERTS] {
+    for file in DASHBOARDS.into_iter().chain([ALERTS]) {
         let text = std::fs::read_to_string(deploy(file)).unwrap();
-        for (at, _) in text.match_indices("sluice_stream_") {
+        for (at, _) in text.match_indices(prefix) {
             let name: String = text[at..]
                 .chars()
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
@@ -31,49 +35,76 @@ fn deploy_metrics() -> std::collections::BTreeSet<String> {
             names.insert(name);
         }
     }
-    assert!(names.len() >= 10, "{names:?}");
+    assert!(names.len() >= 8, "{names:?}");
     names
 }
 
-/// The dashboard is a Grafana dashboard whose every panel queries Prometheus; each alert rule
-/// has a name, an expression on sluice's metrics, a severity and a summary.
+/// Every metric of `prefix` the shipped dashboards and alert rules use is in `scraped`.
+fn assert_deploy_metrics_served(prefix: &str, scraped: &str) {
+    for name in deploy_metrics(prefix) {
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .filter(|base| scraped.contains(&format!("# TYPE {base} histogram")))
+            .unwrap_or(&name);
+        assert!(
+            scraped.contains(&format!("# TYPE {family} ")),
+            "deploy/ uses {name}, which /metrics does not serve:\n{scraped}"
+        );
+    }
+}
+
+/// The dashboards are Grafana dashboards whose every panel queries Prometheus for their
+/// command's metrics; each alert rule has a name, an expression on sluice's metrics, a
+/// severity and a summary.
 #[test]
-fn the_shipped_dashboard_and_alert_rules_are_well_formed() {
-    let d: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(deploy(DASHBOARD)).unwrap()).unwrap();
-    assert_eq!(d["uid"], "sluice-stream");
-    let panels = d["panels"].as_array().unwrap();
-    assert!(panels.len() >= 6, "{} panels", panels.len());
-    for p in panels {
-        let targets = p["targets"].as_array().unwrap();
-        assert!(!targets.is_empty(), "panel {} has no query", p["title"]);
-        for t in targets {
-            let expr = t["expr"].as_str().unwrap();
-            assert!(expr.contains("sluice_stream_"), "{}: {expr}", p["title"]);
-            assert_eq!(
-                expr.matches('(').count(),
-                expr.matches(')').count(),
-                "{expr}"
+fn the_shipped_dashboards_and_alert_rules_are_well_formed() {
+    for (file, uid) in DASHBOARDS.iter().zip(["sluice-stream", "sluice-replicate"]) {
+        let d: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(deploy(file)).unwrap()).unwrap();
+        assert_eq!(d["uid"], uid);
+        let panels = d["panels"].as_array().unwrap();
+        assert!(panels.len() >= 5, "{file}: {} panels", panels.len());
+        let prefix = format!("{}_", uid.replace('-', "_"));
+        for p in panels {
+            let targets = p["targets"].as_array().unwrap();
+            assert!(
+                !targets.is_empty(),
+                "{file}: panel {} has no query",
+                p["title"]
             );
+            for t in targets {
+                let expr = t["expr"].as_str().unwrap();
+                assert!(expr.contains(&prefix), "{file}: {expr}");
+                assert_eq!(
+                    expr.matches('(').count(),
+                    expr.matches(')').count(),
+                    "{expr}"
+                );
+            }
         }
     }
     let rules: serde_json::Value =
         yaml_serde::from_str(&std::fs::read_to_string(deploy(ALERTS)).unwrap()).unwrap();
-    let rules = rules["groups"][0]["rules"].as_array().unwrap();
+    let rules: Vec<&serde_json::Value> = rules["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+        .collect();
     let names: Vec<&str> = rules.iter().map(|r| r["alert"].as_str().unwrap()).collect();
     for want in [
         "SluiceStreamLagging",
         "SluiceStreamRetainsLog",
         "SluiceStreamNoCommit",
         "SluiceStreamRestarting",
+        "SluiceReplicateLagging",
+        "SluiceReplicateStalled",
     ] {
         assert!(names.contains(&want), "{want} in {names:?}");
     }
     for r in rules {
-        assert!(
-            r["expr"].as_str().unwrap().contains("sluice_stream_"),
-            "{r}"
-        );
+        assert!(r["expr"].as_str().unwrap().contains("sluice_"), "{r}");
         assert!(r["labels"]["severity"].is_string(), "{r}");
         assert!(r["annotations"]["summary"].is_string(), "{r}");
     }
@@ -179,17 +210,7 @@ async fn a_running_stream_serves_metrics_refuses_a_second_one_and_stops_on_sigte
         ) > 0.0
     );
     // Every metric the shipped dashboard and alert rules use is served.
-    for name in deploy_metrics() {
-        let family = ["_bucket", "_sum", "_count"]
-            .iter()
-            .find_map(|s| name.strip_suffix(s))
-            .filter(|base| text.contains(&format!("# TYPE {base} histogram")))
-            .unwrap_or(&name);
-        assert!(
-            text.contains(&format!("# TYPE {family} ")),
-            "deploy/ uses {name}, which /metrics does not serve:\n{text}"
-        );
-    }
+    assert_deploy_metrics_served("sluice_stream_", &text);
     // A second stream on the same slot is refused.
     let other = tempdir();
     let r = run(&mut stream(
@@ -294,6 +315,7 @@ async fn a_running_replication_serves_metrics() {
         text.contains("sluice_replicate_apply_latency_seconds_bucket{le=\"+Inf\"}"),
         "{text}"
     );
+    assert_deploy_metrics_served("sluice_replicate_", &text);
     #[allow(unsafe_code)]
     // SAFETY: kill(2) on our own child's pid.
     unsafe {
