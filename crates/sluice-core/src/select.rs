@@ -366,6 +366,23 @@ fn keep_columns(ds: &mut Dataset, pick: &ColumnPick, folding: Folding) -> Result
             }
         }
     }
+    // Tables are split into chunks, and change files keyed, by the primary key: its columns
+    // stay (a pick without them would fail later, far from its cause).
+    let left_out: Vec<&str> = ds
+        .primary_key
+        .iter()
+        .filter(|k| !keep.contains(*k))
+        .map(String::as_str)
+        .collect();
+    if !left_out.is_empty() {
+        return Err(Error::config(format!(
+            "--columns leaves out {} of {}'s primary key, by which the table is split and its \
+             changes keyed; add {} to its --columns.",
+            left_out.join(", "),
+            ds.name,
+            if left_out.len() == 1 { "it" } else { "them" }
+        )));
+    }
     ds.columns.retain(|c| keep.contains(&c.name));
     ds.columns_picked = true;
     Ok(())

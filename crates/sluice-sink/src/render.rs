@@ -39,6 +39,18 @@ fn ext_name(field: &Field) -> Option<&str> {
         .map(String::as_str)
 }
 
+/// Append `text` (a value's text form) to `out` inside a JSON array or object: bare when its
+/// type renders as a JSON number or literal (`bare`) and the text is one — `NaN` and the
+/// infinities have no JSON number — else as a JSON string.
+fn json_item(out: &mut Vec<u8>, text: &[u8], bare: bool) {
+    let special = matches!(text.first(), Some(b'N' | b'I')) || text.starts_with(b"-I");
+    if bare && !special {
+        out.extend_from_slice(text);
+    } else {
+        json_string(out, text);
+    }
+}
+
 /// True when a value of this type renders as a JSON number or literal inside a list.
 fn json_bare(dt: &DataType) -> bool {
     dt.is_integer()
@@ -363,12 +375,10 @@ pub(crate) fn renderer<'a>(array: &'a ArrayRef, field: &Field) -> Result<Render<
                     o.extend_from_slice(key);
                     if column.is_null(i) {
                         o.extend_from_slice(b"null");
-                    } else if *bare {
-                        inner(i, o);
                     } else {
                         tmp.clear();
                         inner(i, &mut tmp);
-                        json_string(o, &tmp);
+                        json_item(o, &tmp, *bare);
                     }
                 }
                 o.push(b'}');
@@ -390,12 +400,10 @@ pub(crate) fn renderer<'a>(array: &'a ArrayRef, field: &Field) -> Result<Render<
                     }
                     if values.is_null(j) {
                         o.extend_from_slice(b"null");
-                    } else if bare {
-                        inner(j, o);
                     } else {
                         tmp.clear();
                         inner(j, &mut tmp);
-                        json_string(o, &tmp);
+                        json_item(o, &tmp, bare);
                     }
                 }
                 o.push(b']');
@@ -441,11 +449,34 @@ fn hex(out: &mut Vec<u8>, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     fn s(f: impl Fn(&mut Vec<u8>)) -> String {
         let mut v = Vec::new();
         f(&mut v);
         String::from_utf8(v).unwrap()
+    }
+
+    #[test]
+    fn non_finite_floats_in_lists_are_json_strings() {
+        let list: ArrayRef = Arc::new(arrow_array::ListArray::from_iter_primitive::<
+            Float64Type,
+            _,
+            _,
+        >(vec![Some(vec![
+            Some(1.5),
+            Some(f64::NAN),
+            Some(f64::NEG_INFINITY),
+            None,
+        ])]));
+        let f = Field::new("l", list.data_type().clone(), true);
+        let r = renderer(&list, &f).unwrap();
+        let mut o = Vec::new();
+        r(0, &mut o);
+        assert_eq!(
+            String::from_utf8(o).unwrap(),
+            r#"[1.5,"NaN","-Infinity",null]"#
+        );
     }
 
     #[test]

@@ -109,8 +109,9 @@ pub struct Histogram {
     bounds: &'static [f64],
     /// Observations per bucket (not cumulative), the last one above every bound.
     counts: Vec<AtomicU64>,
-    /// Sum of the observations, in millionths.
-    sum_micros: AtomicU64,
+    /// Sum of the observations, an `f64`'s bits (a byte histogram's sum outgrows any fixed
+    /// scale in an integer).
+    sum_bits: AtomicU64,
 }
 
 impl Histogram {
@@ -119,7 +120,7 @@ impl Histogram {
         Histogram {
             bounds,
             counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
-            sum_micros: AtomicU64::new(0),
+            sum_bits: AtomicU64::new(0f64.to_bits()),
         }
     }
 
@@ -132,8 +133,11 @@ impl Histogram {
             .position(|b| v <= *b)
             .unwrap_or(self.bounds.len());
         self.counts[i].fetch_add(1, Ordering::Relaxed);
-        self.sum_micros
-            .fetch_add((v * 1e6).round() as u64, Ordering::Relaxed);
+        let _ = self
+            .sum_bits
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+                Some((f64::from_bits(bits) + v).to_bits())
+            });
     }
 
     /// Append the histogram `name` (its full metric name) with its help line.
@@ -149,7 +153,7 @@ impl Histogram {
                 .map_or("+Inf".to_string(), |b| b.to_string());
             let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {total}");
         }
-        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let sum = f64::from_bits(self.sum_bits.load(Ordering::Relaxed));
         let _ = writeln!(out, "{name}_sum {sum}");
         let _ = writeln!(out, "{name}_count {total}");
     }

@@ -69,17 +69,20 @@ pub async fn run_stream(job: StreamJob, cancel: watch::Receiver<bool>) -> Result
         let who = holder.describe();
         blocking(move || store.acquire(&who)).await?;
     }
+    // The claim is kept alive from now on, a standby's while it waits for the output's lock
+    // too (an object store's is free two minutes after its holder died, past the claim's life).
+    let (keeper, cancel) = Keeper::start(job.state.clone(), cancel);
     // The output's lock before anything of it is inspected or removed (an interrupted
     // snapshot's unfinished parts), kept across the snapshot (the export uses it) and the
     // streaming: a second run on this output is refused before it can touch the first's files.
     let lock = match crate::standby::output_lock(&job, &holder, &cancel).await {
         Ok(l) => l,
         Err(e) => {
+            let e = unless_lost(Err(e), keeper.stop().await);
             release(&job).await;
-            return Err(e);
+            return e;
         }
     };
-    let (keeper, cancel) = Keeper::start(job.state.clone(), cancel);
     let result = claimed(&job, &lock, metrics, cancel, started).await;
     let result = unless_lost(result, keeper.stop().await);
     lock.release().await;
@@ -124,23 +127,6 @@ async fn claimed(
     if job.files.before_images {
         job.source.check_before_images(&datasets).await?;
     }
-    for ds in datasets.iter().filter(|d| d.columns_picked) {
-        let missing: Vec<&str> = ds
-            .primary_key
-            .iter()
-            .filter(|k| !ds.columns.iter().any(|c| &c.name == *k))
-            .map(String::as_str)
-            .collect();
-        if !missing.is_empty() {
-            return Err(Error::config(format!(
-                "--columns leaves out {} of {}'s key: its change files are keyed by it (a \
-                 delete carries only the key). Add {} to its --columns.",
-                missing.join(", "),
-                ds.name,
-                if missing.len() == 1 { "it" } else { "them" }
-            )));
-        }
-    }
     let store = job.state.clone();
     let saved = blocking(move || store.load()).await?;
     let names = names_of(job, saved.as_ref())?;
@@ -172,13 +158,6 @@ async fn claimed(
         }
     };
     state.source = job.source.display_url();
-    for ds in &datasets {
-        if let Some(t) = state.tables.get_mut(&ds.name) {
-            t.columns = ds
-                .columns_picked
-                .then(|| ds.columns.iter().map(|c| c.name.clone()).collect());
-        }
-    }
     crate::layout::check(
         job.source.as_ref(),
         &datasets,
@@ -229,6 +208,45 @@ fn same_tables(job: &StreamJob, s: &StreamState, datasets: &[Dataset]) -> Result
             job.format.extension()
         )));
     }
+    if s.before_images != job.files.before_images {
+        let (with, without) = if s.before_images {
+            ("with", "without")
+        } else {
+            ("without", "with")
+        };
+        return Err(Error::config(format!(
+            "the stream in {} writes its change files {with} before-images (_before); \
+             running it {without} --before-images would mix the two shapes under one schema \
+             version. Run it as it was started, or stream into another output.",
+            job.destination.display()
+        )));
+    }
+    // What --columns keeps may not change either: a column left out would reappear (or one
+    // kept would vanish) in the middle of the change files' history.
+    for ds in datasets {
+        let picked = ds.columns_picked.then(|| {
+            ds.columns
+                .iter()
+                .map(|c| c.name.clone())
+                .collect::<Vec<_>>()
+        });
+        if let Some(t) = s.tables.get(&ds.name)
+            && t.columns != picked
+        {
+            let shown = |c: &Option<Vec<String>>| match c {
+                Some(c) => format!("--columns '{}:{}'", ds.name, c.join(",")),
+                None => "all its columns (no --columns)".to_string(),
+            };
+            return Err(Error::config(format!(
+                "the stream in {} writes {} of {}; this run asks for {}. Run it with the \
+                 columns it was started with, or stream into another output.",
+                job.destination.display(),
+                shown(&t.columns),
+                ds.name,
+                shown(&picked)
+            )));
+        }
+    }
     let new: Vec<&str> = datasets
         .iter()
         .map(|d| d.name.as_str())
@@ -273,6 +291,14 @@ async fn first_start(
         job.format.extension(),
     )
     .await?;
+    state.before_images = job.files.before_images;
+    for ds in datasets {
+        if let Some(t) = state.tables.get_mut(&ds.name) {
+            t.columns = ds
+                .columns_picked
+                .then(|| ds.columns.iter().map(|c| c.name.clone()).collect());
+        }
+    }
     let saved = {
         let store = job.state.clone();
         let s = state.clone();

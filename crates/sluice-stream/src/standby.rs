@@ -9,13 +9,15 @@
 //! heartbeat is stale), and continues from the last committed batch like any restart: the
 //! batch the dead holder had not committed is rewritten under the names its intent recorded.
 //! A holder that was only paused (SIGSTOP, a long GC pause of its VM) and wakes after the
-//! takeover finds its next save refused and stops before committing any file.
+//! takeover finds its next save refused: before a batch's intent it commits no file; after
+//! it, the files it may still finish are the ones the standby rewrote for that intent — the
+//! same names, the same changes — and its commit is refused.
 //!
 //! `sluice replicate --standby` waits on the replication's lock on the target instead: a
 //! session-level lock, released by the server when the holder's session ends.
 
 use crate::job::{StreamJob, blocking};
-use sluice_core::{Error, ErrorKind, Result};
+use sluice_core::{Error, ErrorKind, Result, Retry};
 use sluice_sink::{LockHolder, OutputLock};
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,8 +48,13 @@ pub(crate) async fn claim(
     let mut told = false;
     loop {
         let (store, w) = (job.state.clone(), who.to_string());
-        match blocking(move || store.try_acquire(&w)).await? {
-            None => {
+        match blocking(move || store.try_acquire(&w)).await {
+            // A standby outlives a store that is away for a while.
+            Err(e) if e.retry() == Retry::Transient => {
+                tracing::warn!("standby: {e}; trying again");
+            }
+            Err(e) => return Err(e),
+            Ok(None) => {
                 if told {
                     tracing::info!(
                         "standby: took over the stream state {}",
@@ -56,14 +63,14 @@ pub(crate) async fn claim(
                 }
                 return Ok(());
             }
-            Some(by) if !told => {
+            Ok(Some(by)) if !told => {
                 tracing::info!(
                     "standby: {by} holds the stream state {}; taking over when its claim ends",
                     job.state.describe()
                 );
                 told = true;
             }
-            Some(_) => {}
+            Ok(Some(_)) => {}
         }
         wait(every, cancel).await?;
     }
@@ -88,6 +95,10 @@ pub(crate) async fn output_lock(
                 }
                 wait(LOOK_EVERY, cancel).await?;
             }
+            Err(e) if job.standby && e.retry() == Retry::Transient => {
+                tracing::warn!("standby: {e}; trying again");
+                wait(LOOK_EVERY, cancel).await?;
+            }
             other => return other,
         }
     }
@@ -96,11 +107,12 @@ pub(crate) async fn output_lock(
 /// The replication's lock on the target (`sluice replicate --standby`): a session-level lock
 /// the server releases when the holder's session ends, so a standby takes over when the
 /// running replication stops or dies, and waits as long as it is alive (paused included).
+/// Also says whether it waited (what the run read of the source before may be stale).
 pub(crate) async fn replication_lock(
     job: &crate::apply::ReplicateJob,
     name: &str,
     cancel: &watch::Receiver<bool>,
-) -> Result<Box<dyn sluice_core::apply::ReplicationLock>> {
+) -> Result<(Box<dyn sluice_core::apply::ReplicationLock>, bool)> {
     let mut told = false;
     loop {
         match job.target.lock(name).await {
@@ -116,7 +128,11 @@ pub(crate) async fn replication_lock(
                 if told {
                     tracing::info!("standby: took over replication {name}");
                 }
-                return Ok(lock);
+                return Ok((lock, told));
+            }
+            Err(e) if job.standby && e.retry() == Retry::Transient => {
+                tracing::warn!("standby: {e}; trying again");
+                wait(LOOK_EVERY, cancel).await?;
             }
             Err(e) => return Err(e),
         }

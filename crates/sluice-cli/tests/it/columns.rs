@@ -136,6 +136,10 @@ async fn bad_picks_exit_2_naming_the_fix_and_write_nothing() {
             vec!["--table", "t", "--columns", "t:id,\"B\""],
             "no column \"B\"",
         ),
+        (
+            vec!["--table", "t", "--columns", "t:a,b"],
+            "leaves out id of public.t's primary key",
+        ),
     ] {
         let to = tempdir();
         let r = common::export(&db.url, to.path(), &args);
@@ -175,7 +179,9 @@ async fn bad_picks_exit_2_naming_the_fix_and_write_nothing() {
         .arg(tempdir().path()));
     assert_eq!(stream.code, 2, "{}", stream.stderr);
     assert!(
-        stream.stderr.contains("leaves out id of public.t's key"),
+        stream
+            .stderr
+            .contains("leaves out id of public.t's primary key"),
         "{}",
         stream.stderr
     );
@@ -201,4 +207,50 @@ async fn bad_picks_exit_2_naming_the_fix_and_write_nothing() {
         (0, 0),
         "the refused stream created nothing"
     );
+}
+
+/// A stream keeps the shape it started with: restarted without its `--columns`, or with
+/// `--before-images` switched on, it is refused (exit 2) naming what it was started with,
+/// rather than change the change files' columns in the middle of their history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_restarted_with_other_columns_or_images_is_refused() {
+    let db = TestDb::new().await;
+    db.exec(
+        "CREATE TABLE t (id int PRIMARY KEY, a int, secret text);
+         ALTER TABLE t REPLICA IDENTITY FULL;
+         INSERT INTO t VALUES (1, 2, 'pw');",
+    )
+    .await;
+    let to = tempdir();
+    let stream = |extra: &[&str]| {
+        run(sluice()
+            .args([
+                "stream",
+                "--source",
+                &db.url,
+                "--table",
+                "t",
+                "--until-current",
+            ])
+            .arg("--to")
+            .arg(to.path())
+            .args(extra))
+    };
+    stream(&["--columns", "t:id,a"]).ok();
+    let r = stream(&[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("--columns 'public.t:id,a'") && r.stderr.contains("all its columns"),
+        "{}",
+        r.stderr
+    );
+    let r = stream(&["--columns", "t:id,a", "--before-images"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("without before-images"), "{}", r.stderr);
+    stream(&["--columns", "t:id,a"]).ok();
+    run(sluice()
+        .args(["stream", "--source", &db.url, "--table", "t", "--drop"])
+        .arg("--to")
+        .arg(to.path()))
+    .ok();
 }

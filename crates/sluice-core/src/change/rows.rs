@@ -123,6 +123,18 @@ impl ChangeRows {
         self.keep.as_deref()
     }
 
+    /// Whether table column `index` reaches the batches: an adapter appends a NULL for a
+    /// column left out instead of decoding its value (nor is a bad value there reported).
+    pub fn kept(&self, index: usize) -> bool {
+        self.keep.as_ref().is_none_or(|k| k[index])
+    }
+
+    /// The name of table column `index` as the adapter appends it (kept or not), for
+    /// messages. ([`Self::schema`] is the projected one.)
+    pub fn column_name(&self, index: usize) -> &str {
+        self.builder.schema().field(index).name()
+    }
+
     /// The schema the rows are built with.
     pub fn schema(&self) -> &SchemaRef {
         &self.schema

@@ -396,7 +396,8 @@ impl ChangeSource for MyCapture {
 
     async fn check_before_images(&self, _datasets: &[Dataset]) -> Result<()> {
         let image = self.row_image().await?;
-        if image != "FULL" {
+        // MariaDB's FULL_NODUP logs whole before images too (only the after image is cut).
+        if image != "FULL" && image != "FULL_NODUP" {
             return Err(Error::config(format!(
                 "--before-images writes the whole old row of each update and delete, and {} \
                  logs binlog_row_image={image}, which leaves out the old values of {}. Set \

@@ -979,6 +979,8 @@ fn emit(
         }
         for (i, v) in values.iter_mut().enumerate() {
             match v.take() {
+                // Left out by --columns: not decoded, never written.
+                _ if !rows.kept(i) => rows.columns()[i].push_null(),
                 Some(v) => {
                     if let Err(e) = tab.codec.push_cell(i, &mut rows.columns()[i], v) {
                         bad.handle(&format!("{t}.{}", tab.columns[i].name), pos, &e.0)?;
@@ -1003,7 +1005,8 @@ fn emit_before(
     old: &[Option<Cell<'_>>],
     (bad, pos): (&BadValuePolicy, &str),
 ) -> Result<()> {
-    if let Some(i) = old.iter().position(Option::is_none) {
+    let kept: Vec<bool> = (0..old.len()).map(|i| rows.kept(i)).collect();
+    if let Some(i) = (0..old.len()).find(|i| kept[*i] && old[*i].is_none()) {
         return Err(Error::data(format!(
             "{t}: a change at position {pos} was logged without the old value of {} \
              (its session wrote binlog_row_image=MINIMAL or NOBLOB), and --before-images \
@@ -1017,11 +1020,15 @@ fn emit_before(
         .before()
         .ok_or_else(|| Error::internal("before-images without their builders"))?;
     for (i, v) in old.iter().enumerate() {
-        if let Some(v) = v
-            && let Err(e) = tab.codec.push_cell(i, &mut out[i], v.clone())
-        {
-            bad.handle(&format!("{t}.{}", tab.columns[i].name), pos, &e.0)?;
-            out[i].push_null();
+        match v {
+            Some(v) if kept[i] => {
+                if let Err(e) = tab.codec.push_cell(i, &mut out[i], v.clone()) {
+                    bad.handle(&format!("{t}.{}", tab.columns[i].name), pos, &e.0)?;
+                    out[i].push_null();
+                }
+            }
+            // Left out by --columns: not decoded, never written.
+            _ => out[i].push_null(),
         }
     }
     Ok(())

@@ -123,37 +123,51 @@ pub(super) fn fill_before(
     if old.len != f.codecs.len() {
         return Err(f.columns_differ(old.len));
     }
-    let schema = rows.schema().clone();
-    let out = rows
-        .before()
-        .ok_or_else(|| Error::internal("before-images without their builders"))?;
+    let kept: Vec<bool> = (0..f.codecs.len()).map(|i| rows.kept(i)).collect();
     for (i, v) in old.values().enumerate() {
         let v = v.map_err(malformed)?;
-        let name = schema.field(i).name();
+        if !kept[i] {
+            before_of(rows)?[i].push_null();
+            continue;
+        }
         if matches!(v, Value::Unchanged) {
             // REPLICA IDENTITY FULL logs old rows with their out-of-line values read back.
             return Err(Error::source_permanent(format!(
-                "{}: the old row of a change at position {} lacks the value of {name}, which \
+                "{}: the old row of a change at position {} lacks the value of {}, which \
                  --before-images needs; stream without --before-images",
-                f.table, f.pos
+                f.table,
+                f.pos,
+                rows.column_name(i)
             )));
         }
-        if let Err(why) = f.codecs[i].append(&mut out[i], v) {
-            f.rejected(&mut out[i], name, why.to_string())?;
+        if let Err(why) = f.codecs[i].append(&mut before_of(rows)?[i], v) {
+            let name = rows.column_name(i).to_string();
+            f.rejected(&mut before_of(rows)?[i], &name, why.to_string())?;
         }
     }
     Ok(())
 }
 
+/// The old row's builders (the change has one from the first call on).
+fn before_of(rows: &mut ChangeRows) -> Result<&mut [ColumnBuilder]> {
+    rows.before()
+        .ok_or_else(|| Error::internal("before-images without their builders"))
+}
+
 /// Append value `v` of column `i` (absent when the server did not send it; NULL when it cannot
 /// be written and the policy says so).
 fn append(f: &Filler<'_>, rows: &mut ChangeRows, i: usize, v: Value<'_>) -> Result<()> {
+    if !rows.kept(i) {
+        // Left out by --columns: not decoded, never written.
+        rows.columns()[i].push_null();
+        return Ok(());
+    }
     if matches!(v, Value::Unchanged) {
         rows.columns()[i].push_null();
         return rows.absent(i);
     }
     if let Err(why) = f.codecs[i].append(&mut rows.columns()[i], v) {
-        let name = rows.schema().field(i).name().clone();
+        let name = rows.column_name(i).to_string();
         f.rejected(&mut rows.columns()[i], &name, why.to_string())?;
     }
     Ok(())

@@ -203,6 +203,32 @@ pub(crate) async fn save_state(job: &ReplicateJob, state: &StreamState) -> Resul
     job.target.save_state(&state.names.name, &bytes).await
 }
 
+/// The selected tables, their keys, and the foreign keys whose cascades the source's log
+/// leaves out (the target applies them).
+type Inspected = (
+    Vec<Dataset>,
+    Vec<sluice_core::apply::TableKeys>,
+    Vec<(TableRef, sluice_core::apply::ForeignKey)>,
+);
+
+/// What [`Inspected`] holds, refusing what cannot be replicated.
+async fn inspect(job: &ReplicateJob) -> Result<Inspected> {
+    let datasets = discover(job.source.as_ref(), &job.selection).await?;
+    if let Some(d) = datasets.iter().find(|d| d.object.is_none()) {
+        return Err(Error::config(format!(
+            "{} is not a table: sluice replicate applies the changes of tables. Leave it out \
+             of the selection.",
+            d.name
+        )));
+    }
+    let keys = job.source.table_keys(&datasets).await?;
+    job.source.check_whole_rows().await?;
+    let unlogged = crate::cascades::unlogged(job.source.as_ref(), &keys);
+    let captured: Vec<TableRef> = datasets.iter().filter_map(|d| d.object.clone()).collect();
+    crate::cascades::check_replicate(job.source.as_ref(), &unlogged, &captured)?;
+    Ok((datasets, keys, unlogged))
+}
+
 /// Run the replication until `--until-current`'s point or `cancel`.
 pub async fn run_replicate(
     job: ReplicateJob,
@@ -215,25 +241,16 @@ pub async fn run_replicate(
         let bound = crate::metrics::serve(addr, counters).await?;
         tracing::info!("metrics at http://{bound}/metrics");
     }
-    let datasets = discover(job.source.as_ref(), &job.selection).await?;
-    if let Some(d) = datasets.iter().find(|d| d.object.is_none()) {
-        return Err(Error::config(format!(
-            "{} is not a table: sluice replicate applies the changes of tables. Leave it out \
-             of the selection.",
-            d.name
-        )));
-    }
-    let keys = job.source.table_keys(&datasets).await?;
-    job.source.check_whole_rows().await?;
-    // Foreign keys whose cascades the source's log leaves out: the target applies them.
-    let unlogged = crate::cascades::unlogged(job.source.as_ref(), &keys);
-    let captured: Vec<TableRef> = datasets.iter().filter_map(|d| d.object.clone()).collect();
-    crate::cascades::check_replicate(job.source.as_ref(), &unlogged, &captured)?;
+    let (mut datasets, mut keys, mut unlogged) = inspect(&job).await?;
     job.target.prepare().await?;
     let name = name::resolve(&job).await?;
     // Held to the end of the run (released when the run ends however it ends: the lock
     // lives in a target session of its own).
-    let lock = crate::standby::replication_lock(&job, &name, &cancel).await?;
+    let (lock, waited) = crate::standby::replication_lock(&job, &name, &cancel).await?;
+    if waited {
+        // A standby that took over: the source as it is now, not as it was when it started.
+        (datasets, keys, unlogged) = inspect(&job).await?;
+    }
     match &job.target_schema {
         Some(s) => tracing::info!(
             "replication {name}: tables go into {s} on {}",

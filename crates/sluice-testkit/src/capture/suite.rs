@@ -459,11 +459,16 @@ pub async fn before_images(sluice: &Sluice, engine: Engine) {
 }
 
 /// `--columns` keeps some of a table's columns in the snapshot and the change files alike,
-/// with a writer running: the replay equals the source's `SELECT` of those columns (a file
-/// with another column would not), no change names a left-out column (not even as absent),
-/// and the other table keeps all of its columns.
+/// with a writer running and `--before-images` on: the replay equals the source's `SELECT` of
+/// those columns (a file with another column would not), no change names a left-out column
+/// (not even as absent), the old rows hold the kept columns only (and match the replay), and
+/// the other table keeps all of its columns.
 pub async fn columns(sluice: &Sluice, engine: Engine) {
     let (mut src, writer, to) = running(sluice, engine, 5_000).await;
+    if engine == Engine::Postgres {
+        src.exec("ALTER TABLE acct REPLICA IDENTITY FULL; ALTER TABLE hist REPLICA IDENTITY FULL")
+            .await;
+    }
     let pick = format!("{}:ID,v", src.dataset("acct"));
     let args = [
         "--until-current",
@@ -471,6 +476,7 @@ pub async fn columns(sluice: &Sluice, engine: Engine) {
         "64KB",
         "--columns",
         &pick,
+        "--before-images",
     ];
     src.run(&TABLES, to.path(), &args).ok();
     writer.wait_for(20).await;
