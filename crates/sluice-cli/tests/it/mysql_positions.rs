@@ -222,11 +222,7 @@ async fn an_idle_stream_finishes_and_outlives_the_servers_timeouts() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let after = sessions().await;
-    #[allow(unsafe_code)]
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
-    }
+    common::signal(&child, libc::SIGTERM);
     let out = common::finish(child);
     assert!(
         before.is_subset(&after),

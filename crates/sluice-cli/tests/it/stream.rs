@@ -570,11 +570,7 @@ async fn the_servers_idle_limits_end_no_session_of_the_stream() {
         "sessions ended while idle: {:?}",
         before.difference(&after).collect::<Vec<_>>()
     );
-    #[allow(unsafe_code)]
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
-    }
+    common::signal(&child, libc::SIGTERM);
     let out = common::finish(child);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");

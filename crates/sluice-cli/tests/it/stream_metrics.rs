@@ -6,7 +6,6 @@
 use crate::common::{self, TestDb, run, tempdir};
 use crate::stream::{assert_replay_equals_table, create_acct, slots_and_publications, stream};
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 fn deploy(file: &str) -> PathBuf {
@@ -135,7 +134,7 @@ async fn a_running_stream_serves_metrics_refuses_a_second_one_and_stops_on_sigte
     create_acct(&db, 1_000).await;
     let to = tempdir();
     let port = sluice_testkit::server::free_port().unwrap();
-    let mut child = stream(
+    let mut child = common::spawn(&mut stream(
         &db.url,
         to.path(),
         &[
@@ -144,11 +143,7 @@ async fn a_running_stream_serves_metrics_refuses_a_second_one_and_stops_on_sigte
             "--metrics-addr",
             &format!("127.0.0.1:{port}"),
         ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+    ));
     // Once the snapshot is written, the stream is reading from the slot.
     let state = to.path().join("_sluice/stream.json");
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -221,12 +216,7 @@ async fn a_running_stream_serves_metrics_refuses_a_second_one_and_stops_on_sigte
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("in use"), "{}", r.stderr);
     // SIGTERM stops it cleanly, after committing.
-    let pid = child.id() as i32;
-    #[allow(unsafe_code)]
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe {
-        libc::kill(pid, libc::SIGTERM);
-    }
+    common::signal(&child, libc::SIGTERM);
     let out = common::finish(child);
     assert!(
         out.status.success(),
@@ -247,24 +237,12 @@ async fn a_running_replication_serves_metrics() {
     let (source, target) = (TestDb::new().await, TestDb::new().await);
     create_acct(&source, 1_000).await;
     let port = sluice_testkit::server::free_port().unwrap();
-    let mut child = crate::common::sluice()
-        .args([
-            "replicate",
-            "--source",
-            &source.url,
-            "--target",
-            &target.url,
-        ])
-        .args([
-            "--table",
-            "public.acct",
-            "--metrics-addr",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = common::spawn(&mut common::replicate(&source.url, &target.url).args([
+        "--table",
+        "public.acct",
+        "--metrics-addr",
+        &format!("127.0.0.1:{port}"),
+    ]));
     let deadline = Instant::now() + Duration::from_secs(60);
     // The initial load is on the target once its rows are there.
     let loaded = || async {
@@ -316,11 +294,7 @@ async fn a_running_replication_serves_metrics() {
         "{text}"
     );
     assert_deploy_metrics_served("sluice_replicate_", &text);
-    #[allow(unsafe_code)]
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
-    }
+    common::signal(&child, libc::SIGTERM);
     let out = common::finish(child);
     assert!(
         out.status.success(),
@@ -329,14 +303,6 @@ async fn a_running_replication_serves_metrics() {
     );
     let sql = "SELECT id, v, pad FROM public.acct";
     assert_eq!(source.row_strings(sql).await, target.row_strings(sql).await);
-    run(crate::common::sluice()
-        .args([
-            "replicate",
-            "--source",
-            &source.url,
-            "--target",
-            &target.url,
-        ])
-        .args(["--table", "public.acct", "--drop"]))
-    .ok();
+    run(common::replicate(&source.url, &target.url).args(["--table", "public.acct", "--drop"]))
+        .ok();
 }

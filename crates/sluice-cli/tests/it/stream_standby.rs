@@ -9,7 +9,7 @@
 use crate::common::{self, TestDb, run, tempdir};
 use crate::stream::{assert_replay_equals_table, create_acct, redis_get, stream};
 use sluice_testkit::capture::{Engine, start_writer, tables_sql};
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 /// The state of stream `key` in Redis, as JSON.
@@ -17,21 +17,9 @@ fn state(redis: &str, key: &str) -> serde_json::Value {
     serde_json::from_str(&redis_get(redis, key).expect("the state is in Redis")).unwrap()
 }
 
+/// `sluice stream` of `url` into `to`, started, logging what a standby says.
 fn spawn(url: &str, to: &std::path::Path, args: &[&str]) -> Child {
-    stream(url, to, args)
-        .env("SLUICE_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-fn signal(child: &Child, sig: i32) {
-    #[allow(unsafe_code)]
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe {
-        libc::kill(child.id() as i32, sig);
-    }
+    common::spawn(stream(url, to, args).env("SLUICE_LOG", "info"))
 }
 
 /// The child's stderr as it is written, collected by a thread of its own.
@@ -93,7 +81,7 @@ async fn a_standby_takes_over_from_a_killed_stream_with_no_change_lost_or_repeat
         || batches(&state(&redis, &key)) >= before + 3,
     )
     .await;
-    signal(&active, libc::SIGKILL);
+    common::signal(&active, libc::SIGKILL);
     let _ = active.wait();
     // The standby holds the claim and commits batches of its own.
     let lock = format!("{key}:lock");
@@ -109,7 +97,7 @@ async fn a_standby_takes_over_from_a_killed_stream_with_no_change_lost_or_repeat
     })
     .await;
     writer.stop().await;
-    signal(&standby, libc::SIGTERM);
+    common::signal(&standby, libc::SIGTERM);
     let out = common::finish(standby);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
@@ -145,11 +133,7 @@ async fn a_paused_stream_replaced_by_a_standby_cannot_write_state_when_it_wakes(
     let fp = common::Failpoints::new();
     let mut cmd = crate::mysql_stream::stream(&db.url, &["acct"], old_out.path(), &args);
     fp.arm(&mut cmd, "stream.before_intent=wait@1");
-    let mut old = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut old = common::spawn(&mut cmd);
     until("the first stream's snapshot", &mut old, || {
         redis_get(&redis, &key).is_some_and(|s| s.contains("\"done\":true"))
     })
@@ -158,17 +142,13 @@ async fn a_paused_stream_replaced_by_a_standby_cannot_write_state_when_it_wakes(
     // its claim's life.
     db.exec("UPDATE acct SET v = v + 1").await;
     fp.reached("stream.before_intent", &mut old).await;
-    signal(&old, libc::SIGSTOP);
-    let mut new = crate::mysql_stream::stream(
+    common::signal(&old, libc::SIGSTOP);
+    let mut new = common::spawn(&mut crate::mysql_stream::stream(
         &db.url,
         &["acct"],
         new_out.path(),
         &[&args[..], &["--standby"]].concat(),
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+    ));
     let lock = format!("{key}:lock");
     let pid = format!("stream-{}", new.id());
     until("the standby takes the expired claim", &mut new, || {
@@ -184,7 +164,7 @@ async fn a_paused_stream_replaced_by_a_standby_cannot_write_state_when_it_wakes(
     .await;
     let then = state(&redis, &key);
     // The paused stream wakes and goes on to record its intent: refused, it stops.
-    signal(&old, libc::SIGCONT);
+    common::signal(&old, libc::SIGCONT);
     fp.release("stream.before_intent");
     let out = common::finish(old);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -209,7 +189,7 @@ async fn a_paused_stream_replaced_by_a_standby_cannot_write_state_when_it_wakes(
             && now["updated_at"].as_str() >= then["updated_at"].as_str(),
         "the state went back: {then} → {now}"
     );
-    signal(&new, libc::SIGTERM);
+    common::signal(&new, libc::SIGTERM);
     assert!(common::finish(new).status.success());
     let r = common::run(&mut crate::mysql_stream::stream(
         &db.url,
@@ -242,21 +222,12 @@ async fn a_replication_standby_takes_over_from_a_killed_run() {
     source.exec(&tables_sql(Engine::Postgres, 2_000)).await;
     let writer = start_writer(Engine::Postgres, &source.url, 2_000, 10_000_000).await;
     let replicate = |extra: &[&str]| {
-        crate::common::sluice()
-            .args([
-                "replicate",
-                "--source",
-                &source.url,
-                "--target",
-                &target.url,
-            ])
-            .args(["--table", "public.acct", "--table", "public.hist"])
-            .args(extra)
-            .env("SLUICE_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+        common::spawn(
+            common::replicate(&source.url, &target.url)
+                .args(["--table", "public.acct", "--table", "public.hist"])
+                .args(extra)
+                .env("SLUICE_LOG", "info"),
+        )
     };
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut active = replicate(&[]);
@@ -282,7 +253,7 @@ async fn a_replication_standby_takes_over_from_a_killed_run() {
     }
     writer.wait_for(20).await;
     assert!(standby.try_wait().unwrap().is_none(), "the standby waits");
-    signal(&active, libc::SIGKILL);
+    common::signal(&active, libc::SIGKILL);
     let _ = active.wait();
     writer.wait_for(30).await;
     writer.stop().await;
@@ -310,7 +281,7 @@ async fn a_replication_standby_takes_over_from_a_killed_run() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    signal(&standby, libc::SIGTERM);
+    common::signal(&standby, libc::SIGTERM);
     assert!(standby.wait().unwrap().success());
     let log = standby_log.lock().unwrap().clone();
     assert!(log.contains("standby: took over replication"), "{log}");
@@ -318,14 +289,12 @@ async fn a_replication_standby_takes_over_from_a_killed_run() {
         !log.contains("initial load"),
         "the standby went on from the applied position:\n{log}"
     );
-    run(crate::common::sluice()
-        .args([
-            "replicate",
-            "--source",
-            &source.url,
-            "--target",
-            &target.url,
-        ])
-        .args(["--table", "public.acct", "--table", "public.hist", "--drop"]))
+    run(common::replicate(&source.url, &target.url).args([
+        "--table",
+        "public.acct",
+        "--table",
+        "public.hist",
+        "--drop",
+    ]))
     .ok();
 }

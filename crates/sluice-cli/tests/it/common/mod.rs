@@ -39,6 +39,30 @@ pub fn sluice() -> Command {
     c
 }
 
+/// Send signal `sig` (`libc::SIGTERM`, …) to a running sluice.
+pub fn signal(child: &std::process::Child, sig: i32) {
+    #[allow(unsafe_code)]
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(child.id() as i32, sig);
+    }
+}
+
+/// Start `cmd` with its output captured (read it with [`finish`]).
+pub fn spawn(cmd: &mut Command) -> std::process::Child {
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running sluice")
+}
+
+/// `sluice replicate --source SOURCE --target TARGET` (add the selection and flags).
+pub fn replicate(source: &str, target: &str) -> Command {
+    let mut c = sluice();
+    c.args(["replicate", "--source", source, "--target", target]);
+    c
+}
+
 /// `sluice export --source URL --to DIR ARGS…`.
 pub fn export(url: &str, to: &Path, args: &[&str]) -> Run {
     run(sluice()
