@@ -237,7 +237,7 @@ async fn a_running_replication_serves_metrics() {
     let (source, target) = (TestDb::new().await, TestDb::new().await);
     create_acct(&source, 1_000).await;
     let port = sluice_testkit::server::free_port().unwrap();
-    let mut child = common::spawn(&mut common::replicate(&source.url, &target.url).args([
+    let mut child = common::spawn(common::replicate(&source.url, &target.url).args([
         "--table",
         "public.acct",
         "--metrics-addr",
