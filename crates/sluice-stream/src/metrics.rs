@@ -365,7 +365,7 @@ impl Metrics {
 }
 
 /// A label value as Prometheus' text format writes it (`\`, `"` and newlines escaped).
-fn label(v: &str) -> String {
+pub(crate) fn label(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")

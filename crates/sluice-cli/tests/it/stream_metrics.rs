@@ -294,6 +294,12 @@ async fn a_running_replication_serves_metrics() {
         "{text}"
     );
     assert_deploy_metrics_served("sluice_replicate_", &text);
+    assert!(
+        text.contains(
+            r#"sluice_replicate_table_changes_total{table="public.acct",op="update"} 100"#
+        ),
+        "per table and operation:\n{text}"
+    );
     common::signal(&child, libc::SIGTERM);
     let out = common::finish(child);
     assert!(

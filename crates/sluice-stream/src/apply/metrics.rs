@@ -86,6 +86,24 @@ impl Render for ApplyCounters {
             "Log the source keeps for the replication (PostgreSQL: WAL retained by the slot).",
             g(&self.retained_bytes).to_string(),
         );
+        let _ = writeln!(
+            out,
+            "# HELP sluice_replicate_table_changes_total Row changes of committed units, per table and operation (a streamed transaction's later pieces are in changes_total only).\n# TYPE sluice_replicate_table_changes_total counter"
+        );
+        let tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+        for (table, counts) in tables.iter() {
+            for (op, n) in ["insert", "update", "delete", "truncate"]
+                .iter()
+                .zip(counts)
+            {
+                let _ = writeln!(
+                    out,
+                    "sluice_replicate_table_changes_total{{table=\"{}\",op=\"{op}\"}} {n}",
+                    crate::metrics::label(table)
+                );
+            }
+        }
+        drop(tables);
         self.apply_latency.render(
             &mut out,
             "sluice_replicate_apply_latency_seconds",

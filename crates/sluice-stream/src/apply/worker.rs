@@ -17,7 +17,9 @@ use super::collect::{More, Piece, Ready, Work};
 use super::plan::plan;
 use super::schedule::{Schedule, Take, late_rows};
 use super::writeset::RowKeys;
+use arrow_array::cast::AsArray;
 use sluice_core::apply::{AppliedPosition, ApplySession, ApplyTarget, Barrier, SourceColumn};
+use sluice_core::change::ChangeOp;
 use sluice_core::{Error, ErrorKind, Result, Retry, failpoint};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -71,6 +73,31 @@ pub struct ApplyCounters {
     /// Per unit: seconds from the source's commit of its last transaction to its commit on
     /// the target.
     pub apply_latency: crate::metrics::Histogram,
+    /// Row changes of committed units per table (`schema.table`) and operation
+    /// ([`crate::metrics::op_index`]); a streamed transaction's later pieces are counted in
+    /// `changes` only.
+    pub tables: Mutex<std::collections::BTreeMap<String, [u64; 4]>>,
+}
+
+impl ApplyCounters {
+    /// Count the rows of `work`'s pieces per table and operation.
+    fn count_tables(&self, work: &Work) {
+        let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+        for piece in &work.pieces {
+            let Piece::Rows(unit) = piece else { continue };
+            for t in &unit.tables {
+                let Some(ops) = t.batch.column_by_name(sluice_core::change::OP) else {
+                    continue;
+                };
+                let counts = tables.entry(t.table.to_string()).or_default();
+                for op in ops.as_string::<i32>().iter().flatten() {
+                    if let Some(op) = ChangeOp::parse(op) {
+                        counts[crate::metrics::op_index(op)] += 1;
+                    }
+                }
+            }
+        }
+    }
 }
 
 struct Shared {
@@ -335,6 +362,8 @@ async fn work(shared: &Shared, mut session: Box<dyn ApplySession>) -> Result<()>
                 c.units.fetch_add(1, Ordering::Relaxed);
                 c.transactions
                     .fetch_add(take.work.transactions, Ordering::Relaxed);
+                // Per table first: a reader that sees the total sees its tables' counts.
+                c.count_tables(&take.work);
                 c.changes
                     .fetch_add(take.work.changes + streamed, Ordering::Relaxed);
                 if let Some(ts) = pos.commit_ts.or(take.work.commit_ts) {
