@@ -18,6 +18,14 @@ fn columns_of(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// `sluice stream` of table `t` into `to`, run to its end.
+fn stream_t(url: &str, to: &Path, extra: &[&str]) -> common::Run {
+    run(sluice()
+        .args(["stream", "--source", url, "--table", "t", "--to"])
+        .arg(to)
+        .args(extra))
+}
+
 fn manifest(to: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(to.join("manifest.json")).unwrap()).unwrap()
 }
@@ -165,18 +173,7 @@ async fn bad_picks_exit_2_naming_the_fix_and_write_nothing() {
     )
     .ok();
     assert_eq!(columns_of(&to.path().join("public.t")), ["id", "a", "A"]);
-    let stream = run(sluice()
-        .args([
-            "stream",
-            "--source",
-            &db.url,
-            "--table",
-            "t",
-            "--columns",
-            "t:a,b",
-        ])
-        .arg("--to")
-        .arg(tempdir().path()));
+    let stream = stream_t(&db.url, tempdir().path(), &["--columns", "t:a,b"]);
     assert_eq!(stream.code, 2, "{}", stream.stderr);
     assert!(
         stream
@@ -185,17 +182,8 @@ async fn bad_picks_exit_2_naming_the_fix_and_write_nothing() {
         "{}",
         stream.stderr
     );
-    let replicate = run(sluice().args([
-        "replicate",
-        "--source",
-        &db.url,
-        "--target",
-        &db.url,
-        "--table",
-        "t",
-        "--columns",
-        "t:id",
-    ]));
+    let replicate =
+        run(common::replicate(&db.url, &db.url).args(["--table", "t", "--columns", "t:id"]));
     assert_eq!(replicate.code, 2, "{}", replicate.stderr);
     assert!(
         replicate.stderr.contains("--columns is not supported"),
@@ -222,20 +210,8 @@ async fn a_stream_restarted_with_other_columns_or_images_is_refused() {
     )
     .await;
     let to = tempdir();
-    let stream = |extra: &[&str]| {
-        run(sluice()
-            .args([
-                "stream",
-                "--source",
-                &db.url,
-                "--table",
-                "t",
-                "--until-current",
-            ])
-            .arg("--to")
-            .arg(to.path())
-            .args(extra))
-    };
+    let stream =
+        |extra: &[&str]| stream_t(&db.url, to.path(), &[&["--until-current"], extra].concat());
     stream(&["--columns", "t:id,a"]).ok();
     let r = stream(&[]);
     assert_eq!(r.code, 2, "{}", r.stderr);
@@ -248,9 +224,5 @@ async fn a_stream_restarted_with_other_columns_or_images_is_refused() {
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("without before-images"), "{}", r.stderr);
     stream(&["--columns", "t:id,a"]).ok();
-    run(sluice()
-        .args(["stream", "--source", &db.url, "--table", "t", "--drop"])
-        .arg("--to")
-        .arg(to.path()))
-    .ok();
+    stream_t(&db.url, to.path(), &["--drop"]).ok();
 }

@@ -8,6 +8,11 @@ use crate::stream::{assert_replay_equals_table, create_acct, slots_and_publicati
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+/// Metric `name` of the scraped `text` is at least `min`.
+fn at_least(text: &str, name: &str, min: f64) {
+    assert!(metric(text, name) >= min, "{name} below {min} in:\n{text}");
+}
+
 fn deploy(file: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../deploy")
@@ -169,10 +174,7 @@ async fn a_running_stream_serves_metrics_refuses_a_second_one_and_stops_on_sigte
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert!(
-        metric(&text, "sluice_stream_committed_seq") >= 100.0,
-        "{text}"
-    );
+    at_least(&text, "sluice_stream_committed_seq", 100.0);
     // The committed position is the LSN the stream confirmed: not past the server's end.
     let end = db
         .row_strings("SELECT (pg_current_wal_lsn() - '0/0')::bigint")
@@ -190,14 +192,8 @@ async fn a_running_stream_serves_metrics_refuses_a_second_one_and_stops_on_sigte
     ] {
         assert!(text.contains(line), "{line} in:\n{text}");
     }
-    assert!(
-        metric(&text, "sluice_stream_batch_changes_count") >= 1.0,
-        "{text}"
-    );
-    assert!(
-        metric(&text, "sluice_stream_batch_changes_sum") >= 100.0,
-        "{text}"
-    );
+    at_least(&text, "sluice_stream_batch_changes_count", 1.0);
+    at_least(&text, "sluice_stream_batch_changes_sum", 100.0);
     assert!(
         metric(
             &text,
@@ -277,14 +273,8 @@ async fn a_running_replication_serves_metrics() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert!(
-        metric(&text, "sluice_replicate_transactions_total") >= 1.0,
-        "{text}"
-    );
-    assert!(
-        metric(&text, "sluice_replicate_apply_latency_seconds_count") >= 1.0,
-        "{text}"
-    );
+    at_least(&text, "sluice_replicate_transactions_total", 1.0);
+    at_least(&text, "sluice_replicate_apply_latency_seconds_count", 1.0);
     assert!(
         text.contains("# TYPE sluice_replicate_lag_seconds gauge"),
         "{text}"

@@ -877,84 +877,41 @@ impl MyStream {
                 read_image(&mut buf, &layout, after_cols, n, &mut a)
                     .map_err(|x| malformed(display, x))?;
             }
-            match op {
-                ChangeOp::Insert => emit(
-                    tab,
-                    handle,
-                    &t,
-                    ChangeOp::Insert,
-                    &mut a,
-                    OldRow::None,
-                    sink,
-                    bad,
-                )?,
-                ChangeOp::Delete => emit(
-                    tab,
-                    handle,
-                    &t,
-                    ChangeOp::Delete,
-                    &mut b,
-                    OldRow::Same,
-                    sink,
-                    bad,
-                )?,
-                _ => {
-                    let moved = tab
-                        .key
-                        .iter()
-                        .any(|k| matches!((&a[*k], &b[*k]), (Some(x), Some(y)) if x != y));
-                    for (x, y) in a.iter_mut().zip(b.iter()) {
-                        if x.is_none() {
-                            x.clone_from(y);
-                        }
-                    }
-                    if moved {
-                        emit(
-                            tab,
-                            handle,
-                            &t,
-                            ChangeOp::Delete,
-                            &mut b,
-                            OldRow::Same,
-                            sink,
-                            bad,
-                        )?;
-                        emit(
-                            tab,
-                            handle,
-                            &t,
-                            ChangeOp::Insert,
-                            &mut a,
-                            OldRow::None,
-                            sink,
-                            bad,
-                        )?;
-                    } else {
-                        let old = OldRow::Other(&b);
-                        emit(tab, handle, &t, ChangeOp::Update, &mut a, old, sink, bad)?;
+            let moved = op == ChangeOp::Update
+                && tab
+                    .key
+                    .iter()
+                    .any(|k| matches!((&a[*k], &b[*k]), (Some(x), Some(y)) if x != y));
+            if op == ChangeOp::Update {
+                for (x, y) in a.iter_mut().zip(b.iter()) {
+                    if x.is_none() {
+                        x.clone_from(y);
                     }
                 }
+            }
+            let mut put = |op, values: &mut Vec<_>, updated: Option<&Vec<_>>| {
+                let updated = updated.map(Vec::as_slice);
+                emit(tab, handle, &t, op, values, updated, sink, bad)
+            };
+            match op {
+                ChangeOp::Insert => put(ChangeOp::Insert, &mut a, None)?,
+                ChangeOp::Delete => put(ChangeOp::Delete, &mut b, None)?,
+                _ if moved => {
+                    put(ChangeOp::Delete, &mut b, None)?;
+                    put(ChangeOp::Insert, &mut a, None)?;
+                }
+                _ => put(ChangeOp::Update, &mut a, Some(&b))?,
             }
         }
         Ok(())
     }
 }
 
-/// The old row of a change, for its before-image (`--before-images`).
-#[derive(Clone, Copy)]
-enum OldRow<'r, 'c> {
-    /// None (an insert).
-    None,
-    /// The change's own values (a delete's row is its before image).
-    Same,
-    /// This before image (an update).
-    Other(&'r [Option<Cell<'c>>]),
-}
-
 /// One change into the runner's builders: values present are decoded, the others absent; a
 /// value that cannot be written goes by the bad-value policy (`bad`, with the group's `_pos`).
-/// With before-images, `old` is appended first, and must be whole: a session logging
-/// `binlog_row_image=MINIMAL` or `NOBLOB` stops the stream, naming the fix.
+/// With before-images the old row is appended first — a delete's own values, an update's
+/// before image `updated` — and must be whole: a session logging `binlog_row_image=MINIMAL`
+/// or `NOBLOB` stops the stream, naming the fix.
 #[allow(clippy::too_many_arguments)]
 fn emit(
     tab: &mut Table,
@@ -962,18 +919,17 @@ fn emit(
     t: &TableRef,
     op: ChangeOp,
     values: &mut [Option<Cell<'_>>],
-    old: OldRow<'_, '_>,
+    updated: Option<&[Option<Cell<'_>>]>,
     sink: &mut dyn ChangeSink,
     (bad, pos): (&BadValuePolicy, &str),
 ) -> Result<()> {
     if let Some(rows) = sink.row(handle, op)? {
         if rows.before_images() {
-            let old: &[Option<Cell<'_>>] = match old {
-                OldRow::None => &[],
-                OldRow::Same => values,
-                OldRow::Other(o) => o,
+            let old = match op {
+                ChangeOp::Delete => Some(&*values),
+                _ => updated,
             };
-            if !old.is_empty() {
+            if let Some(old) = old {
                 emit_before(tab, t, rows, old, (bad, pos))?;
             }
         }

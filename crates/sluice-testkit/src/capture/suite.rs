@@ -10,6 +10,20 @@ use std::collections::HashSet;
 /// The writer's two tables, streamed together so that one transaction spans both.
 const TABLES: [&str; 2] = ["acct", "hist"];
 
+/// A table's schema versions in the stream state, as `(version, since_seq, columns)`.
+fn version_history(versions: &[serde_json::Value]) -> Vec<(u64, u64, usize)> {
+    versions
+        .iter()
+        .map(|v| {
+            (
+                v["version"].as_u64().unwrap_or(0),
+                v["since_seq"].as_u64().unwrap_or(0),
+                v["columns"].as_array().map_or(0, Vec::len),
+            )
+        })
+        .collect()
+}
+
 /// A database of `engine` with the writer's tables of `rows` accounts, the writer running
 /// (five commits in), and an empty output directory.
 async fn running(
@@ -169,16 +183,7 @@ pub async fn schema_change(sluice: &Sluice, engine: Engine) {
     // update before the ALTER, then the one after), numbered in that order, with the columns
     // its file holds. A restarted MySQL/MariaDB stream must not take the catalog's present
     // (already altered) for the log's position it resumes from.
-    let history: Vec<(u64, u64, usize)> = versions
-        .iter()
-        .map(|v| {
-            (
-                v["version"].as_u64().unwrap_or(0),
-                v["since_seq"].as_u64().unwrap_or(0),
-                v["columns"].as_array().map_or(0, Vec::len),
-            )
-        })
-        .collect();
+    let history = version_history(versions);
     assert_eq!(history, [(1, 1, 3), (2, 2, 4)], "{versions:?}");
     // The columns the ALTER left alone are described alike in both versions (the binary log's
     // table map lacks the catalog's lengths; the older version must not be worded otherwise).
@@ -338,16 +343,7 @@ pub async fn changes_while_stopped(sluice: &Sluice, engine: Engine) {
     let versions = st["tables"][src.dataset("t")]["versions"]
         .as_array()
         .expect("versions");
-    let history: Vec<(u64, u64, usize)> = versions
-        .iter()
-        .map(|v| {
-            (
-                v["version"].as_u64().unwrap_or(0),
-                v["since_seq"].as_u64().unwrap_or(0),
-                v["columns"].as_array().map_or(0, Vec::len),
-            )
-        })
-        .collect();
+    let history = version_history(versions);
     assert_eq!(history, [(1, 1, 4), (2, 6, 5)], "{versions:?}");
     src.drop_stream(&["t"], to.path()).await;
 }
