@@ -961,8 +961,7 @@ fn emit_before(
     old: &[Option<Cell<'_>>],
     (bad, pos): (&BadValuePolicy, &str),
 ) -> Result<()> {
-    let kept: Vec<bool> = (0..old.len()).map(|i| rows.kept(i)).collect();
-    if let Some(i) = (0..old.len()).find(|i| kept[*i] && old[*i].is_none()) {
+    if let Some(i) = (0..old.len()).find(|i| rows.kept(*i) && old[*i].is_none()) {
         return Err(Error::data(format!(
             "{t}: a change at position {pos} was logged without the old value of {} \
              (its session wrote binlog_row_image=MINIMAL or NOBLOB), and --before-images \
@@ -972,12 +971,13 @@ fn emit_before(
             tab.columns[i].name
         )));
     }
-    let out = rows
-        .before()
-        .ok_or_else(|| Error::internal("before-images without their builders"))?;
     for (i, v) in old.iter().enumerate() {
+        let kept = rows.kept(i);
+        let out = rows
+            .before()
+            .ok_or_else(|| Error::internal("before-images without their builders"))?;
         match v {
-            Some(v) if kept[i] => {
+            Some(v) if kept => {
                 if let Err(e) = tab.codec.push_cell(i, &mut out[i], v.clone()) {
                     bad.handle(&format!("{t}.{}", tab.columns[i].name), pos, &e.0)?;
                     out[i].push_null();

@@ -123,10 +123,9 @@ pub(super) fn fill_before(
     if old.len != f.codecs.len() {
         return Err(f.columns_differ(old.len));
     }
-    let kept: Vec<bool> = (0..f.codecs.len()).map(|i| rows.kept(i)).collect();
     for (i, v) in old.values().enumerate() {
         let v = v.map_err(malformed)?;
-        if !kept[i] {
+        if !rows.kept(i) {
             before_of(rows)?[i].push_null();
             continue;
         }
