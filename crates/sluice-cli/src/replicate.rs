@@ -219,6 +219,7 @@ fn report_text(r: &ReplicateReport) -> String {
         match r.stopped {
             Stopped::UntilCurrent => "caught up (--until-current)",
             Stopped::Signal => "signal",
+            Stopped::Tables => "tables changed",
         }
     ));
     s.push_str(&crate::display::capture_warnings(

@@ -23,6 +23,8 @@ pub fn merged(args: &StreamArgs, given: &Given) -> Result<(Options, StreamOption
 const DEFAULT_BATCH_BYTES: u64 = 64 << 20;
 /// The default `--batch-seconds`.
 const DEFAULT_BATCH_SECONDS: f64 = 60.0;
+/// How often a stream looks its selection up again for tables created or dropped (seconds).
+const DEFAULT_DISCOVER_EVERY: f64 = 30.0;
 
 fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
     if !o.query.is_empty() {
@@ -83,6 +85,13 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
             "--batch-seconds must be a positive number of seconds.",
         ));
     }
+    let discover_every = s.discover_every.unwrap_or(DEFAULT_DISCOVER_EVERY);
+    if !(discover_every >= 0.0 && discover_every.is_finite()) {
+        return Err(Error::config(
+            "--discover-every must be a number of seconds (0: the stream's tables stay those \
+             of its start).",
+        ));
+    }
     let metrics_addr = metrics_addr(s.metrics_addr.as_deref())?;
     let destination = template.destination.clone();
     let state: Arc<dyn sluice_stream::StateStore> = match s.state.as_deref() {
@@ -141,6 +150,8 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
             },
             before_images: s.before_images,
         },
+        discover_every: (discover_every > 0.0)
+            .then(|| std::time::Duration::from_secs_f64(discover_every)),
     })
 }
 
@@ -264,8 +275,31 @@ fn report_text(r: &StreamReport) -> String {
         match r.stopped {
             sluice_stream::Stopped::UntilCurrent => "caught up (--until-current)",
             sluice_stream::Stopped::Signal => "signal",
+            sluice_stream::Stopped::Tables => "tables changed",
         }
     ));
+    for a in &r.added_tables {
+        s.push_str(&format!(
+            "  joined the stream: {} ({} rows in its snapshot; changes from position {})\n",
+            a.table,
+            a.rows,
+            a.position
+                .as_ref()
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| "its start".into())
+        ));
+    }
+    for (d, complete) in &r.dropped_tables {
+        s.push_str(&format!(
+            "  dropped on the source: {d} ({}; {}/_dropped.json marks its end)\n",
+            if *complete {
+                "its changes are complete"
+            } else {
+                "ERROR: dropped while no stream ran, its last changes are missing"
+            },
+            sluice_sink::layout::dataset_dir(d)
+        ));
+    }
     s.push_str(&crate::display::capture_warnings(
         r.nulled_values,
         "written",

@@ -383,6 +383,15 @@ pub trait ChangeSource: Send + Sync {
         true
     }
 
+    /// True when the stream describes each table's rows itself (PostgreSQL: relation
+    /// messages decoded under the log's own catalog), so it decodes the changes of a table
+    /// dropped while no stream ran. False (MySQL/MariaDB) when a table's changes are decoded
+    /// with its columns from the catalog: a table gone from it cannot be decoded, and the
+    /// runner says its last changes are missing.
+    fn describes_rows(&self) -> bool {
+        false
+    }
+
     /// The source's identity for a replication's default name: engine, hosts and ports,
     /// database — what decides which log is read, not how the URL spells it (no user, no TLS
     /// options, no parameter order).
@@ -519,6 +528,22 @@ pub trait ServerObjects: Send + Sync {
     /// Remove the capture's objects; the publication only when `publication`. Returns what
     /// was removed, for the message.
     async fn remove(&self, names: &CaptureNames, publication: bool) -> Result<Vec<String>>;
+
+    /// The tables the capture's objects publish now (PostgreSQL: the publication's tables,
+    /// partitioned ones under their root). A captured table missing here was dropped (or
+    /// dropped and created again under its name), and its changes no longer arrive.
+    async fn published(&self, names: &CaptureNames) -> Result<Vec<TableRef>>;
+
+    /// Capture `tables` too from now on, before a snapshot of them is taken with
+    /// [`ChangeSource::handoff`] (PostgreSQL: added to the publication when sluice created it —
+    /// under a brief SHARE lock, so no transaction writing them spans the change — or
+    /// checked to be in a publication the user manages). Doing it again is harmless.
+    async fn publish(
+        &self,
+        names: &CaptureNames,
+        publication_created: bool,
+        tables: &[TableRef],
+    ) -> Result<()>;
 }
 
 #[cfg(test)]

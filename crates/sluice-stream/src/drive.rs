@@ -8,7 +8,8 @@
 //! one attempt starts (the restart position, the output built for it) and ends (workers
 //! stopped, progress judged). The loops here own the rest, once: opening the stream at the
 //! restart position, `--until-current`'s target (taken once, at the first open), the harm
-//! probe every 5 s, the layout check every minute (`layout.rs`), stops on a signal or at the
+//! probe every 5 s, the layout check every minute (`layout.rs`), the selection's tables
+//! watched for new and dropped ones (`added.rs`), stops on a signal or at the
 //! target, confirming, and restarts after transient errors with backoff — reset by progress, at
 //! most [`MAX_RETRIES`] in a row.
 
@@ -19,7 +20,7 @@ use async_trait::async_trait;
 use sluice_core::change::{
     CaptureHarm, CaptureNames, ChangeSink, ChangeSource, ChangeStream, Step,
 };
-use sluice_core::{Dataset, Error, Result, StreamPos};
+use sluice_core::{Dataset, Error, Result, Selection, StreamPos};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -118,6 +119,16 @@ pub(crate) struct Run<'a> {
     pub command: &'a str,
     /// What a restart restarts, for the log ("the stream from its committed position").
     pub restarting: &'a str,
+    /// Watch the selection's tables (`sluice stream`): when tables are created or dropped,
+    /// stop at the source's current position with [`Stopped::Tables`] (`added.rs`).
+    pub tables: Option<TableWatch<'a>>,
+}
+
+/// How a run watches the selection's tables.
+pub(crate) struct TableWatch<'a> {
+    pub selection: &'a Selection,
+    /// How often (`--discover-every`).
+    pub every: Duration,
 }
 
 /// Read the source into the outputs `attempts` builds until `--until-current`'s target or a
@@ -137,6 +148,9 @@ pub(crate) async fn run<A: Attempts>(
                 Ok(s) => s,
                 Err(e) => return Err((e, Some(out))),
             };
+            if let Err(e) = sluice_core::failpoint::hit("stream.opened") {
+                return Err((e, Some(out)));
+            }
             if target.is_none() {
                 target = Some(match run.until_current {
                     true => match run.source.current_position().await {
@@ -191,6 +205,10 @@ async fn read<O: Output>(
 ) -> Result<Stopped> {
     let mut last_harm: Option<Instant> = None;
     let mut last_layout = Instant::now();
+    let mut last_tables: Option<Instant> = None;
+    // The source's position when the selection's tables were seen to change: the run stops
+    // once everything before it is written.
+    let mut tables_at: Option<StreamPos> = None;
     let received = |stream: &dyn ChangeStream, out: &O| {
         (!out.in_tx()).then(|| stream.received_through()).flatten()
     };
@@ -207,6 +225,22 @@ async fn read<O: Output>(
             .await?
             {
                 out.layout_changed().await?;
+            }
+        }
+        if let Some(w) = &run.tables
+            && tables_at.is_none()
+            && last_tables.is_none_or(|t| t.elapsed() >= w.every)
+        {
+            last_tables = Some(Instant::now());
+            if let Some(what) =
+                crate::added::changed(run.source, run.names, w.selection, out.layout_state())
+                    .await?
+            {
+                let at = run.source.current_position().await?;
+                tracing::info!(
+                    "{what}: writing the changes up to position {at}, then taking the tables in"
+                );
+                tables_at = Some(at);
             }
         }
         if last_harm.is_none_or(|t| t.elapsed() >= HARM_EVERY) {
@@ -226,7 +260,15 @@ async fn read<O: Output>(
         out.after_read(step, received(stream, out)).await?;
         confirm(run.source, stream, out, false).await?;
         out.observe(step);
-        if let (Some(t), Some(r)) = (target, received(stream, out))
+        if let (Some(t), Some(r)) = (&tables_at, received(stream, out))
+            && r >= *t
+        {
+            out.finish(Some(r), false).await?;
+            confirm(run.source, stream, out, true).await?;
+            return Ok(Stopped::Tables);
+        }
+        // Tables seen to change are taken in before a stop at --until-current's target.
+        if let (Some(t), Some(r), None) = (target, received(stream, out), &tables_at)
             && r >= *t
         {
             out.finish(Some(r), false).await?;

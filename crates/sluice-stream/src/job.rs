@@ -85,6 +85,9 @@ pub struct StreamJob {
     pub partition_changes: crate::layout::LayoutChanges,
     /// Change files' layout and the operations they keep (`--layout`, `--ops`).
     pub files: crate::files::ChangeFiles,
+    /// How often the selection is looked up again for tables created or dropped on the
+    /// source (`--discover-every`; `None`: the tables are those of the start).
+    pub discover_every: Option<std::time::Duration>,
 }
 
 /// Why the stream stopped.
@@ -95,6 +98,10 @@ pub enum Stopped {
     UntilCurrent,
     /// SIGINT or SIGTERM.
     Signal,
+    /// Tables matching the selection were created or dropped on the source: everything up to
+    /// the position where that was seen is written. The run takes them in and goes on (never
+    /// the end of a run).
+    Tables,
 }
 
 /// What a run did.
@@ -155,6 +162,11 @@ pub struct StreamReport {
     pub filtered_changes: u64,
     /// Updates and deletes carry their old row (`--before-images`).
     pub before_images: bool,
+    /// Tables that joined the stream during this run, with their snapshot.
+    pub added_tables: Vec<crate::added::AddedTable>,
+    /// Captured tables dropped on the source during this run (their final marker written),
+    /// with whether their change files hold every change they logged.
+    pub dropped_tables: Vec<(String, bool)>,
 }
 
 /// The warning for changes of a table the run does not capture: a captured table renamed on
@@ -192,4 +204,63 @@ pub(crate) async fn discover(
     let found = c.discover(selection).await;
     let _ = c.release().await;
     found
+}
+
+/// The checks a table passes before it is captured, at the start and when it joins a running
+/// stream: generated columns the log leaves out (warned), foreign-key actions whose changes
+/// the log leaves out (refused unless accepted), old rows for `--before-images`. Returns the
+/// foreign keys whose actions' changes the files will miss.
+pub(crate) async fn check_tables(
+    job: &StreamJob,
+    datasets: &[Dataset],
+) -> Result<Vec<(TableRef, sluice_core::apply::ForeignKey)>> {
+    let keys = job.source.table_keys(datasets).await?;
+    if !job.source.sends_generated() {
+        for k in &keys {
+            for g in &k.generated {
+                tracing::warn!(
+                    "{}.{} is a generated column ({}): the source's log does not carry it, so \
+                     the change files leave it out (the snapshot has it)",
+                    k.table,
+                    g.name,
+                    g.expression
+                );
+            }
+        }
+    }
+    let unlogged = crate::cascades::unlogged(job.source.as_ref(), &keys);
+    crate::cascades::check_stream(job.source.as_ref(), &unlogged, job.accept_missing_cascades)?;
+    if job.files.before_images {
+        job.source.check_before_images(datasets).await?;
+    }
+    Ok(unlogged)
+}
+
+/// Note in each table's state the changes its files miss (`unlogged`, from [`check_tables`]).
+pub(crate) fn note_missing(
+    job: &StreamJob,
+    unlogged: &[(TableRef, sluice_core::apply::ForeignKey)],
+    state: &mut crate::state::StreamState,
+) {
+    for t in state.tables.values_mut() {
+        for (_, fk) in unlogged.iter().filter(|(child, _)| *child == t.table) {
+            let note = crate::cascades::missing_note(job.source.as_ref(), fk);
+            if !t.missing.contains(&note) {
+                t.missing.push(note);
+            }
+        }
+    }
+}
+
+/// The datasets the change stream decodes: the log carries every column, so the stream
+/// decodes the tables whole and the batcher leaves out what `--columns` did not pick
+/// (`TableState::columns`).
+pub(crate) async fn whole(job: &StreamJob, datasets: Vec<Dataset>) -> Result<Vec<Dataset>> {
+    if datasets.iter().any(|d| d.columns_picked) {
+        let mut all = job.selection.clone();
+        all.columns.clear();
+        discover(job.source.as_ref(), &all).await
+    } else {
+        Ok(datasets)
+    }
 }

@@ -12,6 +12,7 @@
 //! | `run`     | one run in order: first start, snapshot (or its resume), streaming |
 //! | `start`   | a capture's first start, for every output                          |
 //! | `snapshot`| the initial snapshot through the export engine, and its resume      |
+//! | `added`   | tables created or dropped on the source while a stream runs        |
 //! | `drive`   | the read and restart loops every output runs under (`Output`)      |
 //! | `pump`    | change files as an `Output`: batches cut by bytes and time          |
 //! | `batch`   | the change sink: builders, change files, batches, intents          |
@@ -23,6 +24,7 @@
 //! | `metrics` | Prometheus metrics                                                 |
 //! | `apply`   | `sluice replicate`: changes applied to a target database in parallel |
 
+mod added;
 pub mod apply;
 pub mod batch;
 mod cascades;
@@ -40,6 +42,7 @@ mod standby;
 mod start;
 pub mod state;
 
+pub use added::AddedTable;
 pub use files::{ChangeFiles, ChangeLayout, OpFilter};
 pub use job::{ExportBuilder, Initial, Stopped, StreamJob, StreamReport, export_builder};
 pub use layout::LayoutChanges;

@@ -60,6 +60,11 @@ pub struct Metrics {
     pub peak_lag_millis: AtomicU64,
     /// 1 once the initial snapshot is done and changes are read (not exported).
     pub streaming: AtomicU64,
+    /// Tables that joined the stream while it ran (created on the source, matching the
+    /// selection), their snapshot taken.
+    pub tables_added: AtomicU64,
+    /// Captured tables dropped on the source, their final marker written.
+    pub tables_dropped: AtomicU64,
     /// Per table (dataset name), registered as the batcher meets them.
     tables: Mutex<BTreeMap<String, Arc<TableMetrics>>>,
     /// Per batch: commit of its oldest change → its files committed, seconds.
@@ -191,6 +196,8 @@ impl Default for Metrics {
             retries: AtomicU64::default(),
             peak_lag_millis: AtomicU64::default(),
             streaming: AtomicU64::default(),
+            tables_added: AtomicU64::default(),
+            tables_dropped: AtomicU64::default(),
             tables: Mutex::default(),
             commit_to_file: Histogram::default(),
             batch_changes: Histogram::new(&[1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6]),
@@ -338,6 +345,19 @@ impl Metrics {
             "counter",
             "Reconnects after transient errors.",
             g(&self.retries).to_string(),
+        );
+        one(
+            "tables_added_total",
+            "counter",
+            "Tables created on the source while the stream ran that matched its selection and \
+             joined it (snapshot taken).",
+            g(&self.tables_added).to_string(),
+        );
+        one(
+            "tables_dropped_total",
+            "counter",
+            "Captured tables dropped on the source, their final marker written.",
+            g(&self.tables_dropped).to_string(),
         );
         self.per_table(&mut out);
         let hist: [(&str, &str, &Histogram); 3] = [

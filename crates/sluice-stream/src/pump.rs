@@ -4,7 +4,7 @@
 //! attempt.
 
 use crate::batch::{Batcher, Budgets};
-use crate::drive::{self, Run};
+use crate::drive::{self, Run, TableWatch};
 use crate::job::{Stopped, StreamJob, StreamReport, blocking};
 use crate::metrics::Metrics;
 use crate::state::StreamState;
@@ -13,7 +13,7 @@ use sluice_core::change::{CaptureHarm, ChangeSink, ChangeSource, Step};
 use sluice_core::{Dataset, Error, Result, StreamPos, failpoint};
 use sluice_engine::Report;
 use sluice_sink::layout::dataset_dir;
-use sluice_sink::{Destination, FormatOptions, ParquetOptions};
+use sluice_sink::{Destination, FormatOptions, OutputLock, ParquetOptions};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -66,16 +66,21 @@ fn budgets(job: &StreamJob) -> (Budgets, FormatOptions) {
     )
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn stream(
     job: &StreamJob,
+    lock: &Arc<dyn OutputLock>,
     state: StreamState,
-    datasets: &[Dataset],
+    datasets: Vec<Dataset>,
     metrics: Arc<Metrics>,
     cancel: watch::Receiver<bool>,
     started: Instant,
     snapshot: Option<Report>,
 ) -> Result<StreamReport> {
     let names = state.names.clone();
+    // Tables that joined a run killed before their snapshot was done: read it first.
+    let mut state = state;
+    let mut added = crate::added::finish(job, lock, &mut state, &metrics, &cancel).await?;
     metrics.streaming.store(1, Ordering::Relaxed);
     let mut attempts = FileAttempts {
         job,
@@ -83,16 +88,37 @@ pub(crate) async fn stream(
         metrics: metrics.clone(),
         last: None,
     };
-    let run = Run {
-        source: job.source.as_ref(),
-        names: &names,
-        datasets,
-        until_current: job.until_current,
-        partition_changes: job.partition_changes,
-        command: "sluice stream",
-        restarting: "the stream from its committed position",
+    let mut datasets = datasets;
+    let mut dropped = Vec::new();
+    let stopped = loop {
+        let run = Run {
+            source: job.source.as_ref(),
+            names: &names,
+            datasets: &datasets,
+            until_current: job.until_current,
+            partition_changes: job.partition_changes,
+            command: "sluice stream",
+            restarting: "the stream from its committed position",
+            tables: job.discover_every.map(|every| TableWatch {
+                selection: &job.selection,
+                every,
+            }),
+        };
+        let stopped = drive::run(&run, &mut attempts, &cancel).await?;
+        if stopped != Stopped::Tables {
+            break stopped;
+        }
+        let mut state = attempts
+            .last
+            .take()
+            .ok_or_else(|| Error::internal("a stream stopped without its state"))?;
+        let taken =
+            crate::added::take_in(job, lock, &mut state, &datasets, &metrics, &cancel).await?;
+        datasets = taken.datasets;
+        added.extend(taken.added);
+        dropped.extend(taken.dropped);
+        attempts.state = Some(state);
     };
-    let stopped = drive::run(&run, &mut attempts, &cancel).await?;
     let c = attempts
         .last
         .map(|s| s.committed)
@@ -102,6 +128,7 @@ pub(crate) async fn stream(
         match stopped {
             Stopped::UntilCurrent => "caught up with --until-current",
             Stopped::Signal => "signal",
+            Stopped::Tables => "tables changed",
         },
         metrics.changes.load(Ordering::Relaxed),
         metrics.batches.load(Ordering::Relaxed),
@@ -135,6 +162,8 @@ pub(crate) async fn stream(
         ops: job.files.ops.describe(),
         filtered_changes: metrics.filtered_changes.load(Ordering::Relaxed),
         before_images: job.files.before_images,
+        added_tables: added,
+        dropped_tables: dropped,
     })
 }
 

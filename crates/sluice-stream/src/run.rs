@@ -108,25 +108,7 @@ async fn claimed(
     started: Instant,
 ) -> Result<StreamReport> {
     let datasets = discover(job.source.as_ref(), &job.selection).await?;
-    let keys = job.source.table_keys(&datasets).await?;
-    if !job.source.sends_generated() {
-        for k in &keys {
-            for g in &k.generated {
-                tracing::warn!(
-                    "{}.{} is a generated column ({}): the source's log does not carry it, so \
-                     the change files leave it out (the snapshot has it)",
-                    k.table,
-                    g.name,
-                    g.expression
-                );
-            }
-        }
-    }
-    let unlogged = crate::cascades::unlogged(job.source.as_ref(), &keys);
-    crate::cascades::check_stream(job.source.as_ref(), &unlogged, job.accept_missing_cascades)?;
-    if job.files.before_images {
-        job.source.check_before_images(&datasets).await?;
-    }
+    let unlogged = crate::job::check_tables(job, &datasets).await?;
     let store = job.state.clone();
     let saved = blocking(move || store.load()).await?;
     let names = names_of(job, saved.as_ref())?;
@@ -158,6 +140,15 @@ async fn claimed(
         }
     };
     state.source = job.source.display_url();
+    // Tables the selection matches that the stream does not capture yet join it once it
+    // streams (`added.rs`); dropped ones are ended there too.
+    let mut datasets = datasets;
+    datasets.retain(|d| {
+        state
+            .tables
+            .get(&d.name)
+            .is_some_and(|t| t.dropped.is_none())
+    });
     crate::layout::check(
         job.source.as_ref(),
         &datasets,
@@ -166,27 +157,13 @@ async fn claimed(
         "sluice stream",
     )
     .await?;
-    for t in state.tables.values_mut() {
-        for (_, fk) in unlogged.iter().filter(|(child, _)| *child == t.table) {
-            let note = crate::cascades::missing_note(job.source.as_ref(), fk);
-            if !t.missing.contains(&note) {
-                t.missing.push(note);
-            }
-        }
-    }
-    // The log carries every column: the change stream decodes the tables whole, and the
-    // batcher leaves out what `--columns` did not pick (`TableState::columns`).
-    let whole = if datasets.iter().any(|d| d.columns_picked) {
-        let mut all = job.selection.clone();
-        all.columns.clear();
-        discover(job.source.as_ref(), &all).await?
-    } else {
-        datasets
-    };
+    crate::job::note_missing(job, &unlogged, &mut state);
+    let whole = crate::job::whole(job, datasets).await?;
     let result = stream(
         job,
+        lock,
         state,
-        &whole,
+        whole,
         metrics,
         cancel,
         started,
@@ -252,11 +229,21 @@ fn same_tables(job: &StreamJob, s: &StreamState, datasets: &[Dataset]) -> Result
         .map(|d| d.name.as_str())
         .filter(|n| !s.tables.contains_key(*n))
         .collect();
-    if !new.is_empty() {
+    if !new.is_empty() && !s.snapshot.done {
         return Err(Error::config(format!(
-            "the selection now also matches {}, which the stream in {} was not started with. \
-             A stream's tables are fixed when it starts: narrow the selection, or start another \
-             stream (another --to) for the new tables.",
+            "the selection now also matches {}, but the initial snapshot of the stream in {} is \
+             unfinished: finish it with the selection it was started with; tables created \
+             since then join the stream once it streams.",
+            new.join(", "),
+            job.destination.display()
+        )));
+    }
+    if !new.is_empty() && job.discover_every.is_none() {
+        return Err(Error::config(format!(
+            "the selection now also matches {}, which the stream in {} was not started with, \
+             and --discover-every 0 keeps the stream's tables as they were at its start. Run \
+             it without --discover-every 0 (new tables join with a snapshot of their own), \
+             narrow the selection, or start another stream (another --to) for the new tables.",
             new.join(", "),
             job.destination.display()
         )));

@@ -36,7 +36,7 @@ use tokio::sync::watch;
 /// Remove the parts and receipts of datasets the interrupted export started but did not
 /// finish, so the resumed export reads each of them whole under its new snapshot (a table's
 /// rows must all come from one snapshot, whose position filters its changes).
-async fn clear_unfinished(dest: &dyn Destination, ext: &str) -> Result<Vec<String>> {
+pub(crate) async fn clear_unfinished(dest: &dyn Destination, ext: &str) -> Result<Vec<String>> {
     let Prior::Unfinished(run) = sluice_engine::output::inspect(dest).await? else {
         return Ok(Vec::new());
     };

@@ -51,6 +51,8 @@ pub(crate) async fn new_state(
                     versions: Vec::new(),
                     missing: Vec::new(),
                     columns: None,
+                    added: None,
+                    dropped: None,
                 },
             ))
         })

@@ -59,6 +59,40 @@ pub struct TableState {
     /// The columns `--columns` keeps in its change files, as of the last start (`None`: all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub columns: Option<Vec<String>>,
+    /// Set for a table that joined the stream after it started (`added.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub added: Option<Added>,
+    /// Set once the table was dropped on the source and its final marker written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped: Option<Dropped>,
+}
+
+/// A table that joined a running stream: its snapshot is read under a snapshot of its own,
+/// whose position becomes its [`TableState::snapshot_position`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Added {
+    /// When it was found (RFC 3339).
+    pub found_at: String,
+    /// Where its snapshot's manifest and bookkeeping are (`_sluice/added/<id>/`); its parts
+    /// are in its directory, as every table's.
+    pub snapshot: String,
+    /// Its snapshot is complete; until then a restart reads it again before streaming.
+    pub snapshot_done: bool,
+}
+
+/// A captured table that no longer exists on the source.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dropped {
+    /// A source position after the drop: every change of the table is before it.
+    pub before: StreamPos,
+    /// When the drop was found (RFC 3339).
+    pub found_at: String,
+    /// The last `_seq` written when its marker was (its changes all have a lower one).
+    pub last_seq: u64,
+    /// False when its last changes could not be decoded (dropped while no stream ran, on a
+    /// source that decodes with the catalog's columns: see
+    /// [`sluice_core::change::ChangeSource::describes_rows`]).
+    pub complete: bool,
 }
 
 impl StreamState {

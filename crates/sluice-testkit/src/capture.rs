@@ -14,6 +14,7 @@
 //! Only the SQL differs per engine, and it is kept here, next to the one place that picks it.
 
 pub mod suite;
+mod tables;
 
 pub use crate::source::Engine;
 pub use crate::writer::Background;

@@ -40,4 +40,6 @@ rows!(
     changes_while_stopped,
     before_images,
     columns,
+    new_table,
+    dropped_table,
 );

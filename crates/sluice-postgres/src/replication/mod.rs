@@ -5,7 +5,8 @@
 //! | `conn.rs`     | the replication-protocol session (startup, auth, TLS, CopyBoth)      |
 //! | `pgoutput.rs` | the stream's messages, parsed without copying                        |
 //! | `values.rs`   | replicated values → the export's Arrow values                        |
-//! | `slot.rs`     | checks, publication, slot, what the slot costs the server            |
+//! | `slot.rs`     | checks, slot, what the slot costs the server                         |
+//! | `publication.rs` | the publication: created, tables added mid-stream, read back      |
 //! | `stream.rs`   | messages → changes in the runner's column builders                   |
 //! | `keys.rs`     | primary, unique and foreign keys of captured tables (for writesets)  |
 //!
@@ -22,6 +23,7 @@ mod fill;
 pub mod keys;
 pub mod partitions;
 pub mod pgoutput;
+pub mod publication;
 pub mod slot;
 pub mod stream;
 pub mod values;
@@ -163,6 +165,10 @@ impl ChangeSource for PgCapture {
         self.target.identity()
     }
 
+    fn describes_rows(&self) -> bool {
+        true
+    }
+
     fn sends_generated(&self) -> bool {
         false
     }
@@ -255,7 +261,7 @@ impl ChangeSource for PgCapture {
             .filter(|d| d.kind == DatasetKind::Partitioned)
             .filter_map(|d| d.object.clone())
             .collect();
-        let publication_created = slot::ensure_publication(
+        let publication_created = publication::ensure_publication(
             &client,
             &names.publication,
             &tables,
@@ -275,7 +281,8 @@ impl ChangeSource for PgCapture {
                 // Leave nothing behind a failed first start.
                 if publication_created {
                     let _ =
-                        slot::drop_publication(&client, &names.publication, self.display()).await;
+                        publication::drop_publication(&client, &names.publication, self.display())
+                            .await;
                 }
                 return Err(e);
             }
@@ -445,9 +452,31 @@ impl ServerObjects for PgCapture {
             out.push(format!("replication slot {}", names.name));
         }
         if publication {
-            slot::drop_publication(&client, &names.publication, self.display()).await?;
+            publication::drop_publication(&client, &names.publication, self.display()).await?;
             out.push(format!("publication {}", names.publication));
         }
         Ok(out)
+    }
+
+    async fn published(&self, names: &CaptureNames) -> Result<Vec<TableRef>> {
+        let client = self.client().await?;
+        publication::published(&client, &names.publication, self.display()).await
+    }
+
+    async fn publish(
+        &self,
+        names: &CaptureNames,
+        publication_created: bool,
+        tables: &[TableRef],
+    ) -> Result<()> {
+        let client = self.client().await?;
+        publication::publish_more(
+            &client,
+            &names.publication,
+            publication_created,
+            tables,
+            self.display(),
+        )
+        .await
     }
 }

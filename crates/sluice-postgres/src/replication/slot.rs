@@ -228,90 +228,6 @@ pub fn describe(
     ))
 }
 
-/// Create the publication for `tables` unless it exists; an existing one must publish every
-/// table, and publish the changes of the `partitioned` ones under their own name
-/// (`publish_via_partition_root`), since their change files are written under the table, as
-/// their snapshot is. Returns true when this call created it.
-pub async fn ensure_publication(
-    client: &Client,
-    name: &str,
-    tables: &[TableRef],
-    partitioned: &[TableRef],
-    display: &str,
-) -> Result<bool> {
-    let err = |e| classify(e, Phase::Catalog, display);
-    let via_root: Option<bool> = client
-        .query_opt(
-            "SELECT pubviaroot FROM pg_publication WHERE pubname = $1",
-            &[&name],
-        )
-        .await
-        .map_err(err)?
-        .map(|r| r.get(0));
-    if let Some(via_root) = via_root {
-        if !via_root && !partitioned.is_empty() {
-            let list: Vec<String> = partitioned.iter().map(|t| t.to_string()).collect();
-            return Err(Error::config(format!(
-                "publication {name} on {display} sends the changes of partitioned tables ({}) \
-                 under their partitions' names (publish_via_partition_root is off), but their \
-                 change files are written under the table. Turn it on (ALTER PUBLICATION {} SET \
-                 (publish_via_partition_root = true)), or name another --publication for sluice \
-                 to create.",
-                list.join(", "),
-                quote_ident(name)
-            )));
-        }
-        let published = client
-            .query(
-                "SELECT schemaname::text, tablename::text FROM pg_publication_tables \
-                 WHERE pubname = $1",
-                &[&name],
-            )
-            .await
-            .map_err(err)?;
-        let have: Vec<TableRef> = published
-            .iter()
-            .map(|r| TableRef {
-                schema: r.get(0),
-                name: r.get(1),
-            })
-            .collect();
-        let missing: Vec<String> = tables
-            .iter()
-            .filter(|t| !have.contains(t))
-            .map(|t| t.to_string())
-            .collect();
-        if !missing.is_empty() {
-            return Err(Error::config(format!(
-                "publication {name} on {display} exists but does not publish {}. Add them \
-                 (ALTER PUBLICATION {} ADD TABLE …), or name another --publication for sluice \
-                 to create.",
-                missing.join(", "),
-                quote_ident(name)
-            )));
-        }
-        return Ok(false);
-    }
-    let list: Vec<String> = tables.iter().map(quote_table).collect();
-    client
-        .batch_execute(&format!(
-            "CREATE PUBLICATION {} FOR TABLE {} WITH (publish_via_partition_root = true)",
-            quote_ident(name),
-            list.join(", ")
-        ))
-        .await
-        .map_err(|e| {
-            classify(e, Phase::Catalog, display).context(format!(
-                "creating publication {name} (it needs CREATE on the database and ownership \
-                 of the tables; a superuser can create it for you: CREATE PUBLICATION {} FOR \
-                 TABLE {})",
-                quote_ident(name),
-                list.join(", ")
-            ))
-        })?;
-    Ok(true)
-}
-
 /// A slot as `pg_replication_slots` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotInfo {
@@ -413,16 +329,6 @@ pub async fn drop_slot(client: &Client, name: &str, display: &str) -> Result<boo
             classify(e, Phase::Catalog, display).context(format!("dropping slot {name}"))
         })?;
     Ok(!dropped.is_empty())
-}
-
-/// Drop publication `name` if it exists.
-pub async fn drop_publication(client: &Client, name: &str, display: &str) -> Result<()> {
-    client
-        .batch_execute(&format!("DROP PUBLICATION IF EXISTS {}", quote_ident(name)))
-        .await
-        .map_err(|e| {
-            classify(e, Phase::Catalog, display).context(format!("dropping publication {name}"))
-        })
 }
 
 /// What the slot costs the server now.

@@ -67,6 +67,7 @@ pub(super) async fn stream(
         partition_changes: job.partition_changes,
         command: "sluice replicate",
         restarting: "the replication from its applied position",
+        tables: None,
     };
     let stopped = drive::run(&run, &mut attempts, cancel).await?;
     let position = job

@@ -54,6 +54,8 @@ fn batcher(dir: &std::path::Path) -> Batcher {
                 versions: Vec::new(),
                 missing: Vec::new(),
                 columns: None,
+                added: None,
+                dropped: None,
             },
         )]),
         snapshot: SnapshotState {
