@@ -171,7 +171,7 @@ pub(crate) async fn take_in(
         .cloned()
         .collect();
     if let Some(d) = created.iter().find(|d| state.tables.contains_key(&d.name)) {
-        return Err(Error::source_permanent(format!(
+        return Err(Error::config(format!(
             "{} was dropped (or left the publication) while the stream ran, and a table of that \
              name is in the selection again: its directory in {} holds the old table's \
              snapshot and changes (ended by {}/_dropped.json), which the new table's cannot \

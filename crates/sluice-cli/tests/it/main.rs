@@ -56,5 +56,6 @@ mod stream_formats;
 mod stream_layouts;
 mod stream_metrics;
 mod stream_standby;
+mod stream_tables;
 mod tls;
 mod types;

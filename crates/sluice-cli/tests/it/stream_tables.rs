@@ -1,0 +1,180 @@
+//! Tables joining and leaving a stream (`--discover-every`), the cases the capture suite's
+//! `new_table` and `dropped_table` scenarios do not cover: a table created again under a
+//! dropped one's name, a publication the user manages, a MariaDB table dropped while no stream
+//! ran (its marker says its last changes are missing), `--discover-every 0` and bad values.
+
+use crate::common::{Run, TestDb, run, sluice, tempdir};
+use std::path::Path;
+
+/// `sluice stream --tables PATTERN --until-current EXTRA…` into `to` (`--discover-every 0.2`
+/// unless `extra` gives it).
+fn stream(url: &str, tables: &str, to: &Path, extra: &[&str]) -> Run {
+    let mut cmd = sluice();
+    cmd.args(["stream", "--source", url, "--tables", tables, "--to"])
+        .arg(to)
+        .args(["--until-current", "--batch-seconds", "0.2"])
+        .args(extra);
+    if !extra.contains(&"--discover-every") {
+        cmd.args(["--discover-every", "0.2"]);
+    }
+    run(&mut cmd)
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    sluice_testkit::files::json(path)
+}
+
+/// PostgreSQL: a captured table dropped and created again between runs ends with its marker,
+/// and the new table of that name stops the stream with the fix (its directory is the old
+/// table's); leaving it out of the selection lets the stream go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_created_again_under_a_dropped_name_stops_the_stream_with_the_fix() {
+    let db = TestDb::new().await;
+    db.exec(
+        "CREATE TABLE keep (id int PRIMARY KEY, v int); INSERT INTO keep VALUES (1, 1);
+         CREATE TABLE again (id int PRIMARY KEY, v int); INSERT INTO again VALUES (1, 1);",
+    )
+    .await;
+    let to = tempdir();
+    let both = r"public\.(keep|again)";
+    stream(&db.url, both, to.path(), &[]).ok();
+    db.exec(
+        "UPDATE again SET v = 2; DROP TABLE again;
+         CREATE TABLE again (id int PRIMARY KEY, v int); INSERT INTO again VALUES (7, 7);",
+    )
+    .await;
+    let r = stream(&db.url, both, to.path(), &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("public.again was dropped")
+            && r.stderr.contains("another output")
+            && r.stderr.contains("--tables"),
+        "{}",
+        r.stderr
+    );
+    let marker = json(&to.path().join("public.again/_dropped.json"));
+    assert_eq!(marker["complete"], true, "{marker}");
+    let changes = sluice_testkit::changes::replay(&to.path().join("public.again"), &["id"]);
+    assert_eq!(
+        changes.rows,
+        ["1|2"],
+        "the update before the drop is written"
+    );
+    db.exec("INSERT INTO keep VALUES (2, 2);").await;
+    stream(&db.url, r"public\.keep", to.path(), &[]).ok();
+    let kept = sluice_testkit::changes::replay(&to.path().join("public.keep"), &["id"]);
+    assert_eq!(kept.rows, ["1|1", "2|2"]);
+    run(sluice()
+        .args([
+            "stream",
+            "--source",
+            &db.url,
+            "--tables",
+            r"public\.keep",
+            "--to",
+        ])
+        .arg(to.path())
+        .arg("--drop"))
+    .ok();
+}
+
+/// PostgreSQL with a publication the user manages (`--publication`): a new table it does not
+/// publish stops the stream naming the `ALTER PUBLICATION` to run, nothing of the table
+/// written; once published it joins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_table_outside_a_users_publication_is_refused_naming_the_alter() {
+    let db = TestDb::new().await;
+    let publication = format!("pub_{}", db.name);
+    db.exec(&format!(
+        "CREATE TABLE a (id int PRIMARY KEY); INSERT INTO a VALUES (1);
+         CREATE PUBLICATION {publication} FOR TABLE a;"
+    ))
+    .await;
+    let to = tempdir();
+    let tables = r"public\.(a|b)";
+    let with = ["--publication", publication.as_str()];
+    stream(&db.url, tables, to.path(), &with).ok();
+    db.exec("CREATE TABLE b (id int PRIMARY KEY); INSERT INTO b VALUES (1), (2);")
+        .await;
+    let r = stream(&db.url, tables, to.path(), &with);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!(
+            r#"ALTER PUBLICATION "{publication}" ADD TABLE "public"."b""#
+        )),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        !to.path().join("public.b").exists(),
+        "nothing of b is written"
+    );
+    db.exec(&format!("ALTER PUBLICATION {publication} ADD TABLE b;"))
+        .await;
+    let r = stream(&db.url, tables, to.path(), &with);
+    r.ok();
+    assert!(
+        r.stderr.contains("joined the stream: public.b (2 rows"),
+        "{}",
+        r.stderr
+    );
+    run(sluice()
+        .args(["stream", "--source", &db.url, "--tables", tables, "--to"])
+        .arg(to.path())
+        .args(["--drop", "--publication", publication.as_str()]))
+    .ok();
+    db.exec(&format!("DROP PUBLICATION {publication};")).await;
+}
+
+/// MariaDB decodes a table's changes with the catalog's columns: a captured table dropped
+/// while no stream ran cannot have its last changes decoded, and its marker, the report and
+/// the log say so instead of claiming it complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mariadb_table_dropped_while_stopped_is_marked_incomplete() {
+    let mut db = sluice_testkit::mysql::TestDb::new().await;
+    db.exec(
+        "CREATE TABLE keep (id int PRIMARY KEY, v int); INSERT INTO keep VALUES (1, 1);
+         CREATE TABLE gone (id int PRIMARY KEY, v int); INSERT INTO gone VALUES (1, 1);",
+    )
+    .await;
+    let to = tempdir();
+    let tables = format!(r"{}\.(keep|gone)", db.name);
+    stream(&db.url, &tables, to.path(), &[]).ok();
+    db.exec("UPDATE gone SET v = 2; DROP TABLE gone;").await;
+    let r = stream(&db.url, &tables, to.path(), &[]);
+    r.ok();
+    assert!(
+        r.stderr.contains("ERROR: dropped while no stream ran"),
+        "{}",
+        r.stderr
+    );
+    let marker = json(&to.path().join(format!("{}.gone/_dropped.json", db.name)));
+    assert_eq!(marker["complete"], false, "{marker}");
+}
+
+/// `--discover-every 0` keeps the tables of the start: a new table the selection matches is
+/// refused at a restart, naming the flag; an interval that is not a number of seconds is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discover_every_zero_keeps_the_tables_and_bad_values_are_refused() {
+    let db = TestDb::new().await;
+    db.exec("CREATE TABLE a (id int PRIMARY KEY);").await;
+    let to = tempdir();
+    let tables = r"public\.(a|b)";
+    stream(&db.url, tables, to.path(), &["--discover-every", "0"]).ok();
+    db.exec("CREATE TABLE b (id int PRIMARY KEY);").await;
+    let r = stream(&db.url, tables, to.path(), &["--discover-every", "0"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("--discover-every 0"), "{}", r.stderr);
+    let r = stream(&db.url, tables, to.path(), &["--discover-every", "inf"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("--discover-every must be"),
+        "{}",
+        r.stderr
+    );
+    run(sluice()
+        .args(["stream", "--source", &db.url, "--tables", tables, "--to"])
+        .arg(to.path())
+        .arg("--drop"))
+    .ok();
+}
