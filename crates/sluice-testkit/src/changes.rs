@@ -8,6 +8,9 @@
 //! - `update` changes the row in place, keeping the columns listed in `_absent`; a missing row is
 //!   a **gap** and panics;
 //! - `delete` removes the row of the change's key; a missing row is a gap and panics;
+//! - with before-images (`_before`), an update or a delete finds its row by its before-image
+//!   (after checking the image equals the row), so a table replayed by every column (one
+//!   without a key) replays too;
 //! - `truncate` removes every row;
 //! - an `insert` right after a `delete` (a key update) takes its `_absent` columns from the
 //!   deleted row.
@@ -293,6 +296,10 @@ pub fn replay(dataset_dir: &Path, key: &[&str]) -> Replayed {
             .collect();
         let kept = |i: usize| absent.contains(&i) || !ch.columns.contains(&columns[i]);
         let k = key_of(&key_idx, &full);
+        // The row an update or a delete changes: where its before-image says (a table whose
+        // replay key is not a key of the source's, e.g. every column of a table without one),
+        // else where its key is.
+        let mut at = k.clone();
         if let Some(old) = &ch.before {
             // A before-image is the row as the changes so far left it.
             let mut old_full = vec!["∅".to_string(); columns.len()];
@@ -304,6 +311,7 @@ pub fn replay(dataset_dir: &Path, key: &[&str]) -> Replayed {
                 old_full[i] = v.clone();
             }
             let old_key = key_of(&key_idx, &old_full);
+            at = old_key.clone();
             let now = table.get(&old_key).unwrap_or_else(|| {
                 panic!(
                     "{} _seq {} has the before-image {old:?} of key {old_key}, which is not there",
@@ -347,9 +355,9 @@ pub fn replay(dataset_dir: &Path, key: &[&str]) -> Replayed {
                 );
             }
             "update" => {
-                let row = table.get_mut(&k).unwrap_or_else(|| {
+                let mut row = table.remove(&at).unwrap_or_else(|| {
                     panic!(
-                        "update _seq {} (pos {}) of key {k}, which is not there: a change is \
+                        "update _seq {} (pos {}) of key {at}, which is not there: a change is \
                          missing",
                         ch.seq, ch.pos
                     )
@@ -359,11 +367,18 @@ pub fn replay(dataset_dir: &Path, key: &[&str]) -> Replayed {
                         row[i] = v.clone();
                     }
                 }
+                assert!(
+                    table.insert(key_of(&key_idx, &row), row).is_none(),
+                    "update _seq {} (pos {}) makes a row equal to another one under the \
+                     replay's key",
+                    ch.seq,
+                    ch.pos
+                );
             }
             "delete" => {
-                let old = table.remove(&k).unwrap_or_else(|| {
+                let old = table.remove(&at).unwrap_or_else(|| {
                     panic!(
-                        "delete _seq {} (pos {}) of key {k}, which is not there: a change is \
+                        "delete _seq {} (pos {}) of key {at}, which is not there: a change is \
                          missing",
                         ch.seq, ch.pos
                     )

@@ -10,6 +10,7 @@ mod objstore_common;
 mod apply_mysql;
 mod apply_pg;
 mod apply_suite;
+mod before_images;
 mod capture_edges;
 mod capture_suite;
 mod chunking;

@@ -232,7 +232,14 @@ impl PgStream {
     ) -> Result<()> {
         let rel = self.rel(oid)?;
         if let Some(rows) = sink.row(rel.handle, op)? {
-            fill(&self.bad(rel), rows, tuple)?;
+            match (op, tuple, old) {
+                // Under REPLICA IDENTITY FULL the old row carries every value: the new row's
+                // unchanged out-of-line values are taken from it rather than left absent.
+                (ChangeOp::Update, Some((new, false)), Some((Old::Full, o))) => {
+                    fill_from(&self.bad(rel), rows, new, Some(o))?
+                }
+                _ => fill(&self.bad(rel), rows, tuple)?,
+            }
             if matches!(op, ChangeOp::Update | ChangeOp::Delete) {
                 fill_before(&self.bad(rel), rows, old)?;
             }
