@@ -551,7 +551,7 @@ pub struct StreamOptions {
     /// Write only these operations to change files, e.g. insert,update (default: insert,update,delete,truncate); the others are counted in the report.
     #[arg(long, value_name = "OPS")]
     pub ops: Option<String>,
-    /// Wait while another stream holds the state, and take over (from its last committed batch) when it stops or dies; needs --state redis://… (its claim expires claim_ttl after the holder stops refreshing it, and writes of a holder that lost its claim are refused). Without it a second stream is refused.
+    /// Wait while another stream holds the state, and take over (from its last committed batch) when it stops or dies: with --state redis://… when its claim expires (claim_ttl after the holder stops refreshing it), with the state in the output when the output's lock is free (local: the holder's process ended; object store: its heartbeat is two minutes old). A holder that lost the state cannot write it any more. Without it a second stream is refused.
     #[arg(long)]
     pub standby: bool,
     /// Write the whole old row of each update and delete in a _before column (a struct in Parquet and Avro, an object in JSON Lines, a JSON object in CSV). PostgreSQL: every captured table (each partition) needs REPLICA IDENTITY FULL; MySQL/MariaDB: binlog_row_image=FULL. Refused, with the fix, otherwise.

@@ -21,8 +21,10 @@ use crate::ident::{NamePart, QualifiedName};
 use crate::table::{Dataset, NamedQuery, Selection, TableRef};
 
 mod columns;
+mod names;
 use async_trait::async_trait;
 use columns::keep_columns;
+pub use names::{TablesNow, table_names};
 use std::collections::HashSet;
 
 /// How an engine stores identifiers written without quotes.

@@ -87,6 +87,22 @@ pub struct MyCoordinator {
 }
 
 impl MyCoordinator {
+    /// The catalog over the coordinator's session (`display`, `db`: the target's).
+    fn catalog<'a>(&'a mut self, display: &'a str, db: &'a str) -> Result<catalog::MyCatalog<'a>> {
+        let conn = self
+            .conn
+            .as_mut()
+            .ok_or_else(|| Error::internal("the coordinator session was already released"))?;
+        Ok(catalog::MyCatalog {
+            conn,
+            server: &self.server,
+            default_db: db,
+            target: display,
+            split_keys: &mut self.split_keys,
+            non_transactional: &mut self.non_transactional,
+        })
+    }
+
     /// Connect and read what the server is. `locking` bounds every lock wait of the run's
     /// sessions and guards the global lock.
     pub async fn open(
@@ -305,23 +321,21 @@ impl Coordinator for MyCoordinator {
     }
 
     async fn discover(&mut self, selection: &Selection) -> Result<Vec<Dataset>> {
-        let display = self.target.display().to_string();
-        let db = self.target.database().to_string();
-        let conn = self
-            .conn
-            .as_mut()
-            .ok_or_else(|| Error::internal("the coordinator session was already released"))?;
-        let mut catalog = catalog::MyCatalog {
-            conn,
-            server: &self.server,
-            default_db: &db,
-            target: &display,
-            split_keys: &mut self.split_keys,
-            non_transactional: &mut self.non_transactional,
-        };
-        let datasets = sluice_core::select::discover(&mut catalog, selection).await?;
+        let (display, db) = (self.target.display().to_string(), self.target.database());
+        let db = db.to_string();
+        let datasets =
+            sluice_core::select::discover(&mut self.catalog(&display, &db)?, selection).await?;
         self.datasets = datasets.clone();
         Ok(datasets)
+    }
+
+    async fn table_names(
+        &mut self,
+        selection: &Selection,
+    ) -> Result<sluice_core::select::TablesNow> {
+        let (display, db) = (self.target.display().to_string(), self.target.database());
+        let db = db.to_string();
+        sluice_core::select::table_names(&mut self.catalog(&display, &db)?, selection).await
     }
 
     async fn plan_chunks(

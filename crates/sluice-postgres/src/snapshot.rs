@@ -51,6 +51,22 @@ pub struct PgCoordinator {
 }
 
 impl PgCoordinator {
+    /// The catalog over the coordinator's session (`display`: the target's).
+    fn catalog<'a>(&'a mut self, display: &'a str) -> Result<catalog::PgCatalog<'a>> {
+        let client = self
+            .client
+            .as_ref()
+            .ok_or_else(|| Error::internal("coordinator released"))?;
+        Ok(catalog::PgCatalog {
+            client,
+            server: &self.server,
+            types: &mut self.types,
+            target: display,
+            enable_row_security: self.enable_row_security,
+            relkinds: &mut self.relkinds,
+        })
+    }
+
     /// Connect; in snapshot consistency, start the snapshot transaction and export it.
     pub async fn open(target: PgTarget, options: &SourceOptions) -> Result<Self> {
         Self::open_with(target, options, None).await
@@ -209,19 +225,15 @@ impl Coordinator for PgCoordinator {
 
     async fn discover(&mut self, selection: &Selection) -> Result<Vec<Dataset>> {
         let display = self.target.display().to_string();
-        let client = self
-            .client
-            .as_ref()
-            .ok_or_else(|| Error::internal("coordinator released"))?;
-        let mut catalog = catalog::PgCatalog {
-            client,
-            server: &self.server,
-            types: &mut self.types,
-            target: &display,
-            enable_row_security: self.enable_row_security,
-            relkinds: &mut self.relkinds,
-        };
-        sluice_core::select::discover(&mut catalog, selection).await
+        sluice_core::select::discover(&mut self.catalog(&display)?, selection).await
+    }
+
+    async fn table_names(
+        &mut self,
+        selection: &Selection,
+    ) -> Result<sluice_core::select::TablesNow> {
+        let display = self.target.display().to_string();
+        sluice_core::select::table_names(&mut self.catalog(&display)?, selection).await
     }
 
     async fn plan_chunks(

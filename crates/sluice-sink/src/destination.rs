@@ -70,6 +70,39 @@ pub trait Destination: Send + Sync {
     /// Take the output's lock for `holder`, or fail with a configuration error naming the run
     /// that holds it (see [`crate::lock`]). A lock left by a run that died is taken over.
     async fn lock(&self, holder: &LockHolder) -> Result<Arc<dyn OutputLock>>;
+
+    /// Conditional writes, where the store has them (object stores): what lets a small object
+    /// (the stream's state) be written only by the run that last wrote it.
+    fn versioned(&self) -> Option<&dyn Versioned> {
+        None
+    }
+
+    /// True when the output's lock lives exactly as long as its holder's process (a local
+    /// file lock the kernel releases when the process ends): no other run can take the output
+    /// over from a holder that is only paused, so nothing else needs fencing.
+    fn lock_lives_with_process(&self) -> bool {
+        false
+    }
+}
+
+/// The version of a stored object that a conditional write names (opaque).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectVersion(pub(crate) crate::objstore_versions::Version);
+
+/// Conditional reads and writes of small objects (see [`Destination::versioned`]).
+#[async_trait]
+pub trait Versioned: Send + Sync {
+    /// The object at `path` with its version, or `None` when it does not exist.
+    async fn get_versioned(&self, path: &str) -> Result<Option<(Vec<u8>, ObjectVersion)>>;
+
+    /// Write `data` at `path` only while the object is still at `expected` (`None`: only while
+    /// it does not exist). The new version, or `None` when another writer changed it.
+    async fn put_if(
+        &self,
+        path: &str,
+        data: Vec<u8>,
+        expected: Option<&ObjectVersion>,
+    ) -> Result<Option<ObjectVersion>>;
 }
 
 /// Run blocking work (file system calls) on the runtime's blocking threads.

@@ -28,10 +28,11 @@ pub mod objstore;
 pub mod objstore_gcs;
 mod objstore_lock;
 pub mod objstore_url;
+mod objstore_versions;
 pub mod parquet;
 mod render;
 
-pub use destination::{Destination, ObjectInfo, ObjectWriter};
+pub use destination::{Destination, ObjectInfo, ObjectVersion, ObjectWriter, Versioned};
 pub use format::{
     AvroCodec, AvroOptions, Compression, CsvOptions, FormatOptions, JsonlOptions, ParquetOptions,
     PartStats, PartWriter, TextCompression, open_part,

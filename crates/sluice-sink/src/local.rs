@@ -297,6 +297,10 @@ impl Destination for LocalDestination {
         let (d, holder) = (self.clone(), holder.clone());
         on_blocking(move || d.take_lock(&holder)).await
     }
+
+    fn lock_lives_with_process(&self) -> bool {
+        true
+    }
 }
 
 /// The output's lock on local disk: an advisory `flock` on `_sluice/lock.json`, which the

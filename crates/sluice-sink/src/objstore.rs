@@ -85,7 +85,7 @@ impl Shared {
 
 /// An S3, GCS or Azure location (`s3://bucket/prefix`, `gs://…`, `az://container/prefix`).
 pub struct ObjectStoreDestination {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl ObjectStoreDestination {
@@ -245,6 +245,10 @@ impl Destination for ObjectStoreDestination {
 
     async fn lock(&self, holder: &LockHolder) -> Result<Arc<dyn OutputLock>> {
         crate::objstore_lock::acquire(self.shared.clone(), &self.display(), holder).await
+    }
+
+    fn versioned(&self) -> Option<&dyn crate::Versioned> {
+        Some(self)
     }
 
     async fn delete(&self, path: &str) -> Result<()> {

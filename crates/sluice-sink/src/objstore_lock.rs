@@ -5,117 +5,14 @@
 use crate::layout::LOCK;
 use crate::lock::{HEARTBEAT, LockHolder, OutputLock, STALE_AFTER, held_by};
 use crate::objstore::Shared;
+use crate::objstore_versions::{Version, create, read, replace};
 use async_trait::async_trait;
-use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use object_store::ObjectStoreExt;
 use sluice_core::{Error, Result, Retry};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-
-/// The version of the lock object this run last wrote or read, for conditional writes.
-#[derive(Debug, Clone)]
-enum Version {
-    /// ETag / version of S3 and Azure.
-    Store(UpdateVersion),
-    /// A GCS generation.
-    Gcs(String),
-}
-
-fn unsupported(shown: &str, e: &object_store::Error) -> Error {
-    Error::destination(
-        Retry::Permanent,
-        format!(
-            "{shown} does not support conditional writes ({e}), which the output's lock needs so \
-             that two runs never write one output. Use a store that supports them (AWS S3, \
-             GCS, Azure, MinIO, R2 do)."
-        ),
-    )
-}
-
-/// Create the lock object if absent: the new version, or `None` if one exists.
-async fn create(s: &Arc<Shared>, shown: &str, data: Vec<u8>) -> Result<Option<Version>> {
-    let key = s.key(LOCK);
-    if let Some(g) = &s.gcs {
-        return g
-            .put_if_generation(&key, data.into(), "0")
-            .await
-            .map(|v| v.map(Version::Gcs))
-            .map_err(|e| s.error(&e, "lock", LOCK));
-    }
-    let opts = PutOptions::from(PutMode::Create);
-    match s.store.put_opts(&key, PutPayload::from(data), opts).await {
-        Ok(r) => Ok(Some(Version::Store(r.into()))),
-        Err(object_store::Error::AlreadyExists { .. }) => Ok(None),
-        Err(e @ object_store::Error::NotImplemented { .. }) => Err(unsupported(shown, &e)),
-        Err(e) => Err(s.error(&e, "lock", LOCK)),
-    }
-}
-
-/// The lock object's content and version, or `None` if it does not exist.
-async fn read(s: &Arc<Shared>) -> Result<Option<(Vec<u8>, Version)>> {
-    let key = s.key(LOCK);
-    if let Some(g) = &s.gcs {
-        return g
-            .get_with_generation(&key)
-            .await
-            .map(|v| v.map(|(b, g)| (b.to_vec(), Version::Gcs(g))))
-            .map_err(|e| s.error(&e, "read", LOCK));
-    }
-    let got = async {
-        match s.store.get(&key).await {
-            Ok(r) => {
-                let version = UpdateVersion {
-                    e_tag: r.meta.e_tag.clone(),
-                    version: r.meta.version.clone(),
-                };
-                r.bytes()
-                    .await
-                    .map(|b| Some((b.to_vec(), Version::Store(version))))
-            }
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-    .await;
-    got.map_err(|e| s.error(&e, "read", LOCK))
-}
-
-/// Replace the lock object if it is still at `version`: the new version, or `None` if it
-/// changed.
-async fn replace(
-    s: &Arc<Shared>,
-    shown: &str,
-    data: Vec<u8>,
-    version: &Version,
-) -> Result<Option<Version>> {
-    let key = s.key(LOCK);
-    match version {
-        Version::Gcs(generation) => {
-            let g = s
-                .gcs
-                .as_ref()
-                .ok_or_else(|| Error::internal("GCS version without GCS"))?;
-            g.put_if_generation(&key, data.into(), generation)
-                .await
-                .map(|v| v.map(Version::Gcs))
-                .map_err(|e| s.error(&e, "lock", LOCK))
-        }
-        Version::Store(v) => {
-            let opts = PutOptions::from(PutMode::Update(v.clone()));
-            match s.store.put_opts(&key, PutPayload::from(data), opts).await {
-                Ok(r) => Ok(Some(Version::Store(r.into()))),
-                Err(
-                    object_store::Error::Precondition { .. }
-                    | object_store::Error::NotFound { .. }
-                    | object_store::Error::AlreadyExists { .. },
-                ) => Ok(None),
-                Err(e @ object_store::Error::NotImplemented { .. }) => Err(unsupported(shown, &e)),
-                Err(e) => Err(s.error(&e, "lock", LOCK)),
-            }
-        }
-    }
-}
 
 /// What the holder and its heartbeat task share.
 struct Inner {
@@ -139,7 +36,7 @@ impl Inner {
         let Ok(current) = self.version.lock().map(|v| v.clone()) else {
             return true;
         };
-        match replace(&self.shared, &self.shown, bytes, &current).await {
+        match replace(&self.shared, &self.shown, LOCK, bytes, &current).await {
             Ok(Some(v)) => {
                 if let Ok(mut slot) = self.version.lock() {
                     *slot = v;
@@ -235,10 +132,10 @@ pub(crate) async fn acquire(
     let bytes = holder.to_bytes();
     let mut last: Option<LockHolder> = None;
     for _ in 0..3 {
-        let version = match create(&shared, shown, bytes.clone()).await? {
+        let version = match create(&shared, shown, LOCK, bytes.clone()).await? {
             Some(v) => v,
             None => {
-                let Some((data, version)) = read(&shared).await? else {
+                let Some((data, version)) = read(&shared, LOCK).await? else {
                     continue; // released meanwhile
                 };
                 let other = LockHolder::from_bytes(&data);
@@ -261,7 +158,7 @@ pub(crate) async fn acquire(
                         ),
                     ));
                 }
-                match replace(&shared, shown, bytes.clone(), &version).await? {
+                match replace(&shared, shown, LOCK, bytes.clone(), &version).await? {
                     Some(v) => {
                         if let Some(dead) = &other {
                             tracing::info!(

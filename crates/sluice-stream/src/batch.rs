@@ -148,7 +148,9 @@ impl Batcher {
             by_ref.insert(t.table.clone(), tables.len());
             tables.push(Table {
                 dataset: name.clone(),
-                ignored: false,
+                // A dropped table's changes are complete; a table created again under its
+                // name is not it (the next look at the selection refuses it).
+                ignored: t.dropped.is_some(),
                 snapshot_position: t.snapshot_position.clone(),
                 columns: Vec::new(),
                 version: 0,

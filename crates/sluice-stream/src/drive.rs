@@ -129,6 +129,8 @@ pub(crate) struct TableWatch<'a> {
     pub selection: &'a Selection,
     /// How often (`--discover-every`).
     pub every: Duration,
+    /// What was seen when the run noted the position it stopped at ([`Stopped::Tables`]).
+    pub seen: std::sync::Mutex<Option<crate::added::Seen>>,
 }
 
 /// Read the source into the outputs `attempts` builds until `--until-current`'s target or a
@@ -208,7 +210,7 @@ async fn read<O: Output>(
     let mut last_tables: Option<Instant> = None;
     // The source's position when the selection's tables were seen to change: the run stops
     // once everything before it is written.
-    let mut tables_at: Option<StreamPos> = None;
+    let mut tables_at: Option<(StreamPos, crate::added::Seen)> = None;
     let received = |stream: &dyn ChangeStream, out: &O| {
         (!out.in_tx()).then(|| stream.received_through()).flatten()
     };
@@ -232,7 +234,7 @@ async fn read<O: Output>(
             && last_tables.is_none_or(|t| t.elapsed() >= w.every)
         {
             last_tables = Some(Instant::now());
-            if let Some(what) =
+            if let Some((what, seen)) =
                 crate::added::changed(run.source, run.names, w.selection, out.layout_state())
                     .await?
             {
@@ -240,7 +242,7 @@ async fn read<O: Output>(
                 tracing::info!(
                     "{what}: writing the changes up to position {at}, then taking the tables in"
                 );
-                tables_at = Some(at);
+                tables_at = Some((at, seen));
             }
         }
         if last_harm.is_none_or(|t| t.elapsed() >= HARM_EVERY) {
@@ -260,11 +262,14 @@ async fn read<O: Output>(
         out.after_read(step, received(stream, out)).await?;
         confirm(run.source, stream, out, false).await?;
         out.observe(step);
-        if let (Some(t), Some(r)) = (&tables_at, received(stream, out))
+        if let (Some((t, _)), Some(r)) = (&tables_at, received(stream, out))
             && r >= *t
         {
             out.finish(Some(r), false).await?;
             confirm(run.source, stream, out, true).await?;
+            if let (Some(w), Some((_, seen))) = (&run.tables, tables_at.take()) {
+                *w.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(seen);
+            }
             return Ok(Stopped::Tables);
         }
         // Tables seen to change are taken in before a stop at --until-current's target.

@@ -188,20 +188,34 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|e| Error::internal(format!("a blocking task failed: {e}")))?
 }
 
-pub(crate) async fn discover(
-    source: &dyn ChangeSource,
-    selection: &Selection,
-) -> Result<Vec<Dataset>> {
+/// A coordinator session on the source, for catalog lookups outside any snapshot.
+async fn catalog_session(source: &dyn ChangeSource) -> Result<Box<dyn sluice_core::Coordinator>> {
     let options = SourceOptions {
         session_tag: "stream".into(),
         consistency: Consistency::Chunk,
         enable_row_security: false,
     };
-    let mut c = source
-        .export_source(None)
-        .open_coordinator(&options)
-        .await?;
+    source.export_source(None).open_coordinator(&options).await
+}
+
+pub(crate) async fn discover(
+    source: &dyn ChangeSource,
+    selection: &Selection,
+) -> Result<Vec<Dataset>> {
+    let mut c = catalog_session(source).await?;
     let found = c.discover(selection).await;
+    let _ = c.release().await;
+    found
+}
+
+/// The selection's tables and every table of the source now, by name only (cheap enough for
+/// a running stream to repeat).
+pub(crate) async fn tables_now(
+    source: &dyn ChangeSource,
+    selection: &Selection,
+) -> Result<sluice_core::select::TablesNow> {
+    let mut c = catalog_session(source).await?;
+    let found = c.table_names(selection).await;
     let _ = c.release().await;
     found
 }
@@ -259,7 +273,9 @@ pub(crate) async fn whole(job: &StreamJob, datasets: Vec<Dataset>) -> Result<Vec
     if datasets.iter().any(|d| d.columns_picked) {
         let mut all = job.selection.clone();
         all.columns.clear();
-        discover(job.source.as_ref(), &all).await
+        let mut whole = discover(job.source.as_ref(), &all).await?;
+        whole.retain(|w| datasets.iter().any(|d| d.name == w.name));
+        Ok(whole)
     } else {
         Ok(datasets)
     }

@@ -90,6 +90,7 @@ pub(crate) async fn stream(
     };
     let mut datasets = datasets;
     let mut dropped = Vec::new();
+    let mut take_in_failures = 0u32;
     let stopped = loop {
         let run = Run {
             source: job.source.as_ref(),
@@ -102,22 +103,40 @@ pub(crate) async fn stream(
             tables: job.discover_every.map(|every| TableWatch {
                 selection: &job.selection,
                 every,
+                seen: std::sync::Mutex::default(),
             }),
         };
         let stopped = drive::run(&run, &mut attempts, &cancel).await?;
         if stopped != Stopped::Tables {
             break stopped;
         }
+        let seen = run
+            .tables
+            .as_ref()
+            .and_then(|w| w.seen.lock().unwrap_or_else(|p| p.into_inner()).take())
+            .unwrap_or_default();
         let mut state = attempts
             .last
             .take()
             .ok_or_else(|| Error::internal("a stream stopped without its state"))?;
         let taken =
-            crate::added::take_in(job, lock, &mut state, &datasets, &metrics, &cancel).await?;
-        datasets = taken.datasets;
-        added.extend(taken.added);
-        dropped.extend(taken.dropped);
-        attempts.state = Some(state);
+            crate::added::take_in(job, lock, &mut state, &datasets, &seen, &metrics, &cancel).await;
+        match taken {
+            Ok(taken) => {
+                datasets = taken.datasets;
+                added.extend(taken.added);
+                dropped.extend(taken.dropped);
+                attempts.state = Some(state);
+                take_in_failures = 0;
+            }
+            // Read again from the saved state; the next look at the tables tries again.
+            Err(e) if e.is_transient() && take_in_failures < drive::MAX_RETRIES => {
+                take_in_failures += 1;
+                attempts.state = None;
+                drive::backoff(&e, take_in_failures, "taking the tables in").await;
+            }
+            Err(e) => return Err(e),
+        }
     };
     let c = attempts
         .last

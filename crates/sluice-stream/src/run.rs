@@ -121,6 +121,7 @@ async fn claimed(
         }
         Some(mut s) => {
             same_tables(job, &s, &datasets)?;
+            not_narrowed(job, &s, &datasets).await?;
             if let Some(objects) = job.source.server_objects()
                 && !objects.exists(&names).await?
             {
@@ -132,6 +133,12 @@ async fn claimed(
                     objects.describe(&names),
                     job.source.display_url()
                 )));
+            }
+            // Saved at once: a run that took the output over from one that was only paused
+            // fences it from here on (its next save names a version this one replaced).
+            {
+                let (store, saved) = (job.state.clone(), s.clone());
+                blocking(move || store.save(&saved)).await?;
             }
             if !s.snapshot.done {
                 snapshot_report = Some(resume_snapshot(job, lock, &mut s, &cancel).await?);
@@ -249,6 +256,39 @@ fn same_tables(job: &StreamJob, s: &StreamState, datasets: &[Dataset]) -> Result
         )));
     }
     Ok(())
+}
+
+/// Refuse a selection that leaves out tables the stream captures and the source still has: a
+/// table leaves a stream when it is dropped (its marker then ends its files), not when the
+/// selection changes — its files would stop without a word.
+async fn not_narrowed(job: &StreamJob, s: &StreamState, datasets: &[Dataset]) -> Result<()> {
+    let missing: Vec<&crate::state::TableState> = s
+        .tables
+        .iter()
+        .filter(|(n, t)| t.dropped.is_none() && !datasets.iter().any(|d| &d.name == *n))
+        .map(|(_, t)| t)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let now = crate::job::tables_now(job.source.as_ref(), &job.selection).await?;
+    let left_out: Vec<String> = missing
+        .iter()
+        .filter(|t| now.existing.contains(&t.table))
+        .map(|t| t.table.to_string())
+        .collect();
+    if left_out.is_empty() {
+        return Ok(());
+    }
+    Err(Error::config(format!(
+        "the stream in {} captures {}, which this run's selection leaves out although the \
+         source still has {}. Run it with the selection it was started with (a table leaves \
+         a stream when it is dropped), or start another stream (another --to) for the \
+         narrower selection.",
+        job.destination.display(),
+        left_out.join(", "),
+        if left_out.len() == 1 { "it" } else { "them" }
+    )))
 }
 
 async fn first_start(

@@ -3,7 +3,9 @@
 //!
 //! The claim lives in a store that fences its writes (Redis: a lock key with a time to live,
 //! refreshed by the holder; every state save checks, on the server and in the same step, that
-//! the lock still names the saving run). When the holder dies its claim expires within
+//! the lock still names the saving run; the output itself: its lock, and on an object store
+//! state writes conditional on the version the run last read or wrote, see
+//! [`crate::OutputState`]). When the holder dies its claim expires within
 //! `claim_ttl`; the standby takes it, then the output's lock (a local output's `flock` is
 //! released by the kernel when the holder's process ends; an object store's lock once its
 //! heartbeat is stale), and continues from the last committed batch like any restart: the
@@ -35,9 +37,9 @@ pub(crate) async fn claim(
 ) -> Result<()> {
     if !job.state.fenced() {
         return Err(Error::config(format!(
-            "--standby needs the stream's state in Redis (--state redis://…): its claim expires \
-             when the running stream dies, and a stream that lost it cannot write state any \
-             more. {} does not fence a paused stream's writes.",
+            "--standby needs a state store that refuses the writes of a stream that lost it \
+             (Redis, or the output on local disk or an object store): {} does not fence a \
+             paused stream's writes.",
             job.state.describe()
         )));
     }
@@ -99,7 +101,16 @@ pub(crate) async fn output_lock(
                 tracing::warn!("standby: {e}; trying again");
                 wait(LOOK_EVERY, cancel).await?;
             }
-            other => return other,
+            Ok(lock) => {
+                if told {
+                    tracing::info!(
+                        "standby: took over the output {}",
+                        job.destination.display()
+                    );
+                }
+                return Ok(lock);
+            }
+            Err(e) => return Err(e),
         }
     }
 }

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use sluice_core::change::{CaptureNames, Handoff, SnapshotHold};
 use sluice_core::table::TableRef;
 use sluice_core::{Error, Position, Result, SnapshotInfo, StreamPos};
-use sluice_sink::Destination;
+use sluice_sink::{Destination, ObjectVersion};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -249,19 +249,52 @@ pub trait StateStore: Send + Sync {
 }
 
 /// The state as a file of the output.
+///
+/// On an object store it is written with conditional writes, each naming the version this run
+/// last read or wrote: a run that lost the output to another (its lock went stale while it was
+/// paused, and a standby or a restart took over) finds its next save, or a load that sees
+/// another run's version, refused instead of overwriting the new holder's state. A run that
+/// takes the output over saves the state at once (`run.rs`), so an old holder is fenced from
+/// its next save on. On local disk the output's lock is held as long as its holder's process
+/// lives, so no other run writes meanwhile.
 pub struct OutputState {
     dest: Arc<dyn Destination>,
+    /// The state's version as this run last read or wrote it (`None`: not read yet;
+    /// `Some(None)`: it did not exist).
+    seen: std::sync::Mutex<Option<Option<ObjectVersion>>>,
 }
 
 impl OutputState {
     /// The state in `dest`'s `_sluice/stream.json`.
     pub fn new(dest: Arc<dyn Destination>) -> Self {
-        OutputState { dest }
+        OutputState {
+            dest,
+            seen: std::sync::Mutex::default(),
+        }
+    }
+
+    fn lost(&self) -> Error {
+        Error::config(format!(
+            "the stream state {} was written by another run since this one last read it (the \
+             output was taken over while this run was paused or cut off): stopping without \
+             writing it",
+            self.describe()
+        ))
+    }
+
+    /// Note `now` as the state's version; fails when this run saw another one before.
+    fn seen_now(&self, now: Option<ObjectVersion>) -> Result<()> {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(before) = &*seen
+            && *before != now
+        {
+            return Err(self.lost());
+        }
+        *seen = Some(now);
+        Ok(())
     }
 }
 
-/// Wait for a destination's call from the synchronous state API (see [`StateStore`]): the
-/// thread may block, so the runtime is waited on in place.
 pub(crate) fn wait<F: std::future::Future>(f: F) -> F::Output {
     tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
 }
@@ -289,19 +322,49 @@ impl StateStore for OutputState {
     }
 
     fn load(&self) -> Result<Option<StreamState>> {
-        match wait(self.dest.get(STATE_PATH))? {
-            None => Ok(None),
-            Some(b) => parse(&b, &self.describe()).map(Some),
-        }
+        let bytes = match self.dest.versioned() {
+            Some(v) => {
+                let got = wait(v.get_versioned(STATE_PATH))?;
+                let (bytes, version) = got.map_or((None, None), |(b, v)| (Some(b), Some(v)));
+                self.seen_now(version)?;
+                bytes
+            }
+            None => wait(self.dest.get(STATE_PATH))?,
+        };
+        bytes.map(|b| parse(&b, &self.describe())).transpose()
     }
 
     fn save(&self, state: &StreamState) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(state)
             .map_err(|e| Error::internal(format!("cannot encode the stream state: {e}")))?;
-        wait(self.dest.put(STATE_PATH, bytes)).map_err(|e| e.context("saving the stream state"))
+        let Some(v) = self.dest.versioned() else {
+            return wait(self.dest.put(STATE_PATH, bytes))
+                .map_err(|e| e.context("saving the stream state"));
+        };
+        let expected = self
+            .seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .flatten();
+        match wait(v.put_if(STATE_PATH, bytes, expected.as_ref()))
+            .map_err(|e| e.context("saving the stream state"))?
+        {
+            Some(now) => {
+                *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(Some(now));
+                Ok(())
+            }
+            None => Err(self.lost()),
+        }
     }
 
     fn clear(&self) -> Result<()> {
-        wait(self.dest.delete(STATE_PATH))
+        wait(self.dest.delete(STATE_PATH))?;
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(None);
+        Ok(())
+    }
+
+    fn fenced(&self) -> bool {
+        self.dest.lock_lives_with_process() || self.dest.versioned().is_some()
     }
 }

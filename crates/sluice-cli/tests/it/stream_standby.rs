@@ -2,12 +2,14 @@
 //! the active stream holds the claim, takes over when the active one is killed (`kill -9`),
 //! and the change files of both replay exactly to the table; a stream paused (SIGSTOP) past
 //! its claim's life, replaced by a standby, and woken finds its writes refused and stops
-//! without touching the new holder's state. Without `--standby` a second stream is refused
-//! (`stream.rs`), and `--standby` without a fencing store is refused. `sluice replicate
+//! without touching the new holder's state. The same with the state kept with the output: on
+//! local disk (the standby takes over when the holder is killed) and on an object store (a
+//! paused holder's state write, conditional on the version it last wrote, is refused after a
+//! takeover). Without `--standby` a second stream is refused (`stream.rs`). `sluice replicate
 //! --standby` takes over a killed replication and the target comes to equal the source.
 
 use crate::common::{self, TestDb, run, tempdir};
-use crate::stream::{assert_replay_equals_table, create_acct, redis_get, stream};
+use crate::stream::{assert_replay_equals_table, redis_get, stream};
 use sluice_testkit::capture::{Engine, start_writer, tables_sql};
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -200,17 +202,156 @@ async fn a_paused_stream_replaced_by_a_standby_cannot_write_state_when_it_wakes(
     r.ok();
 }
 
+/// The state kept with a local output: the standby waits on the output's lock (a `flock`),
+/// which the kernel releases when the active stream is killed, and takes over from its last
+/// committed batch under a writer; the replay equals the table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn standby_without_a_fencing_state_store_is_refused() {
+async fn a_standby_on_a_local_output_takes_over_from_a_killed_stream() {
     let db = TestDb::new().await;
-    create_acct(&db, 10).await;
-    let r = run(&mut stream(
+    db.exec(&tables_sql(Engine::Postgres, 2_000)).await;
+    let to = tempdir();
+    let local = |to: &std::path::Path| {
+        std::fs::read(to.join("_sluice/stream.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+    };
+    let batches = |to: &std::path::Path| {
+        local(to).map_or(0, |s| s["committed"]["batches"].as_u64().unwrap_or(0))
+    };
+    let writer = start_writer(Engine::Postgres, &db.url, 2_000, 10_000_000).await;
+    let mut active = spawn(&db.url, to.path(), &[]);
+    until("the active stream's snapshot", &mut active, || {
+        local(to.path()).is_some_and(|s| s["snapshot"]["done"] == true)
+    })
+    .await;
+    let mut standby = spawn(&db.url, to.path(), &["--standby"]);
+    let before = batches(to.path());
+    until(
+        "the active stream commits while the standby waits",
+        &mut standby,
+        || batches(to.path()) >= before + 3,
+    )
+    .await;
+    common::signal(&active, libc::SIGKILL);
+    let _ = active.wait();
+    let log = tail(&mut standby);
+    until("the standby takes the output", &mut standby, || {
+        log.lock().unwrap().contains("standby: took over")
+    })
+    .await;
+    let taken = batches(to.path());
+    writer.wait_for(30).await;
+    until("the standby commits", &mut standby, || {
+        batches(to.path()) > taken
+    })
+    .await;
+    writer.stop().await;
+    common::signal(&standby, libc::SIGTERM);
+    assert!(common::finish(standby).status.success());
+    run(&mut stream(&db.url, to.path(), &["--until-current"])).ok();
+    assert_replay_equals_table(&db, to.path()).await;
+    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
+}
+
+/// The stream state kept in an object-store output, as JSON.
+async fn remote(store: &sluice_sink::ObjectStoreDestination) -> Option<serde_json::Value> {
+    use sluice_sink::Destination;
+    store
+        .get("_sluice/stream.json")
+        .await
+        .unwrap()
+        .map(|b| serde_json::from_slice(&b).unwrap())
+}
+
+/// The state kept with an object-store output: a stream paused (SIGSTOP) just before
+/// recording a batch's intent loses the output (its lock, gone stale, is taken: the test
+/// removes it rather than wait the two minutes), a standby takes over and commits the batch's
+/// changes; the woken stream's state write names a version the standby replaced, is refused,
+/// and the stream stops without committing a file or moving the state back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_stream_on_an_object_store_cannot_write_state_after_a_takeover() {
+    use sluice_sink::Destination;
+    use sluice_testkit::objstore::{Store, test_url};
+    let mut db = sluice_testkit::mysql::TestDb::new().await;
+    db.exec(
+        "CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL);
+         INSERT INTO acct VALUES (1, 0), (2, 0), (3, 0);",
+    )
+    .await;
+    let url = test_url(Store::S3);
+    let to = std::path::Path::new(&url);
+    let store = crate::objstore_common::open(&url);
+    let fp = common::Failpoints::new();
+    let mut cmd = crate::mysql_stream::stream(&db.url, &["acct"], to, &[]);
+    fp.arm(&mut cmd, "stream.before_intent=wait@1");
+    let mut old = common::spawn(&mut cmd);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !remote(&store)
+        .await
+        .is_some_and(|s| s["snapshot"]["done"] == true)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the first stream's snapshot: not in time"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    db.exec("UPDATE acct SET v = v + 1").await;
+    fp.reached("stream.before_intent", &mut old).await;
+    common::signal(&old, libc::SIGSTOP);
+    store.delete("_sluice/lock.json").await.unwrap();
+    let mut new = common::spawn(
+        crate::mysql_stream::stream(&db.url, &["acct"], to, &["--standby"])
+            .env("SLUICE_LOG", "info"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while remote(&store)
+        .await
+        .is_none_or(|s| s["committed"]["changes"].as_u64().unwrap_or(0) < 3)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the standby commits the update: not in time"
+        );
+        assert!(new.try_wait().unwrap().is_none(), "the standby ended");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let then = remote(&store).await.unwrap();
+    common::signal(&old, libc::SIGCONT);
+    fp.release("stream.before_intent");
+    let out = common::finish(old);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the woken stream went on:\n{err}");
+    assert!(err.contains("another run"), "{err}");
+    assert!(
+        new.try_wait().unwrap().is_none(),
+        "the standby is still streaming"
+    );
+    let now = remote(&store).await.unwrap();
+    assert!(
+        now["committed"]["batches"].as_u64() >= then["committed"]["batches"].as_u64()
+            && now["updated_at"].as_str() >= then["updated_at"].as_str(),
+        "the state went back: {then} → {now}"
+    );
+    common::signal(&new, libc::SIGTERM);
+    assert!(common::finish(new).status.success());
+    let local = tempdir();
+    crate::objstore_common::download(&url, local.path()).await;
+    let want = db.row_strings("SELECT id, v FROM acct").await;
+    let dataset = format!("{}.acct", db.name);
+    let r = sluice_testkit::changes::assert_replay_equals(local.path(), &dataset, &["id"], &want);
+    assert_eq!(
+        r.changes.len(),
+        3,
+        "the three updates, written once (by the standby)"
+    );
+    run(&mut crate::mysql_stream::stream(
         &db.url,
-        tempdir().path(),
-        &["--standby", "--until-current"],
-    ));
-    assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("--state redis://"), "{}", r.stderr);
+        &["acct"],
+        to,
+        &["--drop"],
+    ))
+    .ok();
 }
 
 /// `sluice replicate --standby`: a standby waits while the running replication holds its lock

@@ -178,3 +178,123 @@ async fn discover_every_zero_keeps_the_tables_and_bad_values_are_refused() {
         .arg("--drop"))
     .ok();
 }
+
+/// A run with a selection that leaves out a table the stream captures, which the source still
+/// has, is refused (the table is not taken for dropped); the selection it started with goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_narrower_selection_is_refused_not_taken_for_a_drop() {
+    let db = TestDb::new().await;
+    db.exec("CREATE TABLE a (id int PRIMARY KEY); CREATE TABLE b (id int PRIMARY KEY);")
+        .await;
+    let to = tempdir();
+    let both = r"public\.(a|b)";
+    stream(&db.url, both, to.path(), &[]).ok();
+    let r = stream(&db.url, r"public\.a", to.path(), &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("captures public.b") && r.stderr.contains("leaves out"),
+        "{}",
+        r.stderr
+    );
+    assert!(!to.path().join("public.b/_dropped.json").exists());
+    db.exec("INSERT INTO b VALUES (1);").await;
+    stream(&db.url, both, to.path(), &[]).ok();
+    let b = sluice_testkit::changes::replay(&to.path().join("public.b"), &["id"]);
+    assert_eq!(b.rows, ["1"]);
+    run(sluice()
+        .args(["stream", "--source", &db.url, "--tables", both, "--to"])
+        .arg(to.path())
+        .arg("--drop"))
+    .ok();
+}
+
+/// A table whose joining snapshot a killed run left unfinished, dropped before the next run,
+/// is given up by it: its parts and the snapshot's bookkeeping removed, the state without it,
+/// the stream going on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_table_dropped_before_its_snapshot_is_done_is_given_up() {
+    let db = TestDb::new().await;
+    db.exec("CREATE TABLE a (id int PRIMARY KEY); INSERT INTO a VALUES (1);")
+        .await;
+    let to = tempdir();
+    let both = r"public\.(a|b)";
+    stream(&db.url, both, to.path(), &[]).ok();
+    db.exec(
+        "CREATE TABLE b (id int PRIMARY KEY, pad text);
+         INSERT INTO b SELECT g, repeat('x', 200) FROM generate_series(1, 3000) g; ANALYZE b;",
+    )
+    .await;
+    let fp = crate::common::Failpoints::new();
+    let mut cmd = sluice();
+    cmd.args(["stream", "--source", &db.url, "--tables", both, "--to"])
+        .arg(to.path())
+        .args([
+            "--until-current",
+            "--discover-every",
+            "0.2",
+            "--chunk-size",
+            "64KB",
+        ]);
+    fp.arm(&mut cmd, "export.after_receipt=exit@1");
+    let r = run(&mut cmd);
+    assert_ne!(r.code, 0, "the run did not die:\n{}", r.stderr);
+    let st = json(&to.path().join("_sluice/stream.json"));
+    assert_eq!(
+        st["tables"]["public.b"]["added"]["snapshot_done"], false,
+        "{st}"
+    );
+    db.exec("DROP TABLE b; INSERT INTO a VALUES (2);").await;
+    let r = stream(&db.url, both, to.path(), &[]);
+    r.ok();
+    assert!(r.stderr.contains("given up"), "{}", r.stderr);
+    let st = json(&to.path().join("_sluice/stream.json"));
+    assert!(st["tables"].get("public.b").is_none(), "{st}");
+    let left = sluice_testkit::process::files_under(to.path());
+    assert!(
+        !left
+            .iter()
+            .any(|f| f.starts_with("public.b/") || f.starts_with("_sluice/added/")),
+        "{left:?}"
+    );
+    let a = sluice_testkit::changes::replay(&to.path().join("public.a"), &["id"]);
+    assert_eq!(a.rows, ["1", "2"]);
+    run(sluice()
+        .args(["stream", "--source", &db.url, "--tables", both, "--to"])
+        .arg(to.path())
+        .arg("--drop"))
+    .ok();
+}
+
+/// A dropped partitioned table ends with its marker like any table: its partitions gone with
+/// it are not taken for partitions detached from a table still captured (which stops a
+/// stream), and the other tables stream on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_partitioned_table_ends_with_its_marker() {
+    let db = TestDb::new().await;
+    db.exec(
+        "CREATE TABLE a (id int PRIMARY KEY);
+         CREATE TABLE p (id int NOT NULL, r int NOT NULL, PRIMARY KEY (id, r)) PARTITION BY LIST (r);
+         CREATE TABLE p_0 PARTITION OF p FOR VALUES IN (0);
+         CREATE TABLE p_1 PARTITION OF p FOR VALUES IN (1);
+         INSERT INTO p VALUES (1, 0), (2, 1);",
+    )
+    .await;
+    let to = tempdir();
+    let both = r"public\.(a|p)";
+    stream(&db.url, both, to.path(), &[]).ok();
+    db.exec("DELETE FROM p WHERE id = 2; DROP TABLE p; INSERT INTO a VALUES (1);")
+        .await;
+    let r = stream(&db.url, both, to.path(), &[]);
+    r.ok();
+    let marker = json(&to.path().join("public.p/_dropped.json"));
+    assert_eq!(marker["complete"], true, "{marker}");
+    let p = sluice_testkit::changes::replay(&to.path().join("public.p"), &["id", "r"]);
+    assert_eq!(p.rows, ["1|0"], "the delete before the drop is written");
+    let a = sluice_testkit::changes::replay(&to.path().join("public.a"), &["id"]);
+    assert_eq!(a.rows, ["1"]);
+    run(sluice()
+        .args(["stream", "--source", &db.url, "--tables", both, "--to"])
+        .arg(to.path())
+        .arg("--drop"))
+    .ok();
+}

@@ -197,9 +197,12 @@ impl ChangeSource for PgCapture {
         saved: &str,
         datasets: &[Dataset],
     ) -> Result<Vec<sluice_core::change::LayoutChange>> {
-        let saved: partitions::Layout = serde_json::from_str(saved).map_err(|e| {
+        let mut saved: partitions::Layout = serde_json::from_str(saved).map_err(|e| {
             Error::internal(format!("the saved partition layout cannot be read: {e}"))
         })?;
+        let client = self.client().await?;
+        let exist = partitions::partitioned_now(&client, self.display()).await?;
+        saved.retain(|table, _| exist.contains(table));
         let now = match self.layout(datasets).await? {
             Some(l) => serde_json::from_str(&l).map_err(|e| {
                 Error::internal(format!("the partition layout cannot be read: {e}"))

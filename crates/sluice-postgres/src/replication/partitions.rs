@@ -122,6 +122,33 @@ pub fn changes(saved: &Layout, now: &Layout) -> Vec<LayoutChange> {
     out
 }
 
+/// The partitioned tables that exist now (as layout keys): a saved table missing from them was
+/// dropped, which the stream's table watch ends with its marker rather than as partitions
+/// detached one by one.
+pub async fn partitioned_now(
+    client: &Client,
+    display: &str,
+) -> Result<std::collections::BTreeSet<String>> {
+    let rows = client
+        .query(
+            "SELECT n.nspname::text, c.relname::text FROM pg_class c \
+             JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'p'",
+            &[],
+        )
+        .await
+        .map_err(|e| classify(e, Phase::Catalog, display))?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            TableRef {
+                schema: r.get(0),
+                name: r.get(1),
+            }
+            .to_string()
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

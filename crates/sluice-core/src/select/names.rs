@@ -1,0 +1,44 @@
+//! The selection's tables by name only, for a running stream that compares them with the
+//! tables it captures every few seconds: no table is described (no columns, keys or sizes
+//! read), and a named table that no longer exists is left out rather than refused.
+
+use super::{Catalog, resolve, select_tables};
+use crate::error::Result;
+use crate::table::{Selection, TableRef};
+
+/// What the source holds now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TablesNow {
+    /// The tables the selection names or matches, in discovery order.
+    pub selected: Vec<TableRef>,
+    /// Every table the source has that a selection could choose (tables and partitioned
+    /// tables, not views or partitions).
+    pub existing: Vec<TableRef>,
+}
+
+/// The tables `selection` selects in `catalog` now, and every table there is.
+pub async fn table_names<C: Catalog + ?Sized>(
+    catalog: &mut C,
+    selection: &Selection,
+) -> Result<TablesNow> {
+    let naming = catalog.naming();
+    let target = catalog.target();
+    let scope = catalog.unqualified_scope();
+    let mut selected = Vec::new();
+    for name in &selection.tables {
+        let candidates = catalog.candidates(name).await?;
+        if let Ok(c) = resolve(name, candidates, &naming, &target, scope.as_deref()) {
+            selected.push(c.table);
+        }
+    }
+    let all = catalog.tables().await?;
+    let existing: Vec<TableRef> = all.iter().map(|c| c.table.clone()).collect();
+    if !selection.patterns.is_empty() || !selection.schemas.is_empty() {
+        for c in select_tables(all, selection, &naming)? {
+            if !selected.contains(&c.table) {
+                selected.push(c.table);
+            }
+        }
+    }
+    Ok(TablesNow { selected, existing })
+}
