@@ -127,11 +127,16 @@ pub trait Coordinator: Send {
     /// Fails with a configuration error for a named table that does not exist.
     async fn discover(&mut self, selection: &Selection) -> Result<Vec<Dataset>>;
 
-    /// The tables `selection` selects now and every table there is, by name only (nothing
-    /// described, a missing named table left out): what a running stream compares with the
-    /// tables it captures. Sources without change capture need not answer.
-    async fn table_names(&mut self, selection: &Selection) -> Result<crate::select::TablesNow> {
-        let _ = selection;
+    /// The tables `selection` selects now and every table there is (`captured` looked up by
+    /// exact name where a listing would not show them), by name only (nothing described, a
+    /// missing named table left out): what a running stream compares with the tables it
+    /// captures. Sources without change capture need not answer.
+    async fn table_names(
+        &mut self,
+        selection: &Selection,
+        captured: &[crate::table::TableRef],
+    ) -> Result<crate::select::TablesNow> {
+        let _ = (selection, captured);
         Err(crate::error::Error::config(
             "this source cannot list its tables for a running stream",
         ))

@@ -332,10 +332,12 @@ impl Coordinator for MyCoordinator {
     async fn table_names(
         &mut self,
         selection: &Selection,
+        captured: &[sluice_core::table::TableRef],
     ) -> Result<sluice_core::select::TablesNow> {
         let (display, db) = (self.target.display().to_string(), self.target.database());
         let db = db.to_string();
-        sluice_core::select::table_names(&mut self.catalog(&display, &db)?, selection).await
+        sluice_core::select::table_names(&mut self.catalog(&display, &db)?, selection, captured)
+            .await
     }
 
     async fn plan_chunks(

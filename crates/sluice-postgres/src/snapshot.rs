@@ -231,9 +231,10 @@ impl Coordinator for PgCoordinator {
     async fn table_names(
         &mut self,
         selection: &Selection,
+        captured: &[TableRef],
     ) -> Result<sluice_core::select::TablesNow> {
         let display = self.target.display().to_string();
-        sluice_core::select::table_names(&mut self.catalog(&display)?, selection).await
+        sluice_core::select::table_names(&mut self.catalog(&display)?, selection, captured).await
     }
 
     async fn plan_chunks(

@@ -84,7 +84,13 @@ impl Seen {
         selection: &Selection,
         state: &StreamState,
     ) -> Result<Seen> {
-        let now = tables_now(source, selection).await?;
+        let captured: Vec<TableRef> = state
+            .tables
+            .values()
+            .filter(|t| t.dropped.is_none())
+            .map(|t| t.table.clone())
+            .collect();
+        let now = tables_now(source, selection, &captured).await?;
         let published = match source.server_objects() {
             Some(o) => Some(o.published(names).await?),
             None => None,
@@ -194,6 +200,39 @@ pub(crate) async fn take_in(
         added,
         dropped,
     })
+}
+
+/// After taking tables in failed part-way (a transient error): the state as saved, every
+/// joining snapshot it holds finished, and the tables to read — the selection's that the state
+/// captures, and those of `before` (the tables read until then) it still captures but the
+/// source no longer lists (dropped, their last changes still to be read).
+pub(crate) async fn recover(
+    job: &StreamJob,
+    lock: &Arc<dyn OutputLock>,
+    before: &[Dataset],
+    metrics: &Metrics,
+    cancel: &watch::Receiver<bool>,
+) -> Result<(StreamState, Vec<Dataset>, Vec<AddedTable>)> {
+    let store = job.state.clone();
+    let mut state = blocking(move || store.load())
+        .await?
+        .ok_or_else(|| Error::internal("the stream state vanished while streaming"))?;
+    let added = join::finish(job, lock, &mut state, metrics, cancel).await?;
+    let live = |state: &StreamState, d: &Dataset| {
+        state
+            .tables
+            .get(&d.name)
+            .is_some_and(|t| t.dropped.is_none())
+    };
+    let mut datasets = crate::job::discover(job.source.as_ref(), &job.selection).await?;
+    datasets.retain(|d| live(&state, d));
+    for d in before {
+        if live(&state, d) && !datasets.iter().any(|x| x.name == d.name) {
+            datasets.push(d.clone());
+        }
+    }
+    let datasets = crate::job::whole(job, datasets).await?;
+    Ok((state, datasets, added))
 }
 
 /// Write the final marker of dropped table `name` and keep it in the state as dropped;

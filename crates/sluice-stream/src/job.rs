@@ -213,9 +213,10 @@ pub(crate) async fn discover(
 pub(crate) async fn tables_now(
     source: &dyn ChangeSource,
     selection: &Selection,
+    captured: &[TableRef],
 ) -> Result<sluice_core::select::TablesNow> {
     let mut c = catalog_session(source).await?;
-    let found = c.table_names(selection).await;
+    let found = c.table_names(selection, captured).await;
     let _ = c.release().await;
     found
 }
@@ -275,6 +276,13 @@ pub(crate) async fn whole(job: &StreamJob, datasets: Vec<Dataset>) -> Result<Vec
         all.columns.clear();
         let mut whole = discover(job.source.as_ref(), &all).await?;
         whole.retain(|w| datasets.iter().any(|d| d.name == w.name));
+        // A table the source no longer lists (dropped, its last changes still to be read)
+        // keeps the description it had.
+        for d in &datasets {
+            if !whole.iter().any(|w| w.name == d.name) {
+                whole.push(d.clone());
+            }
+        }
         Ok(whole)
     } else {
         Ok(datasets)

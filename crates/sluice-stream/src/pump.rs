@@ -129,13 +129,24 @@ pub(crate) async fn stream(
                 attempts.state = Some(state);
                 take_in_failures = 0;
             }
-            // Read again from the saved state; the next look at the tables tries again.
-            Err(e) if e.is_transient() && take_in_failures < drive::MAX_RETRIES => {
+            // Go on from the saved state (joining snapshots finished, the tables it captures
+            // read); the next look at the tables takes in what is left.
+            Err(mut e) => loop {
                 take_in_failures += 1;
-                attempts.state = None;
+                if !e.is_transient() || take_in_failures > drive::MAX_RETRIES {
+                    return Err(e);
+                }
                 drive::backoff(&e, take_in_failures, "taking the tables in").await;
-            }
-            Err(e) => return Err(e),
+                match crate::added::recover(job, lock, &datasets, &metrics, &cancel).await {
+                    Ok((state, ds, more)) => {
+                        attempts.state = Some(state);
+                        datasets = ds;
+                        added.extend(more);
+                        break;
+                    }
+                    Err(again) => e = again,
+                }
+            },
         }
     };
     let c = attempts
@@ -203,7 +214,13 @@ impl drive::Attempts for FileAttempts<'_> {
 
     async fn begin(&mut self) -> Result<(StreamPos, Files)> {
         let state = match self.state.take() {
-            Some(s) => s,
+            Some(s) => {
+                // The saved state is still this run's (a store that fences refuses the read
+                // otherwise) before stale files are removed below.
+                let store = self.job.state.clone();
+                blocking(move || store.load().map(|_| ())).await?;
+                s
+            }
             None => {
                 let store = self.job.state.clone();
                 blocking(move || store.load())

@@ -262,16 +262,20 @@ fn same_tables(job: &StreamJob, s: &StreamState, datasets: &[Dataset]) -> Result
 /// table leaves a stream when it is dropped (its marker then ends its files), not when the
 /// selection changes — its files would stop without a word.
 async fn not_narrowed(job: &StreamJob, s: &StreamState, datasets: &[Dataset]) -> Result<()> {
+    // A table still joining (its snapshot not done) is given up when no longer selected.
     let missing: Vec<&crate::state::TableState> = s
         .tables
         .iter()
         .filter(|(n, t)| t.dropped.is_none() && !datasets.iter().any(|d| &d.name == *n))
+        .filter(|(_, t)| t.added.as_ref().is_none_or(|a| a.snapshot_done))
         .map(|(_, t)| t)
         .collect();
     if missing.is_empty() {
         return Ok(());
     }
-    let now = crate::job::tables_now(job.source.as_ref(), &job.selection).await?;
+    let asked: Vec<sluice_core::table::TableRef> =
+        missing.iter().map(|t| t.table.clone()).collect();
+    let now = crate::job::tables_now(job.source.as_ref(), &job.selection, &asked).await?;
     let left_out: Vec<String> = missing
         .iter()
         .filter(|t| now.existing.contains(&t.table))

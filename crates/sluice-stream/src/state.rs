@@ -262,6 +262,9 @@ pub struct OutputState {
     /// The state's version as this run last read or wrote it (`None`: not read yet;
     /// `Some(None)`: it did not exist).
     seen: std::sync::Mutex<Option<Option<ObjectVersion>>>,
+    /// What this run last wrote: a write the store retried after it had landed reports a
+    /// changed version, which is this run's own when the bytes are these.
+    wrote: std::sync::Mutex<Option<Vec<u8>>>,
 }
 
 impl OutputState {
@@ -270,6 +273,7 @@ impl OutputState {
         OutputState {
             dest,
             seen: std::sync::Mutex::default(),
+            wrote: std::sync::Mutex::default(),
         }
     }
 
@@ -282,16 +286,23 @@ impl OutputState {
         ))
     }
 
-    /// Note `now` as the state's version; fails when this run saw another one before.
-    fn seen_now(&self, now: Option<ObjectVersion>) -> Result<()> {
+    /// Note `now` (holding `bytes`) as the state's version; fails when this run saw another
+    /// one before, unless the bytes are what this run last wrote (its own write, retried).
+    fn seen_now(&self, now: Option<ObjectVersion>, bytes: Option<&[u8]>) -> Result<()> {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(before) = &*seen
             && *before != now
+            && !self.is_own(bytes)
         {
             return Err(self.lost());
         }
         *seen = Some(now);
         Ok(())
+    }
+
+    fn is_own(&self, bytes: Option<&[u8]>) -> bool {
+        let wrote = self.wrote.lock().unwrap_or_else(|p| p.into_inner());
+        matches!((wrote.as_deref(), bytes), (Some(w), Some(b)) if w == b)
     }
 }
 
@@ -326,7 +337,7 @@ impl StateStore for OutputState {
             Some(v) => {
                 let got = wait(v.get_versioned(STATE_PATH))?;
                 let (bytes, version) = got.map_or((None, None), |(b, v)| (Some(b), Some(v)));
-                self.seen_now(version)?;
+                self.seen_now(version, bytes.as_deref())?;
                 bytes
             }
             None => wait(self.dest.get(STATE_PATH))?,
@@ -347,15 +358,19 @@ impl StateStore for OutputState {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
             .flatten();
-        match wait(v.put_if(STATE_PATH, bytes, expected.as_ref()))
-            .map_err(|e| e.context("saving the stream state"))?
-        {
-            Some(now) => {
-                *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(Some(now));
-                Ok(())
-            }
-            None => Err(self.lost()),
-        }
+        *self.wrote.lock().unwrap_or_else(|p| p.into_inner()) = Some(bytes.clone());
+        let written = wait(v.put_if(STATE_PATH, bytes, expected.as_ref()))
+            .map_err(|e| e.context("saving the stream state"))?;
+        let now = match written {
+            Some(now) => now,
+            // Changed under us — or our own write, landed before the store retried it.
+            None => match wait(v.get_versioned(STATE_PATH))? {
+                Some((b, now)) if self.is_own(Some(&b)) => now,
+                _ => return Err(self.lost()),
+            },
+        };
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(Some(now));
+        Ok(())
     }
 
     fn clear(&self) -> Result<()> {

@@ -298,3 +298,45 @@ async fn a_dropped_partitioned_table_ends_with_its_marker() {
         .arg("--drop"))
     .ok();
 }
+
+/// A table a pattern would not list but `--table` can name (a partition) is not taken for
+/// dropped by the watch: its changes keep coming, no marker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_partition_is_not_taken_for_dropped() {
+    let db = TestDb::new().await;
+    db.exec(
+        "CREATE TABLE p (id int NOT NULL, r int NOT NULL, PRIMARY KEY (id, r)) PARTITION BY LIST (r);
+         CREATE TABLE p_0 PARTITION OF p FOR VALUES IN (0);
+         INSERT INTO p VALUES (1, 0);",
+    )
+    .await;
+    let to = tempdir();
+    let named = |extra: &[&str]| {
+        let mut c = sluice();
+        c.args([
+            "stream",
+            "--source",
+            &db.url,
+            "--table",
+            "public.p_0",
+            "--to",
+        ])
+        .arg(to.path())
+        .args([
+            "--until-current",
+            "--batch-seconds",
+            "0.2",
+            "--discover-every",
+            "0.2",
+        ])
+        .args(extra);
+        run(&mut c)
+    };
+    named(&[]).ok();
+    db.exec("INSERT INTO p VALUES (2, 0);").await;
+    named(&[]).ok();
+    assert!(!to.path().join("public.p_0/_dropped.json").exists());
+    let r = sluice_testkit::changes::replay(&to.path().join("public.p_0"), &["id", "r"]);
+    assert_eq!(r.rows, ["1|0", "2|0"]);
+    named(&["--drop"]).ok();
+}

@@ -109,6 +109,8 @@ pub struct MyCapture {
     /// The epoch of the positions of the stream opened last (`binlog.rs`).
     epoch: Arc<AtomicU32>,
     probe: Arc<tokio::sync::Mutex<Option<(Conn, ServerInfo)>>>,
+    /// Column facts as this process last read them, for its streams (`stream::FactsCache`).
+    facts: stream::FactsCache,
 }
 
 impl std::fmt::Debug for MyCapture {
@@ -146,6 +148,7 @@ impl MyCapture {
             confirmed: Arc::default(),
             epoch: Arc::default(),
             probe: Arc::default(),
+            facts: Arc::default(),
         })
     }
 
@@ -548,6 +551,7 @@ impl ChangeSource for MyCapture {
             confirmed: self.confirmed.clone(),
             xa,
             bad_values: self.bad_values.clone(),
+            facts: self.facts.clone(),
         };
         Ok(Box::new(stream::MyStream::new(events, setup).await?))
     }

@@ -124,11 +124,15 @@ pub struct Setup {
     pub xa: Option<(BinPos, Vec<super::xa::Pending>)>,
     /// What to do with a value that cannot be written (`--bad-values`).
     pub bad_values: BadValuePolicy,
+    /// The capture's column facts as last read (see [`FactsCache`]).
+    pub facts: FactsCache,
 }
 
 /// A binary log stream from one position.
 pub struct MyStream {
     events: Option<BinlogStream>,
+    /// The capture's column facts as last read (see [`FactsCache`]).
+    facts: FactsCache,
     /// The binary log's base file name.
     base: String,
     catalog: Conn,
@@ -167,15 +171,32 @@ fn key_of(columns: &[ColumnDesc], key: &[String]) -> Vec<usize> {
         .collect()
 }
 
+/// The binary log facts of each table's columns as this process last read them from the
+/// catalog, shared by the capture's streams: a table dropped after a stream noted it (its
+/// last events not yet written) is still decoded, with the columns it had, when the stream
+/// is opened again in the same process.
+pub type FactsCache = Arc<Mutex<HashMap<TableRef, Vec<super::values::ColumnFacts>>>>;
+
 async fn codec_for(
     conn: &mut Conn,
+    cache: &FactsCache,
     table: &TableRef,
     columns: &[ColumnDesc],
     zero_dates: ZeroDates,
     display: &str,
 ) -> Result<Codec> {
     super::values::check_columns(table, columns)?;
-    let facts = column_facts(conn, table, display).await?;
+    let mut facts = column_facts(conn, table, display).await?;
+    {
+        let mut known = cache.lock().unwrap_or_else(|p| p.into_inner());
+        match (facts.is_empty(), known.get(table)) {
+            (true, Some(had)) => facts = had.clone(),
+            (false, _) => {
+                known.insert(table.clone(), facts.clone());
+            }
+            (true, None) => {}
+        }
+    }
     if facts.len() != columns.len() {
         return Err(Error::internal(format!(
             "{table}: the catalog lists {} columns, the export {}",
@@ -196,7 +217,15 @@ impl MyStream {
         let mut tables = HashMap::new();
         for d in &setup.datasets {
             let Some(t) = &d.object else { continue };
-            let codec = codec_for(&mut setup.catalog, t, &d.columns, zero_dates, &display).await?;
+            let codec = codec_for(
+                &mut setup.catalog,
+                &setup.facts,
+                t,
+                &d.columns,
+                zero_dates,
+                &display,
+            )
+            .await?;
             tables.insert(
                 t.clone(),
                 Table {
@@ -212,6 +241,7 @@ impl MyStream {
         }
         Ok(MyStream {
             events: Some(events),
+            facts: setup.facts,
             base: setup.base,
             catalog: setup.catalog,
             server: setup.server,
@@ -699,8 +729,15 @@ impl MyStream {
             )
             .await?;
             let d = described.dataset;
-            tab.codec =
-                codec_for(&mut self.catalog, t, &d.columns, self.zero_dates, &display).await?;
+            tab.codec = codec_for(
+                &mut self.catalog,
+                &self.facts,
+                t,
+                &d.columns,
+                self.zero_dates,
+                &display,
+            )
+            .await?;
             tab.key = key_of(&d.columns, &d.primary_key);
             if tab.key.is_empty() {
                 return Err(Error::config(format!(

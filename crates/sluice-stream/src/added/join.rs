@@ -155,7 +155,7 @@ pub(crate) async fn finish(
     if pending.is_empty() {
         return Ok(Vec::new());
     }
-    let now = tables_now(job.source.as_ref(), &job.selection).await?;
+    let now = tables_now(job.source.as_ref(), &job.selection, &[]).await?;
     let mut added = Vec::new();
     for (prefix, names) in pending {
         let (keep, gone): (Vec<String>, Vec<String>) = names
