@@ -24,6 +24,15 @@ fn spawn(url: &str, to: &std::path::Path, args: &[&str]) -> Child {
     common::spawn(stream(url, to, args).env("SLUICE_LOG", "info"))
 }
 
+/// The state `now` is not older than `then`: no batch and no save undone.
+fn assert_not_back(then: &serde_json::Value, now: &serde_json::Value) {
+    assert!(
+        now["committed"]["batches"].as_u64() >= then["committed"]["batches"].as_u64()
+            && now["updated_at"].as_str() >= then["updated_at"].as_str(),
+        "the state went back: {then} → {now}"
+    );
+}
+
 /// The child's stderr as it is written, collected by a thread of its own.
 fn tail(child: &mut Child) -> std::sync::Arc<std::sync::Mutex<String>> {
     let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
@@ -186,11 +195,7 @@ async fn a_paused_stream_replaced_by_a_standby_cannot_write_state_when_it_wakes(
     let theirs = sluice_testkit::changes::change_files(&new_out.path().join(&dataset));
     assert!(!theirs.is_empty(), "the standby wrote the update");
     let now = state(&redis, &key);
-    assert!(
-        now["committed"]["batches"].as_u64() >= then["committed"]["batches"].as_u64()
-            && now["updated_at"].as_str() >= then["updated_at"].as_str(),
-        "the state went back: {then} → {now}"
-    );
+    assert_not_back(&then, &now);
     common::signal(&new, libc::SIGTERM);
     assert!(common::finish(new).status.success());
     let r = common::run(&mut crate::mysql_stream::stream(
@@ -328,11 +333,7 @@ async fn a_paused_stream_on_an_object_store_cannot_write_state_after_a_takeover(
         "the standby is still streaming"
     );
     let now = remote(&store).await.unwrap();
-    assert!(
-        now["committed"]["batches"].as_u64() >= then["committed"]["batches"].as_u64()
-            && now["updated_at"].as_str() >= then["updated_at"].as_str(),
-        "the state went back: {then} → {now}"
-    );
+    assert_not_back(&then, &now);
     common::signal(&new, libc::SIGTERM);
     assert!(common::finish(new).status.success());
     let local = tempdir();

@@ -7,8 +7,8 @@ use crate::common::{Run, TestDb, run, sluice, tempdir};
 use std::path::Path;
 
 /// `sluice stream --tables PATTERN --until-current EXTRA…` into `to` (`--discover-every 0.2`
-/// unless `extra` gives it).
-fn stream(url: &str, tables: &str, to: &Path, extra: &[&str]) -> Run {
+/// unless `extra` gives it), not started.
+fn command(url: &str, tables: &str, to: &Path, extra: &[&str]) -> std::process::Command {
     let mut cmd = sluice();
     cmd.args(["stream", "--source", url, "--tables", tables, "--to"])
         .arg(to)
@@ -17,7 +17,12 @@ fn stream(url: &str, tables: &str, to: &Path, extra: &[&str]) -> Run {
     if !extra.contains(&"--discover-every") {
         cmd.args(["--discover-every", "0.2"]);
     }
-    run(&mut cmd)
+    cmd
+}
+
+/// [`command`], run to its end.
+fn stream(url: &str, tables: &str, to: &Path, extra: &[&str]) -> Run {
+    run(&mut command(url, tables, to, extra))
 }
 
 fn json(path: &Path) -> serde_json::Value {
@@ -64,18 +69,7 @@ async fn a_table_created_again_under_a_dropped_name_stops_the_stream_with_the_fi
     stream(&db.url, r"public\.keep", to.path(), &[]).ok();
     let kept = sluice_testkit::changes::replay(&to.path().join("public.keep"), &["id"]);
     assert_eq!(kept.rows, ["1|1", "2|2"]);
-    run(sluice()
-        .args([
-            "stream",
-            "--source",
-            &db.url,
-            "--tables",
-            r"public\.keep",
-            "--to",
-        ])
-        .arg(to.path())
-        .arg("--drop"))
-    .ok();
+    stream(&db.url, r"public\.keep", to.path(), &["--drop"]).ok();
 }
 
 /// PostgreSQL with a publication the user manages (`--publication`): a new table it does not
@@ -118,10 +112,12 @@ async fn a_new_table_outside_a_users_publication_is_refused_naming_the_alter() {
         "{}",
         r.stderr
     );
-    run(sluice()
-        .args(["stream", "--source", &db.url, "--tables", tables, "--to"])
-        .arg(to.path())
-        .args(["--drop", "--publication", publication.as_str()]))
+    stream(
+        &db.url,
+        tables,
+        to.path(),
+        &["--drop", "--publication", publication.as_str()],
+    )
     .ok();
     db.exec(&format!("DROP PUBLICATION {publication};")).await;
 }
@@ -172,11 +168,7 @@ async fn discover_every_zero_keeps_the_tables_and_bad_values_are_refused() {
         "{}",
         r.stderr
     );
-    run(sluice()
-        .args(["stream", "--source", &db.url, "--tables", tables, "--to"])
-        .arg(to.path())
-        .arg("--drop"))
-    .ok();
+    stream(&db.url, tables, to.path(), &["--drop"]).ok();
 }
 
 /// A run with a selection that leaves out a table the stream captures, which the source still
@@ -201,11 +193,7 @@ async fn a_narrower_selection_is_refused_not_taken_for_a_drop() {
     stream(&db.url, both, to.path(), &[]).ok();
     let b = sluice_testkit::changes::replay(&to.path().join("public.b"), &["id"]);
     assert_eq!(b.rows, ["1"]);
-    run(sluice()
-        .args(["stream", "--source", &db.url, "--tables", both, "--to"])
-        .arg(to.path())
-        .arg("--drop"))
-    .ok();
+    stream(&db.url, both, to.path(), &["--drop"]).ok();
 }
 
 /// A table whose joining snapshot a killed run left unfinished, dropped before the next run,
@@ -225,16 +213,7 @@ async fn a_joining_table_dropped_before_its_snapshot_is_done_is_given_up() {
     )
     .await;
     let fp = crate::common::Failpoints::new();
-    let mut cmd = sluice();
-    cmd.args(["stream", "--source", &db.url, "--tables", both, "--to"])
-        .arg(to.path())
-        .args([
-            "--until-current",
-            "--discover-every",
-            "0.2",
-            "--chunk-size",
-            "64KB",
-        ]);
+    let mut cmd = command(&db.url, both, to.path(), &["--chunk-size", "64KB"]);
     fp.arm(&mut cmd, "export.after_receipt=exit@1");
     let r = run(&mut cmd);
     assert_ne!(r.code, 0, "the run did not die:\n{}", r.stderr);
@@ -258,11 +237,7 @@ async fn a_joining_table_dropped_before_its_snapshot_is_done_is_given_up() {
     );
     let a = sluice_testkit::changes::replay(&to.path().join("public.a"), &["id"]);
     assert_eq!(a.rows, ["1", "2"]);
-    run(sluice()
-        .args(["stream", "--source", &db.url, "--tables", both, "--to"])
-        .arg(to.path())
-        .arg("--drop"))
-    .ok();
+    stream(&db.url, both, to.path(), &["--drop"]).ok();
 }
 
 /// A dropped partitioned table ends with its marker like any table: its partitions gone with
@@ -292,11 +267,7 @@ async fn a_dropped_partitioned_table_ends_with_its_marker() {
     assert_eq!(p.rows, ["1|0"], "the delete before the drop is written");
     let a = sluice_testkit::changes::replay(&to.path().join("public.a"), &["id"]);
     assert_eq!(a.rows, ["1"]);
-    run(sluice()
-        .args(["stream", "--source", &db.url, "--tables", both, "--to"])
-        .arg(to.path())
-        .arg("--drop"))
-    .ok();
+    stream(&db.url, both, to.path(), &["--drop"]).ok();
 }
 
 /// A table a pattern would not list but `--table` can name (a partition) is not taken for

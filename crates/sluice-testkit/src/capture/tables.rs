@@ -17,6 +17,17 @@ fn pattern(src: &Capture, names: &[&str]) -> String {
     format!("{}\\.({})", regex_escape(schema), names.join("|"))
 }
 
+/// The arguments of a run over the tables `tables` matches that looks them up every 0.2 s.
+fn watching(tables: &str) -> [&str; 5] {
+    [
+        "--tables",
+        tables,
+        "--until-current",
+        "--discover-every",
+        "0.2",
+    ]
+}
+
 fn regex_escape(s: &str) -> String {
     s.chars()
         .flat_map(|c| {
@@ -113,15 +124,7 @@ pub async fn new_table(sluice: &Sluice, engine: Engine) {
     let writer = src.start_writer(2_000).await;
     let to = process::tempdir();
     let tables = pattern(&src, &["acct", "hist", "fresh"]);
-    let args = [
-        "--tables",
-        tables.as_str(),
-        "--until-current",
-        "--discover-every",
-        "0.2",
-        "--chunk-size",
-        "64KB",
-    ];
+    let args = [&watching(&tables)[..], &["--chunk-size", "64KB"]].concat();
     src.run(&[], to.path(), &args).ok();
     assert!(added_manifests(to.path()).is_empty(), "nothing joined yet");
 
@@ -195,13 +198,7 @@ pub async fn dropped_table(sluice: &Sluice, engine: Engine) {
     let writer = src.start_writer(500).await;
     let to = process::tempdir();
     let tables = pattern(&src, &["acct", "hist", "gone"]);
-    let args = [
-        "--tables",
-        tables.as_str(),
-        "--until-current",
-        "--discover-every",
-        "0.2",
-    ];
+    let args = watching(&tables);
     src.run(&[], to.path(), &args).ok();
     let gone = start_table_writer(&src, "gone", 500).await;
     let fp = Failpoints::new();
