@@ -100,13 +100,15 @@ async fn unchanged_toast_values_are_marked_absent_not_null() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_name_the_fix_and_leave_no_slot_behind() {
     let db = TestDb::new().await;
-    db.exec(
+    // A role of this test's own: a server kept between runs may hold one a killed run left.
+    let norepl = format!("norepl_{}", db.name);
+    db.exec(&format!(
         "CREATE TABLE nokey (a int, b text);
          CREATE TABLE ranges (id int PRIMARY KEY, r int4range);
          CREATE TABLE acct (id bigint PRIMARY KEY, v int NOT NULL, pad text NOT NULL);
-         CREATE ROLE norepl LOGIN PASSWORD 'pw';
-         GRANT SELECT ON ALL TABLES IN SCHEMA public TO norepl;",
-    )
+         CREATE ROLE {norepl} LOGIN PASSWORD 'pw';
+         GRANT SELECT ON ALL TABLES IN SCHEMA public TO {norepl};"
+    ))
     .await;
     let to = tempdir();
     let one = |table: &str, url: &str, extra: &[&str]| {
@@ -127,10 +129,11 @@ async fn refusals_name_the_fix_and_leave_no_slot_behind() {
         "{}",
         r.stderr
     );
-    let r = one("public.acct", &db.url_as("norepl", Some("pw")), &[]);
+    let r = one("public.acct", &db.url_as(&norepl, Some("pw")), &[]);
     assert_eq!(r.code, 3, "{}", r.stderr);
     assert!(
-        r.stderr.contains("ALTER ROLE \"norepl\" REPLICATION"),
+        r.stderr
+            .contains(&format!("ALTER ROLE \"{norepl}\" REPLICATION")),
         "{}",
         r.stderr
     );
