@@ -8,7 +8,7 @@
 //! the end of the zstd frame.
 
 use crate::destination::{CountingWriter, io_error};
-use crate::format::TextCompression;
+use crate::format::{PartStats, TextCompression};
 use flate2::write::GzEncoder;
 use sluice_core::{Error, Result};
 use std::io::Write;
@@ -95,6 +95,73 @@ impl Compressed {
     /// Discard the file.
     pub(crate) fn abort(self) {
         self.out.abort();
+    }
+}
+
+/// How much text a part buffers before it hands a block to the destination.
+const FLUSH_AT: usize = 1 << 20;
+
+/// A text part's buffer and where it goes (CSV, JSON Lines): the format appends a row's text
+/// to `buf` and calls [`TextPart::row_done`]; blocks of about 1 MB go on, compressed or not.
+pub(crate) struct TextPart {
+    out: Option<Compressed>,
+    /// The text not handed on yet.
+    pub buf: Vec<u8>,
+    rows: u64,
+}
+
+impl TextPart {
+    /// Start writing `out` (which writes `path`) with `compression`.
+    pub(crate) fn new(
+        out: CountingWriter,
+        compression: TextCompression,
+        path: &str,
+    ) -> Result<Self> {
+        Ok(TextPart {
+            out: Some(Compressed::new(out, compression, path)?),
+            buf: Vec::with_capacity(FLUSH_AT + 4096),
+            rows: 0,
+        })
+    }
+
+    /// A row's text is in `buf`: hand a full block on.
+    pub(crate) fn row_done(&mut self) -> Result<()> {
+        if self.buf.len() >= FLUSH_AT {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// `n` more rows written (for the part's statistics).
+    pub(crate) fn rows_done(&mut self, n: usize) {
+        self.rows += n as u64;
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        let out = self
+            .out
+            .as_mut()
+            .ok_or_else(|| Error::internal("write after finish"))?;
+        out.write_block(&self.buf)?;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Hand the rest on, end the stream and commit the part.
+    pub(crate) fn finish(&mut self) -> Result<PartStats> {
+        self.flush()?;
+        let out = self
+            .out
+            .take()
+            .ok_or_else(|| Error::internal("finish twice"))?;
+        out.finish()?.commit(self.rows)
+    }
+
+    /// Drop the part unwritten.
+    pub(crate) fn abort(&mut self) {
+        if let Some(out) = self.out.take() {
+            out.abort();
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 //! an empty string is always quoted, so with the default empty NULL, `,,` is NULL and `,"",`
 //! is an empty string — the same convention PostgreSQL's CSV uses.
 
-use crate::compress::Compressed;
+use crate::compress::TextPart;
 use crate::destination::CountingWriter;
 use crate::format::{CsvOptions, PartStats, PartWriter};
 use crate::render::renderer;
@@ -16,15 +16,11 @@ use arrow_buffer::NullBuffer;
 use arrow_schema::SchemaRef;
 use sluice_core::{Error, Result};
 
-const FLUSH_AT: usize = 1 << 20;
-
 /// One CSV part file being written.
 pub struct CsvPart {
-    out: Option<Compressed>,
+    text: TextPart,
     options: CsvOptions,
-    buf: Vec<u8>,
     field: Vec<u8>,
-    rows: u64,
 }
 
 impl CsvPart {
@@ -54,22 +50,20 @@ impl CsvPart {
             )));
         }
         let mut part = CsvPart {
-            out: Some(Compressed::new(out, options.compression, path)?),
+            text: TextPart::new(out, options.compression, path)?,
             options,
-            buf: Vec::with_capacity(FLUSH_AT + 4096),
             field: Vec::new(),
-            rows: 0,
         };
         if part.options.header {
             for (i, f) in schema.fields().iter().enumerate() {
                 if i > 0 {
-                    part.buf.push(part.options.delimiter);
+                    part.text.buf.push(part.options.delimiter);
                 }
                 part.field.clear();
                 part.field.extend_from_slice(f.name().as_bytes());
                 part.push_field(false, true);
             }
-            part.buf.extend_from_slice(b"\n");
+            part.text.buf.extend_from_slice(b"\n");
         }
         Ok(part)
     }
@@ -86,16 +80,16 @@ impl CsvPart {
                     .iter()
                     .any(|&c| c == d || c == b'"' || c == b'\r' || c == b'\n'));
         if needs {
-            self.buf.push(b'"');
+            self.text.buf.push(b'"');
             for &c in &self.field {
                 if c == b'"' {
-                    self.buf.push(b'"');
+                    self.text.buf.push(b'"');
                 }
-                self.buf.push(c);
+                self.text.buf.push(c);
             }
-            self.buf.push(b'"');
+            self.text.buf.push(b'"');
         } else {
-            self.buf.extend_from_slice(&self.field);
+            self.text.buf.extend_from_slice(&self.field);
         }
     }
 
@@ -107,27 +101,17 @@ impl CsvPart {
             || v.iter()
                 .any(|&c| c == d || c == b'"' || c == b'\r' || c == b'\n');
         if needs {
-            self.buf.push(b'"');
+            self.text.buf.push(b'"');
             for &c in v {
                 if c == b'"' {
-                    self.buf.push(b'"');
+                    self.text.buf.push(b'"');
                 }
-                self.buf.push(c);
+                self.text.buf.push(c);
             }
-            self.buf.push(b'"');
+            self.text.buf.push(b'"');
         } else {
-            self.buf.extend_from_slice(v);
+            self.text.buf.extend_from_slice(v);
         }
-    }
-
-    fn flush_buf(&mut self) -> Result<()> {
-        let out = self
-            .out
-            .as_mut()
-            .ok_or_else(|| Error::internal("write after finish"))?;
-        out.write_block(&self.buf)?;
-        self.buf.clear();
-        Ok(())
     }
 }
 
@@ -164,14 +148,16 @@ impl PartWriter for CsvPart {
         for row in 0..batch.num_rows() {
             for (c, render) in renders.iter().enumerate() {
                 if c > 0 {
-                    self.buf.push(delimiter);
+                    self.text.buf.push(delimiter);
                 }
                 if nulls[c].is_some_and(|n| n.is_null(row)) {
-                    self.buf.extend_from_slice(self.options.null.as_bytes());
+                    self.text
+                        .buf
+                        .extend_from_slice(self.options.null.as_bytes());
                     continue;
                 }
                 match &ways[c] {
-                    Way::Direct => render(row, &mut self.buf),
+                    Way::Direct => render(row, &mut self.text.buf),
                     Way::Text(s) => self.push_text(s.value(row).as_bytes()),
                     Way::Aside(scan) => {
                         self.field.clear();
@@ -180,28 +166,19 @@ impl PartWriter for CsvPart {
                     }
                 }
             }
-            self.buf.push(b'\n');
-            if self.buf.len() >= FLUSH_AT {
-                self.flush_buf()?;
-            }
+            self.text.buf.push(b'\n');
+            self.text.row_done()?;
         }
-        self.rows += batch.num_rows() as u64;
+        self.text.rows_done(batch.num_rows());
         Ok(())
     }
 
     fn finish(mut self: Box<Self>) -> Result<PartStats> {
-        self.flush_buf()?;
-        let out = self
-            .out
-            .take()
-            .ok_or_else(|| Error::internal("finish twice"))?;
-        out.finish()?.commit(self.rows)
+        self.text.finish()
     }
 
     fn abort(mut self: Box<Self>) {
-        if let Some(out) = self.out.take() {
-            out.abort();
-        }
+        self.text.abort();
     }
 }
 

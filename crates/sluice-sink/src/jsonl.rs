@@ -26,7 +26,7 @@
 //! Numbers beyond 2^53 are exact in the text; a reader that parses every number as a double
 //! (JavaScript) rounds them, as it would any JSON.
 
-use crate::compress::Compressed;
+use crate::compress::TextPart;
 use crate::destination::CountingWriter;
 use crate::format::{JsonlOptions, PartStats, PartWriter};
 use crate::render::{Render, json_string, member_key, renderer};
@@ -35,36 +35,20 @@ use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::extension::EXTENSION_TYPE_NAME_KEY;
 use arrow_schema::{DataType, Field};
 use base64::Engine;
-use sluice_core::{Error, Result};
+use sluice_core::Result;
 use std::cell::RefCell;
-
-const FLUSH_AT: usize = 1 << 20;
 
 /// One JSON Lines part file being written.
 pub struct JsonlPart {
-    out: Option<Compressed>,
-    buf: Vec<u8>,
-    rows: u64,
+    text: TextPart,
 }
 
 impl JsonlPart {
     /// Start a part writing to `out` (which writes `path`).
     pub fn new(out: CountingWriter, options: &JsonlOptions, path: &str) -> Result<Self> {
         Ok(JsonlPart {
-            out: Some(Compressed::new(out, options.compression, path)?),
-            buf: Vec::with_capacity(FLUSH_AT + 4096),
-            rows: 0,
+            text: TextPart::new(out, options.compression, path)?,
         })
-    }
-
-    fn flush_buf(&mut self) -> Result<()> {
-        let out = self
-            .out
-            .as_mut()
-            .ok_or_else(|| Error::internal("write after finish"))?;
-        out.write_block(&self.buf)?;
-        self.buf.clear();
-        Ok(())
     }
 }
 
@@ -89,37 +73,28 @@ impl PartWriter for JsonlPart {
             .collect::<Result<Vec<_>>>()?;
         let columns = batch.columns();
         for row in 0..batch.num_rows() {
-            self.buf.push(b'{');
+            self.text.buf.push(b'{');
             for (c, value) in values.iter().enumerate() {
-                self.buf.extend_from_slice(&keys[c]);
+                self.text.buf.extend_from_slice(&keys[c]);
                 if columns[c].is_null(row) {
-                    self.buf.extend_from_slice(b"null");
+                    self.text.buf.extend_from_slice(b"null");
                 } else {
-                    value(row, &mut self.buf);
+                    value(row, &mut self.text.buf);
                 }
             }
-            self.buf.extend_from_slice(b"}\n");
-            if self.buf.len() >= FLUSH_AT {
-                self.flush_buf()?;
-            }
+            self.text.buf.extend_from_slice(b"}\n");
+            self.text.row_done()?;
         }
-        self.rows += batch.num_rows() as u64;
+        self.text.rows_done(batch.num_rows());
         Ok(())
     }
 
     fn finish(mut self: Box<Self>) -> Result<PartStats> {
-        self.flush_buf()?;
-        let out = self
-            .out
-            .take()
-            .ok_or_else(|| Error::internal("finish twice"))?;
-        out.finish()?.commit(self.rows)
+        self.text.finish()
     }
 
     fn abort(mut self: Box<Self>) {
-        if let Some(out) = self.out.take() {
-            out.abort();
-        }
+        self.text.abort();
     }
 }
 
