@@ -574,10 +574,7 @@ async fn the_servers_idle_limits_end_no_session_of_the_stream() {
         "sessions ended while idle: {:?}",
         before.difference(&after).collect::<Vec<_>>()
     );
-    common::signal(&child, libc::SIGTERM);
-    let out = common::finish(child);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let stderr = common::stop(child);
     assert!(!stderr.contains("restarting"), "{stderr}");
     assert_replay_equals(&db, to.path(), "SELECT id, v, pad, note FROM acct").await;
     run(&mut stream(&db.url, to.path(), &["--drop"])).ok();

@@ -212,13 +212,7 @@ async fn a_running_stream_serves_metrics_refuses_a_second_one_and_stops_on_sigte
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("in use"), "{}", r.stderr);
     // SIGTERM stops it cleanly, after committing.
-    common::signal(&child, libc::SIGTERM);
-    let out = common::finish(child);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::stop(child);
     let r = assert_replay_equals_table(&db, to.path()).await;
     assert_eq!(r.changes.len(), 100);
     run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
@@ -290,13 +284,7 @@ async fn a_running_replication_serves_metrics() {
         ),
         "per table and operation:\n{text}"
     );
-    common::signal(&child, libc::SIGTERM);
-    let out = common::finish(child);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::stop(child);
     let sql = "SELECT id, v, pad FROM public.acct";
     assert_eq!(source.row_strings(sql).await, target.row_strings(sql).await);
     run(common::replicate(&source.url, &target.url).args(["--table", "public.acct", "--drop"]))

@@ -108,10 +108,7 @@ async fn a_standby_takes_over_from_a_killed_stream_with_no_change_lost_or_repeat
     })
     .await;
     writer.stop().await;
-    common::signal(&standby, libc::SIGTERM);
-    let out = common::finish(standby);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let err = common::stop(standby);
     assert!(err.contains("standby: took over"), "{err}");
     // What the standby had not drained when stopped, then the replay against the table.
     run(&mut stream(
@@ -196,8 +193,7 @@ async fn a_paused_stream_replaced_by_a_standby_cannot_write_state_when_it_wakes(
     assert!(!theirs.is_empty(), "the standby wrote the update");
     let now = state(&redis, &key);
     assert_not_back(&then, &now);
-    common::signal(&new, libc::SIGTERM);
-    assert!(common::finish(new).status.success());
+    common::stop(new);
     let r = common::run(&mut crate::mysql_stream::stream(
         &db.url,
         &["acct"],
@@ -251,8 +247,7 @@ async fn a_standby_on_a_local_output_takes_over_from_a_killed_stream() {
     })
     .await;
     writer.stop().await;
-    common::signal(&standby, libc::SIGTERM);
-    assert!(common::finish(standby).status.success());
+    common::stop(standby);
     run(&mut stream(&db.url, to.path(), &["--until-current"])).ok();
     assert_replay_equals_table(&db, to.path()).await;
     run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
@@ -334,8 +329,7 @@ async fn a_paused_stream_on_an_object_store_cannot_write_state_after_a_takeover(
     );
     let now = remote(&store).await.unwrap();
     assert_not_back(&then, &now);
-    common::signal(&new, libc::SIGTERM);
-    assert!(common::finish(new).status.success());
+    common::stop(new);
     let local = tempdir();
     crate::objstore_common::download(&url, local.path()).await;
     let want = db.row_strings("SELECT id, v FROM acct").await;

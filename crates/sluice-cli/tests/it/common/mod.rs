@@ -48,6 +48,16 @@ pub fn signal(child: &std::process::Child, sig: i32) {
     }
 }
 
+/// Stop a running sluice with SIGTERM and wait for it: it must exit 0 (it commits what it
+/// holds first). Returns what it printed on stderr.
+pub fn stop(child: std::process::Child) -> String {
+    signal(&child, libc::SIGTERM);
+    let out = finish(child);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    stderr
+}
+
 /// Start `cmd` with its output captured (read it with [`finish`]).
 pub fn spawn(cmd: &mut Command) -> std::process::Child {
     cmd.stdout(std::process::Stdio::piped())
