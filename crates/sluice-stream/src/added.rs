@@ -32,7 +32,7 @@
 mod beside;
 mod join;
 
-use crate::job::{StreamJob, blocking, tables_now};
+use crate::job::{StreamJob, blocking, save, tables_now};
 use crate::metrics::Metrics;
 use crate::state::{Dropped, StreamState};
 use serde::Serialize;
@@ -138,12 +138,6 @@ pub(crate) async fn changed(
 ) -> Result<Option<(String, Seen)>> {
     let seen = Seen::now(source, names, selection, state).await?;
     Ok(seen.describe().map(|d| (d, seen)))
-}
-
-pub(crate) async fn save(job: &StreamJob, state: &StreamState) -> Result<()> {
-    let store = job.state.clone();
-    let s = state.clone();
-    blocking(move || store.save(&s)).await
 }
 
 /// Take in what changed among the selection's tables: `at_stop`, what was seen when the run

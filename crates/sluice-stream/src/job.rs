@@ -180,6 +180,13 @@ pub(crate) fn uncaptured(table: &TableRef) -> String {
     )
 }
 
+/// Save `state` in the job's store, off the async runtime.
+pub(crate) async fn save(job: &StreamJob, state: &crate::state::StreamState) -> Result<()> {
+    let store = job.state.clone();
+    let s = state.clone();
+    blocking(move || store.save(&s)).await
+}
+
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> Result<T> {

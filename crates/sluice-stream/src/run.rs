@@ -136,10 +136,7 @@ async fn claimed(
             }
             // Saved at once: a run that took the output over from one that was only paused
             // fences it from here on (its next save names a version this one replaced).
-            {
-                let (store, saved) = (job.state.clone(), s.clone());
-                blocking(move || store.save(&saved)).await?;
-            }
+            crate::job::save(job, &s).await?;
             if !s.snapshot.done {
                 snapshot_report = Some(resume_snapshot(job, lock, &mut s, &cancel).await?);
             }

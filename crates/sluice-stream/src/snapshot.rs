@@ -20,7 +20,7 @@
 //!
 //! [`ChangeSource::manifest_position`]: sluice_core::change::ChangeSource::manifest_position
 
-use crate::job::{StreamJob, blocking};
+use crate::job::{StreamJob, save};
 use crate::state::StreamState;
 use sluice_core::change::{ChangeSource, Handoff};
 use sluice_core::{Error, Position, Result};
@@ -98,11 +98,7 @@ pub(crate) async fn snapshot_phase(
     cancel: &watch::Receiver<bool>,
 ) -> Result<Report> {
     let (snapshot, hold) = state.take_handoff(handoff);
-    {
-        let store = job.state.clone();
-        let s = state.clone();
-        blocking(move || store.save(&s)).await?;
-    }
+    save(job, state).await?;
     let source = job.source.export_source(snapshot.as_ref());
     let mut export = (job.export)(source);
     export.destination = job.destination.clone();
@@ -129,9 +125,7 @@ pub(crate) async fn snapshot_phase(
         .map_err(|e| Error::internal(format!("the snapshot's manifest cannot be read: {e}")))?;
     table_positions(job.source.as_ref(), state, &manifest)?;
     state.snapshot.done = true;
-    let store = job.state.clone();
-    let s = state.clone();
-    blocking(move || store.save(&s)).await?;
+    save(job, state).await?;
     Ok(report)
 }
 

@@ -3,9 +3,9 @@
 //! module for why that is exact); at a restart, pending snapshots are finished first, and a
 //! pending table that is gone or no longer selected is given up.
 
+use super::AddedTable;
 use super::beside::Beside;
-use super::{AddedTable, save};
-use crate::job::{StreamJob, check_tables, discover, note_missing, tables_now};
+use crate::job::{StreamJob, check_tables, discover, note_missing, save, tables_now};
 use crate::metrics::Metrics;
 use crate::snapshot::{clear_unfinished, table_positions};
 use crate::state::{Added, StreamState, TableState};
