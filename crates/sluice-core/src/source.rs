@@ -115,6 +115,24 @@ pub trait Source: Send + Sync {
 
     /// Open a separate session that samples harm; it must not hold a snapshot itself.
     async fn open_harm_probe(&self, options: &SourceOptions) -> Result<Box<dyn HarmProbe>>;
+
+    /// This source, its sessions reading under `snapshot` — a snapshot another session holds
+    /// and exported ([`Coordinator::pin_snapshot`]'s id), possibly in another process on
+    /// another machine — instead of taking one of their own: how readers that a distributed
+    /// engine (Spark) spreads over machines see one point in time. The snapshot is only
+    /// joinable while its holder keeps it. Engines that cannot import a snapshot by name
+    /// (MySQL/MariaDB) refuse with what a read can promise instead.
+    fn importing(&self, snapshot: &SnapshotInfo) -> Result<std::sync::Arc<dyn Source>> {
+        let _ = snapshot;
+        Err(crate::Error::config(format!(
+            "{} cannot share one snapshot between sessions (a session cannot join another's \
+             snapshot by name), so reads spread over several processes are consistent per \
+             chunk only: each chunk is one transaction, and rows changed meanwhile may be seen \
+             in either state. Read without a shared snapshot, or use sluice export on one \
+             machine for one point in time.",
+            self.engine()
+        )))
+    }
 }
 
 /// The session that plans the run and holds its snapshot.

@@ -23,12 +23,13 @@ use crate::finish::{Finished, already_complete, finish};
 use crate::governor::{self, Governor};
 use crate::harm::HarmMonitor;
 use crate::job::ExportJob;
+use crate::manifest::HarmRecord;
 use crate::output;
 use crate::phase::{EXPORT_PHASES, PhaseTimer};
 use crate::plan;
 use crate::planning::format_with_budget;
 use crate::policy::{self, Start};
-use crate::prepare::prepare;
+use crate::prepare::{Prepared, prepare};
 use crate::progress::{Progress, ProgressStart, ProgressTick};
 use crate::queue::WorkQueue;
 use crate::report::Report;
@@ -42,7 +43,7 @@ use tokio::sync::{Mutex, watch};
 
 pub use crate::planning::{now_rfc3339, plan_all, plan_inputs};
 
-fn new_run_id() -> String {
+pub(crate) fn new_run_id() -> String {
     format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff)
 }
 
@@ -100,27 +101,15 @@ async fn locked(
     cancel: watch::Receiver<bool>,
     phases: &mut PhaseTimer,
 ) -> Result<Report> {
-    let prior = output::inspect(job.destination.as_ref()).await?;
-    let start = policy::decide(job, prior)?;
-    if let Start::AlreadyComplete = start {
-        return Ok(already_complete(job, run_id, started, phases));
-    }
-    let options = SourceOptions {
-        session_tag: format!("sluice-{run_id}"),
-        consistency: job.consistency,
-        enable_row_security: job.enable_row_security,
-    };
-    let mut coordinator = job.source.open_coordinator(&options).await?;
-    let snapshot_since = Instant::now();
-    let server_version = coordinator.server_version();
-    phases.enter("plan");
-    let prepared = prepare(job, coordinator.as_mut(), start, &run_id, phases).await;
-    let mut prepared = match prepared {
-        Ok(p) => p,
-        Err(e) => {
-            let _ = coordinator.release().await;
-            return Err(e);
-        }
+    let Opened {
+        mut coordinator,
+        mut prepared,
+        options,
+        snapshot_since,
+        server_version,
+    } = match open(job, &run_id, started, phases).await? {
+        Opening::Complete(report) => return Ok(*report),
+        Opening::Opened(o) => *o,
     };
     let readers = if prepared.remaining.is_empty() {
         Vec::new()
@@ -211,22 +200,15 @@ async fn locked(
         Some(why) => Err(Error::source_transient(why)),
         None => Ok(()),
     });
-    let (mut harm, harm_failed) = monitor.finish().await;
-    let facts = coordinator.lock().await.run_facts();
-    harm.global_lock_seconds = facts.global_lock_held.map(|d| d.as_secs_f64());
-    harm.global_lock_wait_seconds = facts.global_lock_wait.map(|d| d.as_secs_f64());
-    prepared.notes.extend(facts.notes);
-    prepared.outside_snapshot = facts.outside_snapshot;
-    let _ = coordinator.lock().await.release().await;
-    if job.consistency == Consistency::Snapshot {
-        harm.snapshot_held_seconds = snapshot_since.elapsed().as_secs_f64();
-    }
+    let harm = wind_down(
+        job,
+        coordinator.lock().await.as_mut(),
+        &mut prepared,
+        monitor,
+        snapshot_since,
+    )
+    .await;
     outcome?;
-    if let Some(why) = harm_failed {
-        prepared
-            .notes
-            .push(format!("harm figures are incomplete: {why}"));
-    }
     let finished = Finished {
         prepared,
         ctx,
@@ -243,8 +225,100 @@ async fn locked(
     Ok(report)
 }
 
+/// A run whose output lock is held, once its coordinator holds the snapshot and `run.json`
+/// records the plan: what is left is reading the chunks and finishing.
+pub(crate) struct Opened {
+    pub coordinator: Box<dyn sluice_core::Coordinator>,
+    pub prepared: Prepared,
+    pub options: SourceOptions,
+    pub snapshot_since: Instant,
+    pub server_version: String,
+}
+
+/// What [`open`] found.
+pub(crate) enum Opening {
+    /// The output was already complete: nothing to read.
+    Complete(Box<Report>),
+    /// Ready to read.
+    Opened(Box<Opened>),
+}
+
+/// The run up to its first read, with the output's lock held: what the output holds decides
+/// fresh, resume or overwrite; the coordinator opens, the datasets are discovered and planned
+/// (or the unfinished plan reconciled), the snapshot pinned and `run.json` written.
+pub(crate) async fn open(
+    job: &ExportJob,
+    run_id: &str,
+    started: Instant,
+    phases: &mut PhaseTimer,
+) -> Result<Opening> {
+    let prior = output::inspect(job.destination.as_ref()).await?;
+    let start = policy::decide(job, prior)?;
+    if let Start::AlreadyComplete = start {
+        return Ok(Opening::Complete(Box::new(already_complete(
+            job,
+            run_id.to_string(),
+            started,
+            phases,
+        ))));
+    }
+    let options = SourceOptions {
+        session_tag: job
+            .session_tag
+            .clone()
+            .unwrap_or_else(|| format!("sluice-{run_id}")),
+        consistency: job.consistency,
+        enable_row_security: job.enable_row_security,
+    };
+    let mut coordinator = job.source.open_coordinator(&options).await?;
+    let snapshot_since = Instant::now();
+    let server_version = coordinator.server_version();
+    phases.enter("plan");
+    match prepare(job, coordinator.as_mut(), start, run_id, phases).await {
+        Ok(prepared) => Ok(Opening::Opened(Box::new(Opened {
+            coordinator,
+            prepared,
+            options,
+            snapshot_since,
+            server_version,
+        }))),
+        Err(e) => {
+            let _ = coordinator.release().await;
+            Err(e)
+        }
+    }
+}
+
+/// Once the reads are over: the harm peaks with the coordinator's run facts (a global lock's
+/// times, tables outside the snapshot, remarks) and how long the snapshot was held; the
+/// coordinator released.
+pub(crate) async fn wind_down(
+    job: &ExportJob,
+    coordinator: &mut dyn sluice_core::Coordinator,
+    prepared: &mut Prepared,
+    monitor: HarmMonitor,
+    snapshot_since: Instant,
+) -> HarmRecord {
+    let (mut harm, harm_failed) = monitor.finish().await;
+    let facts = coordinator.run_facts();
+    harm.global_lock_seconds = facts.global_lock_held.map(|d| d.as_secs_f64());
+    harm.global_lock_wait_seconds = facts.global_lock_wait.map(|d| d.as_secs_f64());
+    prepared.notes.extend(facts.notes);
+    prepared.outside_snapshot = facts.outside_snapshot;
+    let _ = coordinator.release().await;
+    if job.consistency == Consistency::Snapshot {
+        harm.snapshot_held_seconds = snapshot_since.elapsed().as_secs_f64();
+    }
+    if let Some(why) = harm_failed {
+        prepared
+            .notes
+            .push(format!("harm figures are incomplete: {why}"));
+    }
+    harm
+}
+
 /// Run the workers until all chunks are done, one fails, or the run is cancelled.
-async fn drive(
+pub(crate) async fn drive(
     ctx: Arc<WorkerContext>,
     readers: Vec<Box<dyn sluice_core::ChunkReader>>,
     progress: Arc<dyn Progress>,

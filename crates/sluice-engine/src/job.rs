@@ -3,7 +3,7 @@
 
 use crate::governor::HarmBudget;
 use crate::retry::RetryPolicy;
-use sluice_core::{ChunkStrategy, Consistency, Selection, Source};
+use sluice_core::{Chunk, ChunkStrategy, Consistency, Selection, Source};
 use sluice_sink::delta::TableCommitter;
 use sluice_sink::{Destination, FormatOptions, OutputLock};
 use std::path::PathBuf;
@@ -62,6 +62,14 @@ pub struct ExportJob {
     /// unused otherwise. Given by the caller so that the engine does not link a table
     /// library (the CLI passes `sluice-lake`'s).
     pub table: Option<Arc<dyn TableCommitter>>,
+    /// Read exactly these chunks, planned by another process ([`crate::distributed`]),
+    /// instead of planning: a distributed engine's task reads its share of one plan. Every
+    /// chunk must belong to a dataset the selection holds. `None`: plan as usual.
+    pub chunks: Option<Vec<Chunk>>,
+    /// The tag the run's sessions carry, which the harm monitor finds them by; `None`:
+    /// `sluice-<run id>`. A distributed read's tasks take their snapshot holder's, so the
+    /// holder's monitor sees every session that reads under its snapshot.
+    pub session_tag: Option<String>,
 }
 
 impl ExportJob {
@@ -94,6 +102,8 @@ impl ExportJob {
             budget: HarmBudget::default(),
             report_html: None,
             table: None,
+            chunks: None,
+            session_tag: None,
         }
     }
 }

@@ -11,6 +11,7 @@
 //! | `request`   | the request's fingerprint: options that decide the output, differences |
 //! | `plan`      | the cost and memory model                                   |
 //! | `preview`   | `sluice plan`: the plan without reading                     |
+//! | `distributed` | a plan read by other processes; a snapshot held for them  |
 //! | `export`    | one run from start to manifest, in order                    |
 //! | `output`    | what the output already holds; removing what nothing vouches for |
 //! | `policy`    | fresh, resume or overwrite: what a run does with the output |
@@ -30,6 +31,7 @@
 //! | `phase`     | where the time went: numbered phases with durations         |
 //! | `progress`  | progress callbacks                                          |
 
+pub mod distributed;
 pub mod export;
 pub mod finish;
 pub mod governor;

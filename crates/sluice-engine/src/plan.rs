@@ -174,7 +174,7 @@ impl PlanInputs {
 }
 
 /// Byte budgets per worker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Budget {
     /// Arrow bytes per batch.
     pub batch_bytes: usize,

@@ -152,6 +152,29 @@ pub async fn fresh(
         extension: job.format.extension().to_string(),
         snapshots: Vec::new(),
         datasets: discovered.iter().map(record_of).collect(),
-        chunks: plan_all(coordinator, discovered, job, chunk_bytes).await?,
+        chunks: match &job.chunks {
+            Some(given) => given_chunks(discovered, given)?,
+            None => plan_all(coordinator, discovered, job, chunk_bytes).await?,
+        },
     })
+}
+
+/// The chunks another process planned ([`ExportJob::chunks`]), each checked to belong to a
+/// dataset this run found: a plan made for another selection would read nothing of it.
+fn given_chunks(discovered: &[Dataset], given: &[Chunk]) -> Result<Vec<Chunk>> {
+    for c in given {
+        if !discovered.iter().any(|d| d.name == c.dataset) {
+            return Err(Error::config(format!(
+                "a chunk of {} was given to read, but the selection does not hold that dataset \
+                 (found: {}); plan and read with the same source and selection.",
+                c.dataset,
+                discovered
+                    .iter()
+                    .map(|d| d.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    Ok(given.to_vec())
 }

@@ -3,11 +3,11 @@
 //! Opens the coordinator without a snapshot (nothing is held), discovers the datasets, plans
 //! their chunks, and applies the same sizing as a real run.
 
-use crate::export::{plan_all, plan_inputs};
+use crate::export::plan_inputs;
 use crate::job::ExportJob;
 use crate::plan::{self, budget, predicted_peak_rss};
 use serde::{Deserialize, Serialize};
-use sluice_core::{ChunkBounds, Consistency, Result, SourceOptions};
+use sluice_core::{ChunkBounds, Consistency, Result};
 
 /// The plan of one dataset.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,17 +81,14 @@ fn strategy_of(bounds: &ChunkBounds) -> String {
 
 /// Plan `job` without reading data or holding a snapshot.
 pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
-    let options = SourceOptions {
-        session_tag: "sluice-plan".into(),
-        consistency: Consistency::Chunk,
-        enable_row_security: job.enable_row_security,
-    };
-    let mut coordinator = job.source.open_coordinator(&options).await?;
-    let result = async {
-        let datasets = coordinator.discover(&job.selection).await?;
-        let inputs = plan_inputs(job).with_columns_of(&datasets);
-        let sizing = plan::size(&datasets, &inputs);
-        let chunks = plan_all(coordinator.as_mut(), &datasets, job, sizing.chunk_bytes).await?;
+    let crate::distributed::ReadPlan {
+        datasets,
+        chunks,
+        sizing,
+        server_version,
+    } = crate::distributed::plan_read(job).await?;
+    let inputs = plan_inputs(job).with_columns_of(&datasets);
+    {
         let workers = sizing.workers.min(chunks.len()).max(1);
         let plans = datasets
             .iter()
@@ -132,7 +129,7 @@ pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
         }
         Ok(PlanReport {
             source: format!("{} {}", job.source.engine(), job.source.display_url()),
-            server_version: coordinator.server_version(),
+            server_version,
             consistency: job.consistency.to_string(),
             workers,
             workers_reason: sizing.reason,
@@ -149,7 +146,4 @@ pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
             signals: crate::governor::probe_signals(job).await,
         })
     }
-    .await;
-    let _ = coordinator.release().await;
-    result
 }

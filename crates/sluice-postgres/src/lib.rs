@@ -33,6 +33,7 @@ pub mod types;
 
 use async_trait::async_trait;
 use sluice_core::{Coordinator, HarmProbe, Result, Source, SourceOptions};
+use std::sync::Arc;
 
 pub use apply::PgApplyTarget;
 pub use connect::PgTarget;
@@ -83,5 +84,18 @@ impl Source for PgSource {
         Ok(Box::new(
             harm::PgHarmProbe::open(&self.target, &options.session_tag).await?,
         ))
+    }
+
+    /// `SET TRANSACTION SNAPSHOT` works from any host while the exporting transaction lives.
+    fn importing(&self, snapshot: &sluice_core::SnapshotInfo) -> Result<Arc<dyn Source>> {
+        if snapshot.id.is_none() {
+            return Err(sluice_core::Error::config(
+                "a shared snapshot without a name cannot be imported",
+            ));
+        }
+        Ok(Arc::new(PgSource {
+            target: self.target.clone(),
+            imported: Some(snapshot.clone()),
+        }))
     }
 }

@@ -9,6 +9,7 @@
 //! signatures, docstrings and the conversion to pyarrow objects.
 
 mod arrow;
+mod distributed;
 mod errors;
 mod options;
 mod run;
@@ -99,6 +100,8 @@ fn read(py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<(Table, 
 struct Stream {
     run: Run,
     schema: SchemaRef,
+    /// Each batch converted to Spark's types (a distributed read's task), or as read.
+    spark: Option<sluice_sink::delta::TableSchema>,
     dataset: Option<String>,
     report: Option<String>,
     done: bool,
@@ -108,35 +111,49 @@ struct Stream {
 #[pyo3(signature = (**kwargs))]
 fn stream(py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Stream> {
     let empty = PyDict::new(py);
-    let mut run = start_read(py, kwargs.unwrap_or(&empty))?;
-    // The schema comes with the first part; a reader needs it before any batch.
-    loop {
-        match run.next(py)? {
-            Step::Event(Event::Open(part, schema)) => {
-                return Ok(Stream {
-                    run,
-                    schema,
-                    dataset: Some(part.dataset),
-                    report: None,
-                    done: false,
-                });
-            }
-            Step::Event(_) => {}
-            Step::Done(Ok(report)) => {
-                return Ok(Stream {
-                    run,
-                    schema: Arc::new(arrow_schema::Schema::empty()),
-                    dataset: None,
-                    report: serde_json::to_string(&report).ok(),
-                    done: true,
-                });
-            }
-            Step::Done(Err(e)) => return Err(py_err(py, e)),
-        }
-    }
+    let run = start_read(py, kwargs.unwrap_or(&empty))?;
+    Stream::open(py, run, false)
 }
 
 impl Stream {
+    /// The stream of `run`'s batches, once its first part gave the schema (a reader needs it
+    /// before any batch); in Spark's types when `spark`.
+    fn open(py: Python<'_>, mut run: Run, spark: bool) -> PyResult<Stream> {
+        loop {
+            match run.next(py)? {
+                Step::Event(Event::Open(part, schema)) => {
+                    let (schema, spark) = if spark {
+                        let t = sluice_sink::delta::spark_schema(&part.dataset, &schema)
+                            .map_err(|e| py_err(py, e))?;
+                        (t.schema.clone(), Some(t))
+                    } else {
+                        (schema, None)
+                    };
+                    return Ok(Stream {
+                        run,
+                        schema,
+                        spark,
+                        dataset: Some(part.dataset),
+                        report: None,
+                        done: false,
+                    });
+                }
+                Step::Event(_) => {}
+                Step::Done(Ok(report)) => {
+                    return Ok(Stream {
+                        run,
+                        schema: Arc::new(arrow_schema::Schema::empty()),
+                        spark: None,
+                        dataset: None,
+                        report: serde_json::to_string(&report).ok(),
+                        done: true,
+                    });
+                }
+                Step::Done(Err(e)) => return Err(py_err(py, e)),
+            }
+        }
+    }
+
     /// Stop the run and wait for it, then fail with `e`.
     fn fail(&mut self, py: Python<'_>, e: PyErr) -> PyErr {
         self.done = true;
@@ -178,6 +195,13 @@ impl Stream {
             };
             match step {
                 Step::Event(Event::Batch(_, b)) => {
+                    let b = match &self.spark {
+                        Some(t) => match t.convert(&b) {
+                            Ok(b) => b,
+                            Err(e) => return Err(self.fail(py, py_err(py, e))),
+                        },
+                        None => b,
+                    };
                     return Ok(Some(Batch::new(self.schema.clone(), b)));
                 }
                 Step::Event(Event::Open(part, _)) => {
@@ -313,6 +337,7 @@ fn _sluice(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(export, m)?)?;
     m.add_function(wrap_pyfunction!(plan, m)?)?;
     m.add_function(wrap_pyfunction!(shutdown, m)?)?;
+    distributed::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

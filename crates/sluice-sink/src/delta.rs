@@ -82,6 +82,36 @@ fn delta_type(t: &DataType) -> Option<DataType> {
     })
 }
 
+/// `t` with every nested field nullable, or `None` when it already is (or has none).
+fn loosened(t: &DataType) -> Option<DataType> {
+    let field = |f: &FieldRef| {
+        let inner = loosened(f.data_type());
+        (inner.is_some() || !f.is_nullable()).then(|| {
+            Arc::new(Field::new(
+                f.name(),
+                inner.unwrap_or_else(|| f.data_type().clone()),
+                true,
+            ))
+        })
+    };
+    match t {
+        DataType::Struct(fields) => {
+            let changed: Vec<Option<FieldRef>> = fields.iter().map(field).collect();
+            changed.iter().any(Option::is_some).then(|| {
+                DataType::Struct(
+                    fields
+                        .iter()
+                        .zip(changed)
+                        .map(|(f, c)| c.unwrap_or_else(|| f.clone()))
+                        .collect::<Fields>(),
+                )
+            })
+        }
+        DataType::List(item) => field(item).map(DataType::List),
+        _ => None,
+    }
+}
+
 /// `f` with type `t` and no metadata (extension names such as `arrow.json` mean nothing to a
 /// Delta reader; the table's schema is the type).
 fn plain(f: &FieldRef, t: DataType) -> FieldRef {
@@ -101,11 +131,22 @@ pub struct TableSchema {
 /// The Delta table schema for a dataset's Arrow `schema`; a column name Delta cannot hold is
 /// refused, naming `dataset`, the column and the fix.
 pub fn table_schema(dataset: &str, schema: &Schema) -> Result<TableSchema> {
+    mapped(dataset, schema, true)
+}
+
+/// The same columns in the same types for a Spark DataFrame (Delta's types are Spark SQL's),
+/// where any column name is allowed.
+pub fn spark_schema(dataset: &str, schema: &Schema) -> Result<TableSchema> {
+    mapped(dataset, schema, false)
+}
+
+fn mapped(dataset: &str, schema: &Schema, delta_names: bool) -> Result<TableSchema> {
     let mut fields = Vec::with_capacity(schema.fields().len());
     let mut conversions = Vec::with_capacity(fields.capacity());
     let mut notes = Vec::new();
+    let kind = if delta_names { "Delta" } else { "Spark" };
     for f in schema.fields() {
-        if f.name().is_empty() || f.name().contains(FORBIDDEN) {
+        if delta_names && (f.name().is_empty() || f.name().contains(FORBIDDEN)) {
             return Err(Error::config(format!(
                 "{dataset}: column {:?} cannot be a Delta column name (a Delta table without \
                  column mapping holds no space, tab, line break or any of ,;{{}}()= in a name): \
@@ -117,7 +158,7 @@ pub fn table_schema(dataset: &str, schema: &Schema) -> Result<TableSchema> {
             Some(t) if &t == f.data_type() => {
                 if let Some(ext) = f.metadata().get(EXTENSION_TYPE_NAME_KEY) {
                     notes.push(format!(
-                        "{dataset}.{}: {ext} is written as Delta's {} (Delta has no such type)",
+                        "{dataset}.{}: {ext} is written as {kind}'s {} ({kind} has no such type)",
                         f.name(),
                         t
                     ));
@@ -127,7 +168,7 @@ pub fn table_schema(dataset: &str, schema: &Schema) -> Result<TableSchema> {
             Some(t) => {
                 if !matches!(f.data_type(), DataType::Struct(_) | DataType::List(_)) {
                     notes.push(format!(
-                        "{dataset}.{}: {} is written as Delta's {}",
+                        "{dataset}.{}: {} is written as {kind}'s {}",
                         f.name(),
                         f.data_type(),
                         t
@@ -137,13 +178,19 @@ pub fn table_schema(dataset: &str, schema: &Schema) -> Result<TableSchema> {
             }
             None => {
                 notes.push(format!(
-                    "{dataset}.{}: {} has no Delta type and is written as text (string), as \
+                    "{dataset}.{}: {} has no {kind} type and is written as text (string), as \
                      --format csv writes it",
                     f.name(),
                     f.data_type()
                 ));
                 (DataType::Utf8, Conversion::Text)
             }
+        };
+        let (t, c) = match (delta_names, loosened(&t)) {
+            // Spark's toArrow() cannot give back a NULL struct whose fields are declared
+            // non-null (pyarrow refuses the view), so a DataFrame's nested fields are nullable.
+            (false, Some(l)) => (l.clone(), Conversion::Cast(l)),
+            _ => (t, c),
         };
         fields.push(Field::new(f.name(), t, f.is_nullable()));
         conversions.push(c);
