@@ -40,6 +40,8 @@ ensure_rust() {
 # firebird-embedded) links against.
 BASE_PACKAGES=(build-essential pkg-config ca-certificates postgresql postgresql-client
     mariadb-server mariadb-client libtommath1 libtomcrypt1 redis-server)
+# Java for the Spark tests (pyspark, in the test venv below, starts its JVMs with it).
+TEST_PACKAGES=(openjdk-17-jre-headless)
 
 testkit() { "$CARGO_TARGET_DIR/$1/sluice-testkit" "${@:2}"; }
 
@@ -68,9 +70,11 @@ ensure_objstore_emulators() {
 # firebird-driver to set up test data). A stamp holding the pins makes re-runs a no-op.
 # DuckDB with its delta extension and the deltalake package: the readers of the Delta tables
 # sluice writes (sluice-testkit/src/lake.rs), implementations other than the one it commits with.
+# pyspark: the Spark data source's tests (python/tests/test_spark*.py: local[2] and a standalone
+# cluster started from this installation, on loopback).
 PYTHON_TEST_PKGS=("pyarrow==26.0.1" "pandas==3.1.1" "pytest==9.2.0" "psycopg[binary]==3.3.9"
     "pymysql==1.2.4" "firebird-driver==2.1.0" "duckdb==1.4.4" "duckdb-ext-delta==1.4.4.20260205"
-    "deltalake==1.6.6")
+    "deltalake==1.6.6" "pyspark==4.1.4")
 ensure_python_test_venv() {
     local dir="$HOME/.cache/sluice/python-venv"
     local want="${PYTHON_TEST_PKGS[*]}"
