@@ -290,7 +290,11 @@ def export(spark: Any, source: str, *, to: str, **options: Any) -> Dict[str, Any
         )
     report_json = options.pop("report_json", None)
     opts = {k: v for k, v in options.items() if v is not None and v is not False}
-    opts.update(source=source, to=os.fspath(to))
+    to = os.fspath(to)
+    if "://" not in to:
+        # The executors' working directories are not the driver's.
+        to = os.path.abspath(to)
+    opts.update(source=source, to=to)
     driver, complete = _sluice.begin_export(**opts)
     if driver is None:
         report = json.loads(complete)
