@@ -288,6 +288,13 @@ def export(spark: Any, source: str, *, to: str, **options: Any) -> Dict[str, Any
             "Use sluice.export on one machine to export under a harm budget, or bound the "
             "Spark job's concurrency (spark.cores.max)."
         )
+    if str(spark.conf.get("spark.speculation", "false")).lower() == "true":
+        raise ConfigError(
+            "spark.speculation is on: two attempts of one task would write the same part at "
+            "different times, and its receipt could describe the other attempt's file. Turn "
+            "it off for the export (spark.conf.set(\"spark.speculation\", \"false\") before "
+            "the session starts)."
+        )
     report_json = options.pop("report_json", None)
     opts = {k: v for k, v in options.items() if v is not None and v is not False}
     to = os.fspath(to)
@@ -325,4 +332,14 @@ def _run_tasks(spark: Any, chunks: List[str], spec: str, opts: Dict[str, Any]) -
                 yield pa.RecordBatch.from_pydict({"account": [account]})
 
     df = spark.createDataFrame([(c,) for c in chunks], "chunk string").repartition(len(chunks))
-    return [r["account"] for r in df.mapInArrow(write, "account string").collect()]
+    # Tagged, so that a driver that gives up (an error, Ctrl-C) stops the tasks still running
+    # before it releases the snapshot and the output's lock: none writes after that.
+    tag = f"sluice-export-{json.loads(spec)['run_id']}"
+    spark.addTag(tag)
+    try:
+        return [r["account"] for r in df.mapInArrow(write, "account string").collect()]
+    except BaseException:
+        spark.interruptTag(tag)
+        raise
+    finally:
+        spark.removeTag(tag)

@@ -80,6 +80,12 @@ fn plan_read(
     let planned = || -> Result<_> {
         let shared = shared(snapshot.as_deref())?;
         let (mut job, _) = read_job(kwargs, py)?;
+        if shared.is_some() && job.consistency == Consistency::Chunk && explicit(kwargs) {
+            return Err(Error::config(
+                "consistency=\"chunk\" and a shared snapshot contradict each other: leave out \
+                 the snapshot option for per-chunk reads, or consistency for the snapshot's.",
+            ));
+        }
         if shared.is_none() && job.consistency == Consistency::Snapshot && explicit(kwargs) {
             return Err(Error::config(
                 "consistency=\"snapshot\" across Spark tasks needs one shared snapshot: read \

@@ -21,10 +21,10 @@ use crate::finish::{Finished, finish};
 use crate::governor::Gate;
 use crate::harm::HarmMonitor;
 use crate::job::ExportJob;
-use crate::manifest::PartRecord;
+use crate::manifest::{ColumnRecord, PartRecord};
 use crate::phase::{EXPORT_PHASES, PhaseTimer};
 use crate::plan::{self, Budget};
-use crate::planning::{format_with_budget, plan_inputs};
+use crate::planning::{column_records, format_with_budget, plan_inputs};
 use crate::progress::Silent;
 use crate::queue::WorkQueue;
 use crate::report::Report;
@@ -32,6 +32,7 @@ use crate::worker::{WorkerContext, Writers};
 use serde::{Deserialize, Serialize};
 use sluice_core::{Chunk, Consistency, Error, ReadCounters, Result, SnapshotInfo, SourceOptions};
 use sluice_sink::{LockHolder, OutputLock};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -40,8 +41,13 @@ use tokio::sync::{Mutex, watch};
 /// What every task of one distributed export is given besides its chunks.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TaskSpec {
-    /// The run's id (a table format's part names carry it).
+    /// The id of the run whose plan the tasks carry out (a table format's part names carry
+    /// it).
     pub run_id: String,
+    /// Each dataset's columns as the driver planned it: a task that finds other columns
+    /// (the table altered meanwhile, possible without a snapshot's locks) refuses to write
+    /// parts that would not match the run's record.
+    pub columns: BTreeMap<String, Vec<ColumnRecord>>,
     /// The snapshot the parts are read under, as the run state numbers it.
     pub snapshot_index: u32,
     /// The per-worker batch and row-group sizes the driver planned.
@@ -122,11 +128,19 @@ pub async fn begin(job: ExportJob) -> Result<Begun> {
             return Err(e);
         }
     };
+    let mut opened = opened;
+    let spec = match spec_of(&job, &opened) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = opened.coordinator.release().await;
+            lock.release().await;
+            return Err(e);
+        }
+    };
     let monitor = match job.source.open_harm_probe(&opened.options).await {
         Ok(p) => HarmMonitor::start(Some(p), job.harm_interval, None),
         Err(e) => HarmMonitor::start(None, job.harm_interval, Some(e.to_string())),
     };
-    let spec = spec_of(&job, &opened, &run_id)?;
     phases.enter("read");
     Ok(Begun::Ready(Box::new(Driver {
         job,
@@ -140,7 +154,7 @@ pub async fn begin(job: ExportJob) -> Result<Begun> {
     })))
 }
 
-fn spec_of(job: &ExportJob, opened: &Opened, run_id: &str) -> Result<TaskSpec> {
+fn spec_of(job: &ExportJob, opened: &Opened) -> Result<TaskSpec> {
     let state = &opened.prepared.state;
     let snap = state
         .snapshots
@@ -164,7 +178,15 @@ fn spec_of(job: &ExportJob, opened: &Opened, run_id: &str) -> Result<TaskSpec> {
             .collect(),
     });
     Ok(TaskSpec {
-        run_id: run_id.to_string(),
+        // The plan's run, not this attempt's: a resumed run names its parts as the run it
+        // finishes did (`sluice export --resume` does the same).
+        run_id: state.run_id.clone(),
+        columns: opened
+            .prepared
+            .datasets
+            .iter()
+            .map(|d| (d.name.clone(), column_records(d)))
+            .collect(),
         snapshot_index: opened.prepared.snapshot_index,
         budget: opened.prepared.budget,
         shared,
@@ -318,6 +340,15 @@ pub async fn write_parts(
                  the tasks the driver's source and selection.",
                 c.dataset
             )));
+        }
+        for d in &datasets {
+            if spec.columns.get(&d.name) != Some(&column_records(d)) {
+                return Err(Error::source_permanent(format!(
+                    "{}: its columns are not the ones the driver planned the export with (the \
+                     table was altered during the job); run the export again.",
+                    d.name
+                )));
+            }
         }
         coordinator.pin_snapshot(&datasets).await?;
         let readers = coordinator.open_readers(1).await?;
