@@ -219,6 +219,7 @@ pub fn task(
             job.source = job.source.importing(&s.snapshot)?;
             job.consistency = Consistency::Snapshot;
             job.session_tag = Some(s.session_tag.clone());
+            job.harm_sampled_elsewhere = true;
         }
         None => job.consistency = Consistency::Chunk,
     }

@@ -123,9 +123,16 @@ async fn locked(
         }
     };
     phases.enter("read");
-    let mut probe = match job.source.open_harm_probe(&options).await {
-        Ok(p) => (Some(p), None),
-        Err(e) => (None, Some(format!("harm monitor unavailable: {e}"))),
+    let mut probe = match job.harm_sampled_elsewhere {
+        // A distributed read's task: the snapshot's holder samples every task's sessions.
+        true => (
+            None,
+            Some("sampled by the shared snapshot's holder".to_string()),
+        ),
+        false => match job.source.open_harm_probe(&options).await {
+            Ok(p) => (Some(p), None),
+            Err(e) => (None, Some(format!("harm monitor unavailable: {e}"))),
+        },
     };
     let signals = match (&mut probe.0, job.budget.governs()) {
         (Some(p), true) => p.open_signals(&job.budget.request()),

@@ -70,6 +70,10 @@ pub struct ExportJob {
     /// `sluice-<run id>`. A distributed read's tasks take their snapshot holder's, so the
     /// holder's monitor sees every session that reads under its snapshot.
     pub session_tag: Option<String>,
+    /// Open no harm probe of its own: a distributed read's task, whose sessions the shared
+    /// snapshot's holder samples under their common tag — a probe per task would add a
+    /// session and a query every 100 ms per executor to the source it is meant to spare.
+    pub harm_sampled_elsewhere: bool,
 }
 
 impl ExportJob {
@@ -104,6 +108,7 @@ impl ExportJob {
             table: None,
             chunks: None,
             session_tag: None,
+            harm_sampled_elsewhere: false,
         }
     }
 }
