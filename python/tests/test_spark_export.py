@@ -178,3 +178,23 @@ def test_refusals(spark, pg, my, tmp_path):
     assert r["rows"] == 3000
     (name,) = [d["name"] for d in manifest(tmp_path / "z")["datasets"]]
     assert pq.read_table(tmp_path / "z" / name).num_rows == 3000
+
+
+def test_a_task_refuses_a_table_altered_since_the_plan(pg, tmp_path):
+    # The driver's and a task's halves called directly (no Spark needed to show the check):
+    # without a snapshot's locks, a column added between the plan and a task must not give
+    # that task's part other columns than run.json records.
+    from sluice import _sluice
+
+    accounts(pg)
+    opts = dict(source=pg.url, to=str(tmp_path / "out"), table="public.acct", consistency="chunk",
+                chunk_by="key", chunk_size="256kB")
+    driver, complete = _sluice.begin_export(**opts)
+    assert complete is None and len(driver.chunks) >= 2
+    first = json.loads(_sluice.write_chunks(driver.chunks[:1], driver.spec, **opts))
+    assert len(first["parts"]) == 1
+    pg.exec("ALTER TABLE acct ADD COLUMN note text")
+    with pytest.raises(sluice.SourceError, match="not the ones the driver planned"):
+        _sluice.write_chunks(driver.chunks[1:2], driver.spec, **opts)
+    driver.abandon()
+    assert not (tmp_path / "out" / "manifest.json").exists()
