@@ -320,8 +320,8 @@ def export(spark: Any, source: str, *, to: str, **options: Any) -> Dict[str, Any
 
 
 def _run_tasks(spark: Any, chunks: List[str], spec: str, opts: Dict[str, Any]) -> List[str]:
-    """One Spark task per chunk (mapInArrow, which Spark Connect runs too); each returns its
-    account as JSON."""
+    """One Spark task per chunk, each returning its account as JSON. mapInArrow is a DataFrame
+    API, not the RDD one Spark Connect lacks (not tested over Spark Connect)."""
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from sluice import _sluice as native
