@@ -70,7 +70,9 @@ def assert_same(got: pa.Table, want: pa.Table, key: str) -> None:
         assert got.schema.field(name).metadata == want.schema.field(name).metadata, name
 
 
-def test_postgres_every_type(pg, sluice_bin, tmp_path):
+def pg_all_types(pg) -> list:
+    """`all_types`: a column cN per type of PG_TYPES, five rows of its literals and a sixth of
+    NULLs (ids 1–6); returns the (column, type) pairs."""
     pg.exec("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy'); CREATE DOMAIN posint AS int CHECK (VALUE > 0)")
     cols = [(f"c{i}", ty) for i, (ty, _) in enumerate(PG_TYPES)]
     pg.exec(f"CREATE TABLE all_types (id int PRIMARY KEY, {', '.join(f'{n} {t}' for n, t in cols)})")
@@ -78,6 +80,11 @@ def test_postgres_every_type(pg, sluice_bin, tmp_path):
         values = ", ".join(f"({vals[row]})::{ty}" for ty, vals in PG_TYPES)
         pg.exec(f"INSERT INTO all_types VALUES ({row + 1}, {values})")
     pg.exec("INSERT INTO all_types (id) VALUES (6)")
+    return cols
+
+
+def test_postgres_every_type(pg, sluice_bin, tmp_path):
+    pg_all_types(pg)
 
     want = cli_parquet(sluice_bin, pg.url, "all_types", tmp_path / "out")
     got = sluice.read_arrow(pg.url, table="all_types")

@@ -328,18 +328,9 @@ async fn a_partitioned_table_streams_under_its_own_name_moves_between_partitions
         )
     };
     let parts = |to: &Path, extra: &[&str]| {
-        let mut c = sluice();
-        c.args([
-            "stream",
-            "--source",
-            &db.url,
-            "--table",
-            "public.parts",
-            "--to",
-        ])
-        .arg(to)
-        .args(["--batch-seconds", "0.2", "--until-current"])
-        .args(extra);
+        let mut c = common::stream(&db.url, "public.parts", to);
+        c.args(["--batch-seconds", "0.2", "--until-current"])
+            .args(extra);
         c
     };
     let to = tempdir();
@@ -399,17 +390,8 @@ async fn a_partitioned_table_streams_under_its_own_name_moves_between_partitions
         "{}",
         r.stderr
     );
-    let mut c = sluice();
-    c.args([
-        "stream",
-        "--source",
-        &db.url,
-        "--table",
-        "public.loose",
-        "--to",
-    ])
-    .arg(other.path())
-    .arg("--until-current");
+    let mut c = common::stream(&db.url, "public.loose", other.path());
+    c.arg("--until-current");
     let r = run(&mut c);
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(

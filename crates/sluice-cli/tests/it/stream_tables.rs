@@ -3,7 +3,7 @@
 //! dropped one's name, a publication the user manages, a MariaDB table dropped while no stream
 //! ran (its marker says its last changes are missing), `--discover-every 0` and bad values.
 
-use crate::common::{Run, TestDb, run, sluice, tempdir};
+use crate::common::{self, Run, TestDb, run, sluice, tempdir};
 use std::path::Path;
 
 /// `sluice stream --tables PATTERN --until-current EXTRA…` into `to` (`--discover-every 0.2`
@@ -283,17 +283,8 @@ async fn a_named_partition_is_not_taken_for_dropped() {
     .await;
     let to = tempdir();
     let named = |extra: &[&str]| {
-        let mut c = sluice();
+        let mut c = common::stream(&db.url, "public.p_0", to.path());
         c.args([
-            "stream",
-            "--source",
-            &db.url,
-            "--table",
-            "public.p_0",
-            "--to",
-        ])
-        .arg(to.path())
-        .args([
             "--until-current",
             "--batch-seconds",
             "0.2",

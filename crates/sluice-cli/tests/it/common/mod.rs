@@ -66,6 +66,14 @@ pub fn spawn(cmd: &mut Command) -> std::process::Child {
         .expect("running sluice")
 }
 
+/// `sluice stream --source URL --table TABLE --to DIR` (add the flags).
+pub fn stream(url: &str, table: &str, to: &Path) -> Command {
+    let mut c = sluice();
+    c.args(["stream", "--source", url, "--table", table, "--to"])
+        .arg(to);
+    c
+}
+
 /// `sluice replicate --source SOURCE --target TARGET` (add the selection and flags).
 pub fn replicate(source: &str, target: &str) -> Command {
     let mut c = sluice();
