@@ -113,16 +113,22 @@ pub struct HoldReport {
     pub harm_incomplete: Option<String>,
 }
 
-/// Take a snapshot of `job`'s selection and hold it: its datasets are discovered and locked
-/// as an export's are, and a harm monitor samples the source until [`Held::release`].
-/// Refused before any session opens on an engine that cannot share a snapshot by name.
-pub async fn hold(job: &ExportJob) -> Result<Held> {
+/// The refusal of an engine whose snapshot other processes cannot join (`Source::importing`
+/// asked with a placeholder), before any session opens.
+pub(crate) fn refuse_unshareable(job: &ExportJob) -> Result<()> {
     let placeholder = SnapshotInfo {
         id: Some(String::new()),
         position: sluice_core::Position::Unknown,
         taken_at: String::new(),
     };
-    job.source.importing(&placeholder)?;
+    job.source.importing(&placeholder).map(|_| ())
+}
+
+/// Take a snapshot of `job`'s selection and hold it: its datasets are discovered and locked
+/// as an export's are, and a harm monitor samples the source until [`Held::release`].
+/// Refused before any session opens on an engine that cannot share a snapshot by name.
+pub async fn hold(job: &ExportJob) -> Result<Held> {
+    refuse_unshareable(job)?;
     let session_tag = format!(
         "sluice-hold-{:012x}",
         rand::random::<u64>() & 0xffff_ffff_ffff

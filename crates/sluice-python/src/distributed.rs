@@ -36,21 +36,6 @@ fn shared(token: Option<&str>) -> Result<Option<SharedSnapshot>> {
         .transpose()
 }
 
-/// The job of a read from keyword arguments (the command line's options).
-fn read_job(
-    kwargs: Option<&Bound<'_, PyDict>>,
-    py: Python<'_>,
-) -> Result<(
-    sluice_engine::ExportJob,
-    tokio::sync::mpsc::Receiver<run::Event>,
-)> {
-    let empty = PyDict::new(py);
-    let options = crate::options::from_kwargs(kwargs.unwrap_or(&empty))?;
-    let (output, events) = Run::output();
-    let job = sluice_cli::config::memory_job(&options, output)?;
-    Ok((job, events))
-}
-
 /// Run `f` on the runtime with the GIL released.
 fn block<T: Send + 'static>(
     py: Python<'_>,
@@ -79,7 +64,7 @@ fn plan_read(
 ) -> PyResult<ReadPlan> {
     let planned = || -> Result<_> {
         let shared = shared(snapshot.as_deref())?;
-        let (mut job, _) = read_job(kwargs, py)?;
+        let (mut job, _) = crate::read_job(py, kwargs)?;
         if shared.is_some() && job.consistency == Consistency::Chunk && explicit(kwargs) {
             return Err(Error::config(
                 "consistency=\"chunk\" and a shared snapshot contradict each other: leave out \
@@ -171,7 +156,7 @@ fn read_chunks(
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let (job, events) = read_job(kwargs, py)?;
+        let (job, events) = crate::read_job(py, kwargs)?;
         let job = distributed::task(job, chunks, shared.as_ref())?;
         Run::start(job, events)
     };
@@ -193,7 +178,7 @@ struct Holder {
 #[pyo3(signature = (**kwargs))]
 fn hold_snapshot(py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Holder> {
     let held = || -> Result<Holder> {
-        let (job, _) = read_job(kwargs, py)?;
+        let (job, _) = crate::read_job(py, kwargs)?;
         let held = block(py, async move { distributed::hold(&job).await })?;
         let token =
             serde_json::to_string(held.shared()).map_err(|e| Error::internal(e.to_string()))?;

@@ -29,11 +29,22 @@ fn py_err(py: Python<'_>, e: Error) -> PyErr {
     errors::to_py(py, &e)
 }
 
+/// The job of a read from keyword arguments (the command line's options; none given: every
+/// default), with the channel its batches come back through.
+fn read_job(
+    py: Python<'_>,
+    kwargs: Option<&Bound<'_, PyDict>>,
+) -> Result<(sluice_engine::ExportJob, tokio::sync::mpsc::Receiver<Event>)> {
+    let empty = PyDict::new(py);
+    let options = options::from_kwargs(kwargs.unwrap_or(&empty))?;
+    let (output, events) = Run::output();
+    let job = sluice_cli::config::memory_job(&options, output)?;
+    Ok((job, events))
+}
+
 /// A run whose rows come back to this process, started from keyword arguments.
 fn start_read(py: Python<'_>, kwargs: &Bound<'_, PyDict>) -> PyResult<Run> {
-    let options = options::from_kwargs(kwargs).map_err(|e| py_err(py, e))?;
-    let (output, events) = Run::output();
-    let job = sluice_cli::config::memory_job(&options, output).map_err(|e| py_err(py, e))?;
+    let (job, events) = read_job(py, Some(kwargs)).map_err(|e| py_err(py, e))?;
     Run::start(job, events).map_err(|e| py_err(py, e))
 }
 

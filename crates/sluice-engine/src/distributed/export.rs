@@ -15,7 +15,7 @@
 //! twice (Spark's retry, a speculative copy) writes the same part name with the same content.
 //! A driver that dies leaves no manifest; its lock and `run.json` are what `--resume` expects.
 
-use super::{SharedSnapshot, task};
+use super::{SharedSnapshot, refuse_unshareable, task};
 use crate::export::{Opened, Opening, drive, new_run_id, open, wind_down};
 use crate::finish::{Finished, finish};
 use crate::governor::Gate;
@@ -100,12 +100,7 @@ pub async fn begin(job: ExportJob) -> Result<Begun> {
         return Err(Error::config(why));
     }
     if job.consistency == Consistency::Snapshot {
-        let probe = SnapshotInfo {
-            id: Some(String::new()),
-            position: sluice_core::Position::Unknown,
-            taken_at: String::new(),
-        };
-        job.source.importing(&probe).map_err(|e| {
+        refuse_unshareable(&job).map_err(|e| {
             e.then(
                 "A distributed export can still read each chunk in its own transaction: \
                     consistency=\"chunk\".",
@@ -117,7 +112,7 @@ pub async fn begin(job: ExportJob) -> Result<Begun> {
     job.destination.check_writable().await?;
     let run_id = new_run_id();
     let lock = job.destination.lock(&LockHolder::now(&run_id)).await?;
-    let opened = match open(&job, &run_id, started, &mut phases).await {
+    let mut opened = match open(&job, &run_id, started, &mut phases).await {
         Ok(Opening::Opened(o)) => *o,
         Ok(Opening::Complete(report)) => {
             lock.release().await;
@@ -128,7 +123,6 @@ pub async fn begin(job: ExportJob) -> Result<Begun> {
             return Err(e);
         }
     };
-    let mut opened = opened;
     let spec = match spec_of(&job, &opened) {
         Ok(s) => s,
         Err(e) => {
