@@ -6,7 +6,11 @@ the refusals."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
+import subprocess
+import textwrap
 import threading
 from decimal import Decimal
 from pathlib import Path
@@ -19,7 +23,7 @@ import pytest
 import sluice
 import sluice.spark
 import sparkkit
-from conftest import cli_parquet, wait_for
+from conftest import cli_parquet, run_python, wait_for
 
 ACCOUNTS = 20_000
 BALANCE = Decimal("100.00")
@@ -162,15 +166,9 @@ def spark_text_columns(got: pa.Table, parquet: pa.Table) -> list:
 
 
 def test_every_postgres_type_equals_the_exports(spark, pg, sluice_bin, tmp_path):
-    from test_types import PG_TYPES
+    from test_types import pg_all_types
 
-    pg.exec("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy'); CREATE DOMAIN posint AS int CHECK (VALUE > 0)")
-    cols = [(f"c{i}", ty) for i, (ty, _) in enumerate(PG_TYPES)]
-    pg.exec(f"CREATE TABLE all_types (id int PRIMARY KEY, {', '.join(f'{n} {t}' for n, t in cols)})")
-    for row in range(5):
-        values = ", ".join(f"({vals[row]})::{ty}" for ty, vals in PG_TYPES)
-        pg.exec(f"INSERT INTO all_types VALUES ({row + 1}, {values})")
-    pg.exec("INSERT INTO all_types (id) VALUES (6)")
+    cols = pg_all_types(pg)
 
     got = spark.read.format("sluice").option("source", pg.url).option("table", "all_types").load().toArrow().sort_by("id")
     parquet = cli_parquet(sluice_bin, pg.url, "all_types", tmp_path / "pq").sort_by("id")
@@ -178,8 +176,6 @@ def test_every_postgres_type_equals_the_exports(spark, pg, sluice_bin, tmp_path)
     text = spark_text_columns(got, parquet)
     # Spark has no type for these: they arrive as text, as the CSV export writes them.
     assert {dict(cols)[c] for c in text} >= {"uuid", "time"}, text
-    import subprocess
-
     subprocess.run([sluice_bin, "-q", "export", "--source", pg.url, "--table", "all_types", "--to", str(tmp_path / "csv"), "--format", "csv"], check=True)
     csv_file = next((tmp_path / "csv").glob("*/*.csv*"))
     csv = pcsv.read_csv(
@@ -260,3 +256,91 @@ def test_refusals_name_the_problem(spark, pg):
     with sluice.spark.snapshot(spark, pg.url, tables="public.acct") as snap:
         with pytest.raises(Exception, match="contradict"):
             spark.read.format("sluice").option("source", pg.url).option("table", "acct").option("snapshot", snap).option("consistency", "chunk").load()
+
+
+FEATURES = """
+CREATE TABLE parent (id bigint PRIMARY KEY, name text);
+CREATE TABLE child (id bigint PRIMARY KEY, parent_id bigint NOT NULL REFERENCES parent (id) ON DELETE CASCADE, v int);
+CREATE TABLE part (id bigint, k int, v text, PRIMARY KEY (id, k)) PARTITION BY RANGE (k);
+CREATE TABLE part_0 PARTITION OF part FOR VALUES FROM (0) TO (50);
+CREATE TABLE part_1 PARTITION OF part FOR VALUES FROM (50) TO (100);
+CREATE TABLE gen (id bigint PRIMARY KEY, a int, b int GENERATED ALWAYS AS (a * 2) STORED, big text);
+CREATE TABLE keyless (a int, b text);
+INSERT INTO parent SELECT g, 'p' || g FROM generate_series(1, 2000) g;
+INSERT INTO child SELECT g, (g - 1) / 3 + 1, g FROM generate_series(1, 6000) g;
+INSERT INTO part SELECT g, g % 100, repeat('v', 100) FROM generate_series(1, 20000) g;
+INSERT INTO gen (id, a, big) SELECT g, g, repeat(md5(g::text), 700) FROM generate_series(1, 200) g;
+INSERT INTO keyless SELECT g % 500, repeat('k', 150) FROM generate_series(1, 20000) g;
+ANALYZE;
+"""
+FEATURE_TABLES = ["public.parent", "public.child", "public.part", "public.gen", "public.keyless"]
+
+
+class FeatureWriter(Transfers):
+    """Cascaded deletes, rows moved between partitions, generated columns and large values
+    rewritten, rows of a table without a key inserted and deleted."""
+
+    def step(self, rng: random.Random) -> None:
+        with self.conn.transaction():
+            p = rng.randint(1, 2000)
+            self.conn.execute("DELETE FROM parent WHERE id = %s", (p,))  # its children cascade
+            self.conn.execute("INSERT INTO parent VALUES (%s, 'again') ON CONFLICT DO NOTHING", (p,))
+            self.conn.execute("UPDATE part SET k = (k + 50) %% 100 WHERE id = %s", (rng.randint(1, 20000),))
+            self.conn.execute("UPDATE gen SET a = a + 1, big = big || 'x' WHERE id = %s", (rng.randint(1, 200),))
+            self.conn.execute("DELETE FROM keyless WHERE ctid = (SELECT ctid FROM keyless WHERE a = %s LIMIT 1)", (rng.randint(0, 499),))
+            self.conn.execute("INSERT INTO keyless VALUES (%s, 'new')", (rng.randint(0, 499),))
+
+
+READ_FEATURES = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, {tests!r})
+    import psycopg, sparkkit, sluice.spark
+    url, tables = {url!r}, {tables!r}
+    spark = sparkkit.session("local[2,4]")
+    out = {{}}
+    with sluice.spark.snapshot(spark, url, tables=tables) as snap:
+        for t in tables:
+            df = (spark.read.format("sluice").option("source", url).option("table", t)
+                  .option("chunk_size", "64kB").option("snapshot", snap).load())
+            got = sorted(repr(tuple(r)) for r in df.collect())
+            with psycopg.connect(url) as c:
+                c.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                c.execute(f"SET TRANSACTION SNAPSHOT '{{snap.id}}'")
+                want = sorted(repr(tuple(r)) for r in c.execute(f"SELECT * FROM {{t}}").fetchall())
+                c.rollback()
+            out[t] = [len(got), len(want), got == want, df.rdd.getNumPartitions()]
+    print(json.dumps(out))
+    spark.stop()
+    """
+)
+
+
+def test_schema_features_under_a_writer_and_a_killed_task(pg, tmp_path):
+    pg.exec(FEATURES)
+    writer = FeatureWriter(pg)
+    writer.start()
+    try:
+        wait_for(lambda: writer.commits > 20, "the writer's first commits")
+        before = writer.commits
+        # Every Python worker's first batch waits; the first to get there is killed mid-chunk
+        # (as a lost executor leaves it), the rest let go; Spark reads that chunk again.
+        fp = tmp_path / "fp"
+        fp.mkdir()
+        code = READ_FEATURES.format(tests=str(Path(__file__).parent), url=pg.url, tables=FEATURE_TABLES)
+        p = run_python(code, env={"SLUICE_FAILPOINTS": "export.after_batch=wait@1", "SLUICE_FAILPOINT_DIR": str(fp)})
+        reached = fp / "export.after_batch.reached"
+        wait_for(lambda: reached.exists() and reached.read_text(), "a task at its first batch", timeout=120)
+        os.kill(int(reached.read_text()), signal.SIGKILL)
+        (fp / "export.after_batch.release").touch()
+        stdout, stderr = p.communicate(timeout=300)
+        during = writer.commits - before
+    finally:
+        writer.halt()
+    assert p.returncode == 0, stderr[-3000:]
+    got = json.loads(stdout.strip().splitlines()[-1])
+    assert during > 0, "the writer committed nothing during the reads"
+    for t in FEATURE_TABLES:
+        n, want, same, parts = got[t]
+        assert same and n == want > 0, f"{t}: Spark read {n} rows, the snapshot holds {want}"
+    assert got["public.part"][3] >= 2 and got["public.keyless"][3] >= 2
