@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import textwrap
-from decimal import Decimal
 from pathlib import Path
 
 import pyarrow.parquet as pq
