@@ -245,15 +245,18 @@ pub(crate) fn print_dropped(removed: &[String], quiet: bool) {
     }
 }
 
-/// Run `work` with the spinner line `spinner` on stderr while it runs, when stderr is a terminal
-/// showing text logs and not `quiet` (a spinner would garble JSON logs and files).
-pub(crate) async fn with_spinner<T>(
+/// Run the long-lived command `work` (`sluice stream`, `sluice replicate`): it is given the
+/// channel that says a signal asked it to stop; the spinner line `spinner` runs on stderr
+/// meanwhile when stderr is a terminal showing text logs and not `quiet` (a spinner would
+/// garble JSON logs and files).
+pub(crate) async fn supervised<T, W: std::future::Future<Output = T>>(
     quiet: bool,
     format: LogFormat,
     spinner: impl std::future::Future<Output = ()> + Send + 'static,
-    work: impl std::future::Future<Output = T>,
+    work: impl FnOnce(tokio::sync::watch::Receiver<bool>) -> W,
 ) -> T {
     use std::io::IsTerminal;
+    let work = work(cancel_on_signal());
     let spinner = (!quiet && format == LogFormat::Text && std::io::stderr().is_terminal())
         .then(|| tokio::spawn(spinner));
     let result = work.await;

@@ -78,12 +78,7 @@ fn job(o: &Options, r: &ReplicateOptions) -> Result<ReplicateJob> {
     let mut load = o.clone();
     load.report_json = None;
     let template = config::memory_job(&load, sluice_stream::apply::template_output())?;
-    let source = registry::open_change_source(
-        o.source.as_deref().unwrap_or_default(),
-        r.server_id,
-        config::locking(o, sluice_core::Consistency::Snapshot)?,
-        sluice_cli::args::BadValuesArg::policy(r.bad_values),
-    )?;
+    let source = crate::stream::change_source(o, r.server_id, r.bad_values)?;
     let (selection, memory) = (template.selection.clone(), template.memory);
     let export = sluice_stream::export_builder(template);
     Ok(ReplicateJob {
@@ -125,18 +120,16 @@ pub async fn run(
         quiet,
         format == LogFormat::Text,
     ));
-    let cancel_rx = crate::cancel_on_signal();
-    let report = crate::with_spinner(
-        quiet,
-        format,
-        progress(job.counters.clone()),
-        sluice_stream::apply::run_replicate(job, cancel_rx),
-    )
+    let spinner = progress(job.counters.clone());
+    let report = crate::supervised(quiet, format, spinner, |cancel_rx| {
+        sluice_stream::apply::run_replicate(job, cancel_rx)
+    })
     .await?;
+    let json = options.report_json.as_deref();
     crate::emit_report(
         &report,
         report_text,
-        options.report_json.as_deref(),
+        json,
         quiet,
         format,
         "sluice replicate",

@@ -110,12 +110,7 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
             )));
         }
     };
-    let source = registry::open_change_source(
-        o.source.as_deref().unwrap_or_default(),
-        s.server_id,
-        config::locking(o, sluice_core::Consistency::Snapshot)?,
-        sluice_cli::args::BadValuesArg::policy(s.bad_values),
-    )?;
+    let source = change_source(o, s.server_id, s.bad_values)?;
     let (selection, format, memory) = (
         template.selection.clone(),
         template.format.clone(),
@@ -153,6 +148,21 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
         discover_every: (discover_every > 0.0)
             .then(|| std::time::Duration::from_secs_f64(discover_every)),
     })
+}
+
+/// The change source of `o`'s source (of `sluice stream` and `sluice replicate`), its
+/// snapshot locked as the export's settings say.
+pub(crate) fn change_source(
+    o: &Options,
+    server_id: Option<u32>,
+    bad_values: Option<sluice_cli::args::BadValuesArg>,
+) -> Result<Arc<dyn sluice_core::change::ChangeSource>> {
+    registry::open_change_source(
+        o.source.as_deref().unwrap_or_default(),
+        server_id,
+        config::locking(o, sluice_core::Consistency::Snapshot)?,
+        sluice_cli::args::BadValuesArg::policy(bad_values),
+    )
 }
 
 /// `--metrics-addr` (of `sluice stream` and `sluice replicate`): an IP address and port.
@@ -194,22 +204,13 @@ pub async fn run(
         quiet,
         format == LogFormat::Text,
     ));
-    let cancel_rx = crate::cancel_on_signal();
-    let report = crate::with_spinner(
-        quiet,
-        format,
-        progress(job.metrics.clone()),
-        sluice_stream::run_stream(job, cancel_rx),
-    )
+    let spinner = progress(job.metrics.clone());
+    let report = crate::supervised(quiet, format, spinner, |cancel_rx| {
+        sluice_stream::run_stream(job, cancel_rx)
+    })
     .await?;
-    crate::emit_report(
-        &report,
-        report_text,
-        options.report_json.as_deref(),
-        quiet,
-        format,
-        "sluice stream",
-    )
+    let json = options.report_json.as_deref();
+    crate::emit_report(&report, report_text, json, quiet, format, "sluice stream")
 }
 
 /// A spinner line on a terminal while changes stream (the batch log lines go above it).

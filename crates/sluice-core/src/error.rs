@@ -157,6 +157,11 @@ impl Error {
         Self::new(ErrorKind::Internal, Retry::Permanent, message)
     }
 
+    /// A coordinator's session used after the coordinator released it (a broken invariant).
+    pub fn session_released() -> Self {
+        Self::internal("the coordinator session was already released")
+    }
+
     /// The run was interrupted on request.
     pub fn interrupted(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Interrupted, Retry::Permanent, message)

@@ -223,9 +223,7 @@ impl FbCoordinator {
     }
 
     fn session(&self) -> Result<&Session> {
-        self.session
-            .as_ref()
-            .ok_or_else(|| Error::internal("the coordinator session was already released"))
+        self.session.as_ref().ok_or_else(Error::session_released)
     }
 
     fn shared(&self) -> Result<SharedSnapshot> {

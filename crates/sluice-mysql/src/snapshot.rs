@@ -89,10 +89,7 @@ pub struct MyCoordinator {
 impl MyCoordinator {
     /// The catalog over the coordinator's session (`display`, `db`: the target's).
     fn catalog<'a>(&'a mut self, display: &'a str, db: &'a str) -> Result<catalog::MyCatalog<'a>> {
-        let conn = self
-            .conn
-            .as_mut()
-            .ok_or_else(|| Error::internal("the coordinator session was already released"))?;
+        let conn = self.conn.as_mut().ok_or_else(Error::session_released)?;
         Ok(catalog::MyCatalog {
             conn,
             server: &self.server,
@@ -140,9 +137,7 @@ impl MyCoordinator {
     }
 
     fn conn(&mut self) -> Result<&mut Conn> {
-        self.conn
-            .as_mut()
-            .ok_or_else(|| Error::internal("the coordinator session was already released"))
+        self.conn.as_mut().ok_or_else(Error::session_released)
     }
 
     fn reader(&self, conn: Conn) -> MyReader {

@@ -53,10 +53,7 @@ pub struct PgCoordinator {
 impl PgCoordinator {
     /// The catalog over the coordinator's session (`display`: the target's).
     fn catalog<'a>(&'a mut self, display: &'a str) -> Result<catalog::PgCatalog<'a>> {
-        let client = self
-            .client
-            .as_ref()
-            .ok_or_else(|| Error::internal("coordinator released"))?;
+        let client = self.client.as_ref().ok_or_else(Error::session_released)?;
         Ok(catalog::PgCatalog {
             client,
             server: &self.server,
@@ -112,9 +109,7 @@ impl PgCoordinator {
     }
 
     fn client(&self) -> Result<&Client> {
-        self.client
-            .as_ref()
-            .ok_or_else(|| Error::internal("the coordinator session was already released"))
+        self.client.as_ref().ok_or_else(Error::session_released)
     }
 
     fn lsn_sql(&self) -> &'static str {
@@ -242,8 +237,8 @@ impl Coordinator for PgCoordinator {
         dataset: &Dataset,
         request: &ChunkRequest,
     ) -> Result<Vec<Chunk>> {
-        let display = self.target.display().to_string();
-        chunking::plan(self.client()?, dataset, request, &self.server, &display).await
+        let (client, display) = (self.client()?, self.target.display());
+        chunking::plan(client, dataset, request, &self.server, display).await
     }
 
     async fn pin_snapshot(&mut self, datasets: &[Dataset]) -> Result<SnapshotInfo> {

@@ -29,7 +29,7 @@
 use crate::compress::TextPart;
 use crate::destination::CountingWriter;
 use crate::format::{JsonlOptions, PartStats, PartWriter};
-use crate::render::{Render, json_string, member_key, renderer};
+use crate::render::{Render, bytes_as, json_string, member_key, renderer};
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::extension::EXTENSION_TYPE_NAME_KEY;
@@ -114,15 +114,7 @@ fn json_value<'a>(array: &'a ArrayRef, field: &Field) -> Result<Render<'a>> {
         .get(EXTENSION_TYPE_NAME_KEY)
         .is_some_and(|e| e == "arrow.uuid");
     Ok(match array.data_type() {
-        DataType::Boolean
-        | DataType::Int8
-        | DataType::Int16
-        | DataType::Int32
-        | DataType::Int64
-        | DataType::UInt8
-        | DataType::UInt16
-        | DataType::UInt32
-        | DataType::UInt64 => renderer(array, field)?,
+        t if t == &DataType::Boolean || t.is_integer() => renderer(array, field)?,
         DataType::Float32 | DataType::Float64 => {
             let inner = renderer(array, field)?;
             Box::new(move |i, o| {
@@ -143,18 +135,8 @@ fn json_value<'a>(array: &'a ArrayRef, field: &Field) -> Result<Render<'a>> {
             let a = array.as_string::<i64>();
             Box::new(move |i, o| json_string(o, a.value(i).as_bytes()))
         }
-        DataType::Binary => {
-            let a = array.as_binary::<i32>();
-            Box::new(move |i, o| base64(o, a.value(i)))
-        }
-        DataType::LargeBinary => {
-            let a = array.as_binary::<i64>();
-            Box::new(move |i, o| base64(o, a.value(i)))
-        }
-        DataType::FixedSizeBinary(_) if !uuid => {
-            let a = array.as_fixed_size_binary();
-            Box::new(move |i, o| base64(o, a.value(i)))
-        }
+        DataType::Binary | DataType::LargeBinary => bytes_as(array, base64),
+        DataType::FixedSizeBinary(_) if !uuid => bytes_as(array, base64),
         DataType::Timestamp(..) => {
             let inner = renderer(array, field)?;
             Box::new(move |i, o| {

@@ -157,13 +157,8 @@ fn time_of_day(out: &mut Vec<u8>, micros: i64) {
     if (0..100 * 3600).contains(&secs) {
         hms(out, secs as u32);
     } else {
-        let _ = write!(
-            out,
-            "{:02}:{:02}:{:02}",
-            secs / 3600,
-            (secs / 60) % 60,
-            secs % 60
-        );
+        let (h, m, s) = (secs / 3600, (secs / 60) % 60, secs % 60);
+        let _ = write!(out, "{h:02}:{m:02}:{s:02}");
     }
     fraction(out, frac);
 }
@@ -310,14 +305,7 @@ pub(crate) fn renderer<'a>(array: &'a ArrayRef, field: &Field) -> Result<Render<
             let a = array.as_string::<i64>();
             Box::new(move |i, o| o.extend_from_slice(a.value(i).as_bytes()))
         }
-        DataType::Binary => {
-            let a = array.as_binary::<i32>();
-            Box::new(move |i, o| hex(o, a.value(i)))
-        }
-        DataType::LargeBinary => {
-            let a = array.as_binary::<i64>();
-            Box::new(move |i, o| hex(o, a.value(i)))
-        }
+        DataType::Binary | DataType::LargeBinary => bytes_as(array, hex),
         DataType::FixedSizeBinary(16) if ext.as_deref() == Some("arrow.uuid") => {
             let a = array.as_fixed_size_binary();
             Box::new(move |i, o| {
@@ -329,10 +317,7 @@ pub(crate) fn renderer<'a>(array: &'a ArrayRef, field: &Field) -> Result<Render<
                 }
             })
         }
-        DataType::FixedSizeBinary(_) => {
-            let a = array.as_fixed_size_binary();
-            Box::new(move |i, o| hex(o, a.value(i)))
-        }
+        DataType::FixedSizeBinary(_) => bytes_as(array, hex),
         DataType::Date32 => {
             let a = array.as_primitive::<Date32Type>();
             Box::new(move |i, o| date(o, a.value(i)))
@@ -437,6 +422,25 @@ where
 {
     let a = array.as_primitive::<T>();
     Box::new(move |i, o| o.extend_from_slice(itoa::Buffer::new().format(a.value(i)).as_bytes()))
+}
+
+/// A writer of the bytes at a row of the binary `array` (`Binary`, `LargeBinary` or
+/// `FixedSizeBinary`) through `encode` (hex, base64).
+pub(crate) fn bytes_as<'a>(array: &'a ArrayRef, encode: fn(&mut Vec<u8>, &[u8])) -> Render<'a> {
+    match array.data_type() {
+        DataType::LargeBinary => {
+            let a = array.as_binary::<i64>();
+            Box::new(move |i, o| encode(o, a.value(i)))
+        }
+        DataType::FixedSizeBinary(_) => {
+            let a = array.as_fixed_size_binary();
+            Box::new(move |i, o| encode(o, a.value(i)))
+        }
+        _ => {
+            let a = array.as_binary::<i32>();
+            Box::new(move |i, o| encode(o, a.value(i)))
+        }
+    }
 }
 
 fn hex(out: &mut Vec<u8>, bytes: &[u8]) {

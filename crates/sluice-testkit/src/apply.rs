@@ -72,6 +72,16 @@ pub struct Target {
     pub name: String,
 }
 
+/// Whether `table` holds any row on `target`, by the target's own check (the one a
+/// replication's initial load makes).
+pub async fn holds_rows(target: &dyn ApplyTarget, table: &TableRef) -> bool {
+    !target
+        .non_empty(std::slice::from_ref(table))
+        .await
+        .expect("asking the target whether a table holds rows")
+        .is_empty()
+}
+
 /// The datasets of `tables` (`schema.name`) in `source`, as a replication discovers them.
 pub async fn discover(source: &dyn sluice_core::Source, tables: &[&str]) -> Vec<Dataset> {
     let options = sluice_core::SourceOptions {

@@ -331,16 +331,6 @@ pub fn assert_writer_changes(r: &Replayed, commits: u64) {
     );
     let ops = |op: &str| r.changes.iter().filter(|c| c.op == op).count();
     assert!(ops("insert") > 0 && ops("update") > 0 && ops("delete") > 0);
-    let key_updates = r
-        .changes
-        .windows(2)
-        .filter(|w| {
-            w[0].op == "delete"
-                && w[1].op == "insert"
-                && w[0].seq + 1 == w[1].seq
-                && w[0].pos == w[1].pos
-                && w[1].cells[1] != "-1"
-        })
-        .count();
+    let key_updates = r.key_updates(|_, insert| insert.cells[1] != "-1");
     assert!(key_updates > 0, "no key update written as delete + insert");
 }

@@ -56,6 +56,24 @@ pub struct Replayed {
     pub changes: Vec<Change>,
 }
 
+impl Replayed {
+    /// How many key updates the files hold that `also` accepts: a delete followed by the
+    /// insert of the same source change (consecutive `_seq`, one `_pos`), the shape a change
+    /// of a row's key (or a move between partitions) is written in.
+    pub fn key_updates(&self, also: impl Fn(&Change, &Change) -> bool) -> usize {
+        self.changes
+            .windows(2)
+            .filter(|w| {
+                w[0].op == "delete"
+                    && w[1].op == "insert"
+                    && w[0].seq + 1 == w[1].seq
+                    && w[0].pos == w[1].pos
+                    && also(&w[0], &w[1])
+            })
+            .count()
+    }
+}
+
 fn cells(b: &RecordBatch, r: usize, n: usize) -> Vec<String> {
     (0..n)
         .map(|i| {

@@ -5,9 +5,47 @@
 
 use crate::server::{as_server_user, free_port, is_root, run};
 use anyhow::{Context, Result, bail};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+/// A MySQL-family server's directory before its start: a temporary directory, a free loopback
+/// port, the socket's and `my.cnf`'s paths, and a `tmp` of the server's own (servers installed
+/// at the same time in the shared /tmp removed each other's temporary tables, and
+/// `mariadb-install-db` then failed).
+pub(crate) struct ServerDir {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) port: u16,
+    pub(crate) socket: PathBuf,
+    pub(crate) cnf: PathBuf,
+    pub(crate) tmp: PathBuf,
+}
+
+/// Whether the server on `socket` answers `admin` (`mariadb-admin`, `mysqladmin`)'s ping.
+pub(crate) fn pings(admin: &Path, socket: &Path) -> bool {
+    Command::new(admin)
+        .arg("--no-defaults")
+        .arg(format!("--socket={}", socket.display()))
+        .args(["-u", "root", "ping"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+impl ServerDir {
+    /// A new one, its directory named `prefix…`.
+    pub(crate) fn new(prefix: &str) -> Result<Self> {
+        let dir = tempfile::Builder::new().prefix(prefix).tempdir()?;
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir(&tmp)?;
+        Ok(ServerDir {
+            port: free_port()?,
+            socket: dir.path().join("mysqld.sock"),
+            cnf: dir.path().join("my.cnf"),
+            tmp,
+            dir,
+        })
+    }
+}
 
 /// Password of the test user [`MariadbServer::USER`] (loopback-only throwaway server).
 pub const MARIADB_PASSWORD: &str = "sluice-test-pw";
@@ -46,17 +84,9 @@ impl MariadbServer {
     }
 
     fn start_with(pki: Option<&crate::tls::TestPki>, settings: &str) -> Result<Self> {
-        let dir = tempfile::Builder::new()
-            .prefix("sluice-mariadb-")
-            .tempdir()?;
-        let port = free_port()?;
+        let d = ServerDir::new("sluice-mariadb-")?;
+        let (dir, port, socket, cnf, tmp) = (d.dir, d.port, d.socket, d.cnf, d.tmp);
         let data = dir.path().join("data");
-        let socket = dir.path().join("mysqld.sock");
-        let cnf = dir.path().join("my.cnf");
-        // A temporary directory of its own: servers installed at the same time in the shared
-        // /tmp removed each other's temporary tables (mariadb-install-db then failed).
-        let tmp = dir.path().join("tmp");
-        std::fs::create_dir(&tmp)?;
         std::fs::write(
             &cnf,
             format!(
@@ -187,14 +217,7 @@ impl MariadbServer {
     fn wait_ready(&self, socket: &Path) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
-            let ok = Command::new("mariadb-admin")
-                .arg("--no-defaults")
-                .arg(format!("--socket={}", socket.display()))
-                .args(["-u", "root", "ping"])
-                .output()
-                .map(|o| o.status.success())
-                .unwrap_or(false);
-            if ok {
+            if pings(Path::new("mariadb-admin"), socket) {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(100));

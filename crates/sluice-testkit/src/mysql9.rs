@@ -16,7 +16,8 @@
 //! When this process is root the server runs as root (`user=root`): the installation is under
 //! root's home, which the `mysql` user may not read.
 
-use crate::server::{free_port, is_root, run};
+use crate::mariadb::{ServerDir, pings};
+use crate::server::{is_root, run};
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -76,16 +77,8 @@ impl Mysql9Server {
         let home = home()?;
         let bin = home.join("bin");
         let share = home.join("root/usr/share/mysql");
-        let dir = tempfile::Builder::new()
-            .prefix("sluice-mysql9-")
-            .tempdir()?;
-        let port = free_port()?;
-        let socket = dir.path().join("mysqld.sock");
-        let cnf = dir.path().join("my.cnf");
-        // A temporary directory of its own, as for MariaDB: servers sharing /tmp can remove
-        // each other's temporary tables.
-        let tmp = dir.path().join("tmp");
-        std::fs::create_dir(&tmp)?;
+        let d = ServerDir::new("sluice-mysql9-")?;
+        let (dir, port, socket, cnf, tmp) = (d.dir, d.port, d.socket, d.cnf, d.tmp);
         // The compiled-in paths (/usr/share/mysql, /usr/lib/mysql/plugin) are the system's,
         // where MariaDB's files may be: every one points into the unpacked tree instead.
         // `mysqlx=OFF`: the X Protocol would listen on a second port (33060) that is not free
@@ -182,14 +175,7 @@ impl Mysql9Server {
                     log_tail(self.dir.path())
                 );
             }
-            let ok = Command::new(self.bin.join("mysqladmin"))
-                .arg("--no-defaults")
-                .arg(format!("--socket={}", socket.display()))
-                .args(["-u", "root", "ping"])
-                .output()
-                .map(|o| o.status.success())
-                .unwrap_or(false);
-            if ok {
+            if pings(&self.bin.join("mysqladmin"), socket) {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(100));

@@ -23,6 +23,34 @@ impl Run {
         assert_eq!(self.code, 0, "sluice failed:\n{}", self.stderr);
         self
     }
+
+    /// Fail the test unless the run exited with `code` and its stderr says every one of
+    /// `needles` (a refusal's exit code and the words that name the problem and the fix).
+    #[track_caller]
+    pub fn refused(&self, code: i32, needles: &[&str]) -> &Self {
+        assert_eq!(self.code, code, "{}", self.stderr);
+        self.says(needles)
+    }
+
+    /// Fail the test unless the run failed (any exit code but 0) and its stderr says every
+    /// one of `needles`.
+    #[track_caller]
+    pub fn failed(&self, needles: &[&str]) -> &Self {
+        assert_ne!(self.code, 0, "{}", self.stderr);
+        self.says(needles)
+    }
+
+    #[track_caller]
+    fn says(&self, needles: &[&str]) -> &Self {
+        for needle in needles {
+            assert!(
+                self.stderr.contains(needle),
+                "stderr does not say {needle:?}:\n{}",
+                self.stderr
+            );
+        }
+        self
+    }
 }
 
 impl From<Output> for Run {

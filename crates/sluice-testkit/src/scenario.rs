@@ -163,8 +163,7 @@ pub async fn kill_then_resume(sluice: &Sluice, mut src: Source) {
     let before = receipts(out.path());
     assert!(before >= 2, "{before} receipts durable before the kill");
     let refused = sluice.export(&src.url, out.path(), &a);
-    assert_eq!(refused.code, 2, "{}", refused.stderr);
-    assert!(refused.stderr.contains("--resume"), "{}", refused.stderr);
+    refused.refused(2, &["--resume"]);
     let mut resume = a.clone();
     resume.push("--resume");
     let resumed = sluice.export(&src.url, out.path(), &resume);

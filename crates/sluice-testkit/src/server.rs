@@ -50,6 +50,24 @@ pub(crate) fn run(c: &mut Command, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Start the server of data directory `data` with `pg_ctl` from `bin` as `user`, logging into
+/// `dir/server.log`; a failed start's error carries that log.
+fn pg_ctl_start(bin: &Path, user: &str, data: &Path, dir: &Path, what: &str) -> Result<()> {
+    let log = dir.join("server.log");
+    let mut start = as_server_user(&bin.join("pg_ctl"), user);
+    start
+        .arg("-D")
+        .arg(data)
+        .arg("-l")
+        .arg(&log)
+        .args(["-w", "-t", "60", "start"]);
+    if let Err(e) = run(&mut start, what) {
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        bail!("{e}\nserver log:\n{log}");
+    }
+    Ok(())
+}
+
 /// Where PostgreSQL's server programs are: `$SLUICE_PG_BIN`, else the newest
 /// `/usr/lib/postgresql/<version>/bin`.
 pub fn pg_bin_dir() -> Result<PathBuf> {
@@ -180,17 +198,7 @@ impl PgServer {
                 }
             }
         }
-        let mut start = as_server_user(&bin.join("pg_ctl"), &user);
-        start
-            .arg("-D")
-            .arg(&data)
-            .arg("-l")
-            .arg(dir.path().join("server.log"))
-            .args(["-w", "-t", "60", "start"]);
-        if let Err(e) = run(&mut start, "pg_ctl start") {
-            let log = std::fs::read_to_string(dir.path().join("server.log")).unwrap_or_default();
-            bail!("{e}\nserver log:\n{log}");
-        }
+        pg_ctl_start(&bin, &user, &data, dir.path(), "pg_ctl start")?;
         let server = PgServer {
             dir,
             bin,
@@ -240,17 +248,13 @@ impl PgServer {
                 dir.path().display()
             ),
         )?;
-        let mut start = as_server_user(&self.bin.join("pg_ctl"), &self.user);
-        start
-            .arg("-D")
-            .arg(&data)
-            .arg("-l")
-            .arg(dir.path().join("server.log"))
-            .args(["-w", "-t", "60", "start"]);
-        if let Err(e) = run(&mut start, "pg_ctl start (replica)") {
-            let log = std::fs::read_to_string(dir.path().join("server.log")).unwrap_or_default();
-            bail!("{e}\nserver log:\n{log}");
-        }
+        pg_ctl_start(
+            &self.bin,
+            &self.user,
+            &data,
+            dir.path(),
+            "pg_ctl start (replica)",
+        )?;
         let replica = PgServer {
             dir,
             bin: self.bin.clone(),

@@ -42,6 +42,13 @@ impl Background {
         }
     }
 
+    /// Let the loop commit `n` more transactions, then stop it; returns the transactions
+    /// committed.
+    pub async fn stop_after(self, n: u64) -> u64 {
+        self.wait_for(n).await;
+        self.stop().await
+    }
+
     /// Stop the loop; returns the transactions committed.
     pub async fn stop(self) -> u64 {
         self.stop.store(true, Ordering::Relaxed);

@@ -143,8 +143,7 @@ async fn before_images_on_cascades_partitions_generated_toast_and_keyless_tables
     let mut cmd = stream(&db.url, to.path(), &["--chunk-size", "64KB"]);
     fp.run_paused_at(&mut cmd, "export.after_receipt", writer.wait_for(30))
         .await;
-    writer.wait_for(30).await;
-    writer.stop().await;
+    writer.stop_after(30).await;
     run(&mut stream(&db.url, to.path(), &[])).ok();
 
     let replay = |table: &str, key: &[&str], want: Vec<String>| {

@@ -165,12 +165,11 @@ async fn chunk_consistency_reads_every_unchanged_key_exactly_once_under_writes()
             "chunk",
         ],
     );
-    assert_eq!(run.code, 2, "{}", run.stderr);
-    assert!(
-        run.stderr
-            .contains("--chunk-by ctid cannot be used with --consistency chunk")
-            && run.stderr.contains("twice or not at all"),
-        "{}",
-        run.stderr
+    run.refused(
+        2,
+        &[
+            "--chunk-by ctid cannot be used with --consistency chunk",
+            "twice or not at all",
+        ],
     );
 }

@@ -20,13 +20,7 @@ async fn statement_timeout_fails_at_once_with_guidance() {
         out.path(),
         &["--table", "slow", "--chunk-by", "none"],
     );
-    assert_eq!(run.code, 3, "{}", run.stderr);
-    assert!(run.stderr.contains("57014"), "{}", run.stderr);
-    assert!(
-        run.stderr.contains("statement_timeout") && run.stderr.contains("smaller chunks"),
-        "{}",
-        run.stderr
-    );
+    run.refused(3, &["57014", "statement_timeout", "smaller chunks"]);
     // Permanent: no retry was attempted. Every retry logs the error with "retrying", and
     // giving up after several says so; the error is reported exactly once, by the final message.
     assert!(

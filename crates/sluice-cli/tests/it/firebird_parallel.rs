@@ -256,13 +256,9 @@ async fn chunk_consistency_reads_key_ranges_under_delete_and_reinsert() {
     let mut pages = args.to_vec();
     pages.extend(["--chunk-by", "pages"]);
     let refused = export(&db.url, &out.path().join("pages"), &pages);
-    assert_eq!(refused.code, 2, "{}", refused.stderr);
-    assert!(
-        refused
-            .stderr
-            .contains("--chunk-by pages cannot be used with --consistency chunk"),
-        "{}",
-        refused.stderr
+    refused.refused(
+        2,
+        &["--chunk-by pages cannot be used with --consistency chunk"],
     );
 
     let paused = harness()

@@ -6,8 +6,8 @@
 //! read. Moments are placed with the `budget.before_chunk`
 //! failpoint and the run's log lines (see `harm_budget.rs`).
 
-use crate::common::{Failpoints, files, sluice, tempdir};
-use crate::harm_budget::Watched;
+use crate::common::{Failpoints, files, tempdir};
+use crate::harm_budget::{Watched, export_cmd, plan_with_replica};
 use mysql_async::prelude::Queryable;
 use sluice_testkit::mysql::{TestDb, connect, replica_url};
 
@@ -29,21 +29,15 @@ async fn a_lock_on_the_canary_pauses_new_chunks_until_it_is_gone() {
     let out = tempdir();
     let to = out.path().join("out");
     let fp = Failpoints::new();
-    let mut cmd = sluice();
-    cmd.arg("export")
-        .args(["--source", &db.url, "--table", "t", "--to"])
-        .arg(&to)
-        .args([
-            "--chunk-size",
-            "64KB",
-            "--parallel",
-            "2",
-            "--max-latency",
-            "300ms",
-            "--probe-sql",
-            "SELECT COUNT(*) FROM canary",
-        ]);
-    fp.arm(&mut cmd, "budget.before_chunk=wait");
+    let args = [
+        "--parallel",
+        "2",
+        "--max-latency",
+        "300ms",
+        "--probe-sql",
+        "SELECT COUNT(*) FROM canary",
+    ];
+    let cmd = export_cmd(&db.url, &to, &args, &fp, Some("budget.before_chunk=wait"));
     let mut run = Watched::spawn(cmd);
     fp.reached("budget.before_chunk", run.child.as_mut().unwrap())
         .await;
@@ -65,17 +59,7 @@ async fn an_unreachable_replica_pauses_and_says_so() {
     let mut db = TestDb::new().await;
     table(&mut db).await;
     let nowhere = "mysql://root@127.0.0.1:1/mysql";
-    let plan = crate::common::run(sluice().args([
-        "plan",
-        "--source",
-        &db.url,
-        "--table",
-        "t",
-        "--max-replica-lag",
-        "5s",
-        "--replica",
-        nowhere,
-    ]));
+    let plan = plan_with_replica(&db.url, nowhere);
     plan.ok();
     assert!(
         plan.stdout.contains(
@@ -85,12 +69,9 @@ async fn an_unreachable_replica_pauses_and_says_so() {
         plan.stdout
     );
     let out = tempdir();
-    let mut cmd = sluice();
-    cmd.arg("export")
-        .args(["--source", &db.url, "--table", "t", "--to"])
-        .arg(out.path())
-        .args(["--max-replica-lag", "5s", "--replica", nowhere]);
-    let mut run = Watched::spawn(cmd);
+    let fp = Failpoints::new();
+    let args = ["--max-replica-lag", "5s", "--replica", nowhere];
+    let mut run = Watched::spawn(export_cmd(&db.url, out.path(), &args, &fp, None));
     run.wait_for("harm budget: paused: replica lag (mysql://root@127.0.0.1:1/mysql) unreadable")
         .await;
     let stderr = run.kill();
@@ -106,21 +87,16 @@ async fn a_stopped_replica_pauses_new_chunks_until_it_replicates_again() {
     let out = tempdir();
     let to = out.path().join("out");
     let fp = Failpoints::new();
-    let mut cmd = sluice();
-    cmd.arg("export")
-        .args(["--source", &db.url, "--table", "t", "--to"])
-        .arg(&to)
-        .args([
-            "--chunk-size",
-            "64KB",
-            "--parallel",
-            "2",
-            "--max-replica-lag",
-            "2s",
-            "--replica",
-            &replica_url(),
-        ]);
-    fp.arm(&mut cmd, "budget.before_chunk=wait");
+    let at = replica_url();
+    let args = [
+        "--parallel",
+        "2",
+        "--max-replica-lag",
+        "2s",
+        "--replica",
+        &at,
+    ];
+    let cmd = export_cmd(&db.url, &to, &args, &fp, Some("budget.before_chunk=wait"));
     let mut run = Watched::spawn(cmd);
     fp.reached("budget.before_chunk", run.child.as_mut().unwrap())
         .await;

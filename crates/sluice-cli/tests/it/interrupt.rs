@@ -94,12 +94,7 @@ async fn sigterm_stops_cleanly_with_exit_130() {
     let out = tempdir();
     let child = start_export(&db, out.path(), std::process::Stdio::piped());
     wait_for_temporary(out.path());
-    let status = std::process::Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
+    crate::common::signal(&child, libc::SIGTERM);
     let output = finish(child);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(130), "{stderr}");

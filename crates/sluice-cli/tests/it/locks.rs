@@ -93,17 +93,17 @@ async fn ddl_queued_behind_the_export_is_named_with_the_way_out() {
     let (pid, ddl) = blocked_statement(&db, alter).await;
     fp.release("export.after_plan");
     let run = wait_child(child).await;
-    assert_eq!(run.code, 3, "{}", run.stderr);
-    for needle in [
-        &format!("pid {pid}"),
-        alter,
-        "ACCESS EXCLUSIVE",
-        "--resume",
-        &format!("pg_cancel_backend({pid})"),
-        "--consistency chunk",
-    ] {
-        assert!(run.stderr.contains(needle), "{needle}: {}", run.stderr);
-    }
+    run.refused(
+        3,
+        &[
+            &format!("pid {pid}"),
+            alter,
+            "ACCESS EXCLUSIVE",
+            "--resume",
+            &format!("pg_cancel_backend({pid})"),
+            "--consistency chunk",
+        ],
+    );
     assert!(
         !run.stderr.contains("retrying"),
         "no lock_timeout retries: {}",

@@ -52,17 +52,8 @@ async fn export_of_a_table_matches_the_table() {
 
 /// `sluice stream --until-current` of `table` from `url` into `to`.
 fn stream_cmd(url: &str, table: &str, to: &std::path::Path) -> std::process::Command {
-    let mut c = sluice();
-    c.args([
-        "stream",
-        "--source",
-        url,
-        "--table",
-        table,
-        "--until-current",
-    ])
-    .arg("--to")
-    .arg(to);
+    let mut c = crate::common::stream(url, table, to);
+    c.arg("--until-current");
     c
 }
 

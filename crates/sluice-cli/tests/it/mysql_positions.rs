@@ -6,12 +6,13 @@
 //! an overlap or a gap; the result must equal the table).
 
 use crate::common::{self, Failpoints, run, tempdir};
-use crate::mysql_stream::{ChangeWriter, binlog_file, own_mariadb, state, stream, tables_sql};
+use crate::mysql_stream::{
+    ChangeWriter, binlog_file, own_mariadb, state, stream, tables_sql, until_current,
+};
 use mysql_async::prelude::Queryable;
 use sluice_testkit::changes::replay;
 use sluice_testkit::files::assert_same_rows;
 use sluice_testkit::mysql::connect;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// Purge `admin`'s server's binary log files up to sequence number `seq` (not later ones),
@@ -93,8 +94,7 @@ async fn a_purged_file_resumes_by_gtid_without_gap_or_repeat() {
     let small = ["--until-current", "--batch-bytes", "64KB"];
     let writer = ChangeWriter::start(&url, 2_000).await;
     run(&mut stream(&url, &tables, to.path(), &small)).ok();
-    writer.wait_for(20).await;
-    writer.stop().await;
+    writer.stop_after(20).await;
     // The stream reads its file to the end; then the log rotates.
     run(&mut stream(&url, &tables, to.path(), &small)).ok();
     let before = state(to.path())["committed"]["restart"]
@@ -111,8 +111,7 @@ async fn a_purged_file_resumes_by_gtid_without_gap_or_repeat() {
     purge_through(&mut admin, before[..10].parse().unwrap()).await;
     writer.wait_for(20).await;
     dies_after_resuming_by_gtid(&url, &tables, to.path(), &small);
-    writer.wait_for(20).await;
-    writer.stop().await;
+    writer.stop_after(20).await;
     let r = run(&mut stream(&url, &tables, to.path(), &small));
     r.ok();
     let after = state(to.path())["committed"]["restart"]
@@ -158,7 +157,7 @@ async fn an_idle_stream_finishes_and_outlives_the_servers_timeouts() {
     admin.disconnect().await.unwrap();
     let to = tempdir();
     for _ in 0..2 {
-        run(&mut stream(&url, &["t"], to.path(), &["--until-current"])).ok();
+        until_current(&url, &["t"], to.path()).ok();
         let restart = state(to.path())["committed"]["restart"]
             .as_str()
             .unwrap()
@@ -178,11 +177,7 @@ async fn an_idle_stream_finishes_and_outlives_the_servers_timeouts() {
         c.disconnect().await.unwrap();
         ids.into_iter().collect::<std::collections::BTreeSet<u64>>()
     };
-    let mut child = stream(&url, &["t"], to.path(), &[])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = crate::common::spawn(&mut stream(&url, &["t"], to.path(), &[]));
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let mut c = connect(&server.url()).await;
@@ -298,8 +293,7 @@ async fn after_a_failover_the_stream_resumes_on_the_promoted_replica_by_gtid() {
     run(&mut stream(&on_primary, &tables, to.path(), &small)).ok();
     writer.wait_for(20).await;
     run(&mut stream(&on_primary, &tables, to.path(), &small)).ok();
-    writer.wait_for(20).await;
-    writer.stop().await;
+    writer.stop_after(20).await;
     // The replica catches up; the primary goes away; the replica is promoted.
     let done = gtid_var(&primary.url(), "gtid_binlog_pos").await;
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -314,8 +308,7 @@ async fn after_a_failover_the_stream_resumes_on_the_promoted_replica_by_gtid() {
         .unwrap();
     let writer = ChangeWriter::start_from(&on_replica, 2_000, 30_000_000).await;
     dies_after_resuming_by_gtid(&on_replica, &tables, to.path(), &small);
-    writer.wait_for(20).await;
-    writer.stop().await;
+    writer.stop_after(20).await;
     run(&mut stream(&on_replica, &tables, to.path(), &small)).ok();
     let mut c = connect(&on_replica).await;
     assert_replays_across_the_switch(&mut c, to.path()).await;

@@ -8,7 +8,7 @@
 //! helpers here are shared with `mysql_positions`, `stream_formats` and `stream_layouts`.
 
 use crate::common::writer::Background;
-use crate::common::{self, run, sluice, tempdir};
+use crate::common::{self, Run, run, sluice, tempdir};
 use mysql_async::prelude::Queryable;
 use sluice_testkit::capture::{self, Engine};
 use sluice_testkit::changes::replay;
@@ -83,6 +83,11 @@ pub(crate) fn stream(url: &str, tables: &[&str], to: &Path, extra: &[&str]) -> C
     c
 }
 
+/// `sluice stream --until-current` of `tables` from `url` into `to`, run to its end.
+pub(crate) fn until_current(url: &str, tables: &[&str], to: &Path) -> Run {
+    run(&mut stream(url, tables, to, &["--until-current"]))
+}
+
 pub(crate) fn state(to: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(to.join("_sluice/stream.json")).unwrap()).unwrap()
 }
@@ -118,13 +123,7 @@ async fn types_and_row_images_match_the_export() {
     )
     .await;
     let to = tempdir();
-    run(&mut stream(
-        &db.url,
-        &["ty"],
-        to.path(),
-        &["--until-current"],
-    ))
-    .ok();
+    until_current(&db.url, &["ty"], to.path()).ok();
     db.exec(
         "SET SESSION sql_mode = '';
          INSERT INTO ty VALUES
@@ -153,13 +152,7 @@ async fn types_and_row_images_match_the_export() {
          SET SESSION binlog_row_image = 'FULL';",
     )
     .await;
-    run(&mut stream(
-        &db.url,
-        &["ty"],
-        to.path(),
-        &["--until-current"],
-    ))
-    .ok();
+    until_current(&db.url, &["ty"], to.path()).ok();
     let ds = to.path().join(format!("{}.ty", db.name));
     let r = replay(&ds, &["id"]);
     let out = tempdir();
@@ -223,33 +216,21 @@ async fn refusals_name_the_fix() {
     ))
     .await;
     let to = tempdir();
-    let r = run(&mut stream(
-        &db.url,
-        &["nokey"],
-        to.path(),
-        &["--until-current"],
-    ));
-    assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("no primary key"), "{}", r.stderr);
+    let r = until_current(&db.url, &["nokey"], to.path());
+    r.refused(2, &["no primary key"]);
     // A table without transactions: refused with the reason, unless the snapshot locks it.
     db.exec(
         "CREATE TABLE plain (id int PRIMARY KEY, v int) ENGINE=MyISAM;
          INSERT INTO plain VALUES (1, 1), (2, 2);",
     )
     .await;
-    let r = run(&mut stream(
-        &db.url,
-        &["acct", "plain"],
-        tempdir().path(),
-        &["--until-current"],
-    ));
-    assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(
-        r.stderr
-            .contains("MyISAM table, an engine without transactions")
-            && r.stderr.contains("--lock-non-transactional"),
-        "{}",
-        r.stderr
+    let r = until_current(&db.url, &["acct", "plain"], tempdir().path());
+    r.refused(
+        2,
+        &[
+            "MyISAM table, an engine without transactions",
+            "--lock-non-transactional",
+        ],
     );
     let locked = tempdir();
     let flags = ["--until-current", "--lock-non-transactional"];
@@ -268,38 +249,21 @@ async fn refusals_name_the_fix() {
     assert_eq!(r.changes.len(), 2);
     for u in [user.clone(), format!("{user}c")] {
         let url = db.url_as(&u, "pw");
-        let r = run(&mut stream(
-            &url,
-            &["acct"],
-            tempdir().path(),
-            &["--until-current"],
-        ));
+        let r = until_current(&url, &["acct"], tempdir().path());
         assert_eq!(r.code, 3, "{u}: {}", r.stderr);
         assert!(r.stderr.contains("REPLICATION SLAVE"), "{u}: {}", r.stderr);
     }
     // A statement-based change of a captured table (one session's binlog_format) stops the
     // stream with the fix rather than skipping the rows it cannot see.
-    run(&mut stream(
-        &db.url,
-        &["acct"],
-        to.path(),
-        &["--until-current"],
-    ))
-    .ok();
+    until_current(&db.url, &["acct"], to.path()).ok();
     db.exec(
         "SET SESSION binlog_format = 'STATEMENT';
          INSERT INTO acct VALUES (2, 2);
          SET SESSION binlog_format = 'ROW';",
     )
     .await;
-    let r = run(&mut stream(
-        &db.url,
-        &["acct"],
-        to.path(),
-        &["--until-current"],
-    ));
-    assert_ne!(r.code, 0, "{}", r.stderr);
-    assert!(r.stderr.contains("statement-based"), "{}", r.stderr);
+    let r = until_current(&db.url, &["acct"], to.path());
+    r.failed(&["statement-based"]);
     db.exec(&format!(
         "DROP USER '{user}'@'127.0.0.1'; DROP USER '{user}c'@'127.0.0.1';"
     ))
@@ -316,16 +280,15 @@ async fn statement_format_and_a_purged_binary_log_are_refused() {
         .await
         .unwrap();
     let to = tempdir();
-    let r = run(&mut stream(&url, &["t"], to.path(), &["--until-current"]));
-    assert_eq!(r.code, 3, "{}", r.stderr);
-    assert!(r.stderr.contains("binlog_format=ROW"), "{}", r.stderr);
+    let r = until_current(&url, &["t"], to.path());
+    r.refused(3, &["binlog_format=ROW"]);
     admin
         .query_drop("SET GLOBAL binlog_format = 'ROW'")
         .await
         .unwrap();
     drop(admin);
     let mut admin = connect(&server.url()).await;
-    run(&mut stream(&url, &["t"], to.path(), &["--until-current"])).ok();
+    until_current(&url, &["t"], to.path()).ok();
     admin
         .query_drop("INSERT INTO cdc.t VALUES (1, 1)")
         .await
@@ -350,13 +313,8 @@ async fn statement_format_and_a_purged_binary_log_are_refused() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let r = run(&mut stream(&url, &["t"], to.path(), &["--until-current"]));
-    assert_ne!(r.code, 0, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("purged") && r.stderr.contains("--drop"),
-        "{}",
-        r.stderr
-    );
+    let r = until_current(&url, &["t"], to.path());
+    r.failed(&["purged", "--drop"]);
     // The state kept the GTID position, whose transactions after it are gone too (the
     // resume by GTID was refused above); a state without one (file and offset only) is
     // refused the same way.
@@ -369,11 +327,6 @@ async fn statement_format_and_a_purged_binary_log_are_refused() {
     assert!(gtid.starts_with("0-1-"), "{restart}");
     st["committed"]["restart"] = plain.into();
     std::fs::write(&path, serde_json::to_vec_pretty(&st).unwrap()).unwrap();
-    let r = run(&mut stream(&url, &["t"], to.path(), &["--until-current"]));
-    assert_ne!(r.code, 0, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("purged") && r.stderr.contains("--drop"),
-        "{}",
-        r.stderr
-    );
+    let r = until_current(&url, &["t"], to.path());
+    r.failed(&["purged", "--drop"]);
 }

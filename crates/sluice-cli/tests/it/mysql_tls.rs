@@ -11,14 +11,7 @@ use std::path::Path;
 
 /// `127.0.0.1:PORT` of the TLS server.
 fn host_port() -> String {
-    let url = std::env::var("SLUICE_TEST_MYSQL_TLS_URL").unwrap_or_else(|_| {
-        panic!(
-            "SLUICE_TEST_MYSQL_TLS_URL is not set, so there is no TLS MariaDB to test against. \
-             Run ./scripts/test, or sluice-testkit run --mariadb-tls -- …"
-        )
-    });
-    let rest = url.split('@').nth(1).unwrap();
-    rest.split('/').next().unwrap().to_string()
+    tls_host_port("SLUICE_TEST_MYSQL_TLS_URL", "--mariadb-tls")
 }
 
 /// A fresh database with table `t`, set up as root through the Unix socket.

@@ -34,8 +34,7 @@ async fn unreachable_endpoint_fails_cleanly() {
     let port = sluice_testkit::server::free_port().unwrap();
     let url = format!("{}?endpoint=http://127.0.0.1:{port}", test_url(Store::S3));
     let r = export_to(&db.url, &url, &["--table", "o"]);
-    assert_eq!(r.code, 4, "{}", r.stderr);
-    assert!(r.stderr.contains("unreachable"), "{}", r.stderr);
+    r.refused(4, &["unreachable"]);
     let secret = std::env::var("AWS_SECRET_ACCESS_KEY").unwrap();
     assert!(!r.stderr.contains(&secret), "{}", r.stderr);
 }
@@ -97,8 +96,7 @@ async fn storage_options_are_checked() {
     table(&db, 10).await;
     let out = tempdir();
     let r = export(&db.url, out.path(), &["--table", "o", "--part-size", "8MB"]);
-    assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("object stores only"), "{}", r.stderr);
+    r.refused(2, &["object stores only"]);
     let url = test_url(Store::S3);
     let r = export_to(
         &db.url,
@@ -112,8 +110,7 @@ async fn storage_options_are_checked() {
         r.stderr
     );
     let r = export_to(&db.url, &url, &["--table", "o", "--part-size", "64KB"]);
-    assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("too small"), "{}", r.stderr);
+    r.refused(2, &["too small"]);
     let r = export_to(
         &db.url,
         &url,

@@ -15,22 +15,19 @@ async fn weird_and_mixed_case_names_export() {
            CREATE TABLE public.lower_only (id int); INSERT INTO lower_only VALUES (7);"#,
     )
     .await;
+    // Names as a user types them: quoted where they need it, any case where they do not.
+    let tables = [
+        "--table",
+        r#"public."weird ""name""""#,
+        "--table",
+        r#""My Schema"."MixedCase""#,
+        "--table",
+        "PUBLIC.Lower_Only",
+        "--chunk-by",
+        "key",
+    ];
     let out = tempdir();
-    export(
-        &db.url,
-        out.path(),
-        &[
-            "--table",
-            r#"public."weird ""name""""#,
-            "--table",
-            r#""My Schema"."MixedCase""#,
-            "--table",
-            "PUBLIC.Lower_Only",
-            "--chunk-by",
-            "key",
-        ],
-    )
-    .ok();
+    export(&db.url, out.path(), &tables).ok();
     let m = files::manifest(out.path());
     let names: Vec<&str> = m["datasets"]
         .as_array()

@@ -12,6 +12,7 @@
 
 use crate::common::writer::Background;
 use crate::common::{Failpoints, run, sluice};
+use crate::replicate_faults::replicate_cmd;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -298,16 +299,9 @@ impl Sampler {
 }
 
 pub(crate) async fn replicate(source: &Db, target: &Db, extra: &[&str]) -> Command {
-    let mut c = sluice();
-    c.arg("replicate")
-        .arg("--source")
-        .arg(source.url().await)
-        .arg("--target")
-        .arg(target.url().await)
-        .arg("--schema")
-        .arg(source.schema().await);
-    c.arg("--target-schema").arg(target.schema().await);
-    c.args(extra);
+    let schemas = [source.schema().await, target.schema().await];
+    let mut c = replicate_cmd(source, target, &["--schema", &schemas[0]]).await;
+    c.args(["--target-schema", &schemas[1]]).args(extra);
     c
 }
 
@@ -347,8 +341,7 @@ async fn writer_during_load_and_stream(source_pg: bool, target_pg: bool) {
         .into();
     r.ok();
     assert!(r.stderr.contains("applied:"), "{}", r.stderr);
-    writer.wait_for(200).await;
-    let commits = writer.stop().await;
+    let commits = writer.stop_after(200).await;
     let r = run(&mut replicate(&source, &target, &["--parallel", "4", "--until-current"]).await);
     r.ok();
     let (seen, bad) = sampler.finish().await;
@@ -419,8 +412,7 @@ async fn killed_and_restarted(pg: bool) {
         let r = run(&mut cmd);
         assert_ne!(r.code, 0, "{spec}: the run did not die:\n{}", r.stderr);
     }
-    writer.wait_for(40).await;
-    writer.stop().await;
+    writer.stop_after(40).await;
     let r = run(&mut replicate(&source, &target, &["--parallel", "3", "--until-current"]).await);
     r.ok();
     assert_same(&source, &target).await;
@@ -452,8 +444,7 @@ async fn hot_rows_and_ddl(pg: bool) {
         .await;
     writer.wait_for(50).await;
     ddl.exec("TRUNCATE TABLE ledger").await;
-    writer.wait_for(50).await;
-    writer.stop().await;
+    writer.stop_after(50).await;
     let r = run(&mut replicate(&source, &target, &["--parallel", "4", "--until-current"]).await);
     r.ok();
     assert_same(&source, &target).await;
@@ -503,8 +494,7 @@ async fn errors_name_the_problem_and_the_fix() {
         "accounts",
     ]);
     let r = run(&mut cmd);
-    assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("--target"), "{}", r.stderr);
+    r.refused(2, &["--target"]);
     // A target table that already holds rows is not loaded into.
     target
         .exec("CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL); INSERT INTO accounts VALUES (1, 1);")

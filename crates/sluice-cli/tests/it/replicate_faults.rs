@@ -14,14 +14,21 @@ use std::sync::atomic::Ordering;
 /// `sluice replicate` from `source` into `target` (each table keeps its schema on a target of
 /// the same engine), with `args`.
 pub(crate) async fn replicate_cmd(source: &Db, target: &Db, args: &[&str]) -> Command {
-    let mut c = sluice();
-    c.arg("replicate")
-        .arg("--source")
-        .arg(source.url().await)
-        .arg("--target")
-        .arg(target.url().await)
-        .args(args);
+    let mut c = crate::common::replicate(&source.url().await, &target.url().await);
+    c.args(args);
     c
+}
+
+/// `--table TABLE --until-current --target-schema public`: one table, into the target's
+/// `public` schema.
+pub(crate) fn into_public(table: &str) -> [&str; 5] {
+    [
+        "--table",
+        table,
+        "--until-current",
+        "--target-schema",
+        "public",
+    ]
 }
 
 /// Remove the replication `args` name (its slot and the target's bookkeeping): every test
@@ -57,6 +64,15 @@ pub(crate) async fn same(source: &Db, target: &Db, sql: &str) {
     assert!(s == t, "{sql}: the target differs from the source");
 }
 
+/// Run the replication `args` (with `--until-current`), then assert that the target equals
+/// the source by each of `queries`.
+pub(crate) async fn catch_up(source: &Db, target: &Db, args: &[&str], queries: &[&str]) {
+    run(&mut replicate_cmd(source, target, args).await).ok();
+    for sql in queries {
+        same(source, target, sql).await;
+    }
+}
+
 async fn large_transaction(source_pg: bool, insert: &str, rows: u64) {
     let source = Db::new(source_pg).await;
     let target = Db::new(true).await;
@@ -85,8 +101,7 @@ async fn large_transaction(source_pg: bool, insert: &str, rows: u64) {
     // One transaction of many times the streaming threshold (--memory / 8), while the
     // writer commits small ones around it.
     source.exec(insert).await;
-    writer.wait_for(20).await;
-    let ticks = writer.stop().await;
+    let ticks = writer.stop_after(20).await;
     let dir = tempdir();
     let path = dir.path().join("r.json");
     let mut cmd = replicate_cmd(&source, &target, &args).await;
@@ -139,13 +154,7 @@ async fn a_second_run_of_one_replication_is_refused() {
         )
         .await;
     let table = format!("{}.t", source.name().await);
-    let args = [
-        "--table",
-        &table,
-        "--until-current",
-        "--target-schema",
-        "public",
-    ];
+    let args = into_public(&table);
     run(&mut replicate_cmd(&source, &target, &args).await).ok();
     let mut writer = Session::open(&source).await;
     for i in 1..=20 {
@@ -163,12 +172,7 @@ async fn a_second_run_of_one_replication_is_refused() {
         .unwrap();
     fp.reached("replicate.before_commit", &mut child).await;
     let second = run(&mut replicate_cmd(&source, &target, &args).await);
-    assert_eq!(second.code, 2, "{}", second.stderr);
-    assert!(
-        second.stderr.contains("already running") && second.stderr.contains("pid"),
-        "{}",
-        second.stderr
-    );
+    second.refused(2, &["already running", "pid"]);
     let mut drop = replicate_cmd(&source, &target, &args).await;
     drop.arg("--drop");
     let dropped = run(&mut drop);
@@ -220,17 +224,20 @@ async fn pg_to_mariadb_a_kill_after_a_barrier_restarts_inside_its_transaction() 
     for tx in transactions {
         let writer = ticker(&source).await;
         source.exec(tx).await;
-        writer.wait_for(5).await;
-        writer.stop().await;
+        writer.stop_after(5).await;
         for n in 1..=3 {
             let fp = Failpoints::new();
             let mut cmd = replicate_cmd(&source, &target, &args).await;
             fp.arm(&mut cmd, &format!("replicate.before_commit=exit@{n}"));
             run(&mut cmd);
         }
-        run(&mut replicate_cmd(&source, &target, &args).await).ok();
-        same(&source, &target, "SELECT id, v FROM a ORDER BY id").await;
-        same(&source, &target, "SELECT n FROM tick").await;
+        catch_up(
+            &source,
+            &target,
+            &args,
+            &["SELECT id, v FROM a ORDER BY id", "SELECT n FROM tick"],
+        )
+        .await;
     }
     same(&source, &target, "SELECT id, v, w FROM s ORDER BY id").await;
     drop_replication(&source, &target, &args).await;

@@ -5,7 +5,7 @@
 //! and an idle replication on a busy server. Each compares the target with its source.
 
 use super::replicate::{Db, Session};
-use super::replicate_faults::{drop_replication, replicate_cmd, report, same, ticker};
+use super::replicate_faults::{catch_up, drop_replication, replicate_cmd, report, same, ticker};
 use crate::common::{Run, finish, run, tempdir};
 use std::process::Stdio;
 
@@ -127,16 +127,17 @@ async fn pg_generated_and_target_only_columns_survive_column_changes() {
              INSERT INTO items (id, price, qty, color) VALUES (4, 1.50, 2, 'blue');",
         )
         .await;
-    writer.wait_for(10).await;
-    writer.stop().await;
-    run(&mut replicate_cmd(&source, &target, &args).await).ok();
-    same(
+    writer.stop_after(10).await;
+    catch_up(
         &source,
         &target,
-        "SELECT id, price, qty, total, color FROM items ORDER BY id",
+        &args,
+        &[
+            "SELECT id, price, qty, total, color FROM items ORDER BY id",
+            "SELECT n FROM tick",
+        ],
     )
     .await;
-    same(&source, &target, "SELECT n FROM tick").await;
     assert_eq!(
         target.rows("SELECT DISTINCT note FROM items").await,
         ["mine"]
@@ -177,11 +178,11 @@ async fn pg_to_mariadb_a_generated_column_is_left_out_and_said() {
     source
         .exec("UPDATE items SET qty = 7 WHERE id = 1; INSERT INTO items (id, price, qty) VALUES (3, 1, 1);")
         .await;
-    run(&mut replicate_cmd(&source, &target, &args).await).ok();
-    same(
+    catch_up(
         &source,
         &target,
-        "SELECT id, price, qty FROM items ORDER BY id",
+        &args,
+        &["SELECT id, price, qty FROM items ORDER BY id"],
     )
     .await;
 }
@@ -267,11 +268,11 @@ async fn pg_keyless_full_identity_with_an_unchanged_large_value() {
              INSERT INTO audit VALUES (9, 'new', repeat('z', 9000));",
         )
         .await;
-    run(&mut replicate_cmd(&source, &target, &args).await).ok();
-    same(
+    catch_up(
         &source,
         &target,
-        "SELECT k, note, md5(body) FROM audit ORDER BY k, note, md5(body)",
+        &args,
+        &["SELECT k, note, md5(body) FROM audit ORDER BY k, note, md5(body)"],
     )
     .await;
     drop_replication(&source, &target, &args).await;
@@ -450,12 +451,7 @@ async fn pg_an_idle_replication_commits_its_position_rarely() {
             .exec("INSERT INTO churn (pad) SELECT repeat('x', 200) FROM generate_series(1, 20000)")
             .await;
     }
-    let status = std::process::Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
+    crate::common::signal(&child, libc::SIGTERM);
     let r: Run = finish(child).into();
     r.ok();
     let rep = report(&path);

@@ -16,7 +16,7 @@ use crate::objstore_common;
 use sluice_testkit::changes::replay;
 use sluice_testkit::files::assert_same_rows;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const TABLE: &str = "public.acct";
@@ -120,23 +120,11 @@ async fn refusals_name_the_fix_and_leave_no_slot_behind() {
         run(&mut c)
     };
     let r = one("public.nokey", &db.url, &[]);
-    assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("REPLICA IDENTITY FULL"), "{}", r.stderr);
+    r.refused(2, &["REPLICA IDENTITY FULL"]);
     let r = one("public.ranges", &db.url, &[]);
-    assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("ranges.r") && r.stderr.contains("cannot decode"),
-        "{}",
-        r.stderr
-    );
+    r.refused(2, &["ranges.r", "cannot decode"]);
     let r = one("public.acct", &db.url_as(&norepl, Some("pw")), &[]);
-    assert_eq!(r.code, 3, "{}", r.stderr);
-    assert!(
-        r.stderr
-            .contains(&format!("ALTER ROLE \"{norepl}\" REPLICATION")),
-        "{}",
-        r.stderr
-    );
+    r.refused(3, &[&format!("ALTER ROLE \"{norepl}\" REPLICATION")]);
     let r = one("public.acct", &db.url, &["--query", "q=SELECT 1"]);
     assert_eq!(r.code, 2, "{}", r.stderr);
     // A first start that fails after creating the slot removes slot and publication again.
@@ -245,12 +233,7 @@ async fn state_in_redis_survives_a_kill_and_refuses_a_second_stream() {
     // The killed run's claim on the state is still there: another stream on it is refused
     // until the claim expires.
     let r = run(&mut stream(&db.url, to.path(), &args));
-    assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("another stream is running"),
-        "{}",
-        r.stderr
-    );
+    r.refused(2, &["another stream is running"]);
     // Release the dead run's claim as an operator would after checking it is gone.
     {
         use std::io::Write;
@@ -290,8 +273,7 @@ async fn a_server_without_logical_wal_is_refused_with_the_fix() {
         .unwrap();
     let to = tempdir();
     let r = run(&mut stream(&url, to.path(), &["--until-current"]));
-    assert_eq!(r.code, 3, "{}", r.stderr);
-    assert!(r.stderr.contains("wal_level = logical"), "{}", r.stderr);
+    r.refused(3, &["wal_level = logical"]);
     let slots: i64 = c
         .query_one("SELECT count(*) FROM pg_replication_slots", &[])
         .await
@@ -347,17 +329,7 @@ async fn a_partitioned_table_streams_under_its_own_name_moves_between_partitions
         &want,
         "partitioned: snapshot + changes replayed by _seq",
     );
-    let moves = r
-        .changes
-        .windows(2)
-        .filter(|w| {
-            w[0].op == "delete"
-                && w[1].op == "insert"
-                && w[0].seq + 1 == w[1].seq
-                && w[0].cells[0] == w[1].cells[0]
-                && w[0].cells[1] != w[1].cells[1]
-        })
-        .count();
+    let moves = r.key_updates(|d, i| d.cells[0] == i.cells[0] && d.cells[1] != i.cells[1]);
     assert!(moves > 0, "no row moved between partitions");
     let dirs: Vec<String> = std::fs::read_dir(to.path())
         .unwrap()
@@ -384,21 +356,11 @@ async fn a_partitioned_table_streams_under_its_own_name_moves_between_partitions
         other.path(),
         &["--publication", "leafpub", "--slot", "leafslot"],
     ));
-    assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("publish_via_partition_root = true"),
-        "{}",
-        r.stderr
-    );
+    r.refused(2, &["publish_via_partition_root = true"]);
     let mut c = common::stream(&db.url, "public.loose", other.path());
     c.arg("--until-current");
     let r = run(&mut c);
-    assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("partition loose_1") && r.stderr.contains("REPLICA IDENTITY FULL"),
-        "{}",
-        r.stderr
-    );
+    r.refused(2, &["partition loose_1", "REPLICA IDENTITY FULL"]);
     assert_eq!(slots_and_publications(&db).await, (0, 1), "only leafpub");
 }
 
@@ -511,11 +473,7 @@ async fn the_servers_idle_limits_end_no_session_of_the_stream() {
     .await;
     // A running stream with nothing to do: its sessions wait past both limits. (Without the
     // table watch, whose catalog session lives for one listing and ends by itself.)
-    let mut child = stream(&url, to.path(), &["--discover-every", "0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = common::spawn(&mut stream(&url, to.path(), &["--discover-every", "0"]));
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let active: bool = db

@@ -5,15 +5,26 @@
 
 use super::stream::{assert_replay_equals_table, create_acct, slots_and_publications, stream};
 use crate::common::{Failpoints, Run, TestDb, finish, run, tempdir};
-use std::process::Stdio;
+use std::path::Path;
+use std::process::Child;
 use std::time::Duration;
 
 /// The receipts and part files of the output's initial snapshot.
-fn snapshot_files(to: &std::path::Path) -> Vec<String> {
+fn snapshot_files(to: &Path) -> Vec<String> {
     crate::common::files_under(to)
         .into_iter()
         .filter(|f| f.contains("part-") && !f.contains("/changes/"))
         .collect()
+}
+
+/// A stream of `args` into `to`, paused in its initial snapshot after its first part's
+/// receipt (release `export.after_receipt` on `fp`).
+async fn paused_in_snapshot(url: &str, to: &Path, args: &[&str], fp: &Failpoints) -> Child {
+    let mut first = stream(url, to, args);
+    fp.arm(&mut first, "export.after_receipt=wait@1");
+    let mut child = crate::common::spawn(&mut first);
+    fp.reached("export.after_receipt", &mut child).await;
+    child
 }
 
 /// A second stream on an output whose first stream is inside its initial snapshot is refused
@@ -26,23 +37,11 @@ async fn a_second_stream_on_an_output_is_refused_before_it_touches_it() {
     let to = tempdir();
     let args = ["--until-current", "--chunk-size", "64KB"];
     let fp = Failpoints::new();
-    let mut first = stream(&db.url, to.path(), &args);
-    fp.arm(&mut first, "export.after_receipt=wait@1");
-    let mut child = first
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    fp.reached("export.after_receipt", &mut child).await;
+    let child = paused_in_snapshot(&db.url, to.path(), &args, &fp).await;
     let before = snapshot_files(to.path());
     assert!(!before.is_empty());
     let second = run(&mut stream(&db.url, to.path(), &args));
-    assert_eq!(second.code, 2, "{}", second.stderr);
-    assert!(
-        second.stderr.contains("another sluice run is writing"),
-        "{}",
-        second.stderr
-    );
+    second.refused(2, &["another sluice run is writing"]);
     assert_eq!(
         snapshot_files(to.path()),
         before,
@@ -69,23 +68,11 @@ async fn a_snapshot_longer_than_the_state_claim_keeps_the_claim() {
     let state = format!("{redis}/0?key=claim-{}&claim_ttl=3", db.name);
     let args = ["--until-current", "--chunk-size", "64KB", "--state", &state];
     let fp = Failpoints::new();
-    let mut first = stream(&db.url, to.path(), &args);
-    fp.arm(&mut first, "export.after_receipt=wait@1");
-    let mut child = first
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    fp.reached("export.after_receipt", &mut child).await;
+    let child = paused_in_snapshot(&db.url, to.path(), &args, &fp).await;
     // Past three lifetimes of the claim.
     tokio::time::sleep(Duration::from_secs(9)).await;
     let second = run(&mut stream(&db.url, to.path(), &args));
-    assert_eq!(second.code, 2, "{}", second.stderr);
-    assert!(
-        second.stderr.contains("another stream is running"),
-        "{}",
-        second.stderr
-    );
+    second.refused(2, &["another stream is running"]);
     fp.release("export.after_receipt");
     db.exec("UPDATE acct SET v = v + 1 WHERE id <= 100").await;
     let r: Run = finish(child).into();

@@ -382,8 +382,7 @@ async fn jsonl_change_files_replay_to_the_table_and_ops_filter() {
     ];
     run(&mut stream(&db.url, &tables, to.path(), &all)).ok();
     run(&mut stream(&db.url, &tables, filtered.path(), &some)).ok();
-    writer.wait_for(30).await;
-    writer.stop().await;
+    writer.stop_after(30).await;
     run(&mut stream(&db.url, &tables, to.path(), &all)).ok();
     let r = run(&mut stream(&db.url, &tables, filtered.path(), &some));
     r.ok();

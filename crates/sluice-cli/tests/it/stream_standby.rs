@@ -391,8 +391,7 @@ async fn a_replication_standby_takes_over_from_a_killed_run() {
     assert!(standby.try_wait().unwrap().is_none(), "the standby waits");
     common::signal(&active, libc::SIGKILL);
     let _ = active.wait();
-    writer.wait_for(30).await;
-    writer.stop().await;
+    writer.stop_after(30).await;
     let same = || async {
         let mut equal = true;
         for sql in [

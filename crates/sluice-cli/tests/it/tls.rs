@@ -12,14 +12,7 @@ use std::process::Command;
 
 /// `localhost:PORT` of the TLS server.
 fn host_port() -> String {
-    let url = std::env::var("SLUICE_TEST_PG_TLS_URL").unwrap_or_else(|_| {
-        panic!(
-            "SLUICE_TEST_PG_TLS_URL is not set, so there is no TLS PostgreSQL to test against. \
-             Run ./scripts/test, or sluice-testkit run --pg-tls -- …"
-        )
-    });
-    let rest = url.strip_prefix("postgres://postgres@").unwrap();
-    rest.split('/').next().unwrap().to_string()
+    tls_host_port("SLUICE_TEST_PG_TLS_URL", "--pg-tls")
 }
 
 fn port() -> String {

@@ -550,15 +550,8 @@ pub(crate) async fn setup() -> (TestDb, Vec<Col>) {
     )
     .await;
     let cols = columns();
-    let defs: Vec<String> = cols
-        .iter()
-        .map(|c| format!("{} {}", c.name, c.ty))
-        .collect();
-    db.exec(&format!(
-        "CREATE TABLE all_types (id int PRIMARY KEY, {})",
-        defs.join(", ")
-    ))
-    .await;
+    db.exec(&all_types_ddl(cols.iter().map(|c| (c.name, c.ty))))
+        .await;
     for row in 0..5 {
         let names: Vec<&str> = cols.iter().map(|c| c.name).collect();
         let vals: Vec<String> = cols

@@ -4,8 +4,8 @@ use super::*;
 
 /// Typed appends for the fixed-width variants. Pushing a value of the wrong native type is a
 /// bug in the adapter's type table and is reported as an internal error.
-macro_rules! push_fn {
-    ($name:ident, $t:ty, $variant:ident) => {
+macro_rules! push_fns {
+    ($($name:ident($t:ty) => $variant:ident),* $(,)?) => {$(
         impl ColumnBuilder {
             #[doc = concat!("Append a `", stringify!($t), "`.")]
             #[inline]
@@ -28,20 +28,13 @@ macro_rules! push_fn {
                 }
             }
         }
-    };
+    )*};
 }
-push_fn!(push_i8, i8, I8);
-push_fn!(push_i16, i16, I16);
-push_fn!(push_i32, i32, I32);
-push_fn!(push_i64, i64, I64);
-push_fn!(push_u8, u8, U8);
-push_fn!(push_u16, u16, U16);
-push_fn!(push_u32, u32, U32);
-push_fn!(push_u64, u64, U64);
-push_fn!(push_f32, f32, F32);
-push_fn!(push_f64, f64, F64);
-push_fn!(push_i128, i128, I128);
-push_fn!(push_i256, i256, I256);
+push_fns! {
+    push_i8(i8) => I8, push_i16(i16) => I16, push_i32(i32) => I32, push_i64(i64) => I64,
+    push_u8(u8) => U8, push_u16(u16) => U16, push_u32(u32) => U32, push_u64(u64) => U64,
+    push_f32(f32) => F32, push_f64(f64) => F64, push_i128(i128) => I128, push_i256(i256) => I256,
+}
 
 impl ColumnBuilder {
     /// Append a boolean.

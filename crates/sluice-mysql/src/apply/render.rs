@@ -188,14 +188,9 @@ fn date(out: &mut String, days: i64, column: &str) -> Result<()> {
 fn duration(out: &mut String, micros: i64) {
     let sign = if micros < 0 { "-" } else { "" };
     let m = micros.unsigned_abs();
-    let (s, f) = (m / 1_000_000, m % 1_000_000);
-    let _ = write!(
-        out,
-        "'{sign}{}:{:02}:{:02}.{f:06}'",
-        s / 3600,
-        (s / 60) % 60,
-        s % 60
-    );
+    let (secs, f) = (m / 1_000_000, m % 1_000_000);
+    let (h, min, s) = (secs / 3600, (secs / 60) % 60, secs % 60);
+    let _ = write!(out, "'{sign}{h}:{min:02}:{s:02}.{f:06}'");
 }
 
 fn interval(out: &mut String, months: i32, days: i32, micros: i64) {

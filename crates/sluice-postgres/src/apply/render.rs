@@ -69,14 +69,7 @@ impl Kind {
     pub fn of(field: &Field) -> Result<Kind> {
         Ok(match field.data_type() {
             DataType::Boolean => Kind::Bool,
-            DataType::Int8
-            | DataType::Int16
-            | DataType::Int32
-            | DataType::Int64
-            | DataType::UInt8
-            | DataType::UInt16
-            | DataType::UInt32
-            | DataType::UInt64 => Kind::Int,
+            t if t.is_integer() => Kind::Int,
             DataType::Float32 | DataType::Float64 => Kind::Float,
             DataType::Decimal128(_, s) | DataType::Decimal256(_, s) => Kind::Decimal(*s),
             DataType::Utf8 | DataType::LargeUtf8 => Kind::Text,

@@ -383,28 +383,49 @@ pub(super) fn lingering(
         cast: None,
         as_text_fallback: false,
     }];
-    let mut c = super::collect::Collector::new(
+    let limits = limits(transactions, 64 << 20, linger);
+    let mut c = collector_of(&table, &columns, &["id"], limits);
+    c.set_busy(Arc::new(move |_| busy));
+    (c, table, columns)
+}
+
+/// A collector of `table` with `columns`, its key `key` (empty: a table without one).
+pub(super) fn collector_of(
+    table: &TableRef,
+    columns: &[ColumnDesc],
+    key: &[&str],
+    limits: super::collect::Limits,
+) -> super::collect::Collector {
+    super::collect::Collector::new(
         vec![super::collect::Captured {
             table: table.clone(),
             target: table.clone(),
             known: None,
-            columns: columns.clone(),
+            columns: columns.to_vec(),
             snapshot_position: None,
         }],
         vec![sluice_core::apply::TableKeys::primary_only(
             table.clone(),
-            vec!["id".into()],
+            key.iter().map(|k| k.to_string()).collect(),
         )],
-        super::collect::Limits {
-            transactions,
-            bytes: 1 << 20,
-            stream_bytes: 64 << 20,
-            linger,
-        },
+        limits,
         sluice_core::apply::Engine::Postgres,
-    );
-    c.set_busy(Arc::new(move |_| busy));
-    (c, table, columns)
+    )
+}
+
+/// A collector's limits: units of `transactions` and 1 MB at most, transactions streamed
+/// from `stream_bytes`, a unit's first transaction waiting `linger` for others.
+pub(super) fn limits(
+    transactions: u64,
+    stream_bytes: usize,
+    linger: std::time::Duration,
+) -> super::collect::Limits {
+    super::collect::Limits {
+        transactions,
+        bytes: 1 << 20,
+        stream_bytes,
+        linger,
+    }
 }
 
 /// Source transaction `n` inserting rows `ids`.

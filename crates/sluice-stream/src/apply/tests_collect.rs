@@ -6,12 +6,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-use super::collect::{Captured, Collector, Limits, Piece};
-use super::tests::{Log, Recorder, collector, transaction};
+use super::collect::{Collector, Piece};
+use super::tests::{Log, Recorder, collector, collector_of, limits, transaction};
 use super::worker::{ApplyCounters, Pool};
 use arrow_schema::DataType;
 use sluice_core::StreamPos;
-use sluice_core::apply::{AppliedPosition, ApplyTarget, Barrier, TableKeys};
+use sluice_core::apply::{AppliedPosition, ApplyTarget, Barrier};
 use sluice_core::change::{ChangeOp, ChangeSink, TxMeta};
 use sluice_core::columns::field;
 use sluice_core::table::{ColumnDesc, TableRef};
@@ -74,22 +74,11 @@ async fn a_transaction_far_past_the_streaming_threshold_reaches_the_workers() {
     let (_, table, columns) = collector(false, 100);
     // A streaming threshold of a few rows: the transaction below is hundreds of pieces,
     // all fed before control returns, as one source read does.
-    let mut c = Collector::new(
-        vec![Captured {
-            table: table.clone(),
-            target: table.clone(),
-            columns: columns.clone(),
-            known: None,
-            snapshot_position: None,
-        }],
-        vec![TableKeys::primary_only(table.clone(), vec!["id".into()])],
-        Limits {
-            transactions: 100,
-            bytes: 1 << 20,
-            stream_bytes: 1 << 10,
-            linger: Duration::ZERO,
-        },
-        sluice_core::apply::Engine::Postgres,
+    let mut c = collector_of(
+        &table,
+        &columns,
+        &["id"],
+        limits(100, 1 << 10, Duration::ZERO),
     );
     c.set_busy(pool.busy_fn());
     c.set_handoff(pool.handoff());
@@ -145,16 +134,22 @@ fn a_barrier_carries_the_position_of_the_changes_before_it() {
     );
 }
 
-#[test]
-fn a_restart_inside_a_transaction_passes_over_what_is_applied() {
-    let (mut c, table, columns) = collector(true, 100);
-    c.resume_at(&AppliedPosition {
+/// The position of a target that stands inside source transaction 2 (restart at 1), its
+/// first three changes applied.
+fn inside_transaction_2() -> AppliedPosition {
+    AppliedPosition {
         unit: 7,
         restart: StreamPos::from_adapter("00000001"),
         pos: StreamPos::from_adapter("00000002"),
         commit_ts: None,
         skip: 3,
-    });
+    }
+}
+
+#[test]
+fn a_restart_inside_a_transaction_passes_over_what_is_applied() {
+    let (mut c, table, columns) = collector(true, 100);
+    c.resume_at(&inside_transaction_2());
     // A transaction before it is applied whole; the one the target stands inside loses its
     // first three changes — two rows and the truncate among them — and keeps the rest (both
     // in one unit: the workers are busy).
@@ -179,13 +174,7 @@ fn a_restart_inside_a_transaction_passes_over_what_is_applied() {
 #[test]
 fn a_restart_whose_transaction_never_comes_fails_loudly() {
     let (mut c, _, _) = collector(true, 100);
-    c.resume_at(&AppliedPosition {
-        unit: 7,
-        restart: StreamPos::from_adapter("00000001"),
-        pos: StreamPos::from_adapter("00000002"),
-        commit_ts: None,
-        skip: 3,
-    });
+    c.resume_at(&inside_transaction_2());
     let e = c
         .begin(TxMeta {
             pos: StreamPos::from_adapter("00000003"),
@@ -206,23 +195,7 @@ fn inserts_into_a_keyless_table_leave_a_unit_shared() {
         cast: None,
         as_text_fallback: false,
     }];
-    let mut c = Collector::new(
-        vec![Captured {
-            table: table.clone(),
-            target: table.clone(),
-            columns: columns.clone(),
-            known: None,
-            snapshot_position: None,
-        }],
-        vec![TableKeys::primary_only(table.clone(), Vec::new())],
-        Limits {
-            transactions: 100,
-            bytes: 1 << 20,
-            stream_bytes: 64 << 20,
-            linger: Duration::ZERO,
-        },
-        sluice_core::apply::Engine::Postgres,
-    );
+    let mut c = collector_of(&table, &columns, &[], limits(100, 64 << 20, Duration::ZERO));
     c.set_busy(Arc::new(|_| false));
     tx(&mut c, 1);
     let h = c.relation(&table, &columns).unwrap();

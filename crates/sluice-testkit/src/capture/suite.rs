@@ -56,8 +56,7 @@ pub async fn handoff(sluice: &Sluice, engine: Engine) {
     let mut cmd = src.stream(&TABLES, to.path(), &args);
     fp.run_paused_at(&mut cmd, "export.after_receipt", writer.wait_for(40))
         .await;
-    writer.wait_for(20).await;
-    let commits = writer.stop().await;
+    let commits = writer.stop_after(20).await;
     // Drain what was committed after the first run stopped.
     src.run(&TABLES, to.path(), &["--until-current"]).ok();
     let r = src.assert_replay_equals(to.path(), "acct", ACCT).await;
@@ -133,8 +132,7 @@ pub async fn killed_at_every_point(sluice: &Sluice, engine: Engine) {
     let r = process::run(&mut cmd);
     r.ok();
     assert!(r.stderr.contains("restarting the stream"), "{}", r.stderr);
-    writer.wait_for(30).await;
-    writer.stop().await;
+    writer.stop_after(30).await;
     src.run(&TABLES, to.path(), &small).ok();
     let r = src.assert_replay_equals(to.path(), "acct", ACCT).await;
     src.assert_replay_equals(to.path(), "hist", HIST).await;
@@ -476,8 +474,7 @@ pub async fn columns(sluice: &Sluice, engine: Engine) {
         "--before-images",
     ];
     src.run(&TABLES, to.path(), &args).ok();
-    writer.wait_for(20).await;
-    let commits = writer.stop().await;
+    let commits = writer.stop_after(20).await;
     src.run(&TABLES, to.path(), &args).ok();
     let r = src.assert_replay_equals(to.path(), "acct", "id, v").await;
     assert_writer_changes(&r, commits);

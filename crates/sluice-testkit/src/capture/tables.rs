@@ -205,8 +205,7 @@ pub async fn dropped_table(sluice: &Sluice, engine: Engine) {
     let mut cmd = src.stream(&[], to.path(), &args);
     // The drop happens while the run streams: its stream is open and the table captured.
     let dropped = async {
-        gone.wait_for(10).await;
-        gone.stop().await;
+        gone.stop_after(10).await;
         let before = src.rows("gone", ACCT).await;
         src.exec("DROP TABLE gone;").await;
         before
@@ -231,8 +230,7 @@ pub async fn dropped_table(sluice: &Sluice, engine: Engine) {
     assert!(st["tables"][&name]["dropped"].is_object(), "{st}");
     let replayed = crate::changes::assert_replay_equals(to.path(), &name, &["id"], &before);
     assert!(!replayed.changes.is_empty(), "its last changes are written");
-    writer.wait_for(10).await;
-    let commits = writer.stop().await;
+    let commits = writer.stop_after(10).await;
     src.run(&[], to.path(), &args).ok();
     let again = crate::changes::replay(&to.path().join(&name), &["id"]);
     assert_eq!(

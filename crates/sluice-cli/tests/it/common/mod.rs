@@ -66,6 +66,32 @@ pub fn spawn(cmd: &mut Command) -> std::process::Child {
         .expect("running sluice")
 }
 
+/// `HOST:PORT` of the test kit's TLS server whose URL is in `var` (started by
+/// `sluice-testkit run FLAG`, as `./scripts/test` does); a missing server fails the test.
+pub fn tls_host_port(var: &str, flag: &str) -> String {
+    let url = std::env::var(var).unwrap_or_else(|_| {
+        panic!(
+            "{var} is not set, so there is no TLS server to test against. \
+             Run ./scripts/test, or sluice-testkit run {flag} -- …"
+        )
+    });
+    let rest = url.rsplit('@').next().unwrap_or(&url);
+    rest.split('/').next().unwrap_or(rest).to_string()
+}
+
+/// `CREATE TABLE all_types (id int PRIMARY KEY, …)` with a column of each `(name, type)`:
+/// the type tables' table on every engine.
+pub fn all_types_ddl<'a>(cols: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    let defs: Vec<String> = cols
+        .into_iter()
+        .map(|(name, ty)| format!("{name} {ty}"))
+        .collect();
+    format!(
+        "CREATE TABLE all_types (id int PRIMARY KEY, {})",
+        defs.join(", ")
+    )
+}
+
 /// `sluice stream --source URL --table TABLE --to DIR` (add the flags).
 pub fn stream(url: &str, table: &str, to: &Path) -> Command {
     let mut c = sluice();

@@ -107,6 +107,12 @@ impl Writer {
     pub async fn stop(self) -> u64 {
         self.background.stop().await
     }
+
+    /// Let the writer commit `n` more transactions, then stop it; returns the transactions
+    /// committed.
+    pub async fn stop_after(self, n: u64) -> u64 {
+        self.background.stop_after(n).await
+    }
 }
 
 /// The ids a writer had deleted and inserted at some moment.

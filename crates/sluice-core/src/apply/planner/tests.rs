@@ -11,7 +11,9 @@ use async_trait::async_trait;
 /// Statements as short tokens: `I t(id,v)`, rows `(1,a)`, `U v=a W id=1`, `UM v [1,2]`, ….
 struct Toy;
 
-fn val(p: &Prepared<'_, ()>, c: usize, r: usize) -> String {
+type P<'a> = Prepared<'a, ()>;
+
+fn val(p: &P<'_>, c: usize, r: usize) -> String {
     let a = p.t.batch.column(c);
     if a.is_null(r) {
         return "N".into();
@@ -25,8 +27,17 @@ fn val(p: &Prepared<'_, ()>, c: usize, r: usize) -> String {
     }
 }
 
-fn name<'a>(p: &'a Prepared<'_, ()>, c: usize) -> &'a str {
+fn name<'a>(p: &'a P<'_>, c: usize) -> &'a str {
     &p.t.columns[c].name
+}
+
+/// `c=v,…` of row `r`'s columns `cols`.
+fn pairs(p: &P<'_>, cols: &[usize], r: usize) -> String {
+    let s: Vec<String> = cols
+        .iter()
+        .map(|&c| format!("{}={}", name(p, c), val(p, c, r)))
+        .collect();
+    s.join(",")
 }
 
 impl ApplyDialect for Toy {
@@ -41,59 +52,33 @@ impl ApplyDialect for Toy {
     fn columns(&self, _t: &UnitTable) -> Result<()> {
         Ok(())
     }
-    fn insert_head(&mut self, p: &Prepared<'_, ()>, cols: &[usize], buf: &mut String) {
+    fn insert_head(&mut self, p: &P<'_>, cols: &[usize], buf: &mut String) {
         let names: Vec<&str> = cols.iter().map(|&c| name(p, c)).collect();
         buf.push_str(&format!("I {}({})", p.t.table.name, names.join(",")));
     }
-    fn insert_row(
-        &mut self,
-        p: &Prepared<'_, ()>,
-        cols: &[usize],
-        r: usize,
-        buf: &mut String,
-    ) -> Result<()> {
+    fn insert_row(&mut self, p: &P<'_>, cols: &[usize], r: usize, buf: &mut String) -> Result<()> {
         let v: Vec<String> = cols.iter().map(|&c| val(p, c, r)).collect();
         buf.push_str(&format!("({})", v.join(",")));
         Ok(())
     }
-    fn default_values(&mut self, p: &Prepared<'_, ()>) -> Option<String> {
+    fn default_values(&mut self, p: &P<'_>) -> Option<String> {
         Some(format!("DV {}", p.t.table.name))
     }
-    fn update_head(
-        &mut self,
-        p: &Prepared<'_, ()>,
-        set: &[usize],
-        r: usize,
-        buf: &mut String,
-    ) -> Result<()> {
-        let s: Vec<String> = set
-            .iter()
-            .map(|&c| format!("{}={}", name(p, c), val(p, c, r)))
-            .collect();
-        buf.push_str(&format!("U {}", s.join(",")));
+    fn update_head(&mut self, p: &P<'_>, set: &[usize], r: usize, buf: &mut String) -> Result<()> {
+        buf.push_str(&format!("U {}", pairs(p, set, r)));
         Ok(())
     }
-    fn delete_head(&mut self, _p: &Prepared<'_, ()>, buf: &mut String) {
+    fn delete_head(&mut self, _p: &P<'_>, buf: &mut String) {
         buf.push('D');
     }
-    fn row_where(
-        &mut self,
-        p: &Prepared<'_, ()>,
-        cols: &[usize],
-        r: usize,
-        buf: &mut String,
-    ) -> Result<()> {
-        let w: Vec<String> = cols
-            .iter()
-            .map(|&c| format!("{}={}", name(p, c), val(p, c, r)))
-            .collect();
+    fn row_where(&mut self, p: &P<'_>, cols: &[usize], r: usize, buf: &mut String) -> Result<()> {
         let star = if p.key.is_empty() { "*" } else { "" };
-        buf.push_str(&format!(" W{star} {}", w.join(",")));
+        buf.push_str(&format!(" W{star} {}", pairs(p, cols, r)));
         Ok(())
     }
     fn update_many(
         &mut self,
-        p: &Prepared<'_, ()>,
+        p: &P<'_>,
         set: &[usize],
         rows: &[usize],
         buf: &mut String,
@@ -103,12 +88,7 @@ impl ApplyDialect for Toy {
         buf.push_str(&format!("UM {} [{}]", s.join(","), k.join(",")));
         Ok(())
     }
-    fn delete_many(
-        &mut self,
-        p: &Prepared<'_, ()>,
-        rows: &[usize],
-        buf: &mut String,
-    ) -> Result<()> {
+    fn delete_many(&mut self, p: &P<'_>, rows: &[usize], buf: &mut String) -> Result<()> {
         let k: Vec<String> = rows.iter().map(|&r| val(p, p.key[0], r)).collect();
         buf.push_str(&format!("DM [{}]", k.join(",")));
         Ok(())
