@@ -154,6 +154,31 @@ impl ForeignKey {
         out
     }
 
+    /// `ALTER TABLE child ADD CONSTRAINT name FOREIGN KEY (…) REFERENCES parent (…)` with the
+    /// actions that change the child's rows: the statement a target runs to apply cascades
+    /// itself, every identifier quoted by the target engine's `table` and `ident`.
+    pub fn add_sql(
+        &self,
+        child: &TableRef,
+        name: &str,
+        table: impl Fn(&TableRef) -> String,
+        ident: impl Fn(&str) -> String,
+    ) -> String {
+        let list = |cols: &[String]| {
+            let quoted: Vec<String> = cols.iter().map(|c| ident(c)).collect();
+            quoted.join(", ")
+        };
+        format!(
+            "ALTER TABLE {} ADD CONSTRAINT {} FOREIGN KEY ({}) REFERENCES {} ({}) {}",
+            table(child),
+            ident(name),
+            list(&self.columns),
+            table(&self.parent),
+            list(&self.parent_columns),
+            self.child_actions().join(" ")
+        )
+    }
+
     /// How the key reads in messages: `name (cols) → parent (cols) ON DELETE CASCADE`.
     pub fn describe(&self) -> String {
         let actions = self.child_actions();

@@ -22,6 +22,7 @@ use crate::error::Result;
 use crate::table::{ColumnDesc, Dataset, TableRef};
 use arrow_schema::DataType;
 use async_trait::async_trait;
+use std::ops::Range;
 
 /// How many chunks of about `target` bytes `bytes` make; at least one.
 pub fn parts_for(bytes: u64, target: u64) -> u64 {
@@ -53,16 +54,11 @@ pub trait KeyQueries: Send {
     /// Run `sql`, returning its rows with every value as text (`None` for NULL).
     async fn text_rows(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>>;
 
-    /// The optimizer's estimate of the rows with `from_key <= key < to_key`, if the engine
-    /// gives one cheaply (no rows read); `None` splits integer keys evenly by value.
-    async fn estimate_rows(
-        &mut self,
-        from: &str,
-        key: &str,
-        lower: i128,
-        upper: i128,
-    ) -> Option<u64> {
-        let _ = (from, key, lower, upper);
+    /// The optimizer's estimate of the rows of `from` whose `key` lies in `range` (lower bound
+    /// included, upper excluded), if the engine gives one cheaply (no rows read); `None`
+    /// splits integer keys evenly by value.
+    async fn estimate_rows(&mut self, from: &str, key: &str, range: Range<i128>) -> Option<u64> {
+        let _ = (from, key, range);
         None
     }
 }
@@ -351,7 +347,7 @@ async fn integer_bounds<D: KeyDialect>(
     loop {
         for r in ranges.iter_mut().filter(|r| r.2.is_none()) {
             asked += 1;
-            match q.estimate_rows(from, &k, r.0, r.1).await {
+            match q.estimate_rows(from, &k, r.0..r.1).await {
                 Some(w) => r.2 = Some(w),
                 None => return Ok(even_bounds(lo, hi, n)),
             }

@@ -7,6 +7,19 @@
 /// The placeholder shown instead of a secret.
 pub const REDACTED: &str = "***";
 
+/// The `Debug` form of a handle on a server (a change source, a target): `name { target: …,
+/// .. }`, where it points (the target's own `Debug`, which redacts) and nothing of the
+/// sessions or secrets it holds.
+pub fn debug_handle(
+    f: &mut std::fmt::Formatter<'_>,
+    name: &str,
+    target: &dyn std::fmt::Debug,
+) -> std::fmt::Result {
+    f.debug_struct(name)
+        .field("target", target)
+        .finish_non_exhaustive()
+}
+
 /// Return `url` with any password replaced by `***`.
 ///
 /// Works for `scheme://user:pass@host/...` URLs and for libpq-style `key=value` strings

@@ -93,7 +93,7 @@ pub trait Catalog: Send {
     type Object: Clone + Send + Sync;
 
     /// How names are stored and how messages advise.
-    fn naming(&self) -> Naming;
+    const NAMING: Naming;
 
     /// The source, redacted, for messages.
     fn target(&self) -> String;
@@ -260,7 +260,7 @@ pub async fn discover<C: Catalog + ?Sized>(
     catalog: &mut C,
     selection: &Selection,
 ) -> Result<Vec<Dataset>> {
-    let naming = catalog.naming();
+    let naming = C::NAMING;
     let target = catalog.target();
     check_supported(selection, &naming)?;
     let scope = catalog.unqualified_scope();

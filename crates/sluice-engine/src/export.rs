@@ -216,14 +216,7 @@ async fn locked(
     )
     .await;
     outcome?;
-    let finished = Finished {
-        prepared,
-        ctx,
-        harm,
-        run_id,
-        server_version,
-        started,
-    };
+    let finished = Finished::new(prepared, ctx, harm, run_id, server_version, started);
     let mut report = finish(job, lock, finished, phases).await?;
     report.timeline = Some(timeline);
     if let Some(path) = &job.report_html {

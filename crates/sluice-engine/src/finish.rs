@@ -32,6 +32,27 @@ pub(crate) struct Finished {
     pub started: Instant,
 }
 
+impl Finished {
+    /// What [`finish`] needs of a run whose workers are done and whose coordinator wound down.
+    pub(crate) fn new(
+        prepared: Prepared,
+        ctx: Arc<WorkerContext>,
+        harm: HarmRecord,
+        run_id: String,
+        server_version: String,
+        started: Instant,
+    ) -> Finished {
+        Finished {
+            prepared,
+            ctx,
+            harm,
+            run_id,
+            server_version,
+            started,
+        }
+    }
+}
+
 /// What the rows of a dataset are guaranteed to be, from how its chunks were planned and which
 /// snapshot each part was read under (see [`Guarantee`]).
 pub fn guarantee(consistency: Consistency, chunks: &[&Chunk], parts: &[PartRecord]) -> Guarantee {

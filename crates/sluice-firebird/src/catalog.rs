@@ -138,9 +138,7 @@ pub struct FbCatalog<'a> {
 impl Catalog for FbCatalog<'_> {
     type Object = Resolved;
 
-    fn naming(&self) -> Naming {
-        NAMING
-    }
+    const NAMING: Naming = NAMING;
 
     fn target(&self) -> String {
         self.session.display().to_string()

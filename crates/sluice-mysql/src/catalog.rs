@@ -245,9 +245,7 @@ pub struct MyCatalog<'a> {
 impl Catalog for MyCatalog<'_> {
     type Object = Resolved;
 
-    fn naming(&self) -> Naming {
-        NAMING
-    }
+    const NAMING: Naming = NAMING;
 
     fn target(&self) -> String {
         self.target.to_string()

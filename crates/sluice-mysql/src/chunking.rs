@@ -25,6 +25,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row, Value};
 use sluice_core::keyrange::{self, KeyQueries};
 use sluice_core::{Chunk, ChunkRequest, ChunkStrategy, Dataset, DatasetKind, Error, Result};
+use std::ops::Range;
 
 /// Key-range planning's queries, on the coordinator's session.
 struct MyKeys<'a> {
@@ -54,13 +55,8 @@ impl KeyQueries for MyKeys<'_> {
     }
 
     /// The `rows` column of `EXPLAIN` (answered from index dives, no rows read).
-    async fn estimate_rows(
-        &mut self,
-        from: &str,
-        key: &str,
-        lower: i128,
-        upper: i128,
-    ) -> Option<u64> {
+    async fn estimate_rows(&mut self, from: &str, key: &str, range: Range<i128>) -> Option<u64> {
+        let (lower, upper) = (range.start, range.end);
         let sql =
             format!("EXPLAIN SELECT 1 FROM {from} WHERE {key} >= {lower} AND {key} < {upper}");
         let rows: Vec<Row> = self.conn.query(sql).await.ok()?;

@@ -166,9 +166,7 @@ pub struct PgCatalog<'a> {
 impl Catalog for PgCatalog<'_> {
     type Object = Resolved;
 
-    fn naming(&self) -> Naming {
-        NAMING
-    }
+    const NAMING: Naming = NAMING;
 
     fn target(&self) -> String {
         self.target.to_string()

@@ -8,7 +8,8 @@
 //! the end of the zstd frame.
 
 use crate::destination::{CountingWriter, io_error};
-use crate::format::{PartStats, TextCompression};
+use crate::format::{PartStats, PartWriter, TextCompression};
+use arrow_array::RecordBatch;
 use flate2::write::GzEncoder;
 use sluice_core::{Error, Result};
 use std::io::Write;
@@ -162,6 +163,35 @@ impl TextPart {
         if let Some(out) = self.out.take() {
             out.abort();
         }
+    }
+}
+
+/// What a text format (CSV, JSON Lines) writes of a batch.
+pub(crate) trait TextRows: Send {
+    /// Append the rows of `batch` to `text.buf`, calling [`TextPart::row_done`] after each.
+    fn rows(&mut self, batch: &RecordBatch, text: &mut TextPart) -> Result<()>;
+}
+
+/// A text part file being written: the format's state and the part's buffer. Writing,
+/// finishing and dropping a part are the same for every text format.
+pub(crate) struct TextWriter<F> {
+    pub(crate) text: TextPart,
+    pub(crate) format: F,
+}
+
+impl<F: TextRows> PartWriter for TextWriter<F> {
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        self.format.rows(batch, &mut self.text)?;
+        self.text.rows_done(batch.num_rows());
+        Ok(())
+    }
+
+    fn finish(mut self: Box<Self>) -> Result<PartStats> {
+        self.text.finish()
+    }
+
+    fn abort(mut self: Box<Self>) {
+        self.text.abort();
     }
 }
 

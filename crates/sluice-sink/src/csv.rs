@@ -6,9 +6,9 @@
 //! an empty string is always quoted, so with the default empty NULL, `,,` is NULL and `,"",`
 //! is an empty string — the same convention PostgreSQL's CSV uses.
 
-use crate::compress::TextPart;
+use crate::compress::{TextPart, TextRows, TextWriter};
 use crate::destination::CountingWriter;
-use crate::format::{CsvOptions, PartStats, PartWriter};
+use crate::format::CsvOptions;
 use crate::render::renderer;
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, RecordBatch};
@@ -17,8 +17,10 @@ use arrow_schema::SchemaRef;
 use sluice_core::{Error, Result};
 
 /// One CSV part file being written.
-pub struct CsvPart {
-    text: TextPart,
+pub(crate) type CsvPart = TextWriter<CsvRows>;
+
+/// CSV's side of a part: its options and a field rendered aside.
+pub(crate) struct CsvRows {
     options: CsvOptions,
     field: Vec<u8>,
 }
@@ -51,26 +53,31 @@ impl CsvPart {
         }
         let mut part = CsvPart {
             text: TextPart::new(out, options.compression, path)?,
-            options,
-            field: Vec::new(),
+            format: CsvRows {
+                options,
+                field: Vec::new(),
+            },
         };
-        if part.options.header {
+        let (csv, buf) = (&mut part.format, &mut part.text.buf);
+        if csv.options.header {
             for (i, f) in schema.fields().iter().enumerate() {
                 if i > 0 {
-                    part.text.buf.push(part.options.delimiter);
+                    buf.push(csv.options.delimiter);
                 }
-                part.field.clear();
-                part.field.extend_from_slice(f.name().as_bytes());
-                part.push_field(false, true);
+                csv.field.clear();
+                csv.field.extend_from_slice(f.name().as_bytes());
+                csv.push_field(buf, false, true);
             }
-            part.text.buf.extend_from_slice(b"\n");
+            buf.extend_from_slice(b"\n");
         }
         Ok(part)
     }
+}
 
+impl CsvRows {
     /// Append the rendered field, quoted if it must be. `scan` is false for columns whose text
     /// (numbers, dates, times) cannot contain the delimiter, a quote or a line break.
-    fn push_field(&mut self, from_value: bool, scan: bool) {
+    fn push_field(&self, buf: &mut Vec<u8>, from_value: bool, scan: bool) {
         let d = self.options.delimiter;
         let needs = (from_value && self.field.is_empty())
             || (!self.options.null.is_empty() && self.field == self.options.null.as_bytes())
@@ -80,43 +87,43 @@ impl CsvPart {
                     .iter()
                     .any(|&c| c == d || c == b'"' || c == b'\r' || c == b'\n'));
         if needs {
-            self.text.buf.push(b'"');
+            buf.push(b'"');
             for &c in &self.field {
                 if c == b'"' {
-                    self.text.buf.push(b'"');
+                    buf.push(b'"');
                 }
-                self.text.buf.push(c);
+                buf.push(c);
             }
-            self.text.buf.push(b'"');
+            buf.push(b'"');
         } else {
-            self.text.buf.extend_from_slice(&self.field);
+            buf.extend_from_slice(&self.field);
         }
     }
 
     /// Append a text value, quoted if it must be, without copying it aside first.
-    fn push_text(&mut self, v: &[u8]) {
+    fn push_text(&self, buf: &mut Vec<u8>, v: &[u8]) {
         let d = self.options.delimiter;
         let needs = v.is_empty()
             || (!self.options.null.is_empty() && v == self.options.null.as_bytes())
             || v.iter()
                 .any(|&c| c == d || c == b'"' || c == b'\r' || c == b'\n');
         if needs {
-            self.text.buf.push(b'"');
+            buf.push(b'"');
             for &c in v {
                 if c == b'"' {
-                    self.text.buf.push(b'"');
+                    buf.push(b'"');
                 }
-                self.text.buf.push(c);
+                buf.push(c);
             }
-            self.text.buf.push(b'"');
+            buf.push(b'"');
         } else {
-            self.text.buf.extend_from_slice(v);
+            buf.extend_from_slice(v);
         }
     }
 }
 
-impl PartWriter for CsvPart {
-    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+impl TextRows for CsvRows {
+    fn rows(&mut self, batch: &RecordBatch, text: &mut TextPart) -> Result<()> {
         let columns = batch.columns();
         let schema = batch.schema();
         let renders = columns
@@ -148,37 +155,26 @@ impl PartWriter for CsvPart {
         for row in 0..batch.num_rows() {
             for (c, render) in renders.iter().enumerate() {
                 if c > 0 {
-                    self.text.buf.push(delimiter);
+                    text.buf.push(delimiter);
                 }
                 if nulls[c].is_some_and(|n| n.is_null(row)) {
-                    self.text
-                        .buf
-                        .extend_from_slice(self.options.null.as_bytes());
+                    text.buf.extend_from_slice(self.options.null.as_bytes());
                     continue;
                 }
                 match &ways[c] {
-                    Way::Direct => render(row, &mut self.text.buf),
-                    Way::Text(s) => self.push_text(s.value(row).as_bytes()),
+                    Way::Direct => render(row, &mut text.buf),
+                    Way::Text(s) => self.push_text(&mut text.buf, s.value(row).as_bytes()),
                     Way::Aside(scan) => {
                         self.field.clear();
                         render(row, &mut self.field);
-                        self.push_field(true, *scan);
+                        self.push_field(&mut text.buf, true, *scan);
                     }
                 }
             }
-            self.text.buf.push(b'\n');
-            self.text.row_done()?;
+            text.buf.push(b'\n');
+            text.row_done()?;
         }
-        self.text.rows_done(batch.num_rows());
         Ok(())
-    }
-
-    fn finish(mut self: Box<Self>) -> Result<PartStats> {
-        self.text.finish()
-    }
-
-    fn abort(mut self: Box<Self>) {
-        self.text.abort();
     }
 }
 

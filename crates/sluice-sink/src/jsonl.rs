@@ -26,10 +26,10 @@
 //! Numbers beyond 2^53 are exact in the text; a reader that parses every number as a double
 //! (JavaScript) rounds them, as it would any JSON.
 
-use crate::compress::TextPart;
+use crate::compress::{TextPart, TextRows, TextWriter};
 use crate::destination::CountingWriter;
-use crate::format::{JsonlOptions, PartStats, PartWriter};
-use crate::render::{Render, bytes_as, json_string, member_key, renderer};
+use crate::format::JsonlOptions;
+use crate::render::{Render, bytes_as, json_object, json_string, member_key, renderer};
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::extension::EXTENSION_TYPE_NAME_KEY;
@@ -39,21 +39,23 @@ use sluice_core::Result;
 use std::cell::RefCell;
 
 /// One JSON Lines part file being written.
-pub struct JsonlPart {
-    text: TextPart,
-}
+pub(crate) type JsonlPart = TextWriter<JsonlRows>;
+
+/// JSON Lines' side of a part (it keeps nothing between batches).
+pub(crate) struct JsonlRows;
 
 impl JsonlPart {
     /// Start a part writing to `out` (which writes `path`).
     pub fn new(out: CountingWriter, options: &JsonlOptions, path: &str) -> Result<Self> {
         Ok(JsonlPart {
             text: TextPart::new(out, options.compression, path)?,
+            format: JsonlRows,
         })
     }
 }
 
-impl PartWriter for JsonlPart {
-    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+impl TextRows for JsonlRows {
+    fn rows(&mut self, batch: &RecordBatch, text: &mut TextPart) -> Result<()> {
         let schema = batch.schema();
         let keys: Vec<Vec<u8>> = schema
             .fields()
@@ -73,28 +75,19 @@ impl PartWriter for JsonlPart {
             .collect::<Result<Vec<_>>>()?;
         let columns = batch.columns();
         for row in 0..batch.num_rows() {
-            self.text.buf.push(b'{');
+            text.buf.push(b'{');
             for (c, value) in values.iter().enumerate() {
-                self.text.buf.extend_from_slice(&keys[c]);
+                text.buf.extend_from_slice(&keys[c]);
                 if columns[c].is_null(row) {
-                    self.text.buf.extend_from_slice(b"null");
+                    text.buf.extend_from_slice(b"null");
                 } else {
-                    value(row, &mut self.text.buf);
+                    value(row, &mut text.buf);
                 }
             }
-            self.text.buf.extend_from_slice(b"}\n");
-            self.text.row_done()?;
+            text.buf.extend_from_slice(b"}\n");
+            text.row_done()?;
         }
-        self.text.rows_done(batch.num_rows());
         Ok(())
-    }
-
-    fn finish(mut self: Box<Self>) -> Result<PartStats> {
-        self.text.finish()
-    }
-
-    fn abort(mut self: Box<Self>) {
-        self.text.abort();
     }
 }
 
@@ -174,21 +167,7 @@ fn json_value<'a>(array: &'a ArrayRef, field: &Field) -> Result<Render<'a>> {
                 .zip(s.columns())
                 .map(|(f, c)| Ok((member_key(f), c, json_value(c, f)?)))
                 .collect::<Result<Vec<_>>>()?;
-            Box::new(move |i, o| {
-                o.push(b'{');
-                for (n, (key, column, value)) in members.iter().enumerate() {
-                    if n > 0 {
-                        o.push(b',');
-                    }
-                    o.extend_from_slice(key);
-                    if column.is_null(i) {
-                        o.extend_from_slice(b"null");
-                    } else {
-                        value(i, o);
-                    }
-                }
-                o.push(b'}');
-            })
+            json_object(members)
         }
         DataType::List(item) => {
             let list = array.as_list::<i32>();

@@ -350,27 +350,17 @@ pub(crate) fn renderer<'a>(array: &'a ArrayRef, field: &Field) -> Result<Render<
                 .map(|(f, c)| {
                     let bare =
                         json_bare(f.data_type()) || matches!(f.data_type(), DataType::List(_));
-                    Ok((member_key(f), c, bare, renderer(c, f)?))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            Box::new(move |i, o| {
-                o.push(b'{');
-                let mut tmp = Vec::new();
-                for (n, (key, column, bare, inner)) in members.iter().enumerate() {
-                    if n > 0 {
-                        o.push(b',');
-                    }
-                    o.extend_from_slice(key);
-                    if column.is_null(i) {
-                        o.extend_from_slice(b"null");
-                    } else {
+                    let (inner, tmp) = (renderer(c, f)?, std::cell::RefCell::new(Vec::new()));
+                    let value: Render = Box::new(move |i, o| {
+                        let mut tmp = tmp.borrow_mut();
                         tmp.clear();
                         inner(i, &mut tmp);
-                        json_item(o, &tmp, *bare);
-                    }
-                }
-                o.push(b'}');
-            })
+                        json_item(o, &tmp, bare);
+                    });
+                    Ok((member_key(f), c, value))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            json_object(members)
         }
         DataType::List(item) => {
             let list = array.as_list::<i32>();
@@ -422,6 +412,26 @@ where
 {
     let a = array.as_primitive::<T>();
     Box::new(move |i, o| o.extend_from_slice(itoa::Buffer::new().format(a.value(i)).as_bytes()))
+}
+
+/// A writer of a JSON object at a row: each member's key (as [`member_key`] writes it), then
+/// `null` where its column is NULL at that row, else what its writer writes.
+pub(crate) fn json_object<'a>(members: Vec<(Vec<u8>, &'a ArrayRef, Render<'a>)>) -> Render<'a> {
+    Box::new(move |i, o| {
+        o.push(b'{');
+        for (n, (key, column, value)) in members.iter().enumerate() {
+            if n > 0 {
+                o.push(b',');
+            }
+            o.extend_from_slice(key);
+            if column.is_null(i) {
+                o.extend_from_slice(b"null");
+            } else {
+                value(i, o);
+            }
+        }
+        o.push(b'}');
+    })
 }
 
 /// A writer of the bytes at a row of the binary `array` (`Binary`, `LargeBinary` or

@@ -74,6 +74,17 @@ impl TestDb {
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
+    /// Table `name` (`id bigint PRIMARY KEY, v text`) of `rows` numbered rows, `v` the md5 of
+    /// the id, analyzed (so plans size it).
+    pub async fn numbered(&self, name: &str, rows: u64) {
+        self.exec(&format!(
+            "CREATE TABLE {name} (id bigint PRIMARY KEY, v text);
+             INSERT INTO {name} SELECT g, md5(g::text) FROM generate_series(1, {rows}) g;
+             ANALYZE {name};"
+        ))
+        .await;
+    }
+
     /// The URL of this database for another user (and password).
     pub fn url_as(&self, user: &str, password: Option<&str>) -> String {
         let base = with_database(&server_url(), &self.name);

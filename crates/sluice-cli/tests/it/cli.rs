@@ -17,19 +17,10 @@ fn colour_codes(text: &str) -> Vec<String> {
         .collect()
 }
 
-async fn small_table(db: &TestDb) {
-    db.exec(
-        "CREATE TABLE t (id bigint PRIMARY KEY, v text);
-         INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 20000) g;
-         ANALYZE t;",
-    )
-    .await;
-}
-
 #[tokio::test]
 async fn logs_written_to_a_file_carry_no_escape_codes_and_list_the_phases() {
     let db = TestDb::new().await;
-    small_table(&db).await;
+    db.numbered("t", 20_000).await;
     let out = tempdir();
     let log = out.path().join("stderr.log");
     let report = out.path().join("report.json");
@@ -100,7 +91,7 @@ async fn logs_written_to_a_file_carry_no_escape_codes_and_list_the_phases() {
 #[tokio::test]
 async fn json_log_lines_parse_with_level_message_and_fields() {
     let db = TestDb::new().await;
-    small_table(&db).await;
+    db.numbered("t", 20_000).await;
     let out = tempdir();
     let run_json = |args: &[&str], to: &Path| {
         run(sluice()

@@ -318,11 +318,7 @@ fn nothing_selected_and_bad_values() {
 #[tokio::test]
 async fn workers_past_memory_are_refused_before_the_output_or_the_source_is_touched() {
     let db = TestDb::new().await;
-    db.exec(
-        "CREATE TABLE t (id bigint PRIMARY KEY, v text);
-         INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 20000) g; ANALYZE t;",
-    )
-    .await;
+    db.numbered("t", 20_000).await;
     let out = tempdir();
     export(&db.url, out.path(), &["--table", "t"]).ok();
     let before: Vec<(String, Vec<u8>)> = files_under(out.path())

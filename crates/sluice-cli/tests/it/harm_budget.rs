@@ -162,12 +162,7 @@ pub(crate) fn plan_with_replica(url: &str, replica: &str) -> crate::common::Run 
 
 /// A table of 20,000 numbered rows (several 64KB chunks).
 async fn table(db: &TestDb) {
-    db.exec(
-        "CREATE TABLE t (id int PRIMARY KEY, v text);
-         INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 20000) g;
-         ANALYZE t;",
-    )
-    .await;
+    db.numbered("t", 20_000).await;
 }
 
 /// The output is exactly the table.

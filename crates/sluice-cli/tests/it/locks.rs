@@ -77,12 +77,7 @@ async fn blocked_statement(db: &TestDb, sql: &str) -> (i32, tokio::task::JoinHan
 #[tokio::test]
 async fn ddl_queued_behind_the_export_is_named_with_the_way_out() {
     let db = TestDb::new().await;
-    db.exec(
-        "CREATE TABLE q (id bigint PRIMARY KEY, v text);
-         INSERT INTO q SELECT g, md5(g::text) FROM generate_series(1, 50000) g;
-         ANALYZE q;",
-    )
-    .await;
+    db.numbered("q", 50_000).await;
     let out = tempdir();
     let args = ["--table", "q", "--parallel", "2", "--chunk-size", "512KB"];
     let fp = Failpoints::new();

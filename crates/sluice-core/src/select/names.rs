@@ -27,7 +27,7 @@ pub async fn table_names<C: Catalog + ?Sized>(
     selection: &Selection,
     captured: &[TableRef],
 ) -> Result<TablesNow> {
-    let naming = catalog.naming();
+    let naming = C::NAMING;
     let target = catalog.target();
     let scope = catalog.unqualified_scope();
     let mut selected = Vec::new();

@@ -233,14 +233,7 @@ impl Driver {
             results.len()
         ));
         let ctx = accounts(&job, &prepared, &results, coordinator);
-        let finished = Finished {
-            prepared,
-            ctx,
-            harm,
-            run_id,
-            server_version,
-            started,
-        };
+        let finished = Finished::new(prepared, ctx, harm, run_id, server_version, started);
         let report = finish(&job, &lock, finished, &mut phases).await;
         lock.release().await;
         report

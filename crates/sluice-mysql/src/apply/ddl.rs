@@ -362,12 +362,6 @@ pub async fn add_foreign_keys(
     display: &str,
 ) -> sluice_core::Result<Vec<String>> {
     use mysql_async::prelude::Queryable;
-    let list = |cols: &[String]| {
-        cols.iter()
-            .map(|c| quote_ident(c))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     let mut notes = Vec::new();
     for (child, fk) in keys {
         // MySQL identifiers are at most 64 characters.
@@ -390,15 +384,7 @@ pub async fn add_foreign_keys(
         if exists.is_some() {
             continue;
         }
-        let sql = format!(
-            "ALTER TABLE {} ADD CONSTRAINT {} FOREIGN KEY ({}) REFERENCES {} ({}) {}",
-            quote_table(child),
-            quote_ident(&name),
-            list(&fk.columns),
-            quote_table(&fk.parent),
-            list(&fk.parent_columns),
-            fk.child_actions().join(" ")
-        );
+        let sql = fk.add_sql(child, &name, quote_table, quote_ident);
         conn.query_drop(sql)
             .await
             .map_err(|e| super::fail(e, display, &format!("creating {} on", fk.describe())))?;

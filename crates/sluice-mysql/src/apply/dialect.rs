@@ -49,16 +49,6 @@ fn value(p: &P<'_>, kind: Kind, c: usize, r: usize, buf: &mut String) -> Result<
     render::value(buf, kind, p.t.batch.column(c), r, &p.t.columns[c].name)
 }
 
-/// The quoted names of `cols`, separated by `,`.
-fn push_names(p: &P<'_>, cols: &[usize], buf: &mut String) {
-    for (n, &c) in cols.iter().enumerate() {
-        if n > 0 {
-            buf.push(',');
-        }
-        buf.push_str(&p.cols.cols[c].0);
-    }
-}
-
 /// The condition that row `r` of `p` matches by its key: `(k1 = v1 AND k2 = v2)`.
 fn key_match(p: &P<'_>, r: usize, buf: &mut String) -> Result<()> {
     buf.push('(');
@@ -107,6 +97,8 @@ impl ApplyDialect for MySql {
     const ROW_SEP: &'static str = ",";
     const BEGIN: &'static str = "START TRANSACTION";
     const COMMIT: &'static str = "COMMIT";
+    const LIST_SEP: &'static str = ",";
+    const VALUES_SEP: &'static str = " ";
 
     fn columns(&self, t: &UnitTable) -> Result<Columns> {
         Ok(Columns {
@@ -119,22 +111,16 @@ impl ApplyDialect for MySql {
         })
     }
 
-    fn insert_head(&mut self, p: &P<'_>, cols: &[usize], buf: &mut String) {
-        let _ = write!(buf, "INSERT INTO {} (", p.cols.table);
-        push_names(p, cols, buf);
-        buf.push_str(") VALUES ");
+    fn table<'a>(p: &'a P<'_>) -> &'a str {
+        &p.cols.table
     }
 
-    fn insert_row(&mut self, p: &P<'_>, cols: &[usize], r: usize, buf: &mut String) -> Result<()> {
-        buf.push('(');
-        for (n, &c) in cols.iter().enumerate() {
-            if n > 0 {
-                buf.push(',');
-            }
-            value(p, p.cols.cols[c].1, c, r, buf)?;
-        }
-        buf.push(')');
-        Ok(())
+    fn name<'a>(p: &'a P<'_>, c: usize) -> &'a str {
+        &p.cols.cols[c].0
+    }
+
+    fn value(&mut self, p: &P<'_>, c: usize, r: usize, buf: &mut String) -> Result<()> {
+        value(p, p.cols.cols[c].1, c, r, buf)
     }
 
     fn default_values(&mut self, _p: &P<'_>) -> Option<String> {

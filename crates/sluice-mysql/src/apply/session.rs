@@ -53,13 +53,6 @@ impl ApplyLink for MyLink {
         })
     }
 
-    async fn rollback(&mut self) -> Result<()> {
-        self.conn
-            .query_drop("ROLLBACK")
-            .await
-            .map_err(|e| fail(e, &self.display, "rolling back a unit on"))
-    }
-
     async fn holders(&mut self, _tables: &[TableRef]) -> String {
         holders(&mut self.conn).await
     }

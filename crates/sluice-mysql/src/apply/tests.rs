@@ -4,11 +4,10 @@
 use super::dialect::MySql;
 use arrow_schema::DataType;
 use arrow_schema::extension::EXTENSION_TYPE_NAME_KEY;
+use sluice_core::apply::planner::FLUSH_BYTES;
 use sluice_core::apply::planner::fixture::{self, Row};
-use sluice_core::apply::planner::{FLUSH_BYTES, Planner, Recorder};
-use sluice_core::apply::{AppliedPosition, Engine, SourceColumn, UnitTable};
+use sluice_core::apply::{AppliedPosition, Engine, UnitTable};
 use sluice_core::columns::field;
-use sluice_core::table::TableRef;
 use std::collections::HashMap;
 
 /// Table `d.t (id int, v)` keyed by `key`, `v` text or, with `json`, JSON.
@@ -55,17 +54,7 @@ fn x(s: &str) -> String {
 
 #[tokio::test]
 async fn a_unit_as_statements() {
-    let t = table(
-        &["id"],
-        &[
-            ("insert", Some(1), Some("a"), &[]),
-            ("insert", Some(2), None, &[]),
-            ("update", Some(1), None, &["v"]),
-            ("update", Some(2), Some("b"), &[]),
-            ("insert", Some(3), None, &["v"]),
-            ("delete", Some(1), None, &["v"]),
-        ],
-    );
+    let t = table(&["id"], fixture::A_UNIT.rows);
     assert_eq!(
         script(t, &[]).await,
         format!(
@@ -74,23 +63,16 @@ async fn a_unit_as_statements() {
              INSERT INTO `d`.`t` (`id`) VALUES (3);\
              DELETE FROM `d`.`t` WHERE `id` = 1;",
             x("a"),
-            x("b")
+            x("it's")
         ),
-        "consecutive inserts with the same columns share a statement; an update of absent \
-         columns only has nothing to set"
+        "{}",
+        fixture::A_UNIT.why
     );
 }
 
 #[tokio::test]
 async fn keyless_rows_and_null_keys() {
-    let keyless = table(
-        &[],
-        &[
-            ("delete", Some(1), None, &[]),
-            ("update", Some(2), Some("b"), &[]),
-            ("update", Some(3), Some("c"), &["id"]),
-        ],
-    );
+    let keyless = table(&[], fixture::KEYLESS.rows);
     assert_eq!(
         script(keyless, &[]).await,
         format!(
@@ -100,7 +82,8 @@ async fn keyless_rows_and_null_keys() {
             b = x("b"),
             c = x("c")
         ),
-        "an absent column is neither set nor matched"
+        "{}",
+        fixture::KEYLESS.why
     );
     let null_key = table(&["id", "v"], &[("delete", None, Some("a"), &[])]);
     assert_eq!(
@@ -131,31 +114,20 @@ async fn keyless_rows_and_null_keys() {
 
 #[tokio::test]
 async fn a_batch_as_statements() {
-    let t = table(
-        &["id"],
-        &[
-            ("update", Some(1), Some("a"), &[]),
-            ("update", Some(2), None, &[]),
-            ("update", Some(3), None, &["v"]),
-            ("delete", Some(3), None, &["v"]),
-            ("delete", Some(4), None, &["v"]),
-            ("insert", Some(5), Some("e"), &[]),
-            ("insert", Some(6), None, &["v"]),
-            ("insert", Some(7), Some("g"), &[]),
-        ],
-    );
+    let t = table(&["id"], fixture::A_BATCH.rows);
     assert_eq!(
         script(t, &[3, 5, 8]).await,
         format!(
-            "UPDATE `d`.`t` SET `v`=CASE WHEN (`id` = 1) THEN {} WHEN (`id` = 2) THEN NULL END \
-             WHERE `id` IN (1,2);DELETE FROM `d`.`t` WHERE `id` IN (3,4);\
-             INSERT INTO `d`.`t` (`id`,`v`) VALUES (5,{}),(7,{});\
-             INSERT INTO `d`.`t` (`id`) VALUES (6);",
+            "UPDATE `d`.`t` SET `v`=CASE WHEN (`id` = 1) THEN {} WHEN (`id` = 3) THEN NULL END \
+             WHERE `id` IN (1,3);DELETE FROM `d`.`t` WHERE `id` IN (4,5);\
+             INSERT INTO `d`.`t` (`id`,`v`) VALUES (6,{}),(8,{});\
+             INSERT INTO `d`.`t` (`id`) VALUES (7);",
             x("a"),
-            x("e"),
-            x("g")
+            x("f"),
+            x("h")
         ),
-        "grouped by the columns carried; an update carrying only its key sets nothing"
+        "{}",
+        fixture::A_BATCH.why
     );
     let two = table(
         &["id", "v"],
@@ -195,23 +167,14 @@ async fn batches_are_chunked_at_the_row_limits() {
 
 #[tokio::test]
 async fn an_empty_insert_joins_the_multi_row_insert() {
-    let t = table(
-        &["id"],
-        &[
-            ("insert", None, None, &["id", "v"]),
-            ("insert", None, None, &["id", "v"]),
-        ],
-    );
+    let t = table(&["id"], fixture::EMPTY_INSERTS);
     assert_eq!(script(t, &[]).await, "INSERT INTO `d`.`t` () VALUES (),();");
 }
 
 #[tokio::test]
 async fn a_large_unit_is_sent_at_the_flush_bound() {
     let big = "x".repeat(FLUSH_BYTES / 6);
-    let rows: Vec<Row<'_>> = (0..4)
-        .map(|i| ("insert", Some(i), Some(big.as_str()), &[][..]))
-        .collect();
-    let s = sent_on(table(&["id"], &rows), &[4], false).await;
+    let s = sent_on(table(&["id"], &fixture::inserts_of(&big)), &[4], false).await;
     assert_eq!(
         s.len(),
         2,
@@ -225,29 +188,17 @@ async fn a_large_unit_is_sent_at_the_flush_bound() {
 
 #[tokio::test]
 async fn bookkeeping_statements() {
-    let mut plan = Planner::new(MySql { mysql_json: false }, "r", 2);
-    let mut link = Recorder::default();
-    plan.begin();
-    plan.record(&AppliedPosition {
+    let at = AppliedPosition {
         unit: 7,
         restart: sluice_core::StreamPos::from_adapter("f.1:4"),
         pos: sluice_core::StreamPos::from_adapter("f.1:9"),
         commit_ts: None,
         skip: 1,
-    });
-    let t = TableRef {
-        schema: "d".into(),
-        name: "t".into(),
     };
-    let columns = [SourceColumn {
-        name: "id".into(),
-        source_type: "int".into(),
-    }];
-    let json = SourceColumn::list_json(&columns);
-    plan.followed(&t, &json);
-    plan.commit(&mut link).await.unwrap();
+    let mysql = MySql { mysql_json: false };
+    let (sent, json) = fixture::bookkeeping(mysql, "r", &at, "int").await.unwrap();
     assert_eq!(
-        link.sent,
+        sent,
         [format!(
             "START TRANSACTION;\
              INSERT INTO `sluice`.`applied` (`name`,`worker`,`unit`,`restart`,`pos`,\

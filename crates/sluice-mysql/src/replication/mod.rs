@@ -115,9 +115,7 @@ pub struct MyCapture {
 
 impl std::fmt::Debug for MyCapture {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MyCapture")
-            .field("target", &self.target)
-            .finish_non_exhaustive()
+        sluice_core::redact::debug_handle(f, "MyCapture", &self.target)
     }
 }
 

@@ -126,6 +126,12 @@ pub fn carried(t: &TargetTable, name: &str) -> bool {
     t.source_engine == Engine::Postgres || !t.keys.is_generated(name)
 }
 
+/// The quoted names `cols`, separated by commas.
+fn list(cols: &[String]) -> String {
+    let quoted: Vec<String> = cols.iter().map(|c| quote_ident(c)).collect();
+    quoted.join(", ")
+}
+
 /// `CREATE TABLE` for `t` with the given column types: not-null, primary key, unique keys,
 /// and a PostgreSQL source's generated columns with their expression.
 pub fn create_sql(t: &TargetTable, types: &[String]) -> String {
@@ -150,12 +156,6 @@ pub fn create_sql(t: &TargetTable, types: &[String]) -> String {
             format!("{} {ty}{generated}{not_null}", quote_ident(&c.name))
         })
         .collect();
-    let list = |cols: &[String]| {
-        cols.iter()
-            .map(|c| quote_ident(c))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     if !t.keys.primary.is_empty() {
         parts.push(format!("PRIMARY KEY ({})", list(&t.keys.primary)));
     }
@@ -409,12 +409,6 @@ pub async fn add_foreign_keys(
     keys: &[(TableRef, ForeignKey)],
     display: &str,
 ) -> Result<Vec<String>> {
-    let list = |cols: &[String]| {
-        cols.iter()
-            .map(|c| quote_ident(c))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     let mut notes = Vec::new();
     for (child, fk) in keys {
         let name = foreign_key_name(child, fk);
@@ -428,15 +422,7 @@ pub async fn add_foreign_keys(
         if exists.is_some() {
             continue;
         }
-        let sql = format!(
-            "ALTER TABLE {} ADD CONSTRAINT {} FOREIGN KEY ({}) REFERENCES {} ({}) {}",
-            quote_table(child),
-            quote_ident(&name),
-            list(&fk.columns),
-            quote_table(&fk.parent),
-            list(&fk.parent_columns),
-            fk.child_actions().join(" ")
-        );
+        let sql = fk.add_sql(child, &name, quote_table, quote_ident);
         client.batch_execute(&sql).await.map_err(|e| {
             super::failed(
                 e,

@@ -48,12 +48,6 @@ pub(super) struct Columns {
 type P<'a> = Prepared<'a, Columns>;
 
 impl PgSql {
-    /// Row `r`'s value of column `c` as a literal.
-    fn value(&mut self, p: &P<'_>, c: usize, r: usize, buf: &mut String) -> Result<()> {
-        let a = p.t.batch.column(c).as_ref();
-        push_sql(&p.cols.kinds[c], a, r, &mut self.scratch, buf)
-    }
-
     /// `col = 'v'` (or `IS NULL`) for each of `cols` of row `r`, joined by `AND`.
     fn conditions(&mut self, p: &P<'_>, cols: &[usize], r: usize, buf: &mut String) -> Result<()> {
         if cols.is_empty() {
@@ -141,6 +135,8 @@ impl ApplyDialect for PgSql {
     const ROW_SEP: &'static str = ",\n";
     const BEGIN: &'static str = "BEGIN";
     const COMMIT: &'static str = "COMMIT";
+    const LIST_SEP: &'static str = ", ";
+    const VALUES_SEP: &'static str = "\n";
 
     fn columns(&self, t: &UnitTable) -> Result<Columns> {
         let same_engine = t.source_engine == Engine::Postgres;
@@ -163,22 +159,17 @@ impl ApplyDialect for PgSql {
         })
     }
 
-    fn insert_head(&mut self, p: &P<'_>, cols: &[usize], buf: &mut String) {
-        let _ = write!(buf, "INSERT INTO {} (", p.cols.table);
-        push_names(p, cols, buf);
-        buf.push_str(") VALUES\n");
+    fn table<'a>(p: &'a P<'_>) -> &'a str {
+        &p.cols.table
     }
 
-    fn insert_row(&mut self, p: &P<'_>, cols: &[usize], r: usize, buf: &mut String) -> Result<()> {
-        buf.push('(');
-        for (n, &c) in cols.iter().enumerate() {
-            if n > 0 {
-                buf.push_str(", ");
-            }
-            self.value(p, c, r, buf)?;
-        }
-        buf.push(')');
-        Ok(())
+    fn name<'a>(p: &'a P<'_>, c: usize) -> &'a str {
+        &p.cols.names[c]
+    }
+
+    fn value(&mut self, p: &P<'_>, c: usize, r: usize, buf: &mut String) -> Result<()> {
+        let a = p.t.batch.column(c).as_ref();
+        push_sql(&p.cols.kinds[c], a, r, &mut self.scratch, buf)
     }
 
     fn default_values(&mut self, p: &P<'_>) -> Option<String> {

@@ -59,13 +59,6 @@ impl ApplyLink for PgLink {
             .collect())
     }
 
-    async fn rollback(&mut self) -> Result<()> {
-        self.client
-            .batch_execute("ROLLBACK")
-            .await
-            .map_err(|e| failed(e, &self.display, "rolling back"))
-    }
-
     async fn holders(&mut self, tables: &[TableRef]) -> String {
         holders(&self.client, tables).await
     }

@@ -3,11 +3,10 @@
 
 use super::dialect::PgSql;
 use arrow_schema::DataType;
+use sluice_core::apply::planner::FLUSH_BYTES;
 use sluice_core::apply::planner::fixture::{self, Row};
-use sluice_core::apply::planner::{FLUSH_BYTES, Planner, Recorder};
-use sluice_core::apply::{AppliedPosition, Engine, SourceColumn, UnitTable};
+use sluice_core::apply::{AppliedPosition, Engine, UnitTable};
 use sluice_core::columns::field;
-use sluice_core::table::TableRef;
 
 /// Table `d.t (id int, v)` keyed by `key`, `v` of source type `v_type`.
 fn table_of(key: &[&str], v_type: &str, rows: &[Row<'_>]) -> UnitTable {
@@ -44,44 +43,31 @@ async fn script(t: UnitTable, batches: &[u32]) -> String {
 
 #[tokio::test]
 async fn a_unit_as_statements() {
-    let t = table(
-        &["id"],
-        &[
-            ("insert", Some(1), Some("a"), &[]),
-            ("insert", Some(2), None, &[]),
-            ("update", Some(1), None, &["v"]),
-            ("update", Some(2), Some("it's"), &[]),
-            ("insert", Some(3), None, &["v"]),
-            ("delete", Some(1), None, &["v"]),
-        ],
-    );
+    let t = table(&["id"], fixture::A_UNIT.rows);
     assert_eq!(
         script(t, &[]).await,
         "INSERT INTO \"d\".\"t\" (\"id\", \"v\") VALUES\n('1', 'a'),\n('2', NULL);\n\
          UPDATE \"d\".\"t\" SET \"v\" = 'it''s' WHERE \"id\" = '2';\n\
          INSERT INTO \"d\".\"t\" (\"id\") VALUES\n('3');\n\
          DELETE FROM \"d\".\"t\" WHERE \"id\" = '1';\n",
-        "consecutive inserts with the same columns share a statement; an update of absent \
-         columns only has nothing to set"
+        "{}",
+        fixture::A_UNIT.why
     );
 }
 
 #[tokio::test]
 async fn keyless_rows_and_null_keys() {
-    let keyless = table(
-        &[],
-        &[
-            ("delete", Some(1), None, &[]),
-            ("update", Some(2), Some("b"), &["id"]),
-        ],
-    );
+    let keyless = table(&[], fixture::KEYLESS.rows);
     assert_eq!(
         script(keyless, &[]).await,
         "DELETE FROM \"d\".\"t\" WHERE ctid = (SELECT ctid FROM \"d\".\"t\" WHERE \"id\" = '1' \
          AND \"v\" IS NULL LIMIT 1);\n\
-         UPDATE \"d\".\"t\" SET \"v\" = 'b' WHERE ctid = (SELECT ctid FROM \"d\".\"t\" WHERE \
-         \"v\" = 'b' LIMIT 1);\n",
-        "an absent column is neither set nor matched"
+         UPDATE \"d\".\"t\" SET \"id\" = '2', \"v\" = 'b' WHERE ctid = (SELECT ctid FROM \
+         \"d\".\"t\" WHERE \"id\" = '2' AND \"v\" = 'b' LIMIT 1);\n\
+         UPDATE \"d\".\"t\" SET \"v\" = 'c' WHERE ctid = (SELECT ctid FROM \"d\".\"t\" WHERE \
+         \"v\" = 'c' LIMIT 1);\n",
+        "{}",
+        fixture::KEYLESS.why
     );
     let json = table_of(&[], "json", &[("delete", Some(1), Some("{}"), &[])]);
     assert_eq!(
@@ -99,19 +85,7 @@ async fn keyless_rows_and_null_keys() {
 
 #[tokio::test]
 async fn a_batch_as_statements() {
-    let t = table(
-        &["id"],
-        &[
-            ("update", Some(1), Some("a"), &[]),
-            ("update", Some(2), None, &["v"]),
-            ("update", Some(3), None, &[]),
-            ("delete", Some(4), None, &[]),
-            ("delete", Some(5), None, &[]),
-            ("insert", Some(6), Some("f"), &[]),
-            ("insert", Some(7), None, &["v"]),
-            ("insert", Some(8), Some("h"), &[]),
-        ],
-    );
+    let t = table(&["id"], fixture::A_BATCH.rows);
     assert_eq!(
         script(t, &[3, 5, 8]).await,
         "UPDATE \"d\".\"t\" AS _t SET \"v\" = _v.\"v\" FROM (VALUES ((NULL::\"d\".\"t\").\"id\", \
@@ -121,7 +95,8 @@ async fn a_batch_as_statements() {
          AS _v(\"id\") WHERE _t.\"id\" = _v.\"id\";\n\
          INSERT INTO \"d\".\"t\" (\"id\", \"v\") VALUES\n('6', 'f'),\n('8', 'h');\n\
          INSERT INTO \"d\".\"t\" (\"id\") VALUES\n('7');\n",
-        "grouped by the columns carried; an update carrying only its key sets nothing"
+        "{}",
+        fixture::A_BATCH.why
     );
 }
 
@@ -143,13 +118,7 @@ async fn batches_are_chunked_at_the_row_limit() {
 
 #[tokio::test]
 async fn an_empty_insert_is_default_values() {
-    let t = table(
-        &["id"],
-        &[
-            ("insert", None, None, &["id", "v"]),
-            ("insert", None, None, &["id", "v"]),
-        ],
-    );
+    let t = table(&["id"], fixture::EMPTY_INSERTS);
     assert_eq!(
         script(t, &[]).await,
         "INSERT INTO \"d\".\"t\" DEFAULT VALUES;\nINSERT INTO \"d\".\"t\" DEFAULT VALUES;\n"
@@ -159,10 +128,7 @@ async fn an_empty_insert_is_default_values() {
 #[tokio::test]
 async fn a_large_unit_is_sent_at_the_flush_bound() {
     let big = "x".repeat(FLUSH_BYTES / 3);
-    let rows: Vec<Row<'_>> = (0..4)
-        .map(|i| ("insert", Some(i), Some(big.as_str()), &[][..]))
-        .collect();
-    let s = sent(table(&["id"], &rows), &[4]).await;
+    let s = sent(table(&["id"], &fixture::inserts_of(&big)), &[4]).await;
     assert_eq!(s.len(), 2);
     assert!(s[0].starts_with("BEGIN;\nINSERT INTO") && s[0].ends_with("');\n"));
     assert!(s[0].len() > FLUSH_BYTES);
@@ -172,28 +138,18 @@ async fn a_large_unit_is_sent_at_the_flush_bound() {
 
 #[tokio::test]
 async fn bookkeeping_statements() {
-    let mut plan = Planner::new(PgSql::default(), "it's", 2);
-    let mut link = Recorder::default();
-    plan.begin();
-    plan.record(&AppliedPosition {
+    let at = AppliedPosition {
         unit: 7,
         restart: sluice_core::StreamPos::from_adapter("0/10"),
         pos: sluice_core::StreamPos::from_adapter("0/20"),
         commit_ts: Some(5),
         skip: 1,
-    });
-    let t = TableRef {
-        schema: "d".into(),
-        name: "t".into(),
     };
-    let columns = [SourceColumn {
-        name: "id".into(),
-        source_type: "integer".into(),
-    }];
-    plan.followed(&t, &SourceColumn::list_json(&columns));
-    plan.commit(&mut link).await.unwrap();
+    let (sent, _) = fixture::bookkeeping(PgSql::default(), "it's", &at, "integer")
+        .await
+        .unwrap();
     assert_eq!(
-        link.sent,
+        sent,
         ["BEGIN;\n\
           INSERT INTO sluice.applied (name, worker, unit, restart, pos, commit_ts, skip) VALUES \
           ('it''s', 2, 7, '0/10', '0/20', 5, 1) ON CONFLICT (name, worker) DO UPDATE SET unit = \

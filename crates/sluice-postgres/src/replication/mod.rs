@@ -73,9 +73,7 @@ pub struct PgCapture {
 
 impl std::fmt::Debug for PgCapture {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgCapture")
-            .field("target", &self.target)
-            .finish_non_exhaustive()
+        sluice_core::redact::debug_handle(f, "PgCapture", &self.target)
     }
 }
 

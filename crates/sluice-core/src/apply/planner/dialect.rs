@@ -32,12 +32,43 @@ pub trait ApplyDialect: Send {
     const BEGIN: &'static str;
     /// The statement that commits it (always the buffer's last).
     const COMMIT: &'static str;
+    /// What separates the items of a list in a statement (column names, a row's values).
+    const LIST_SEP: &'static str;
+    /// What follows `VALUES` of a multi-row `INSERT` before its first row.
+    const VALUES_SEP: &'static str;
 
     /// The per-table state of `t` (an error when a column's values cannot be written).
     fn columns(&self, t: &UnitTable) -> Result<Self::Columns>;
 
+    /// The unit table's name, quoted.
+    fn table<'a>(p: &'a Prepared<'_, Self::Columns>) -> &'a str;
+
+    /// Column `c`'s name, quoted.
+    fn name<'a>(p: &'a Prepared<'_, Self::Columns>, c: usize) -> &'a str;
+
+    /// Row `r`'s value of column `c` as a literal.
+    fn value(
+        &mut self,
+        p: &Prepared<'_, Self::Columns>,
+        c: usize,
+        r: usize,
+        buf: &mut String,
+    ) -> Result<()>;
+
     /// `INSERT INTO t (cols) VALUES`, up to where the first row starts.
-    fn insert_head(&mut self, p: &Prepared<'_, Self::Columns>, cols: &[usize], buf: &mut String);
+    fn insert_head(&mut self, p: &Prepared<'_, Self::Columns>, cols: &[usize], buf: &mut String) {
+        buf.push_str("INSERT INTO ");
+        buf.push_str(Self::table(p));
+        buf.push_str(" (");
+        for (n, &c) in cols.iter().enumerate() {
+            if n > 0 {
+                buf.push_str(Self::LIST_SEP);
+            }
+            buf.push_str(Self::name(p, c));
+        }
+        buf.push_str(") VALUES");
+        buf.push_str(Self::VALUES_SEP);
+    }
 
     /// Row `r` of a multi-row `INSERT`: `(v, …)` of columns `cols`.
     fn insert_row(
@@ -46,7 +77,17 @@ pub trait ApplyDialect: Send {
         cols: &[usize],
         r: usize,
         buf: &mut String,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        buf.push('(');
+        for (n, &c) in cols.iter().enumerate() {
+            if n > 0 {
+                buf.push_str(Self::LIST_SEP);
+            }
+            self.value(p, c, r, buf)?;
+        }
+        buf.push(')');
+        Ok(())
+    }
 
     /// The whole statement inserting a row that carries no column, or `None` when the
     /// engine's `INSERT` takes an empty column list (the row joins a multi-row `INSERT`).
@@ -114,8 +155,11 @@ pub trait ApplyLink: Send {
     /// are for its message.
     async fn send(&mut self, sql: &str, tables: &[TableRef]) -> Result<Vec<u64>>;
 
-    /// Roll the open transaction back.
-    async fn rollback(&mut self) -> Result<()>;
+    /// Roll the open transaction back: `ROLLBACK` sent as any statement is (every SQL engine
+    /// spells it so).
+    async fn rollback(&mut self) -> Result<()> {
+        self.send("ROLLBACK", &[]).await.map(|_| ())
+    }
 
     /// A sentence naming the sessions that may hold a lock on `tables`, for the message of a
     /// lock wait given up (never fails: it says so when it cannot tell).

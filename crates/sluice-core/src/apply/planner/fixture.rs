@@ -6,7 +6,7 @@
 //! placeholder position (`p`).
 
 use super::{ApplyDialect, Planner, Recorder};
-use crate::apply::{ApplyUnit, Engine, UnitTable};
+use crate::apply::{AppliedPosition, ApplyUnit, Engine, SourceColumn, UnitTable};
 use crate::change::change_schema;
 use crate::columns::field;
 use crate::table::{ColumnDesc, TableRef};
@@ -100,4 +100,92 @@ pub async fn sent<D: ApplyDialect>(dialect: D, unit: &ApplyUnit) -> Result<Vec<S
     plan.apply(unit, &mut link).await?;
     plan.commit(&mut link).await?;
     Ok(link.sent)
+}
+
+/// Rows every dialect's SQL-text suite writes out, each in its own text, and what the text
+/// must show.
+pub struct Scenario {
+    /// The changes to `d.t`, one row each.
+    pub rows: &'static [Row<'static>],
+    /// What the statements must show (the assertion's message).
+    pub why: &'static str,
+}
+
+/// Inserts of one column set, an update of absent columns only, an update of a value that
+/// needs quoting, an insert of fewer columns and a delete.
+pub const A_UNIT: Scenario = Scenario {
+    rows: &[
+        ("insert", Some(1), Some("a"), &[]),
+        ("insert", Some(2), None, &[]),
+        ("update", Some(1), None, &["v"]),
+        ("update", Some(2), Some("it's"), &[]),
+        ("insert", Some(3), None, &["v"]),
+        ("delete", Some(1), None, &["v"]),
+    ],
+    why: "consecutive inserts with the same columns share a statement; an update of absent \
+          columns only has nothing to set",
+};
+
+/// A table without a key: a delete, an update of both columns, an update whose `id` is
+/// absent.
+pub const KEYLESS: Scenario = Scenario {
+    rows: &[
+        ("delete", Some(1), None, &[]),
+        ("update", Some(2), Some("b"), &[]),
+        ("update", Some(3), Some("c"), &["id"]),
+    ],
+    why: "every carried column is matched, one row at most; an absent column is neither set \
+          nor matched",
+};
+
+/// Batched as `[3, 5, 8]`: three updates (one carrying only its key), two deletes, inserts
+/// of two column sets.
+pub const A_BATCH: Scenario = Scenario {
+    rows: &[
+        ("update", Some(1), Some("a"), &[]),
+        ("update", Some(2), None, &["v"]),
+        ("update", Some(3), None, &[]),
+        ("delete", Some(4), None, &[]),
+        ("delete", Some(5), None, &[]),
+        ("insert", Some(6), Some("f"), &[]),
+        ("insert", Some(7), None, &["v"]),
+        ("insert", Some(8), Some("h"), &[]),
+    ],
+    why: "grouped by the columns carried; an update carrying only its key sets nothing",
+};
+
+/// Two inserts that carry no column.
+pub const EMPTY_INSERTS: &[Row<'static>] = &[
+    ("insert", None, None, &["id", "v"]),
+    ("insert", None, None, &["id", "v"]),
+];
+
+/// Four inserts of `v` each: a unit past the flush bound when `v` is a third of it.
+pub fn inserts_of(v: &str) -> Vec<Row<'_>> {
+    (0..4)
+        .map(|i| ("insert", Some(i), Some(v), &[][..]))
+        .collect()
+}
+
+/// The bookkeeping of a unit on `dialect` as replication `name`, worker 2: its `position`
+/// and the source columns of `d.t` (`id` of `source_type`), committed. What was sent, and the
+/// columns' JSON.
+pub async fn bookkeeping<D: ApplyDialect>(
+    dialect: D,
+    name: &str,
+    position: &AppliedPosition,
+    source_type: &str,
+) -> Result<(Vec<String>, String)> {
+    let mut plan = Planner::new(dialect, name, 2);
+    let mut link = Recorder::default();
+    plan.begin();
+    plan.record(position);
+    let columns = [SourceColumn {
+        name: "id".into(),
+        source_type: source_type.into(),
+    }];
+    let json = SourceColumn::list_json(&columns);
+    plan.followed(&TableRef::new("d", "t"), &json);
+    plan.commit(&mut link).await?;
+    Ok((link.sent, json))
 }

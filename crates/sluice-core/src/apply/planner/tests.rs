@@ -48,8 +48,20 @@ impl ApplyDialect for Toy {
     const ROW_SEP: &'static str = ",";
     const BEGIN: &'static str = "B";
     const COMMIT: &'static str = "C";
+    const LIST_SEP: &'static str = ",";
+    const VALUES_SEP: &'static str = "";
 
     fn columns(&self, _t: &UnitTable) -> Result<()> {
+        Ok(())
+    }
+    fn table<'a>(p: &'a P<'_>) -> &'a str {
+        &p.t.table.name
+    }
+    fn name<'a>(p: &'a P<'_>, c: usize) -> &'a str {
+        name(p, c)
+    }
+    fn value(&mut self, p: &P<'_>, c: usize, r: usize, buf: &mut String) -> Result<()> {
+        buf.push_str(&val(p, c, r));
         Ok(())
     }
     fn insert_head(&mut self, p: &P<'_>, cols: &[usize], buf: &mut String) {
@@ -80,12 +92,12 @@ impl ApplyDialect for Toy {
         &mut self,
         p: &P<'_>,
         set: &[usize],
-        rows: &[usize],
-        buf: &mut String,
+        rs: &[usize],
+        b: &mut String,
     ) -> Result<()> {
         let s: Vec<&str> = set.iter().map(|&c| name(p, c)).collect();
-        let k: Vec<String> = rows.iter().map(|&r| val(p, p.key[0], r)).collect();
-        buf.push_str(&format!("UM {} [{}]", s.join(","), k.join(",")));
+        let k: Vec<String> = rs.iter().map(|&r| val(p, p.key[0], r)).collect();
+        b.push_str(&format!("UM {} [{}]", s.join(","), k.join(",")));
         Ok(())
     }
     fn delete_many(&mut self, p: &P<'_>, rows: &[usize], buf: &mut String) -> Result<()> {
