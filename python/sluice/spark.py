@@ -40,6 +40,11 @@ command line's settings with ``_`` for ``-``: ``source``, ``table`` (or the path
 ``enable_row_security``, ``config``, … plus ``snapshot``. Every field of the DataFrame's
 schema carries the read's guarantee in its metadata (``sluice.consistency``).
 
+Filters: ``register(spark, filter_pushdown=True)`` lets ``df.filter(...)`` reach the database —
+integer comparisons and ``isin``, NULL tests and ``~`` of those run in every chunk's ``WHERE``;
+text comparisons (collations differ from Spark's byte order), ``OR`` and the rest stay
+Spark's, applied after the read.
+
 Types: Spark SQL's, as ``--format delta`` writes them (decimal(p,s) up to 38 digits,
 timestamps with and without time zone, binary, arrays, structs); a type Spark has no
 equivalent for (UUID, time of day, decimals wider than 38 digits, unsigned 64-bit) arrives as
@@ -53,9 +58,23 @@ import os
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    IsNotNull,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    Not,
+)
 from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType, StructField, StructType
 
 from . import ConfigError, _one_dataset, _sluice
 
@@ -69,9 +88,23 @@ _FLAGS = {"enable_row_security", "lock_non_transactional"}
 _NOT_FOR_READS = {"to", "format", "overwrite", "resume", "merge"}
 
 
-def register(spark: Any) -> None:
-    """Make ``spark.read.format("sluice")`` available in this Spark session."""
-    spark.dataSource.register(SluiceDataSource)
+_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
+def register(spark: Any, filter_pushdown: Optional[bool] = None) -> None:
+    """Make ``spark.read.format("sluice")`` available in this Spark session.
+
+    ``filter_pushdown``: whether reads take the filters Spark pushes (``df.filter(...)``)
+    to the source, so the rows they drop are never read. ``None`` (the default) follows the
+    session's ``spark.sql.python.filterPushdown.enabled`` as it is now (off unless set: Spark
+    4.1 fails a Python data source that takes filters while it is off); ``True`` turns it on
+    for the session; ``False`` never pushes.
+    """
+    if filter_pushdown is None:
+        filter_pushdown = str(spark.conf.get(_PUSHDOWN_CONF, "false")).lower() == "true"
+    elif filter_pushdown:
+        spark.conf.set(_PUSHDOWN_CONF, "true")
+    spark.dataSource.register(_FilteringDataSource if filter_pushdown else SluiceDataSource)
 
 
 class Snapshot:
@@ -240,12 +273,90 @@ class _Reader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         opts = _read_options(self.options)
-        stream = _sluice.read_chunks(partition.chunks, snapshot=_token(self.options), **opts)
+        filters = getattr(self, "filters", None)
+        stream = _sluice.read_chunks(
+            partition.chunks,
+            snapshot=_token(self.options),
+            filters=json.dumps(filters) if filters else None,
+            **opts,
+        )
         try:
             for batch in stream:
                 yield pa.record_batch(batch)
         finally:
             stream.close()
+
+
+class _FilteringDataSource(SluiceDataSource):
+    """The data source with filter pushdown (see :func:`register`)."""
+
+    def reader(self, schema: StructType) -> "DataSourceReader":
+        return _FilteringReader(dict(self.options), schema)
+
+
+class _FilteringReader(_Reader):
+    """A reader that takes the filters the source computes exactly as Spark would: integer
+    comparisons and ``IN`` lists, NULL tests, and ``NOT`` of those (text is not pushed: the
+    engines compare it by collation, Spark by bytes). Spark evaluates the others after the
+    read, as it does without pushdown."""
+
+    def __init__(self, options: Dict[str, str], schema: StructType) -> None:
+        super().__init__(options)
+        self.schema = schema
+        self.filters: List[Dict[str, Any]] = []
+
+    def pushFilters(self, filters: List[Filter]) -> Iterator[Filter]:  # noqa: N802 (Spark's name)
+        for f in filters:
+            pushed = _row_filter(f, self.schema)
+            if pushed is None:
+                yield f
+            else:
+                self.filters.append(pushed)
+
+
+_COMPARE = {
+    EqualTo: "eq",
+    GreaterThan: "gt",
+    GreaterThanOrEqual: "ge",
+    LessThan: "lt",
+    LessThanOrEqual: "le",
+}
+_INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
+
+
+def _whole(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63
+
+
+def _column(path: Sequence[str], schema: StructType, integral: bool) -> Optional[str]:
+    """The top-level column ``path`` names (of an integer type where ``integral``)."""
+    if len(path) != 1:
+        return None
+    field = next((f for f in schema.fields if f.name == path[0]), None)
+    if field is None or (integral and not isinstance(field.dataType, _INTEGRAL)):
+        return None
+    return field.name
+
+
+def _row_filter(f: Filter, schema: StructType) -> Optional[Dict[str, Any]]:
+    """``f`` as the engine's row filter, or None when it is not computed at the source."""
+    if type(f) in _COMPARE and _whole(f.value):  # type: ignore[attr-defined]
+        column = _column(f.attribute, schema, True)  # type: ignore[attr-defined]
+        cmp = _COMPARE[type(f)]
+        return None if column is None else {
+            "op": "compare", "column": column, "cmp": cmp, "value": f.value  # type: ignore
+        }
+    if isinstance(f, In) and f.value and all(_whole(v) for v in f.value):
+        column = _column(f.attribute, schema, True)
+        return None if column is None else {"op": "in", "column": column, "values": list(f.value)}
+    if isinstance(f, (IsNull, IsNotNull)):
+        column = _column(f.attribute, schema, False)
+        op = "is_null" if isinstance(f, IsNull) else "is_not_null"
+        return None if column is None else {"op": op, "column": column}
+    if isinstance(f, Not):
+        inner = _row_filter(f.child, schema)
+        return None if inner is None else {"op": "not", "filter": inner}
+    return None
 
 
 # The harm budget paces one process's workers between chunks; tasks on many executors have no

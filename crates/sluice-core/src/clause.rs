@@ -181,7 +181,8 @@ pub fn key_not_null(d: &dyn Dialect, key: &[&ColumnDesc]) -> Vec<String> {
         .collect()
 }
 
-/// The WHERE clause (with a leading space) that selects `bounds` of `ds`; empty for every row.
+/// The WHERE clause (with a leading space) that selects `bounds` of `ds` and its rows that meet
+/// its row filters; empty for every row.
 pub fn where_clause(d: &dyn Dialect, ds: &Dataset, bounds: &ChunkBounds) -> Result<String> {
     let conds: Vec<String> = match bounds {
         ChunkBounds::Whole => Vec::new(),
@@ -217,6 +218,10 @@ pub fn where_clause(d: &dyn Dialect, ds: &Dataset, bounds: &ChunkBounds) -> Resu
             vec![format!("({})", any.join(" OR "))]
         }
     };
+    let mut conds = conds;
+    for f in &ds.row_filter {
+        conds.push(format!("({})", f.sql(d, ds)?));
+    }
     Ok(if conds.is_empty() {
         String::new()
     } else {
@@ -315,6 +320,7 @@ mod tests {
             outside_snapshot: Vec::new(),
             row_security_filtered: false,
             columns_picked: false,
+            row_filter: Vec::new(),
         }
     }
 

@@ -22,6 +22,7 @@ pub mod clause;
 pub mod columns;
 pub mod error;
 pub mod failpoint;
+pub mod filter;
 pub mod ident;
 pub mod keyrange;
 pub mod mapping;

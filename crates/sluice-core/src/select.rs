@@ -323,6 +323,12 @@ pub async fn discover<C: Catalog + ?Sized>(
             })?;
         keep_columns(ds, pick, naming.folding)?;
     }
+    for ds in &mut datasets {
+        for f in &selection.row_filter {
+            f.check(ds)?;
+        }
+        ds.row_filter = selection.row_filter.clone();
+    }
     Ok(datasets)
 }
 

@@ -151,6 +151,9 @@ pub struct Dataset {
     /// True when `--columns` chose its columns (the others are not read): a change stream
     /// leaves them out of its change files too.
     pub columns_picked: bool,
+    /// Filters every chunk's rows must meet, all of them (a read's pushed filters, see
+    /// [`crate::filter`]); empty: every row.
+    pub row_filter: Vec<crate::filter::RowFilter>,
 }
 
 impl Relation {
@@ -188,6 +191,7 @@ impl Dataset {
             outside_snapshot: Vec::new(),
             row_security_filtered: false,
             columns_picked: false,
+            row_filter: Vec::new(),
         }
     }
 
@@ -210,6 +214,7 @@ impl Dataset {
             outside_snapshot: Vec::new(),
             row_security_filtered: false,
             columns_picked: false,
+            row_filter: Vec::new(),
         }
     }
 
@@ -247,6 +252,9 @@ pub struct Selection {
     pub queries: Vec<NamedQuery>,
     /// Columns kept of some of the selected tables (`--columns`).
     pub columns: Vec<ColumnPick>,
+    /// Filters every selected dataset's rows must meet, all of them (a read's pushed filters;
+    /// see [`crate::filter`]): each is checked against every dataset at discovery.
+    pub row_filter: Vec<crate::filter::RowFilter>,
 }
 
 /// `--columns TABLE:COL,COL`: the columns kept of one selected table (the others are not read,

@@ -141,6 +141,10 @@ pub struct DatasetRecord {
     /// True when `--columns` chose the columns: the dataset holds a subset of the table's.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub columns_picked: bool,
+    /// The filters its rows met at the source (a read's pushed filters): the dataset holds
+    /// the table's rows that meet all of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub row_filter: Vec<sluice_core::filter::RowFilter>,
     /// What the rows are guaranteed to be (set in the manifest; absent in the run state).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guarantee: Option<Guarantee>,

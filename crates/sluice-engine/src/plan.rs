@@ -482,6 +482,7 @@ mod tests {
             outside_snapshot: Vec::new(),
             row_security_filtered: false,
             columns_picked: false,
+            row_filter: Vec::new(),
         }
     }
 

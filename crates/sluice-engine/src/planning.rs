@@ -92,6 +92,7 @@ pub fn record_of(d: &Dataset) -> DatasetRecord {
         outside_snapshot_reason: None,
         row_security_filtered: d.row_security_filtered,
         columns_picked: d.columns_picked,
+        row_filter: d.row_filter.clone(),
         guarantee: None,
         rows: 0,
         bytes: 0,

@@ -272,6 +272,7 @@ mod tests {
             outside_snapshot_reason: None,
             row_security_filtered: false,
             columns_picked: false,
+            row_filter: Vec::new(),
             guarantee: None,
             rows: 0,
             bytes: 0,

@@ -304,5 +304,6 @@ pub fn describe(conn: &mut FbConn, obj: &Resolved, server: &ServerInfo) -> Resul
         outside_snapshot: Vec::new(),
         row_security_filtered: false,
         columns_picked: false,
+        row_filter: Vec::new(),
     })
 }

@@ -468,6 +468,7 @@ pub async fn describe(
         outside_snapshot,
         row_security_filtered: !policed.is_empty(),
         columns_picked: false,
+        row_filter: Vec::new(),
     })
 }
 

@@ -137,13 +137,16 @@ fn explicit(kwargs: Option<&Bound<'_, PyDict>>) -> bool {
 }
 
 /// The batches of `chunks` (JSON, as `plan_read` gave them), in Spark's types, read under the
-/// snapshot `snapshot` names or each chunk in its own transaction.
+/// snapshot `snapshot` names or each chunk in its own transaction; only the rows that meet
+/// every one of `filters` (JSON, `sluice_core::filter::RowFilter`s: Spark's pushed filters)
+/// are read.
 #[pyfunction]
-#[pyo3(signature = (chunks, snapshot=None, **kwargs))]
+#[pyo3(signature = (chunks, snapshot=None, filters=None, **kwargs))]
 fn read_chunks(
     py: Python<'_>,
     chunks: Vec<String>,
     snapshot: Option<String>,
+    filters: Option<String>,
     kwargs: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Stream> {
     let started = || -> Result<Run> {
@@ -156,7 +159,12 @@ fn read_chunks(
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let (job, events) = crate::read_job(py, kwargs)?;
+        let (mut job, events) = crate::read_job(py, kwargs)?;
+        if let Some(f) = filters.as_deref() {
+            job.selection.row_filter = serde_json::from_str(f).map_err(|e| {
+                Error::config(format!("the row filters to push are not sluice's: {e}"))
+            })?;
+        }
         let job = distributed::task(job, chunks, shared.as_ref())?;
         Run::start(job, events)
     };

@@ -133,6 +133,7 @@ pub async fn describe(
             outside_snapshot: Vec::new(),
             row_security_filtered: false,
             columns_picked: false,
+            row_filter: Vec::new(),
         },
         split_key,
         non_transactional,
