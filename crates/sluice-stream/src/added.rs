@@ -115,6 +115,11 @@ impl Seen {
         Ok(Seen { created, gone })
     }
 
+    /// The tables the selection matches that are not captured (created since the start).
+    pub(crate) fn created(&self) -> &[TableRef] {
+        &self.created
+    }
+
     fn describe(&self) -> Option<String> {
         let mut what = Vec::new();
         if !self.created.is_empty() {

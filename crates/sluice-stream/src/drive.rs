@@ -131,6 +131,9 @@ pub(crate) struct TableWatch<'a> {
     pub every: Duration,
     /// What was seen when the run noted the position it stopped at ([`Stopped::Tables`]).
     pub seen: std::sync::Mutex<Option<crate::added::Seen>>,
+    /// Stop only for created tables (`sluice replicate`, which stops there); a dropped table
+    /// is not a reason to stop.
+    pub created_only: bool,
 }
 
 /// Read the source into the outputs `attempts` builds until `--until-current`'s target or a
@@ -237,11 +240,15 @@ async fn read<O: Output>(
             if let Some((what, seen)) =
                 crate::added::changed(run.source, run.names, w.selection, out.layout_state())
                     .await?
+                && (!w.created_only || !seen.created().is_empty())
             {
                 let at = run.source.current_position().await?;
-                tracing::info!(
-                    "{what}: writing the changes up to position {at}, then taking the tables in"
-                );
+                let then = if w.created_only {
+                    "then stopping"
+                } else {
+                    "then taking the tables in"
+                };
+                tracing::info!("{what}: writing the changes up to position {at}, {then}");
                 tables_at = Some((at, seen));
             }
         }

@@ -104,6 +104,7 @@ pub(crate) async fn stream(
                 selection: &job.selection,
                 every,
                 seen: std::sync::Mutex::default(),
+                created_only: false,
             }),
         };
         let stopped = drive::run(&run, &mut attempts, &cancel).await?;

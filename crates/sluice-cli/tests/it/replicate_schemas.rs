@@ -466,3 +466,119 @@ async fn pg_an_idle_replication_commits_its_position_rarely() {
     same(&source, &target, "SELECT id FROM t").await;
     drop_replication(&source, &target, &args).await;
 }
+
+/// A table created on the source that the replication's pattern matches: the replication
+/// carries the tables it started with, so it stops — loudly, every change to its tables
+/// applied, under a writer — naming the table and the two ways on, and both work: the same
+/// replication with its tables named, and another replication for the new table.
+async fn a_created_table_stops_the_replication_and_the_ways_on_work(source_pg: bool) {
+    let source = Db::new(source_pg).await;
+    let target = Db::new(true).await;
+    source
+        .exec(
+            "CREATE TABLE a (id int PRIMARY KEY, v varchar(20));
+             INSERT INTO a VALUES (1, 'x'), (2, 'y');
+             CREATE TABLE tick (id int PRIMARY KEY, n bigint NOT NULL);
+             INSERT INTO tick VALUES (1, 0);",
+        )
+        .await;
+    let schema = source.schema().await;
+    let pattern = format!("{schema}\\..*");
+    let args = [
+        "--tables",
+        &pattern,
+        "--until-current",
+        "--target-schema",
+        "public",
+    ];
+    run(&mut replicate_cmd(&source, &target, &args).await).ok();
+    let writer = ticker(&source).await;
+    source
+        .exec(
+            "CREATE TABLE b (id int PRIMARY KEY, v varchar(20));
+             INSERT INTO b VALUES (1, 'new');
+             UPDATE a SET v = 'changed' WHERE id = 1;",
+        )
+        .await;
+    writer.wait_for(10).await;
+    let r = run(&mut replicate_cmd(&source, &target, &args).await);
+    writer.stop().await;
+    let b = format!("{schema}.b");
+    r.refused(
+        2,
+        &[
+            &format!("matches {b}, created on"),
+            "--slot",
+            "another replication",
+        ],
+    );
+    let name = r
+        .stderr
+        .split("run it with --slot ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .expect("the message names the replication")
+        .to_string();
+    let a = format!("{schema}.a");
+    let tick = format!("{schema}.tick");
+    assert!(
+        r.stderr.contains(&format!("--table {a} --table {tick}")),
+        "{}",
+        r.stderr
+    );
+    // Everything of the carried tables before the stop is applied, the writer's commits too.
+    assert_eq!(
+        target.rows("SELECT id, v FROM a ORDER BY id").await,
+        ["1|changed", "2|y"]
+    );
+    assert!(
+        target.rows("SELECT n FROM tick").await[0]
+            .parse::<u64>()
+            .unwrap()
+            >= 10
+    );
+    // The first way on: the same replication with its tables named.
+    let named = [
+        "--slot",
+        &name,
+        "--table",
+        &a,
+        "--table",
+        &tick,
+        "--until-current",
+        "--target-schema",
+        "public",
+    ];
+    source.exec("UPDATE a SET v = 'again' WHERE id = 2").await;
+    catch_up(
+        &source,
+        &target,
+        &named,
+        &["SELECT id, v FROM a ORDER BY id", "SELECT n FROM tick"],
+    )
+    .await;
+    // The second: another replication for the new table.
+    let other = format!("{name}_b");
+    let new = [
+        "--slot",
+        &other,
+        "--table",
+        &b,
+        "--until-current",
+        "--target-schema",
+        "public",
+    ];
+    catch_up(&source, &target, &new, &["SELECT id, v FROM b ORDER BY id"]).await;
+    drop_replication(&source, &target, &named).await;
+    drop_replication(&source, &target, &new).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pg_a_created_table_stops_the_replication_and_the_ways_on_work() {
+    a_created_table_stops_the_replication_and_the_ways_on_work(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mariadb_a_created_table_stops_the_replication_and_the_ways_on_work() {
+    a_created_table_stops_the_replication_and_the_ways_on_work(false).await;
+}

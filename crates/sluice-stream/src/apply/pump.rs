@@ -6,14 +6,14 @@
 use super::ReplicateJob;
 use super::collect::{Captured, Collector, Limits};
 use super::worker::Pool;
-use crate::drive::{self, Run};
+use crate::drive::{self, Run, TableWatch};
 use crate::job::Stopped;
 use crate::state::StreamState;
 use async_trait::async_trait;
 use sluice_core::apply::TableKeys;
 use sluice_core::change::{CaptureHarm, ChangeSink, ChangeSource, Step};
 use sluice_core::table::TableRef;
-use sluice_core::{Dataset, Result, StreamPos};
+use sluice_core::{Dataset, Error, Result, StreamPos};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -67,9 +67,24 @@ pub(super) async fn stream(
         partition_changes: job.partition_changes,
         command: "sluice replicate",
         restarting: "the replication from its applied position",
-        tables: None,
+        tables: Some(TableWatch {
+            selection: &job.selection,
+            every: TABLES_EVERY,
+            seen: std::sync::Mutex::default(),
+            created_only: true,
+        }),
     };
     let stopped = drive::run(&run, &mut attempts, cancel).await?;
+    if stopped == Stopped::Tables {
+        let seen = run
+            .tables
+            .as_ref()
+            .and_then(|w| w.seen.lock().unwrap_or_else(|p| p.into_inner()).take());
+        let created = seen.as_ref().map(|s| s.created()).unwrap_or_default();
+        if !created.is_empty() {
+            return Err(not_carried(job, state, created));
+        }
+    }
     let position = job
         .target
         .applied(&names.name)
@@ -77,6 +92,36 @@ pub(super) async fn stream(
         .map(|a| a.restart)
         .unwrap_or(attempts.restart);
     Ok((stopped, position))
+}
+
+/// How often a running replication lists the selection's tables (and once at its start).
+const TABLES_EVERY: Duration = Duration::from_secs(30);
+
+/// The error that stops a replication when tables its selection matches were created on the
+/// source after it started: it carries the tables it started with (every change to them up to
+/// the stop is applied) and does not take tables in, so it stops rather than leave a selected
+/// table behind without a word.
+fn not_carried(job: &ReplicateJob, state: &StreamState, created: &[TableRef]) -> Error {
+    let new: Vec<String> = created.iter().map(|t| t.to_string()).collect();
+    let mut carried: Vec<String> = state
+        .tables
+        .values()
+        .filter(|t| t.dropped.is_none())
+        .map(|t| format!("--table {}", t.table))
+        .collect();
+    carried.sort();
+    Error::config(format!(
+        "the selection now also matches {}, created on {} after replication {} started; sluice \
+         replicate carries the tables it started with and does not take tables in while it \
+         runs, so it stopped here, every change to its tables applied. To go on without them, \
+         run it with --slot {} {} instead of the pattern; to replicate the new tables, run \
+         another replication for them (its own --slot and --table).",
+        new.join(", "),
+        job.source.display_url(),
+        state.names.name,
+        state.names.name,
+        carried.join(" ")
+    ))
 }
 
 /// The attempts of a replication: each opens at the position the target recorded last, with
