@@ -131,8 +131,8 @@ pub(crate) struct TableWatch<'a> {
     pub every: Duration,
     /// What was seen when the run noted the position it stopped at ([`Stopped::Tables`]).
     pub seen: std::sync::Mutex<Option<crate::added::Seen>>,
-    /// Stop only for created tables (`sluice replicate`, which stops there); a dropped table
-    /// is not a reason to stop.
+    /// Stop only for created tables (`sluice replicate`, which takes those in and leaves a
+    /// dropped table's rows on the target as they were).
     pub created_only: bool,
 }
 
@@ -243,12 +243,9 @@ async fn read<O: Output>(
                 && (!w.created_only || !seen.created().is_empty())
             {
                 let at = run.source.current_position().await?;
-                let then = if w.created_only {
-                    "then stopping"
-                } else {
-                    "then taking the tables in"
-                };
-                tracing::info!("{what}: writing the changes up to position {at}, {then}");
+                tracing::info!(
+                    "{what}: writing the changes up to position {at}, then taking the tables in"
+                );
                 tables_at = Some((at, seen));
             }
         }

@@ -15,8 +15,9 @@
 
 use serde::{Deserialize, Serialize};
 use sluice_core::change::{CaptureNames, Handoff, SnapshotHold};
-use sluice_core::table::TableRef;
-use sluice_core::{Error, Position, Result, SnapshotInfo, StreamPos};
+use sluice_core::ident::{NamePart, QualifiedName};
+use sluice_core::table::{ColumnPick, TableRef};
+use sluice_core::{Error, Position, Result, Selection, SnapshotInfo, StreamPos};
 use sluice_sink::{Destination, ObjectVersion};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -96,6 +97,33 @@ pub struct Dropped {
 }
 
 impl StreamState {
+    /// A selection of exactly the tables `names` of the state, with the columns `--columns` kept
+    /// of them.
+    pub(crate) fn exactly(&self, names: &[String]) -> Selection {
+        let exact = |text: &str| NamePart {
+            text: text.to_string(),
+            quoted: true,
+        };
+        let mut selection = Selection::default();
+        for n in names {
+            let Some(t) = self.tables.get(n) else {
+                continue;
+            };
+            let table = QualifiedName {
+                schema: Some(exact(&t.table.schema)),
+                name: exact(&t.table.name),
+            };
+            if let Some(cols) = &t.columns {
+                selection.columns.push(ColumnPick {
+                    table: table.clone(),
+                    columns: cols.iter().map(|c| exact(c)).collect(),
+                });
+            }
+            selection.tables.push(table);
+        }
+        selection
+    }
+
     /// Records which stream position `held` stands at, before any part is read under it: the
     /// manifest names the snapshot each part came from, and this maps it to the position from
     /// which that table's changes are kept.

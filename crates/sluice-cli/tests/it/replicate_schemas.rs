@@ -6,7 +6,7 @@
 
 use super::replicate::{Db, Session};
 use super::replicate_faults::{catch_up, drop_replication, replicate_cmd, report, same, ticker};
-use crate::common::{Run, finish, run, tempdir};
+use crate::common::{Failpoints, Run, finish, run, tempdir};
 use std::process::Stdio;
 
 /// Two targets fed from one source (two schemas of one PostgreSQL database) are two
@@ -467,11 +467,12 @@ async fn pg_an_idle_replication_commits_its_position_rarely() {
     drop_replication(&source, &target, &args).await;
 }
 
-/// A table created on the source that the replication's pattern matches: the replication
-/// carries the tables it started with, so it stops — loudly, every change to its tables
-/// applied, under a writer — naming the table and the two ways on, and both work: the same
-/// replication with its tables named, and another replication for the new table.
-async fn a_created_table_stops_the_replication_and_the_ways_on_work(source_pg: bool) {
+/// Tables created on the source that the replication's pattern matches join it: created on
+/// the target, loaded under a snapshot of their own and followed from its position — exactly
+/// once under a writer inserting into the new table throughout, with the run killed (SIGKILL)
+/// once right after a new table is recorded and once in the middle of its load, and a second
+/// table created while no run is going.
+async fn created_tables_join_the_replication(source_pg: bool) {
     let source = Db::new(source_pg).await;
     let target = Db::new(true).await;
     source
@@ -490,95 +491,79 @@ async fn a_created_table_stops_the_replication_and_the_ways_on_work(source_pg: b
         "--until-current",
         "--target-schema",
         "public",
+        "--chunk-size",
+        "64KB",
     ];
     run(&mut replicate_cmd(&source, &target, &args).await).ok();
-    let writer = ticker(&source).await;
     source
-        .exec(
-            "CREATE TABLE b (id int PRIMARY KEY, v varchar(20));
-             INSERT INTO b VALUES (1, 'new');
-             UPDATE a SET v = 'changed' WHERE id = 1;",
-        )
+        .exec("CREATE TABLE b (id int PRIMARY KEY, v varchar(40) NOT NULL)")
         .await;
-    writer.wait_for(10).await;
+    let fill = if source_pg {
+        "INSERT INTO b SELECT g, repeat('p', 30) FROM generate_series(1, 20000) g"
+    } else {
+        "INSERT INTO b SELECT seq, REPEAT('p', 30) FROM seq_1_to_20000"
+    };
+    source.exec(fill).await;
+    let writer = inserts_into_b(&source).await;
+    for point in ["replicate.after_take_in_recorded", "export.after_receipt"] {
+        let fp = Failpoints::new();
+        let mut cmd = replicate_cmd(&source, &target, &args).await;
+        fp.arm(&mut cmd, &format!("{point}=wait@1"));
+        let mut child = crate::common::spawn(&mut cmd);
+        fp.reached(point, &mut child).await;
+        crate::common::signal(&child, libc::SIGKILL);
+        let killed: Run = finish(child).into();
+        assert_ne!(killed.code, 0, "{}", killed.stderr);
+    }
     let r = run(&mut replicate_cmd(&source, &target, &args).await);
-    writer.stop().await;
+    r.ok();
     let b = format!("{schema}.b");
-    r.refused(
-        2,
-        &[
-            &format!("matches {b}, created on"),
-            "--slot",
-            "another replication",
-        ],
-    );
-    let name = r
-        .stderr
-        .split("run it with --slot ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .expect("the message names the replication")
-        .to_string();
-    let a = format!("{schema}.a");
-    let tick = format!("{schema}.tick");
-    assert!(
-        r.stderr.contains(&format!("--table {a} --table {tick}")),
-        "{}",
-        r.stderr
-    );
-    // Everything of the carried tables before the stop is applied, the writer's commits too.
-    assert_eq!(
-        target.rows("SELECT id, v FROM a ORDER BY id").await,
-        ["1|changed", "2|y"]
-    );
-    assert!(
-        target.rows("SELECT n FROM tick").await[0]
-            .parse::<u64>()
-            .unwrap()
-            >= 10
-    );
-    // The first way on: the same replication with its tables named.
-    let named = [
-        "--slot",
-        &name,
-        "--table",
-        &a,
-        "--table",
-        &tick,
-        "--until-current",
-        "--target-schema",
-        "public",
-    ];
-    source.exec("UPDATE a SET v = 'again' WHERE id = 2").await;
-    catch_up(
-        &source,
-        &target,
-        &named,
-        &["SELECT id, v FROM a ORDER BY id", "SELECT n FROM tick"],
-    )
-    .await;
-    // The second: another replication for the new table.
-    let other = format!("{name}_b");
-    let new = [
-        "--slot",
-        &other,
-        "--table",
-        &b,
-        "--until-current",
-        "--target-schema",
-        "public",
-    ];
-    catch_up(&source, &target, &new, &["SELECT id, v FROM b ORDER BY id"]).await;
-    drop_replication(&source, &target, &named).await;
-    drop_replication(&source, &target, &new).await;
+    assert!(r.stderr.contains(&format!("joined: {b} (")), "{}", r.stderr);
+    // A table created while no run goes joins at the next start.
+    source
+        .exec("CREATE TABLE c (id int PRIMARY KEY); INSERT INTO c VALUES (1), (2);")
+        .await;
+    let inserted = writer.stop_after(20).await;
+    assert!(inserted > 20, "the writer inserted into b throughout");
+    let dir = tempdir();
+    let path = dir.path().join("r.json");
+    let mut cmd = replicate_cmd(&source, &target, &args).await;
+    cmd.arg("--report-json").arg(&path);
+    run(&mut cmd).ok();
+    let added = report(&path)["added"].clone();
+    assert_eq!(added[0]["table"], format!("{schema}.c"), "{added}");
+    for sql in [
+        "SELECT id, v FROM a ORDER BY id",
+        "SELECT id, v FROM b ORDER BY id",
+        "SELECT id FROM c ORDER BY id",
+    ] {
+        same(&source, &target, sql).await;
+    }
+    drop_replication(&source, &target, &args).await;
+}
+
+/// Inserts into `b` from id 100001 on, one row a transaction, until stopped.
+async fn inserts_into_b(db: &Db) -> crate::common::writer::Background {
+    let mut s = Session::open(db).await;
+    let w = crate::common::writer::Background::spawn(|stop, commits| async move {
+        let mut id = 100_000;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            id += 1;
+            s.exec(&format!("INSERT INTO b VALUES ({id}, 'during')"))
+                .await;
+            commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    w.wait_for(5).await;
+    w
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn pg_a_created_table_stops_the_replication_and_the_ways_on_work() {
-    a_created_table_stops_the_replication_and_the_ways_on_work(true).await;
+async fn pg_created_tables_join_the_replication() {
+    created_tables_join_the_replication(true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn mariadb_a_created_table_stops_the_replication_and_the_ways_on_work() {
-    a_created_table_stops_the_replication_and_the_ways_on_work(false).await;
+async fn mariadb_created_tables_join_the_replication() {
+    created_tables_join_the_replication(false).await;
 }

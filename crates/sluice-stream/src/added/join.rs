@@ -9,9 +9,8 @@ use crate::job::{StreamJob, check_tables, discover, note_missing, save, tables_n
 use crate::metrics::Metrics;
 use crate::snapshot::{clear_unfinished, table_positions};
 use crate::state::{Added, StreamState, TableState};
-use sluice_core::ident::{NamePart, QualifiedName};
-use sluice_core::table::{ColumnPick, TableRef};
-use sluice_core::{Dataset, Error, Result, Selection};
+use sluice_core::table::TableRef;
+use sluice_core::{Dataset, Error, Result};
 use sluice_engine::manifest::Manifest;
 use sluice_sink::layout::{MANIFEST, dataset_dir};
 use sluice_sink::{Destination, OutputLock};
@@ -129,7 +128,7 @@ pub(super) async fn described(
     added: &[AddedTable],
 ) -> Result<Vec<Dataset>> {
     let names: Vec<String> = added.iter().map(|a| a.table.clone()).collect();
-    discover(job.source.as_ref(), &exactly(state, &names)).await
+    discover(job.source.as_ref(), &state.exactly(&names)).await
 }
 
 /// Read every snapshot of a joining table not done yet (at a restart: the ones a killed run
@@ -247,7 +246,7 @@ async fn snapshot(
     export.destination = dest.clone();
     export.resume = true;
     export.held_lock = Some(lock.clone());
-    export.selection = exactly(state, names);
+    export.selection = state.exactly(names);
     let result = sluice_engine::run_export(export, job.progress.clone(), cancel.clone()).await;
     if let Some(hold) = hold {
         let _ = hold.release().await;
@@ -301,31 +300,4 @@ async fn snapshot(
     }
     save(job, state).await?;
     Ok(added)
-}
-
-/// A selection of exactly the tables `names` of the state, with the columns `--columns` kept
-/// of them.
-fn exactly(state: &StreamState, names: &[String]) -> Selection {
-    let exact = |text: &str| NamePart {
-        text: text.to_string(),
-        quoted: true,
-    };
-    let mut selection = Selection::default();
-    for n in names {
-        let Some(t) = state.tables.get(n) else {
-            continue;
-        };
-        let table = QualifiedName {
-            schema: Some(exact(&t.table.schema)),
-            name: exact(&t.table.name),
-        };
-        if let Some(cols) = &t.columns {
-            selection.columns.push(ColumnPick {
-                table: table.clone(),
-                columns: cols.iter().map(|c| exact(c)).collect(),
-            });
-        }
-        selection.tables.push(table);
-    }
-    selection
 }

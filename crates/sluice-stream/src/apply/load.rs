@@ -66,7 +66,8 @@ pub fn template_output() -> ArrowOutput {
     }))
 }
 
-/// Load every table with `handoff`, recording each table's stream position in `state`.
+/// Load every table with `handoff` (`only`: the tables of those names, which joined the
+/// replication after it started), recording each table's stream position in `state`.
 /// Generated columns (`keys`) are read but not loaded: the target computes them or lacks
 /// them.
 pub(crate) async fn load(
@@ -74,6 +75,7 @@ pub(crate) async fn load(
     state: &mut StreamState,
     keys: &[TableKeys],
     handoff: Handoff,
+    only: Option<&[String]>,
     cancel: &watch::Receiver<bool>,
 ) -> Result<Report> {
     let (snapshot, hold) = state.take_handoff(handoff);
@@ -81,6 +83,7 @@ pub(crate) async fn load(
     let tables: HashMap<String, (TableRef, Vec<String>)> = state
         .tables
         .iter()
+        .filter(|(n, _)| only.is_none_or(|o| o.contains(n)))
         .map(|(n, t)| {
             let generated = keys
                 .iter()
@@ -121,6 +124,9 @@ pub(crate) async fn load(
     let mut export = (job.export)(source);
     export.format = FormatOptions::Arrow(ArrowOutput(consumer.clone()));
     export.destination = memory.clone();
+    if let Some(names) = only {
+        export.selection = state.exactly(names);
+    }
     let result = sluice_engine::run_export(export, job.progress.clone(), cancel.clone()).await;
     if let Some(hold) = hold {
         let _ = hold.release().await;
@@ -154,7 +160,16 @@ pub(crate) async fn load(
     let manifest: Manifest = serde_json::from_slice(&bytes)
         .map_err(|e| Error::internal(format!("the load's manifest cannot be read: {e}")))?;
     crate::snapshot::table_positions(job.source.as_ref(), state, &manifest)?;
-    state.snapshot.done = true;
+    match only {
+        None => state.snapshot.done = true,
+        Some(names) => {
+            for (_, t) in state.tables.iter_mut().filter(|(n, _)| names.contains(n)) {
+                if let Some(a) = &mut t.added {
+                    a.snapshot_done = true;
+                }
+            }
+        }
+    }
     super::save_state(job, state).await?;
     Ok(report)
 }

@@ -8,6 +8,8 @@
 //!   interrupted load: tables emptied ─▶ load again under a new exact snapshot
 //!   ─▶ stream from the applied position: collect units ─▶ schedule ─▶ N workers ─▶ commit in
 //!      order, position in the same transaction ─▶ source confirmed
+//!   ─▶ a table created in the selection: everything before it applied ─▶ created on the
+//!      target, loaded under its own snapshot ─▶ streaming goes on with it
 //!   ─▶ stop at --until-current's position or on SIGINT/SIGTERM, after in-flight units commit
 //! ```
 //!
@@ -20,6 +22,7 @@
 //! | `worker`   | the target sessions                                                |
 //! | `pump`     | the stream from the applied position into the workers, restarts     |
 //! | `load`     | the initial load through the export engine                         |
+//! | `added`    | tables created on the source later, taken in and loaded            |
 //!
 //! State: the runner's state (the capture's names, tables, snapshot progress) is the stream's
 //! [`StreamState`], kept in the target by [`ApplyTarget::save_state`]; the applied position
@@ -29,6 +32,7 @@
 //! target tables, first start or restart, load, foreign keys for cascades, streaming); each
 //! phase's work lives in its own module.
 
+mod added;
 mod collect;
 mod load;
 mod metrics;
@@ -47,7 +51,7 @@ use crate::job::{ExportBuilder, Initial, Stopped, discover};
 use crate::state::StreamState;
 pub use load::template_output;
 use serde::Serialize;
-use sluice_core::apply::{ApplyTarget, ForeignKey, SourceColumn, TableKeys, TargetTable};
+use sluice_core::apply::{ApplyTarget, ForeignKey, TableKeys};
 use sluice_core::change::{CaptureNames, ChangeSource};
 use sluice_core::table::TableRef;
 use sluice_core::{Dataset, Error, Result, Selection, StreamPos};
@@ -127,6 +131,9 @@ pub struct ReplicateReport {
     /// Foreign keys this run created on the target so it applies cascades the source's log
     /// leaves out (MySQL/MariaDB `ON DELETE CASCADE`, `SET NULL`).
     pub foreign_keys: Vec<String>,
+    /// Tables created on the source that the selection matches, taken in by this run: each
+    /// loaded under a snapshot of its own, its changes applied from that snapshot's position.
+    pub added: Vec<crate::added::AddedTable>,
     /// Source transactions applied by this run.
     pub transactions: u64,
     /// Row changes applied by this run.
@@ -266,33 +273,7 @@ pub async fn run_replicate(
         name: name.clone(),
     };
     same_target_names(&job, &datasets)?;
-    let source_engine = job.source.engine();
-    let wanted: Vec<TargetTable> = datasets
-        .iter()
-        .filter_map(|d| {
-            let table = d.object.clone()?;
-            let mut k = keys
-                .iter()
-                .find(|k| k.table == table)
-                .cloned()
-                .unwrap_or_else(|| {
-                    sluice_core::apply::TableKeys::primary_only(
-                        table.clone(),
-                        d.primary_key.clone(),
-                    )
-                });
-            k.table = job.on_target(&table);
-            // Keys the target will create with their action are not "not carried".
-            k.foreign
-                .retain(|f| !unlogged.iter().any(|(c, u)| *c == table && u == f));
-            Some(TargetTable {
-                keys: k,
-                table: job.on_target(&table),
-                columns: d.columns.clone(),
-                source_engine,
-            })
-        })
-        .collect();
+    let wanted = added::target_tables(&job, &datasets, &keys, &unlogged);
     let saved = match job.target.load_state(&name).await? {
         Some(b) => Some(crate::state::parse(&b, &job.target.display_url())?),
         None => None,
@@ -308,6 +289,7 @@ pub async fn run_replicate(
         tracing::info!("not carried to the target: {n}");
     }
     let mut snapshot = None;
+    let mut added = Vec::new();
     let first = saved.is_none();
     let state = match saved {
         None => {
@@ -337,8 +319,10 @@ pub async fn run_replicate(
                 );
                 job.target.truncate(&tables).await?;
                 let handoff = job.source.handoff().await?;
-                snapshot = Some(load::load(&job, &mut s, &keys, handoff, &cancel).await?);
+                snapshot = Some(load::load(&job, &mut s, &keys, handoff, None, &cancel).await?);
             }
+            // Tables that joined a run killed before their load was done.
+            added = added::finish(&job, &mut s, &keys, &unlogged, &cancel).await?;
             s
         }
     };
@@ -370,13 +354,9 @@ pub async fn run_replicate(
         save_state(&job, &state).await?;
     }
     let streamed = Instant::now();
-    // The foreign keys the target holds: those this run created for cascades.
-    let target_fks = unlogged
-        .iter()
-        .map(|(t, f)| (t.clone(), f.name.clone()))
-        .collect();
-    let (stopped, position) =
-        pump::stream(&job, &state, &datasets, (keys, target_fks), &cancel).await?;
+    let (stopped, position, joined) =
+        pump::stream(&job, &state, &datasets, (keys, unlogged), &cancel).await?;
+    added.extend(joined);
     lock.release().await?;
     let c = &job.counters;
     let transactions = c.transactions.load(Ordering::Relaxed);
@@ -392,6 +372,7 @@ pub async fn run_replicate(
         snapshot,
         not_carried,
         foreign_keys,
+        added,
         transactions,
         changes: c.changes.load(Ordering::Relaxed),
         units: c.units.load(Ordering::Relaxed),
@@ -473,22 +454,8 @@ async fn first_start(
     let mut state =
         crate::start::new_state(job.source.as_ref(), names, datasets, &created, snapshot, "")
             .await?;
-    // The columns the target tables follow from here: the change stream's (generated columns
-    // are not sent).
-    let followed: Vec<(TableRef, Vec<SourceColumn>)> = datasets
-        .iter()
-        .filter_map(|d| {
-            let t = d.object.as_ref()?;
-            let k = keys.iter().find(|k| &k.table == t);
-            let sent: Vec<_> = d
-                .columns
-                .iter()
-                .filter(|c| k.is_none_or(|k| !k.is_generated(&c.name)))
-                .cloned()
-                .collect();
-            Some((job.on_target(t), SourceColumn::of(&sent)))
-        })
-        .collect();
+    // The columns the target tables follow from here: the change stream's.
+    let followed = added::followed(job, datasets, keys);
     let saved = match save_state(job, &state).await {
         Ok(()) => job.target.save_columns(&names.name, &followed).await,
         Err(e) => Err(e),
@@ -498,7 +465,7 @@ async fn first_start(
         return Err(e);
     }
     let report = match created.handoff {
-        Some(h) => Some(load::load(job, &mut state, keys, h, cancel).await?),
+        Some(h) => Some(load::load(job, &mut state, keys, h, None, cancel).await?),
         None => None,
     };
     Ok((state, report))

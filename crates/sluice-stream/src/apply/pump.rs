@@ -6,14 +6,15 @@
 use super::ReplicateJob;
 use super::collect::{Captured, Collector, Limits};
 use super::worker::Pool;
+use crate::added::AddedTable;
 use crate::drive::{self, Run, TableWatch};
 use crate::job::Stopped;
 use crate::state::StreamState;
 use async_trait::async_trait;
-use sluice_core::apply::TableKeys;
+use sluice_core::apply::{ForeignKey, TableKeys};
 use sluice_core::change::{CaptureHarm, ChangeSink, ChangeSource, Step};
 use sluice_core::table::TableRef;
-use sluice_core::{Dataset, Error, Result, StreamPos};
+use sluice_core::{Dataset, Result, StreamPos};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -39,90 +40,78 @@ const POSITION_EVERY: Duration = Duration::from_secs(5);
 const MAX_UNFINISHED_PER_WORKER: usize = 64;
 
 /// Stream and apply until stopped, restarting from the applied position after transient
-/// errors. Returns why it stopped and the applied position.
+/// errors, taking in the tables created on the source that the selection matches. Returns
+/// why it stopped, the applied position and the tables taken in.
 pub(super) async fn stream(
     job: &ReplicateJob,
     state: &StreamState,
     datasets: &[Dataset],
-    (keys, target_fks): (Vec<TableKeys>, Vec<(TableRef, String)>),
+    (keys, unlogged): (Vec<TableKeys>, Vec<(TableRef, ForeignKey)>),
     cancel: &watch::Receiver<bool>,
-) -> Result<(Stopped, StreamPos)> {
+) -> Result<(Stopped, StreamPos, Vec<AddedTable>)> {
     let names = state.names.clone();
-    let mut attempts = TargetAttempts {
-        job,
-        state,
-        datasets,
-        keys,
-        target_fks,
-        // The state as the layout checks update it (`layout.rs`), across attempts.
-        watched: state.clone(),
-        units_before: 0,
-        restart: StreamPos::default(),
-    };
-    let run = Run {
-        source: job.source.as_ref(),
-        names: &names,
-        datasets,
-        until_current: job.until_current,
-        partition_changes: job.partition_changes,
-        command: "sluice replicate",
-        restarting: "the replication from its applied position",
-        tables: Some(TableWatch {
-            selection: &job.selection,
-            every: TABLES_EVERY,
-            seen: std::sync::Mutex::default(),
-            created_only: true,
-        }),
-    };
-    let stopped = drive::run(&run, &mut attempts, cancel).await?;
-    if stopped == Stopped::Tables {
-        let seen = run
+    let (mut state, mut datasets, mut keys, mut unlogged) =
+        (state.clone(), datasets.to_vec(), keys, unlogged);
+    let mut added = Vec::new();
+    let (stopped, restart) = loop {
+        // The foreign keys the target holds: those the replication created for cascades.
+        let target_fks = unlogged
+            .iter()
+            .map(|(t, f)| (t.clone(), f.name.clone()))
+            .collect();
+        let mut attempts = TargetAttempts {
+            job,
+            state: &state,
+            datasets: &datasets,
+            keys: keys.clone(),
+            target_fks,
+            // The state as the layout checks update it (`layout.rs`), across attempts.
+            watched: state.clone(),
+            units_before: 0,
+            restart: StreamPos::default(),
+        };
+        let run = Run {
+            source: job.source.as_ref(),
+            names: &names,
+            datasets: &datasets,
+            until_current: job.until_current,
+            partition_changes: job.partition_changes,
+            command: "sluice replicate",
+            restarting: "the replication from its applied position",
+            tables: Some(TableWatch {
+                selection: &job.selection,
+                every: TABLES_EVERY,
+                seen: std::sync::Mutex::default(),
+                created_only: true,
+            }),
+        };
+        let stopped = drive::run(&run, &mut attempts, cancel).await?;
+        let created: Vec<TableRef> = run
             .tables
             .as_ref()
-            .and_then(|w| w.seen.lock().unwrap_or_else(|p| p.into_inner()).take());
-        let created = seen.as_ref().map(|s| s.created()).unwrap_or_default();
-        if !created.is_empty() {
-            return Err(not_carried(job, state, created));
+            .and_then(|w| w.seen.lock().unwrap_or_else(|p| p.into_inner()).take())
+            .map(|s| s.created().to_vec())
+            .unwrap_or_default();
+        if stopped != Stopped::Tables || created.is_empty() {
+            break (stopped, attempts.restart);
         }
-    }
+        // Every change before the noted position is applied: take the tables in and read on.
+        let mut next = attempts.watched;
+        let taken = super::added::take_in(job, &mut next, &created, cancel).await?;
+        added.extend(taken.added);
+        (state, datasets, keys, unlogged) = (next, taken.datasets, taken.keys, taken.unlogged);
+    };
     let position = job
         .target
         .applied(&names.name)
         .await?
         .map(|a| a.restart)
-        .unwrap_or(attempts.restart);
-    Ok((stopped, position))
+        .unwrap_or(restart);
+    Ok((stopped, position, added))
 }
 
 /// How often a running replication lists the selection's tables (and once at its start).
 const TABLES_EVERY: Duration = Duration::from_secs(30);
-
-/// The error that stops a replication when tables its selection matches were created on the
-/// source after it started: it carries the tables it started with (every change to them up to
-/// the stop is applied) and does not take tables in, so it stops rather than leave a selected
-/// table behind without a word.
-fn not_carried(job: &ReplicateJob, state: &StreamState, created: &[TableRef]) -> Error {
-    let new: Vec<String> = created.iter().map(|t| t.to_string()).collect();
-    let mut carried: Vec<String> = state
-        .tables
-        .values()
-        .filter(|t| t.dropped.is_none())
-        .map(|t| format!("--table {}", t.table))
-        .collect();
-    carried.sort();
-    Error::config(format!(
-        "the selection now also matches {}, created on {} after replication {} started; sluice \
-         replicate carries the tables it started with and does not take tables in while it \
-         runs, so it stopped here, every change to its tables applied. To go on without them, \
-         run it with --slot {} {} instead of the pattern; to replicate the new tables, run \
-         another replication for them (its own --slot and --table).",
-        new.join(", "),
-        job.source.display_url(),
-        state.names.name,
-        state.names.name,
-        carried.join(" ")
-    ))
-}
 
 /// The attempts of a replication: each opens at the position the target recorded last, with
 /// a new collector and a new pool of target sessions.
