@@ -204,6 +204,12 @@ fn report_text(r: &ReplicateReport) -> String {
         r.conflicts,
         r.aborts
     ));
+    for t in &r.gone {
+        s.push_str(&format!(
+            "  WARNING: {t} is no longer on the source (dropped or renamed): its rows stay on \
+             the target as they were\n"
+        ));
+    }
     if r.unmatched > 0 {
         s.push_str(&format!(
             "  WARNING: {} update(s) or delete(s) matched no row on the target: it does not \

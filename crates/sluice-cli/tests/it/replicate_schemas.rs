@@ -471,7 +471,7 @@ async fn pg_an_idle_replication_commits_its_position_rarely() {
 /// the target, loaded under a snapshot of their own and followed from its position — exactly
 /// once under a writer inserting into the new table throughout, with the run killed (SIGKILL)
 /// once right after a new table is recorded and once in the middle of its load, and a second
-/// table created while no run is going.
+/// table created while no run is going; a table dropped on the source is reported.
 async fn created_tables_join_the_replication(source_pg: bool) {
     let source = Db::new(source_pg).await;
     let target = Db::new(true).await;
@@ -539,6 +539,24 @@ async fn created_tables_join_the_replication(source_pg: bool) {
     ] {
         same(&source, &target, sql).await;
     }
+    // A table dropped on the source is said, not passed over: its rows stay on the target.
+    source.exec("DROP TABLE c").await;
+    let mut cmd = replicate_cmd(&source, &target, &args).await;
+    cmd.arg("--report-json").arg(&path);
+    let r = run(&mut cmd);
+    r.ok();
+    let c = format!("{schema}.c");
+    assert!(
+        r.stderr
+            .contains(&format!("WARNING: {c} is no longer on the source")),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(report(&path)["gone"], serde_json::json!([c]));
+    assert_eq!(
+        target.rows("SELECT id FROM c ORDER BY id").await,
+        ["1", "2"]
+    );
     drop_replication(&source, &target, &args).await;
 }
 

@@ -178,6 +178,9 @@ pub struct ReplicateReport {
     /// Changes of tables the run does not capture (a captured table renamed on the source),
     /// left out.
     pub ignored_changes: u64,
+    /// Tables the replication carries that the selection no longer finds on the source
+    /// (dropped or renamed there): their rows stay on the target as they were.
+    pub gone: Vec<String>,
 }
 
 impl ReplicateJob {
@@ -342,6 +345,7 @@ pub async fn run_replicate(
         }
     }
     let mut state = state;
+    let gone = gone(&job, &state, &datasets);
     if crate::layout::check(
         job.source.as_ref(),
         &datasets,
@@ -367,6 +371,7 @@ pub async fn run_replicate(
         while_stopped: job.source.while_stopped(&names, "sluice replicate"),
         nulled_values: job.source.nulled_values(),
         ignored_changes: c.ignored.load(Ordering::Relaxed),
+        gone,
         name,
         target_schema: job.target_schema.clone(),
         snapshot,
@@ -393,6 +398,28 @@ pub async fn run_replicate(
         transactions_per_second: transactions as f64 / elapsed,
         peak_rss_bytes: sluice_engine::rss::peak_rss_bytes(),
     })
+}
+
+/// The tables `state` carries that the selection no longer finds on the source (`datasets`),
+/// each said in a warning: a replication whose pattern no longer matches a dropped table
+/// would otherwise go on without a word while the target keeps the table's last rows.
+fn gone(job: &ReplicateJob, state: &StreamState, datasets: &[Dataset]) -> Vec<String> {
+    let mut gone: Vec<String> = state
+        .tables
+        .values()
+        .filter(|t| !datasets.iter().any(|d| d.object.as_ref() == Some(&t.table)))
+        .map(|t| t.table.to_string())
+        .collect();
+    gone.sort();
+    for t in &gone {
+        tracing::warn!(
+            "{t} is replicated by {} but no longer found on {} (dropped or renamed there): its \
+             rows stay on the target as they were, and nothing of it is applied any more",
+            state.names.name,
+            job.source.display_url()
+        );
+    }
+    gone
 }
 
 /// Two source tables must not land on one target table (`--target-schema` with tables of
