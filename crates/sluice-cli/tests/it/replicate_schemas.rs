@@ -472,9 +472,9 @@ async fn pg_an_idle_replication_commits_its_position_rarely() {
 /// once under a writer inserting into the new table throughout, with the run killed (SIGKILL)
 /// once right after a new table is recorded and once in the middle of its load, and a second
 /// table created while no run is going; a table dropped on the source is reported.
-async fn created_tables_join_the_replication(source_pg: bool) {
+async fn created_tables_join_the_replication(source_pg: bool, target_pg: bool) {
     let source = Db::new(source_pg).await;
-    let target = Db::new(true).await;
+    let target = Db::new(target_pg).await;
     source
         .exec(
             "CREATE TABLE a (id int PRIMARY KEY, v varchar(20));
@@ -485,15 +485,17 @@ async fn created_tables_join_the_replication(source_pg: bool) {
         .await;
     let schema = source.schema().await;
     let pattern = format!("{schema}\\..*");
-    let args = [
+    // Into PostgreSQL the tables go into public; into MariaDB, the target URL's database.
+    let mut args = vec![
         "--tables",
         &pattern,
         "--until-current",
-        "--target-schema",
-        "public",
         "--chunk-size",
         "64KB",
     ];
+    if target_pg {
+        args.extend(["--target-schema", "public"]);
+    }
     run(&mut replicate_cmd(&source, &target, &args).await).ok();
     source
         .exec("CREATE TABLE b (id int PRIMARY KEY, v varchar(40) NOT NULL)")
@@ -578,10 +580,15 @@ async fn inserts_into_b(db: &Db) -> crate::common::writer::Background {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pg_created_tables_join_the_replication() {
-    created_tables_join_the_replication(true).await;
+    created_tables_join_the_replication(true, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mariadb_created_tables_join_the_replication() {
-    created_tables_join_the_replication(false).await;
+    created_tables_join_the_replication(false, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pg_to_mariadb_created_tables_join_the_replication() {
+    created_tables_join_the_replication(true, false).await;
 }
