@@ -402,9 +402,9 @@ def export(spark: Any, source: str, *, to: str, **options: Any) -> Dict[str, Any
     if str(spark.conf.get("spark.speculation", "false")).lower() == "true":
         raise ConfigError(
             "spark.speculation is on: two attempts of one task would write the same part at "
-            "different times, and its receipt could describe the other attempt's file. Turn "
-            "it off for the export (spark.conf.set(\"spark.speculation\", \"false\") before "
-            "the session starts)."
+            "different times, and its receipt could describe the other attempt's file. Run the "
+            "export in a session started without it (spark.speculation is fixed when a session "
+            "starts)."
         )
     report_json = options.pop("report_json", None)
     opts = {k: v for k, v in options.items() if v is not None and v is not False}

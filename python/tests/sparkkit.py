@@ -110,9 +110,9 @@ class Cluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def session(master: str):
+def session(master: str, conf: dict | None = None):
     """A SparkSession on `master` whose executors' Python workers import this test run's
-    `sluice` (PYTHONPATH) with this interpreter."""
+    `sluice` (PYTHONPATH) with this interpreter; `conf`: settings fixed at its start."""
     from pyspark.sql import SparkSession
 
     import sluice.spark
@@ -135,6 +135,8 @@ def session(master: str):
     )
     if master.startswith("spark://"):
         b = b.config("spark.cores.max", "2").config("spark.executor.cores", "1")
+    for k, v in (conf or {}).items():
+        b = b.config(k, v)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     sluice.spark.register(spark)

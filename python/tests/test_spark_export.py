@@ -179,6 +179,29 @@ def test_refusals(spark, pg, my, tmp_path):
     assert pq.read_table(tmp_path / "z" / name).num_rows == 3000
 
 
+def test_speculation_is_refused_before_the_output_is_touched(pg, tmp_path):
+    """spark.speculation is fixed when a session starts: a session of its own, in a child."""
+    accounts(pg)
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import sparkkit, sluice, sluice.spark
+        sparkkit.spark_home()
+        spark = sparkkit.session("local[1]", {{"spark.speculation": "true"}})
+        try:
+            sluice.spark.export(spark, {pg.url!r}, to={str(tmp_path / "out")!r}, table="acct")
+            print("EXPORTED")
+        except sluice.ConfigError as e:
+            print("REFUSED:", e)
+        finally:
+            spark.stop()
+    """)
+    p = run_python(code)
+    out, err = p.communicate(timeout=240)
+    assert "REFUSED: spark.speculation is on" in out, out + err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_task_refuses_a_table_altered_since_the_plan(pg, tmp_path):
     # The driver's and a task's halves called directly (no Spark needed to show the check):
     # without a snapshot's locks, a column added between the plan and a task must not give
