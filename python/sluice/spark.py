@@ -41,7 +41,8 @@ command line's settings with ``_`` for ``-``: ``source``, ``table`` (or the path
 schema carries the read's guarantee in its metadata (``sluice.consistency``).
 
 Filters: ``register(spark, filter_pushdown=True)`` lets ``df.filter(...)`` reach the database —
-integer comparisons and ``isin``, NULL tests and ``~`` of those run in every chunk's ``WHERE``;
+integer comparisons and ``isin``, NULL tests of integer columns and ``~`` of those run in every
+chunk's ``WHERE`` (a column of PostgreSQL ``oid`` or MySQL ``YEAR`` is refused);
 text comparisons (collations differ from Spark's byte order), ``OR`` and the rest stay
 Spark's, applied after the read.
 
@@ -296,7 +297,7 @@ class _FilteringDataSource(SluiceDataSource):
 
 class _FilteringReader(_Reader):
     """A reader that takes the filters the source computes exactly as Spark would: integer
-    comparisons and ``IN`` lists, NULL tests, and ``NOT`` of those (text is not pushed: the
+    comparisons and ``IN`` lists, NULL tests of integer columns, and ``NOT`` of those (text is not pushed: the
     engines compare it by collation, Spark by bytes). Spark evaluates the others after the
     read, as it does without pushdown."""
 
@@ -350,7 +351,9 @@ def _row_filter(f: Filter, schema: StructType) -> Optional[Dict[str, Any]]:
         column = _column(f.attribute, schema, True)
         return None if column is None else {"op": "in", "column": column, "values": list(f.value)}
     if isinstance(f, (IsNull, IsNotNull)):
-        column = _column(f.attribute, schema, False)
+        # Integer columns only: a NULL elsewhere may not be NULL at the source (MySQL's zero
+        # dates read as NULL).
+        column = _column(f.attribute, schema, True)
         op = "is_null" if isinstance(f, IsNull) else "is_not_null"
         return None if column is None else {"op": op, "column": column}
     if isinstance(f, Not):

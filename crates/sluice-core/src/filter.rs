@@ -4,7 +4,8 @@
 //!
 //! Only predicates whose result is the same in every engine and in Spark are expressed:
 //! comparisons of an integer column with integer literals, `IN` lists of integers, `IS [NOT]
-//! NULL` on any column, and `NOT` of those. Text is left out on purpose: engines compare and
+//! NULL` on an integer column, and `NOT` of those (a NULL test on other types is left out:
+//! MySQL's zero dates read as NULL but are not NULL at the source). Text is left out on purpose: engines compare and
 //! order text by the column's collation (MySQL's default ones ignore case, PostgreSQL's order
 //! by locale) and Spark by UTF-8 bytes, so a pushed text filter could drop rows Spark keeps.
 //! NULL follows SQL's three-valued logic in the engines and in Spark alike (a comparison with
@@ -114,7 +115,7 @@ impl RowFilter {
                 integer_column(ds, column)
             }
             RowFilter::IsNull { column } | RowFilter::IsNotNull { column } => {
-                find(ds, column).map(|_| ())
+                integer_column(ds, column)
             }
             RowFilter::Not { filter } => filter.check(ds),
         }
@@ -132,14 +133,22 @@ fn find<'a>(ds: &'a Dataset, name: &str) -> Result<&'a ColumnDesc> {
     })
 }
 
+/// Source types whose integers the engine does not compare as integers: PostgreSQL's `oid`
+/// and `reg*` aliases (unsigned: `-1` reads as 4294967295) and MySQL's `YEAR` (a literal is
+/// read as a year: `13` is 2013).
+const NOT_COMPARED: [&str; 3] = ["oid", "reg", "year"];
+
 fn integer_column(ds: &Dataset, name: &str) -> Result<()> {
     let c = find(ds, name)?;
-    if c.field.data_type().is_integer() {
+    let ty = c.source_type.to_ascii_lowercase();
+    if c.field.data_type().is_integer() && !NOT_COMPARED.iter().any(|n| ty.starts_with(n)) {
         return Ok(());
     }
     Err(Error::config(format!(
-        "a row filter compares {}.{name} ({}) with a number: only integer columns are \
-         compared at the source.",
+        "a row filter on {}.{name} ({}): only columns of integer types are filtered at the \
+         source (a NULL test on another type may not match what the read gives: MySQL's zero \
+         dates read as NULL). Leave the filter to Spark (register(spark, \
+         filter_pushdown=False)).",
         ds.name, c.source_type
     )))
 }
@@ -199,8 +208,8 @@ mod tests {
             "\"we\"\"ird\" IN (1, 2)"
         );
         assert_eq!(
-            f(r#"{"op":"not","filter":{"op":"is_null","column":"v"}}"#).unwrap(),
-            "NOT (\"v\" IS NULL)"
+            f(r#"{"op":"not","filter":{"op":"is_null","column":"id"}}"#).unwrap(),
+            "NOT (\"id\" IS NULL)"
         );
     }
 
@@ -219,6 +228,19 @@ mod tests {
         };
         let e = missing.sql(&Quoted, &d).unwrap_err().to_string();
         assert!(e.contains("\"ID\"") && e.contains("id, we\"ird, v"), "{e}");
+        let null_text = RowFilter::IsNotNull { column: "v".into() };
+        assert!(
+            null_text.sql(&Quoted, &d).is_err(),
+            "MySQL's zero dates read as NULL"
+        );
+        let mut oid = ds();
+        oid.columns[1].source_type = "oid".into();
+        let compare = RowFilter::Compare {
+            column: "we\"ird".into(),
+            cmp: Cmp::Gt,
+            value: -1,
+        };
+        assert!(compare.sql(&Quoted, &oid).is_err(), "oid compares unsigned");
         let empty = RowFilter::In {
             column: "id".into(),
             values: Vec::new(),

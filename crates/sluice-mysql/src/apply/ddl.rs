@@ -384,7 +384,13 @@ pub async fn add_foreign_keys(
         if exists.is_some() {
             continue;
         }
-        let sql = fk.add_sql(child, &name, quote_table, quote_ident);
+        // Existing rows are not checked (foreign_key_checks off for this statement only): a
+        // table that joined a running replication is loaded from a later snapshot than its
+        // parents' applied rows, so a child may briefly name a parent still to come.
+        let sql = format!(
+            "SET SESSION foreign_key_checks = 0; {}; SET SESSION foreign_key_checks = 1",
+            fk.add_sql(child, &name, quote_table, quote_ident)
+        );
         conn.query_drop(sql)
             .await
             .map_err(|e| super::fail(e, display, &format!("creating {} on", fk.describe())))?;

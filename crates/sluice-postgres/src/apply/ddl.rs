@@ -422,7 +422,13 @@ pub async fn add_foreign_keys(
         if exists.is_some() {
             continue;
         }
-        let sql = fk.add_sql(child, &name, quote_table, quote_ident);
+        // NOT VALID: rows already on the target are not checked. A table that joined a
+        // running replication is loaded from a later snapshot than its parents' applied rows,
+        // so a child may briefly name a parent still to come; the key's actions apply from now.
+        let sql = format!(
+            "{} NOT VALID",
+            fk.add_sql(child, &name, quote_table, quote_ident)
+        );
         client.batch_execute(&sql).await.map_err(|e| {
             super::failed(
                 e,

@@ -49,10 +49,14 @@ pub(super) async fn take_in(
         .cloned()
         .collect();
     if !new.is_empty() {
-        record(job, state, &new, &keys, &unlogged).await?;
+        // As at the start: what the capture cannot carry is refused (on PostgreSQL, a table
+        // without a key under the default replica identity, which publishing would make its
+        // updates and deletes fail on the source).
+        job.source.check(&new).await?;
+        record(job, state, &datasets, &new, &keys, &unlogged).await?;
         sluice_core::failpoint::hit_as("replicate.after_take_in_recorded", ErrorKind::Destination)?;
     }
-    let added = finish(job, state, &keys, &unlogged, cancel).await?;
+    let added = finish(job, state, &datasets, &keys, &unlogged, cancel).await?;
     Ok(TakenIn {
         datasets,
         keys,
@@ -66,6 +70,7 @@ pub(super) async fn take_in(
 async fn record(
     job: &ReplicateJob,
     state: &mut StreamState,
+    all: &[Dataset],
     new: &[Dataset],
     keys: &[TableKeys],
     unlogged: &[(TableRef, ForeignKey)],
@@ -121,6 +126,17 @@ async fn record(
             },
         );
     }
+    // The partitions the layout checks watch include the new tables' from now on.
+    let carried: Vec<Dataset> = all
+        .iter()
+        .filter(|d| {
+            d.object
+                .as_ref()
+                .is_some_and(|t| state.tables.values().any(|s| &s.table == t))
+        })
+        .cloned()
+        .collect();
+    state.layout = job.source.layout(&carried).await?;
     // In the state before its load: a run killed from here on loads it again first.
     save_state(job, state).await
 }
@@ -131,16 +147,34 @@ async fn record(
 pub(super) async fn finish(
     job: &ReplicateJob,
     state: &mut StreamState,
+    datasets: &[Dataset],
     keys: &[TableKeys],
     unlogged: &[(TableRef, ForeignKey)],
     cancel: &watch::Receiver<bool>,
 ) -> Result<Vec<AddedTable>> {
-    let pending: Vec<String> = state
+    let (pending, gone): (Vec<String>, Vec<String>) = state
         .tables
         .iter()
         .filter(|(_, t)| t.added.as_ref().is_some_and(|a| !a.snapshot_done))
         .map(|(n, _)| n.clone())
-        .collect();
+        .partition(|n| {
+            let t = &state.tables[n].table;
+            datasets.iter().any(|d| d.object.as_ref() == Some(t))
+        });
+    if !gone.is_empty() {
+        // Gone from the source (or the selection) before its load was done: given up, as a
+        // stream gives up a joining table; it joins again if it is selected again.
+        tracing::warn!(
+            "{} joined replication {} but is gone or no longer selected before its load was \
+             done: given up (its table on the target stays, empty or part-loaded)",
+            gone.join(", "),
+            state.names.name
+        );
+        for n in &gone {
+            state.tables.remove(n);
+        }
+        save_state(job, state).await?;
+    }
     if pending.is_empty() {
         return Ok(Vec::new());
     }
@@ -160,19 +194,11 @@ pub(super) async fn finish(
                 state.names.name
             ))
         })?;
-    let pending_tables: Vec<&TableRef> = pending.iter().map(|n| &state.tables[n].table).collect();
-    let on_target: Vec<(TableRef, ForeignKey)> = unlogged
+    let pending_tables: Vec<TableRef> = pending
         .iter()
-        .filter(|(child, _)| pending_tables.contains(&child))
-        .map(|(child, fk)| {
-            let mut fk = fk.clone();
-            fk.parent = job.on_target(&fk.parent);
-            (job.on_target(child), fk)
-        })
+        .map(|n| state.tables[n].table.clone())
         .collect();
-    for n in job.target.add_foreign_keys(&on_target).await? {
-        tracing::info!("{n}");
-    }
+    add_foreign_keys(job, unlogged, |child| pending_tables.contains(child)).await?;
     let mut added = Vec::new();
     for name in &pending {
         let rows = report
@@ -198,6 +224,29 @@ pub(super) async fn finish(
         });
     }
     Ok(added)
+}
+
+/// Create on the target the foreign keys of `unlogged` whose child `which` picks (those that
+/// exist by name are left), each said in the log; returns what was created.
+pub(super) async fn add_foreign_keys(
+    job: &ReplicateJob,
+    unlogged: &[(TableRef, ForeignKey)],
+    which: impl Fn(&TableRef) -> bool,
+) -> Result<Vec<String>> {
+    let on_target: Vec<(TableRef, ForeignKey)> = unlogged
+        .iter()
+        .filter(|(child, _)| which(child))
+        .map(|(child, fk)| {
+            let mut fk = fk.clone();
+            fk.parent = job.on_target(&fk.parent);
+            (job.on_target(child), fk)
+        })
+        .collect();
+    let created = job.target.add_foreign_keys(&on_target).await?;
+    for n in &created {
+        tracing::info!("{n}");
+    }
+    Ok(created)
 }
 
 /// `datasets` as the target holds them: columns, keys (named on the target), and the foreign

@@ -51,7 +51,7 @@ use crate::job::{ExportBuilder, Initial, Stopped, discover};
 use crate::state::StreamState;
 pub use load::template_output;
 use serde::Serialize;
-use sluice_core::apply::{ApplyTarget, ForeignKey, TableKeys};
+use sluice_core::apply::{ApplyTarget, TableKeys};
 use sluice_core::change::{CaptureNames, ChangeSource};
 use sluice_core::table::TableRef;
 use sluice_core::{Dataset, Error, Result, Selection, StreamPos};
@@ -293,7 +293,6 @@ pub async fn run_replicate(
     }
     let mut snapshot = None;
     let mut added = Vec::new();
-    let first = saved.is_none();
     let state = match saved {
         None => {
             let (s, r) = first_start(&job, &names, &datasets, &keys, &cancel).await?;
@@ -325,25 +324,13 @@ pub async fn run_replicate(
                 snapshot = Some(load::load(&job, &mut s, &keys, handoff, None, &cancel).await?);
             }
             // Tables that joined a run killed before their load was done.
-            added = added::finish(&job, &mut s, &keys, &unlogged, &cancel).await?;
+            added = added::finish(&job, &mut s, &datasets, &keys, &unlogged, &cancel).await?;
             s
         }
     };
-    let mut foreign_keys = Vec::new();
-    if first || snapshot.is_some() {
-        let on_target: Vec<(TableRef, ForeignKey)> = unlogged
-            .iter()
-            .map(|(child, fk)| {
-                let mut fk = fk.clone();
-                fk.parent = job.on_target(&fk.parent);
-                (job.on_target(child), fk)
-            })
-            .collect();
-        foreign_keys = job.target.add_foreign_keys(&on_target).await?;
-        for n in &foreign_keys {
-            tracing::info!("{n}");
-        }
-    }
+    // At every start, not only the first: a key exists by its name and is left, and one a
+    // killed run did not get to (after a joining table's load) is created now.
+    let foreign_keys = added::add_foreign_keys(&job, &unlogged, |_| true).await?;
     let mut state = state;
     let gone = gone(&job, &state, &datasets);
     if crate::layout::check(

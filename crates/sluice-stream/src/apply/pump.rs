@@ -97,7 +97,19 @@ pub(super) async fn stream(
         }
         // Every change before the noted position is applied: take the tables in and read on.
         let mut next = attempts.watched;
-        let taken = super::added::take_in(job, &mut next, &created, cancel).await?;
+        let mut failures = 0;
+        let taken = loop {
+            match super::added::take_in(job, &mut next, &created, cancel).await {
+                Ok(t) => break t,
+                // A lock wait given up, a connection lost: taken in again (what was recorded
+                // is loaded again into emptied tables).
+                Err(e) if e.is_transient() && failures < drive::MAX_RETRIES => {
+                    failures += 1;
+                    drive::backoff(&e, failures, "taking the tables in").await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         added.extend(taken.added);
         (state, datasets, keys, unlogged) = (next, taken.datasets, taken.keys, taken.unlogged);
     };
