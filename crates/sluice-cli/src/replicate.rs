@@ -181,15 +181,7 @@ fn report_text(r: &ReplicateReport) -> String {
         s.push_str(&format!("  {n}\n"));
     }
     for a in &r.added {
-        s.push_str(&format!(
-            "  joined: {} ({} rows loaded; its changes from position {} on applied)\n",
-            a.table,
-            a.rows,
-            a.position
-                .as_ref()
-                .map(|p| p.to_string())
-                .unwrap_or_else(|| "its start".into())
-        ));
+        s.push_str(&format!("  joined: {}\n", a.describe()));
     }
     s.push_str(&format!(
         "  applied: {} transactions ({} changes) in {} target transactions on {} sessions, \

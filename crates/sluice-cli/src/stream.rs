@@ -280,15 +280,7 @@ fn report_text(r: &StreamReport) -> String {
         }
     ));
     for a in &r.added_tables {
-        s.push_str(&format!(
-            "  joined the stream: {} ({} rows in its snapshot; changes from position {})\n",
-            a.table,
-            a.rows,
-            a.position
-                .as_ref()
-                .map(|p| p.to_string())
-                .unwrap_or_else(|| "its start".into())
-        ));
+        s.push_str(&format!("  joined the stream: {}\n", a.describe()));
     }
     for (d, complete) in &r.dropped_tables {
         s.push_str(&format!(

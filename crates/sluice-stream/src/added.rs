@@ -58,6 +58,21 @@ pub struct AddedTable {
     pub position: Option<StreamPos>,
 }
 
+impl AddedTable {
+    /// How the report says it: the table, its snapshot's rows and where its changes start.
+    pub fn describe(&self) -> String {
+        let from = self
+            .position
+            .as_ref()
+            .map(|p| p.to_string())
+            .unwrap_or_else(|| "its start".into());
+        format!(
+            "{} ({} rows in its own snapshot; its changes from position {from} on)",
+            self.table, self.rows
+        )
+    }
+}
+
 /// What the run did when the selection's tables changed.
 pub(crate) struct TakenIn {
     /// The captured tables now, as the change stream decodes them.

@@ -97,6 +97,37 @@ pub struct Dropped {
 }
 
 impl StreamState {
+    /// Record `datasets` as tables joining after the start, their snapshots not done yet, the
+    /// bookkeeping of those snapshots under `snapshot` (a stream's; empty for a replication).
+    pub(crate) fn join(&mut self, datasets: &[sluice_core::Dataset], snapshot: &str) {
+        let found_at = chrono::Utc::now().to_rfc3339();
+        for d in datasets {
+            let Some(table) = d.object.clone() else {
+                continue;
+            };
+            let columns = d
+                .columns_picked
+                .then(|| d.columns.iter().map(|c| c.name.clone()).collect());
+            let added = Added {
+                found_at: found_at.clone(),
+                snapshot: snapshot.to_string(),
+                snapshot_done: false,
+            };
+            self.tables.insert(
+                d.name.clone(),
+                TableState {
+                    table,
+                    snapshot_position: None,
+                    versions: Vec::new(),
+                    missing: Vec::new(),
+                    columns,
+                    added: Some(added),
+                    dropped: None,
+                },
+            );
+        }
+    }
+
     /// A selection of exactly the tables `names` of the state, with the columns `--columns` kept
     /// of them.
     pub(crate) fn exactly(&self, names: &[String]) -> Selection {

@@ -8,7 +8,7 @@ use super::beside::Beside;
 use crate::job::{StreamJob, check_tables, discover, note_missing, save, tables_now};
 use crate::metrics::Metrics;
 use crate::snapshot::{clear_unfinished, table_positions};
-use crate::state::{Added, StreamState, TableState};
+use crate::state::StreamState;
 use sluice_core::table::TableRef;
 use sluice_core::{Dataset, Error, Result};
 use sluice_engine::manifest::Manifest;
@@ -80,30 +80,7 @@ pub(super) async fn add(
     )
     .await?;
     let prefix = new_prefix();
-    let found_at = chrono::Utc::now().to_rfc3339();
-    for d in &new {
-        let Some(table) = d.object.clone() else {
-            continue;
-        };
-        state.tables.insert(
-            d.name.clone(),
-            TableState {
-                table,
-                snapshot_position: None,
-                versions: Vec::new(),
-                missing: Vec::new(),
-                columns: d
-                    .columns_picked
-                    .then(|| d.columns.iter().map(|c| c.name.clone()).collect()),
-                added: Some(Added {
-                    found_at: found_at.clone(),
-                    snapshot: prefix.clone(),
-                    snapshot_done: false,
-                }),
-                dropped: None,
-            },
-        );
-    }
+    state.join(&new, &prefix);
     note_missing(job, &unlogged, state);
     // In the state before its snapshot: a run killed from here on reads it again first.
     save(job, state).await?;

@@ -13,7 +13,7 @@
 
 use super::{ReplicateJob, load, save_state};
 use crate::added::AddedTable;
-use crate::state::{Added, StreamState, TableState};
+use crate::state::StreamState;
 use sluice_core::apply::{ForeignKey, SourceColumn, TableKeys, TargetTable};
 use sluice_core::table::TableRef;
 use sluice_core::{Dataset, Error, ErrorKind, Result};
@@ -102,30 +102,7 @@ async fn record(
     job.target
         .save_columns(&state.names.name, &followed(job, new, keys))
         .await?;
-    let found_at = chrono::Utc::now().to_rfc3339();
-    for d in new {
-        let Some(table) = d.object.clone() else {
-            continue;
-        };
-        state.tables.insert(
-            d.name.clone(),
-            TableState {
-                table,
-                snapshot_position: None,
-                versions: Vec::new(),
-                missing: Vec::new(),
-                columns: d
-                    .columns_picked
-                    .then(|| d.columns.iter().map(|c| c.name.clone()).collect()),
-                added: Some(Added {
-                    found_at: found_at.clone(),
-                    snapshot: String::new(),
-                    snapshot_done: false,
-                }),
-                dropped: None,
-            },
-        );
-    }
+    state.join(new, "");
     // The partitions the layout checks watch include the new tables' from now on.
     let carried: Vec<Dataset> = all
         .iter()
