@@ -198,8 +198,8 @@ fn report_text(r: &ReplicateReport) -> String {
     ));
     for t in &r.gone {
         s.push_str(&format!(
-            "  WARNING: {t} is no longer on the source (dropped or renamed): its rows stay on \
-             the target as they were\n"
+            "  WARNING: {t} is no longer on the source (dropped or renamed) or no longer \
+             selected: its rows stay on the target as they were\n"
         ));
     }
     if r.unmatched > 0 {

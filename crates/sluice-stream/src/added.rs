@@ -90,6 +90,9 @@ pub(crate) struct Seen {
     created: Vec<TableRef>,
     /// Captured tables (dataset names) that no longer exist, or left the publication.
     gone: Vec<String>,
+    /// Captured tables the selection still matches that left the publication (dropped and
+    /// created again under the same name, or taken out of it): their changes no longer arrive.
+    unpublished: Vec<TableRef>,
 }
 
 impl Seen {
@@ -116,23 +119,36 @@ impl Seen {
                 .values()
                 .any(|s| s.table == *t && s.dropped.is_none())
         };
-        let created = now.selected.into_iter().filter(|t| !live(t)).collect();
+        let created = now.selected.iter().filter(|t| !live(t)).cloned().collect();
+        let unpublished: Vec<TableRef> = state
+            .tables
+            .values()
+            .filter(|t| t.dropped.is_none() && now.selected.contains(&t.table))
+            .filter(|t| published.as_ref().is_some_and(|p| !p.contains(&t.table)))
+            .map(|t| t.table.clone())
+            .collect();
         let gone = state
             .tables
             .iter()
             .filter(|(_, t)| t.dropped.is_none())
-            .filter(|(_, t)| {
-                !now.existing.contains(&t.table)
-                    || published.as_ref().is_some_and(|p| !p.contains(&t.table))
-            })
+            .filter(|(_, t)| !now.existing.contains(&t.table) || unpublished.contains(&t.table))
             .map(|(n, _)| n.clone())
             .collect();
-        Ok(Seen { created, gone })
+        Ok(Seen {
+            created,
+            gone,
+            unpublished,
+        })
     }
 
     /// The tables the selection matches that are not captured (created since the start).
     pub(crate) fn created(&self) -> &[TableRef] {
         &self.created
+    }
+
+    /// Captured tables that exist but left the publication.
+    pub(crate) fn unpublished(&self) -> &[TableRef] {
+        &self.unpublished
     }
 
     fn describe(&self) -> Option<String> {

@@ -131,8 +131,9 @@ pub(crate) struct TableWatch<'a> {
     pub every: Duration,
     /// What was seen when the run noted the position it stopped at ([`Stopped::Tables`]).
     pub seen: std::sync::Mutex<Option<crate::added::Seen>>,
-    /// Stop only for created tables (`sluice replicate`, which takes those in and leaves a
-    /// dropped table's rows on the target as they were).
+    /// Stop only for created tables and captured ones that left the publication (`sluice
+    /// replicate`, which takes the first in, stops for the second and leaves a dropped
+    /// table's rows on the target as they were).
     pub created_only: bool,
 }
 
@@ -240,7 +241,7 @@ async fn read<O: Output>(
             if let Some((what, seen)) =
                 crate::added::changed(run.source, run.names, w.selection, out.layout_state())
                     .await?
-                && (!w.created_only || !seen.created().is_empty())
+                && (!w.created_only || !seen.created().is_empty() || !seen.unpublished().is_empty())
             {
                 let at = run.source.current_position().await?;
                 tracing::info!(

@@ -607,3 +607,68 @@ async fn mariadb_created_tables_join_the_replication() {
 async fn pg_to_mariadb_created_tables_join_the_replication() {
     created_tables_join_the_replication(true, false).await;
 }
+
+/// A replicated table dropped and created again under its name on PostgreSQL leaves the
+/// publication sluice created, so its changes would stop arriving: the replication stops,
+/// naming it, instead of letting the target's copy fall behind without a word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pg_a_table_created_again_under_its_name_stops_the_replication() {
+    let source = Db::new(true).await;
+    let target = Db::new(true).await;
+    source
+        .exec(
+            "CREATE TABLE a (id int PRIMARY KEY, v text); INSERT INTO a VALUES (1, 'x');
+             CREATE TABLE tick (id int PRIMARY KEY, n bigint NOT NULL);
+             INSERT INTO tick VALUES (1, 0);",
+        )
+        .await;
+    let args = ["--tables", "public\\..*", "--until-current"];
+    run(&mut replicate_cmd(&source, &target, &args).await).ok();
+    let writer = ticker(&source).await;
+    source
+        .exec("DROP TABLE a; CREATE TABLE a (id int PRIMARY KEY, v text); INSERT INTO a VALUES (2, 'y');")
+        .await;
+    writer.wait_for(5).await;
+    let r = run(&mut replicate_cmd(&source, &target, &args).await);
+    writer.stop().await;
+    r.failed(&[
+        "public.a is replicated by",
+        "no longer in its publication",
+        "--slot",
+    ]);
+    // Everything before the stop is applied: the other table followed.
+    assert!(
+        target.rows("SELECT n FROM tick").await[0]
+            .parse::<u64>()
+            .unwrap()
+            >= 5
+    );
+    // The way on the message gives: this replication without the table, and the table in a
+    // replication of its own into an emptied table.
+    let name = r
+        .stderr
+        .split("--slot ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .expect("the message names the replication")
+        .to_string();
+    let rest = ["--slot", &name, "--table", "public.tick", "--until-current"];
+    let on = run(&mut replicate_cmd(&source, &target, &rest).await);
+    on.ok();
+    assert!(
+        on.stderr.contains("WARNING: public.a is no longer"),
+        "{}",
+        on.stderr
+    );
+    target.exec("DELETE FROM a").await;
+    let own = [
+        "--slot",
+        "a_again",
+        "--table",
+        "public.a",
+        "--until-current",
+    ];
+    catch_up(&source, &target, &own, &["SELECT id, v FROM a ORDER BY id"]).await;
+    drop_replication(&source, &target, &own).await;
+    drop_replication(&source, &target, &rest).await;
+}

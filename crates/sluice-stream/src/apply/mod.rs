@@ -179,7 +179,8 @@ pub struct ReplicateReport {
     /// left out.
     pub ignored_changes: u64,
     /// Tables the replication carries that the selection no longer finds on the source
-    /// (dropped or renamed there): their rows stay on the target as they were.
+    /// (dropped or renamed there, or left out of the selection): their rows stay on the
+    /// target as they were.
     pub gone: Vec<String>,
 }
 
@@ -400,8 +401,9 @@ fn gone(job: &ReplicateJob, state: &StreamState, datasets: &[Dataset]) -> Vec<St
     gone.sort();
     for t in &gone {
         tracing::warn!(
-            "{t} is replicated by {} but no longer found on {} (dropped or renamed there): its \
-             rows stay on the target as they were, and nothing of it is applied any more",
+            "{t} is replicated by {} but the selection no longer finds it on {} (dropped or \
+             renamed there, or left out of the selection): its rows stay on the target as they \
+             were, and nothing of it is applied any more",
             state.names.name,
             job.source.display_url()
         );

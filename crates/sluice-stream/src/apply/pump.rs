@@ -12,9 +12,10 @@ use crate::job::Stopped;
 use crate::state::StreamState;
 use async_trait::async_trait;
 use sluice_core::apply::{ForeignKey, TableKeys};
+use sluice_core::change::CaptureNames;
 use sluice_core::change::{CaptureHarm, ChangeSink, ChangeSource, Step};
 use sluice_core::table::TableRef;
-use sluice_core::{Dataset, Result, StreamPos};
+use sluice_core::{Dataset, Error, Result, StreamPos};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -86,12 +87,14 @@ pub(super) async fn stream(
             }),
         };
         let stopped = drive::run(&run, &mut attempts, cancel).await?;
-        let created: Vec<TableRef> = run
+        let seen = run
             .tables
             .as_ref()
-            .and_then(|w| w.seen.lock().unwrap_or_else(|p| p.into_inner()).take())
-            .map(|s| s.created().to_vec())
-            .unwrap_or_default();
+            .and_then(|w| w.seen.lock().unwrap_or_else(|p| p.into_inner()).take());
+        if let Some(t) = seen.as_ref().and_then(|s| s.unpublished().first()) {
+            return Err(unpublished(job, &names, t));
+        }
+        let created: Vec<TableRef> = seen.map(|s| s.created().to_vec()).unwrap_or_default();
         if stopped != Stopped::Tables || created.is_empty() {
             break (stopped, attempts.restart);
         }
@@ -120,6 +123,23 @@ pub(super) async fn stream(
         .map(|a| a.restart)
         .unwrap_or(restart);
     Ok((stopped, position, added))
+}
+
+/// The error that stops a replication when a table it carries still exists on the source
+/// but left its publication (dropped and created again under its name, or taken out): its
+/// changes no longer arrive, and going on would let its copy fall behind without a word.
+fn unpublished(job: &ReplicateJob, names: &CaptureNames, t: &TableRef) -> Error {
+    Error::source_permanent(format!(
+        "{t} is replicated by {} but is no longer in its publication {} on {}, though the \
+         table exists: it was dropped and created again, or taken out of the publication, so \
+         its changes no longer arrive. The replication stopped here, every change before it \
+         applied. To go on, leave {t} out of this replication (--slot {} and a --table for each \
+         other table) and replicate it with a replication of its own into an emptied table.",
+        names.name,
+        names.publication,
+        job.source.display_url(),
+        names.name
+    ))
 }
 
 /// How often a running replication lists the selection's tables (and once at its start).
