@@ -124,6 +124,16 @@ pub(crate) struct Run<'a> {
     pub tables: Option<TableWatch<'a>>,
 }
 
+impl Run<'_> {
+    /// What the table watch saw when the run stopped with [`Stopped::Tables`] (taken: a second
+    /// call gives `None`).
+    pub(crate) fn take_seen(&self) -> Option<crate::added::Seen> {
+        self.tables
+            .as_ref()
+            .and_then(|w| w.seen.lock().unwrap_or_else(|p| p.into_inner()).take())
+    }
+}
+
 /// How a run watches the selection's tables.
 pub(crate) struct TableWatch<'a> {
     pub selection: &'a Selection,

@@ -111,11 +111,7 @@ pub(crate) async fn stream(
         if stopped != Stopped::Tables {
             break stopped;
         }
-        let seen = run
-            .tables
-            .as_ref()
-            .and_then(|w| w.seen.lock().unwrap_or_else(|p| p.into_inner()).take())
-            .unwrap_or_default();
+        let seen = run.take_seen().unwrap_or_default();
         let mut state = attempts
             .last
             .take()

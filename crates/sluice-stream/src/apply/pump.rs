@@ -87,10 +87,7 @@ pub(super) async fn stream(
             }),
         };
         let stopped = drive::run(&run, &mut attempts, cancel).await?;
-        let seen = run
-            .tables
-            .as_ref()
-            .and_then(|w| w.seen.lock().unwrap_or_else(|p| p.into_inner()).take());
+        let seen = run.take_seen();
         if let Some(t) = seen.as_ref().and_then(|s| s.unpublished().first()) {
             return Err(unpublished(job, &names, t));
         }
