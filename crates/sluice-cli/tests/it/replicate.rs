@@ -544,48 +544,45 @@ async fn an_unpredicted_lock_wait_is_retried_in_order() {
         .unwrap();
     let report = crate::common::tempdir();
     let path = report.path().join("r.json");
+    let port = sluice_testkit::server::free_port().unwrap();
     let mut cmd = replicate(&source, &target, &base).await;
     cmd.arg("--report-json").arg(&path);
-    let child = cmd
+    cmd.arg("--metrics-addr").arg(format!("127.0.0.1:{port}"));
+    let mut child = cmd
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait for an apply session blocked by our lock, then for a second attempt of it (a new
-    // transaction of the same session): the first gave up at the lock limit.
-    let waiting = "SELECT pid::text || ' ' || xact_start::text FROM pg_stat_activity \
+    // Wait for an apply session blocked by our lock, then for the run to count the unit
+    // rolled back at the lock limit (which session runs it again is the scheduler's choice).
+    let waiting = "SELECT count(*) FROM pg_stat_activity \
                    WHERE application_name = 'sluice' AND wait_event_type = 'Lock'";
     let monitor = sluice_testkit::pg::connect(&target.url().await).await;
     // A deadline, so a replication that never blocks (or never retries) fails the test
     // rather than hanging the suite.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    let waited = |what: &str| {
+    let mut waited = |what: &str| {
         assert!(
             std::time::Instant::now() < deadline,
             "no apply session {what} within 120 s"
         );
-    };
-    let first = loop {
-        let rows = sluice_testkit::pg::rows_as_strings(&monitor, waiting).await;
-        if let Some(r) = rows.first() {
-            break r.clone();
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the replication ended ({status}) before an apply session {what}");
         }
+    };
+    while sluice_testkit::pg::rows_as_strings(&monitor, waiting).await == ["0"] {
         waited("waited for the lock");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    };
-    // The same session (pid) in another transaction: not another session waiting too, which
-    // a busy machine can show first.
-    let pid = first.split(' ').next().unwrap_or_default().to_string();
+    }
     loop {
-        let rows = sluice_testkit::pg::rows_as_strings(&monitor, waiting).await;
-        if rows
-            .iter()
-            .any(|r| r.split(' ').next() == Some(pid.as_str()) && *r != first)
+        let text = crate::stream_metrics::scrape(port).unwrap_or_default();
+        if text.contains("sluice_replicate_conflicts_total ")
+            && crate::stream_metrics::metric(&text, "sluice_replicate_conflicts_total") >= 1.0
         {
             break;
         }
-        waited("tried again after the lock limit");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        waited("gave up at the lock limit");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     blocker.batch_execute("COMMIT").await.unwrap();
     let r: crate::common::Run = crate::common::finish(child).into();

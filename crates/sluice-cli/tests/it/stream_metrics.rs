@@ -114,7 +114,8 @@ fn the_shipped_dashboards_and_alert_rules_are_well_formed() {
     }
 }
 
-fn scrape(port: u16) -> Option<String> {
+/// `/metrics` of the run serving on `port`, or `None` while it does not answer.
+pub(crate) fn scrape(port: u16) -> Option<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -124,7 +125,8 @@ fn scrape(port: u16) -> Option<String> {
     Some(out)
 }
 
-fn metric(text: &str, name: &str) -> f64 {
+/// The value of metric `name` in scraped `text`.
+pub(crate) fn metric(text: &str, name: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(&format!("{name} ")))
         .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
