@@ -64,12 +64,22 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
     }
     // The export's job, every setting checked as for export: the template of the initial
     // snapshot's export, whose source the stream replaces with its slot's snapshot.
-    if o.format == Some(sluice_cli::args::FormatArg::Delta) {
-        return Err(Error::config(
-            "--format delta is for sluice export in this release: a stream's changes merged \
-             into a Delta table are not built yet. Stream change files (--format parquet, csv, \
-             jsonl or avro), or export the table with --format delta.",
-        ));
+    let delta = o.format == Some(sluice_cli::args::FormatArg::Delta);
+    if delta {
+        // A table equal to the source needs every change of every table.
+        let why = "a Delta table is kept equal to the source, which needs every change";
+        if s.ops.is_some() {
+            return Err(Error::config(format!(
+                "--ops does not apply to --format delta ({why}). Remove it, or stream change \
+                 files (--format parquet) to keep some operations only."
+            )));
+        }
+        if s.accept_missing_cascades {
+            return Err(Error::config(format!(
+                "--accept-missing-cascades does not apply to --format delta ({why}; a \
+                 cascade the log leaves out would leave rows in the table). Remove it."
+            )));
+        }
     }
     let template = config::job(o, true)?;
     let initial = initial(s.initial);
@@ -116,6 +126,7 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
         template.format.clone(),
         template.memory,
     );
+    let table = template.table.clone();
     let export = sluice_stream::export_builder(template);
     Ok(StreamJob {
         source,
@@ -147,6 +158,7 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
         },
         discover_every: (discover_every > 0.0)
             .then(|| std::time::Duration::from_secs_f64(discover_every)),
+        table,
     })
 }
 

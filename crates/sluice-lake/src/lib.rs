@@ -24,6 +24,8 @@
 //! Statistics: each file's row count (`numRecords`); no per-column min/max (readers then do
 //! not skip files by value, which costs time, never correctness).
 
+mod merge;
+
 use async_trait::async_trait;
 use deltalake_core::DeltaResult;
 use deltalake_core::kernel::engine::arrow_conversion::TryIntoKernel;
@@ -44,7 +46,7 @@ use futures_util::TryStreamExt;
 use serde_json::{Value, json};
 use sluice_core::error::Retry;
 use sluice_core::{Error, Result};
-use sluice_sink::delta::{TableCommit, TableCommitted, TableCommitter};
+use sluice_sink::delta::{ChangeMerge, Merged, TableCommit, TableCommitted, TableCommitter};
 use std::collections::HashMap;
 use std::sync::Arc;
 use url::Url;
@@ -301,6 +303,10 @@ fn properties(commit: &TableCommit, app_id: &str) -> CommitProperties {
 
 #[async_trait]
 impl TableCommitter for DeltaCommitter {
+    async fn merge(&self, merge: ChangeMerge) -> Result<Merged> {
+        merge::merge(&self.root, self.store.as_ref(), merge).await
+    }
+
     async fn commit(&self, commit: TableCommit) -> Result<TableCommitted> {
         let url = self.table_url(&commit.dir)?;
         let app_id = format!("sluice-export-{}", commit.export_id);

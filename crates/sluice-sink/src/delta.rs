@@ -335,6 +335,49 @@ pub trait TableCommitter: Send + Sync {
     /// (whatever the table held before is removed in the same version, so `--overwrite`
     /// replaces a table in one commit and readers never see half of it).
     async fn commit(&self, commit: TableCommit) -> Result<TableCommitted>;
+
+    /// Merge one batch of a stream's changes into the table `merge.dir` (created by the
+    /// stream's snapshot): one table version in which it equals the source table as of the
+    /// batch's end, carrying the application transaction `(merge.app_id, merge.through_seq)`.
+    /// A batch whose `through_seq` the table's transaction already reached is not merged
+    /// again (a stream killed after the table commit and run again).
+    async fn merge(&self, merge: ChangeMerge) -> Result<Merged>;
+}
+
+/// One batch of changes of one table, for [`TableCommitter::merge`].
+#[derive(Debug, Clone)]
+pub struct ChangeMerge {
+    /// The table's directory relative to the output root (the dataset's directory).
+    pub dir: String,
+    /// The dataset, for messages.
+    pub dataset: String,
+    /// The application that writes the table: the stream.
+    pub app_id: String,
+    /// The batch's last `_seq`: the application transaction's version after the merge.
+    pub through_seq: u64,
+    /// The table's key columns.
+    pub key: Vec<String>,
+    /// The change rows, as the change files hold them, in `_seq` order.
+    pub changes: Vec<RecordBatch>,
+    /// Written into the commit's metadata: the source position the table equals.
+    pub properties: BTreeMap<String, String>,
+    /// How the merge's files are written.
+    pub parquet: ParquetOptions,
+}
+
+/// What [`TableCommitter::merge`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Merged {
+    /// The table version that holds the batch (`None`: no version was needed).
+    pub version: Option<u64>,
+    /// False when the table already held the batch (a stream run again).
+    pub made: bool,
+    /// Files the version added.
+    pub added: u64,
+    /// Files removed (rewritten without the touched keys, or emptied).
+    pub removed: u64,
+    /// Rows the version wrote in new files (final rows plus rewritten ones).
+    pub rows_written: u64,
 }
 
 #[cfg(test)]

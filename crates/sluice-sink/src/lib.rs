@@ -31,6 +31,7 @@ pub mod objstore_url;
 mod objstore_versions;
 pub mod parquet;
 mod render;
+pub mod upsert;
 
 pub use destination::{Destination, ObjectInfo, ObjectVersion, ObjectWriter, Versioned};
 pub use format::{

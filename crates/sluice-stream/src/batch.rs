@@ -27,6 +27,7 @@ use sluice_core::change::{
 use sluice_core::failpoint;
 use sluice_core::table::TableRef;
 use sluice_core::{ColumnDesc, Error, ErrorKind, Result, StreamPos};
+use sluice_sink::delta::{ChangeMerge, TableCommitter};
 use sluice_sink::{Destination, FormatOptions, PartKey, PartWriter, open_part};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -56,7 +57,23 @@ struct Table {
     pending: [u64; 4],
     /// The columns `--columns` keeps (`None`: all).
     keep: Option<Vec<String>>,
+    /// The open batch's change rows, for the table merge (`--format delta`).
+    merge_rows: Vec<arrow_array::RecordBatch>,
 }
+
+/// Where each batch is also merged: the datasets' tables (`sluice stream --format delta`).
+pub struct MergeInto {
+    /// Makes the table commits (`sluice-lake`).
+    pub committer: Arc<dyn TableCommitter>,
+    /// Each dataset's key columns.
+    pub keys: HashMap<String, Vec<String>>,
+    /// How the merge's files are written.
+    pub parquet: sluice_sink::ParquetOptions,
+}
+
+/// The application id of a stream's table commits (Delta's `txn`), whose version is the last
+/// `_seq` merged: one stream writes a table (its snapshot created it).
+pub const MERGE_APP_ID: &str = "sluice-stream";
 
 struct Batch {
     first_seq: u64,
@@ -128,6 +145,8 @@ pub struct Batcher {
     pub last_commit_ts: Option<i64>,
     metrics: Arc<Metrics>,
     files: ChangeFiles,
+    /// Merge each batch into the tables; batches then end between transactions only.
+    merge: Option<MergeInto>,
 }
 
 impl Batcher {
@@ -159,6 +178,7 @@ impl Batcher {
                 metrics: metrics.table(name),
                 pending: [0; 4],
                 keep: t.columns.clone(),
+                merge_rows: Vec::new(),
             });
         }
         Batcher {
@@ -187,7 +207,15 @@ impl Batcher {
             metrics,
             state,
             files,
+            merge: None,
         }
+    }
+
+    /// Merge every batch into its tables too (`--format delta`): a batch then ends only
+    /// between transactions, so a table version never shows part of one.
+    pub fn merging(mut self, merge: MergeInto) -> Self {
+        self.merge = Some(merge);
+        self
     }
 
     /// True inside a transaction.
@@ -208,6 +236,7 @@ impl Batcher {
     /// True when the open batch is due by time.
     pub fn due(&self) -> bool {
         self.force_cut_at.is_none()
+            && !(self.merge.is_some() && self.in_tx)
             && self
                 .batch
                 .as_ref()
@@ -247,6 +276,9 @@ impl Batcher {
         }
         if let Some(f) = t.file.as_mut() {
             io(|| f.writer.write(&batch))?;
+        }
+        if self.merge.is_some() {
+            t.merge_rows.push(batch.clone());
         }
         rows.recycle(batch);
         if let Some(b) = self.batch.as_mut() {
@@ -300,6 +332,7 @@ impl Batcher {
             }
         }
         failpoint::hit_as("stream.after_files", ErrorKind::Destination)?;
+        self.merge_tables(b.last_seq)?;
         self.state.committed = then.clone();
         self.state.intent = None;
         self.save()?;
@@ -382,7 +415,61 @@ impl Batcher {
                 io(|| f.writer.abort());
             }
             t.pending = [0; 4];
+            t.merge_rows.clear();
         }
+    }
+
+    /// Merge the batch that ends at `last_seq` into each table it changed: one table version
+    /// each, carrying `last_seq` (a version already there is found and not made again).
+    fn merge_tables(&mut self, last_seq: u64) -> Result<()> {
+        let Some(merge) = &self.merge else {
+            return Ok(());
+        };
+        for t in &mut self.tables {
+            let changes = std::mem::take(&mut t.merge_rows);
+            if changes.is_empty() {
+                continue;
+            }
+            let key =
+                merge.keys.get(&t.dataset).cloned().ok_or_else(|| {
+                    Error::internal(format!("{}: merged without its key", t.dataset))
+                })?;
+            let job = ChangeMerge {
+                dir: sluice_sink::layout::dataset_dir(&t.dataset),
+                dataset: t.dataset.clone(),
+                app_id: MERGE_APP_ID.to_string(),
+                through_seq: last_seq,
+                key,
+                changes,
+                properties: [
+                    (
+                        "sluice.source.position".to_string(),
+                        self.tx.pos.to_string(),
+                    ),
+                    ("sluice.seq".to_string(), last_seq.to_string()),
+                    (
+                        "sluice.guarantee".to_string(),
+                        "equal to the source table after every transaction committed at or \
+                         before sluice.source.position"
+                            .to_string(),
+                    ),
+                ]
+                .into(),
+                parquet: merge.parquet.clone(),
+            };
+            let committer = merge.committer.clone();
+            let done = io(|| tokio::runtime::Handle::current().block_on(committer.merge(job)))?;
+            if done.made {
+                tracing::debug!(
+                    "{}: table version {:?} (+{} files, -{} files)",
+                    t.dataset,
+                    done.version,
+                    done.added,
+                    done.removed
+                );
+            }
+        }
+        Ok(())
     }
 
     /// The schema version of table `h`'s current columns for a change written at `seq`,
@@ -476,6 +563,7 @@ impl ChangeSink for Batcher {
                     file: None,
                     pending: [0; 4],
                     keep: None,
+                    merge_rows: Vec::new(),
                 });
                 return Ok(self.tables.len() - 1);
             }
@@ -600,7 +688,10 @@ impl ChangeSink for Batcher {
         if pending >= self.budgets.flush_bytes {
             self.flush(h)?;
         }
-        if self.force_cut_at.is_none() && total as u64 >= self.budgets.batch_bytes {
+        if self.force_cut_at.is_none()
+            && self.merge.is_none()
+            && total as u64 >= self.budgets.batch_bytes
+        {
             self.cut()?;
         }
         Ok(())
@@ -616,6 +707,18 @@ impl ChangeSink for Batcher {
             && b.last_seq == f
         {
             self.cut()?;
+        }
+        // Merging, a batch ends between transactions: here, once it is big enough.
+        if self.merge.is_some() && self.force_cut_at.is_none() && self.batch.is_some() {
+            let pending: usize = self
+                .tables
+                .iter_mut()
+                .filter_map(|t| t.rows.as_mut().map(|r| r.bytes()))
+                .sum();
+            let written = self.batch.as_ref().map_or(0, |b| b.bytes);
+            if (written + pending) as u64 >= self.budgets.batch_bytes {
+                self.cut()?;
+            }
         }
         Ok(())
     }

@@ -88,6 +88,9 @@ pub struct StreamJob {
     /// How often the selection is looked up again for tables created or dropped on the
     /// source (`--discover-every`; `None`: the tables are those of the start).
     pub discover_every: Option<std::time::Duration>,
+    /// Merge every batch into its dataset's table, which the snapshot made (`--format
+    /// delta`; `sluice-lake`); `None`: change files only.
+    pub table: Option<Arc<dyn sluice_sink::delta::TableCommitter>>,
 }
 
 /// Why the stream stopped.
@@ -252,10 +255,60 @@ pub(crate) async fn check_tables(
     }
     let unlogged = crate::cascades::unlogged(job.source.as_ref(), &keys);
     crate::cascades::check_stream(job.source.as_ref(), &unlogged, job.accept_missing_cascades)?;
+    if job.table.is_some() {
+        check_mergeable(job, &keys, &unlogged)?;
+    }
     if job.files.before_images {
         job.source.check_before_images(datasets).await?;
     }
     Ok(unlogged)
+}
+
+/// A table merged by key (`--format delta`) must be one whose every change the log carries
+/// and identifies by its primary key; anything else is refused before the snapshot, with the
+/// fix, since the table would silently drift from the source.
+fn check_mergeable(
+    job: &StreamJob,
+    keys: &[sluice_core::apply::TableKeys],
+    unlogged: &[(TableRef, sluice_core::apply::ForeignKey)],
+) -> Result<()> {
+    for k in keys {
+        let refuse = |why: String| {
+            Err(Error::config(format!(
+                "{}: {why} --format delta keeps a table equal to the source by its primary \
+                 key. Otherwise stream this table as change files (--format parquet), or leave \
+                 it out of the selection.",
+                k.table
+            )))
+        };
+        if k.primary.is_empty() {
+            return refuse("has no primary key.".into());
+        }
+        if !k.match_by.is_empty() && k.match_by != k.primary {
+            return refuse(format!(
+                "its old rows are identified by ({}), not its primary key (REPLICA IDENTITY \
+                 USING INDEX): set REPLICA IDENTITY DEFAULT or FULL.",
+                k.match_by.join(", ")
+            ));
+        }
+        if !job.source.sends_generated() && !k.generated.is_empty() {
+            let names: Vec<&str> = k.generated.iter().map(|g| g.name.as_str()).collect();
+            return refuse(format!(
+                "its generated column(s) {} are not in the source's log, so the table would \
+                 keep their snapshot values: leave them out with --columns.",
+                names.join(", ")
+            ));
+        }
+    }
+    if let Some((table, fk)) = unlogged.first() {
+        return Err(Error::config(format!(
+            "{table}: the changes of its foreign key's action ({}) are not in the source's log, \
+             so its Delta table would keep rows the source removed (--accept-missing-cascades \
+             cannot apply to a table format). Stream it as change files, or leave it out.",
+            fk.describe()
+        )));
+    }
+    Ok(())
 }
 
 /// Note in each table's state the changes its files miss (`unlogged`, from [`check_tables`]).

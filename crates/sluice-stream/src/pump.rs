@@ -3,7 +3,7 @@
 //! errors), cut by bytes and time; stale files of an interrupted batch removed before each
 //! attempt.
 
-use crate::batch::{Batcher, Budgets};
+use crate::batch::{Batcher, Budgets, MergeInto};
 use crate::drive::{self, Run, TableWatch};
 use crate::job::{Stopped, StreamJob, StreamReport, blocking};
 use crate::metrics::Metrics;
@@ -50,10 +50,13 @@ fn budgets(job: &StreamJob) -> (Budgets, FormatOptions) {
     let flush = (job.memory / 16).clamp(256 << 10, 8 << 20) as usize;
     let row_group = (job.memory / 8).clamp(1 << 20, 64 << 20) as usize;
     let format = match &job.format {
-        FormatOptions::Parquet(p) => FormatOptions::Parquet(ParquetOptions {
-            row_group_bytes: row_group,
-            ..p.clone()
-        }),
+        // A table format's change files are plain Parquet: its table is merged from them.
+        FormatOptions::Parquet(p) | FormatOptions::Delta(p) => {
+            FormatOptions::Parquet(ParquetOptions {
+                row_group_bytes: row_group,
+                ..p.clone()
+            })
+        }
         other => other.clone(),
     };
     (
@@ -87,6 +90,7 @@ pub(crate) async fn stream(
         state: Some(state),
         metrics: metrics.clone(),
         last: None,
+        keys: keys_of(&datasets),
     };
     let mut datasets = datasets;
     let mut dropped = Vec::new();
@@ -121,6 +125,7 @@ pub(crate) async fn stream(
         match taken {
             Ok(taken) => {
                 datasets = taken.datasets;
+                attempts.keys = keys_of(&datasets);
                 added.extend(taken.added);
                 dropped.extend(taken.dropped);
                 attempts.state = Some(state);
@@ -138,6 +143,7 @@ pub(crate) async fn stream(
                     Ok((state, ds, more)) => {
                         attempts.state = Some(state);
                         datasets = ds;
+                        attempts.keys = keys_of(&datasets);
                         added.extend(more);
                         break;
                     }
@@ -203,6 +209,15 @@ struct FileAttempts<'a> {
     metrics: Arc<Metrics>,
     /// The state a successful attempt ended with.
     last: Option<StreamState>,
+    /// Each dataset's key columns, for a table merge.
+    keys: std::collections::HashMap<String, Vec<String>>,
+}
+
+fn keys_of(datasets: &[Dataset]) -> std::collections::HashMap<String, Vec<String>> {
+    datasets
+        .iter()
+        .map(|d| (d.name.clone(), d.primary_key.clone()))
+        .collect()
 }
 
 #[async_trait]
@@ -238,6 +253,14 @@ impl drive::Attempts for FileAttempts<'_> {
             self.metrics.clone(),
             self.job.files,
         );
+        let batcher = match (&self.job.table, &self.job.format) {
+            (Some(committer), FormatOptions::Delta(p)) => batcher.merging(MergeInto {
+                committer: committer.clone(),
+                keys: self.keys.clone(),
+                parquet: p.clone(),
+            }),
+            _ => batcher,
+        };
         let out = Files {
             batcher,
             started_from,

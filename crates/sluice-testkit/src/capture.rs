@@ -13,6 +13,7 @@
 //!
 //! Only the SQL differs per engine, and it is kept here, next to the one place that picks it.
 
+mod lake;
 pub mod suite;
 mod tables;
 

@@ -120,6 +120,23 @@ pub fn duckdb_delta(dir: &Path) -> Rows {
     rows(read(&["duckdb", dir.to_str().expect("UTF-8 path")]))
 }
 
+/// The Delta table at `dir` as DuckDB reads it, as sorted `v1|v2|…` rows (NULL as `∅`): the
+/// form of a source table's rows as the test kit's oracles give them (`row_strings`).
+pub fn duckdb_delta_strings(dir: &Path) -> Vec<String> {
+    let mut out: Vec<String> = duckdb_delta(dir)
+        .rows
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|c| c.as_deref().unwrap_or("∅"))
+                .collect::<Vec<_>>()
+                .join("|")
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// The Parquet files matching `glob` as DuckDB reads them (for comparison with a table).
 pub fn duckdb_parquet(glob: &Path) -> Rows {
     rows(read(&["parquet", glob.to_str().expect("UTF-8 path")]))

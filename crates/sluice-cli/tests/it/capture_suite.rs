@@ -42,4 +42,5 @@ rows!(
     columns,
     new_table,
     dropped_table,
+    delta_table,
 );

@@ -53,6 +53,7 @@ mod scenarios;
 mod security;
 mod stream;
 mod stream_claims;
+mod stream_delta;
 mod stream_formats;
 mod stream_layouts;
 mod stream_metrics;

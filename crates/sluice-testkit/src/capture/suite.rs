@@ -2,6 +2,7 @@
 //! ends by comparing the replayed change files with the source table; moments are placed with
 //! failpoints, and the writer's progress is counted in commits, never waited for in time.
 
+pub use super::lake::delta_table;
 pub use super::tables::{dropped_table, new_table};
 use super::{ACCT, Capture, Engine, HIST, assert_writer_changes, state};
 use crate::process::{self, Failpoints, files_under};

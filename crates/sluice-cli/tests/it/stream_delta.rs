@@ -1,0 +1,132 @@
+//! `sluice stream --format delta` on what only PostgreSQL has or what the writer of the
+//! capture suite (`capture_suite::delta_table`, every engine, kills at every commit point)
+//! does not do: unchanged TOAST values, NULLs, a key update carrying a large value, TRUNCATE;
+//! what a table merged by key cannot carry, refused before anything is created; and a second
+//! writer of the table. Every check reads the table with DuckDB's delta extension (a reader
+//! sluice did not write) and compares with the source table.
+
+use crate::common::{TestDb, run, sluice, tempdir};
+use sluice_testkit::lake;
+use std::path::Path;
+
+const SELECT: &str = "SELECT id, v, note, big FROM doc";
+
+fn stream(url: &str, to: &Path, table: &str, extra: &[&str]) -> std::process::Command {
+    let mut c = sluice();
+    c.args(["stream", "--source", url, "--table", table, "--to"])
+        .arg(to)
+        .args([
+            "--format",
+            "delta",
+            "--batch-seconds",
+            "0.2",
+            "--until-current",
+        ])
+        .args(extra);
+    c
+}
+
+async fn assert_table_equals_source(db: &TestDb, to: &Path) {
+    let want = db.row_strings(SELECT).await;
+    let got = lake::duckdb_delta_strings(&to.join("public.doc"));
+    assert_eq!(got.len(), want.len(), "rows in the Delta table");
+    assert!(got == want, "the Delta table differs from the source");
+}
+
+/// A large value an update leaves unchanged (PostgreSQL does not send it) keeps its value in
+/// the table, also when the update moves the row's key; NULLs set and cleared land as NULLs;
+/// a TRUNCATE empties the table in one version and what follows it lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unchanged_toast_values_nulls_and_truncate_reach_the_table() {
+    let db = TestDb::new().await;
+    db.exec(
+        "CREATE TABLE doc (id bigint PRIMARY KEY, v int NOT NULL, note text,
+                           big text NOT NULL);
+         INSERT INTO doc SELECT g, 0, CASE WHEN g % 3 = 0 THEN NULL ELSE 'n' || g END,
+           (SELECT string_agg(md5(g::text || k::text), '') FROM generate_series(1, 300) k)
+         FROM generate_series(1, 200) g;",
+    )
+    .await;
+    let to = tempdir();
+    run(&mut stream(&db.url, to.path(), "public.doc", &[])).ok();
+    assert_table_equals_source(&db, to.path()).await;
+    db.exec(
+        "UPDATE doc SET v = 1 WHERE id <= 50;
+         UPDATE doc SET id = 1000 + id WHERE id BETWEEN 60 AND 64;
+         UPDATE doc SET note = NULL WHERE id BETWEEN 70 AND 80;
+         UPDATE doc SET note = 'back' WHERE id = 3;
+         DELETE FROM doc WHERE id BETWEEN 90 AND 99;
+         INSERT INTO doc VALUES (5000, 7, NULL, 'small');
+         BEGIN; UPDATE doc SET v = 2 WHERE id = 1; UPDATE doc SET id = 6000 WHERE id = 1; COMMIT;",
+    )
+    .await;
+    run(&mut stream(&db.url, to.path(), "public.doc", &[])).ok();
+    assert_table_equals_source(&db, to.path()).await;
+    let moved = db
+        .row_strings("SELECT length(big) FROM doc WHERE id = 1060")
+        .await;
+    assert_eq!(moved, ["9600"], "the moved row keeps its large value");
+    db.exec(
+        "UPDATE doc SET v = 3 WHERE id = 2;
+         TRUNCATE doc;
+         INSERT INTO doc VALUES (1, 1, 'after', 'x'), (2, 2, NULL, 'y');",
+    )
+    .await;
+    run(&mut stream(&db.url, to.path(), "public.doc", &[])).ok();
+    assert_table_equals_source(&db, to.path()).await;
+    let view = lake::delta_view(&to.path().join("public.doc"), None);
+    assert_eq!(view.ids, vec![1, 2]);
+    assert!(
+        view.history[0]["sluice.source.position"].is_string(),
+        "{:?}",
+        view.history[0]
+    );
+    run(&mut stream(&db.url, to.path(), "public.doc", &["--drop"])).ok();
+}
+
+/// What a table kept by key cannot carry is refused (exit 2) before a slot, a snapshot or a
+/// file is made, each naming the fix: a table without a key, a generated column the log does
+/// not carry, old rows identified by another index, `--ops`, `--accept-missing-cascades`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_table_kept_by_key_cannot_carry_is_refused_before_anything_is_made() {
+    let db = TestDb::new().await;
+    db.exec(
+        "CREATE TABLE nokey (a int, b text);
+         CREATE TABLE gen (id int PRIMARY KEY, a int, twice int GENERATED ALWAYS AS (a * 2) STORED);
+         CREATE TABLE ident (id int PRIMARY KEY, code text NOT NULL);
+         CREATE UNIQUE INDEX ident_code ON ident (code);
+         ALTER TABLE ident REPLICA IDENTITY USING INDEX ident_code;
+         CREATE TABLE doc (id int PRIMARY KEY);",
+    )
+    .await;
+    let to = tempdir();
+    for (table, extra, needles) in [
+        (
+            "public.nokey",
+            &[][..],
+            &["public.nokey", "no primary key", "--format parquet"][..],
+        ),
+        ("public.gen", &[], &["twice", "--columns"]),
+        ("public.ident", &[], &["code", "REPLICA IDENTITY DEFAULT"]),
+        ("public.doc", &["--ops", "insert"], &["--ops", "Remove it"]),
+        (
+            "public.doc",
+            &["--accept-missing-cascades"],
+            &["--accept-missing-cascades"],
+        ),
+    ] {
+        run(&mut stream(&db.url, to.path(), table, extra)).refused(2, needles);
+    }
+    let slots = db
+        .row_strings(
+            "SELECT slot_name FROM pg_replication_slots WHERE database = current_database()",
+        )
+        .await;
+    assert!(slots.is_empty(), "{slots:?}");
+    // Only the output's lock (`_sluice/lock.json`): no table, no state, no change file.
+    let written: Vec<String> = sluice_testkit::process::files_under(to.path())
+        .into_iter()
+        .filter(|f| !f.ends_with("lock.json"))
+        .collect();
+    assert!(written.is_empty(), "the refused runs wrote {written:?}");
+}
