@@ -209,6 +209,8 @@ FORMATS = [
     ("avro", ["--format", "avro"]),
     ("csv.gz", ["--format", "csv", "--compression", "gzip"]),
     ("parquet --columns id,a", ["--columns", "public.narrow:id,a"]),
+    # The changes merged into a Delta table made by the first of them (--initial none).
+    ("delta", ["--format", "delta"]),
 ] + ([("parquet --before-images", ["--before-images"])] if BEFORE_IMAGES else [])
 
 

@@ -115,7 +115,7 @@ pub enum Command {
     /// Show what an export would do — sizes, chunks, workers, memory — without reading rows.
     #[command(after_help = sizes_note!())]
     Plan(Box<PlanArgs>),
-    /// Capture changes (PostgreSQL logical replication) into batched change files after an initial snapshot, without gap or overlap.
+    /// Capture changes (PostgreSQL logical replication, the MySQL/MariaDB binary log) into batched change files, or Delta tables kept current, after an initial snapshot, without gap or overlap.
     #[command(after_help = STREAM_HELP)]
     Stream(Box<StreamArgs>),
     /// Copy tables into a target database and keep applying their changes in parallel, committed in source order.
@@ -185,7 +185,7 @@ pub enum FormatArg {
     Jsonl,
     /// Avro object container files (schema in each file).
     Avro,
-    /// A Delta Lake table per dataset (Parquet parts, one table commit at the end).
+    /// A Delta Lake table per dataset (Parquet parts, one table commit at the end; sluice stream: each batch of changes merged into it as one version).
     Delta,
 }
 

@@ -266,6 +266,12 @@ fn report_text(r: &StreamReport) -> String {
         "  changes: {} in {} transactions, {} batches, {} files, {} bytes\n",
         r.changes, r.transactions, r.batches, r.files, r.bytes_written
     ));
+    if r.table_versions > 0 {
+        s.push_str(&format!(
+            "  Delta tables: {} version(s) merged, {} file(s) added, {} removed\n",
+            r.table_versions, r.table_files_added, r.table_files_removed
+        ));
+    }
     s.push_str(&format!(
         "  position: {} (_seq {}), state in {}\n",
         r.position, r.last_seq, r.state

@@ -1,7 +1,8 @@
 //! Lakehouse table formats for sluice: the Parquet parts an export wrote into a dataset's
 //! directory become one version of a Delta Lake table, committed by the `deltalake` library
 //! (delta-rs) — sluice writes the data files with its own writer and leaves the table
-//! protocol (log, actions, protocol versions, conflict checks) to the library.
+//! protocol (log, actions, protocol versions, conflict checks) to the library. A stream's
+//! batches are merged into the table one version each (`merge.rs`).
 //!
 //! One commit per dataset, at the end of the run (`sluice-engine`'s `finish`, before the
 //! manifest):

@@ -23,7 +23,8 @@ use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake_core::kernel::{Action, Add, Transaction};
 use deltalake_core::logstore::LogStoreRef;
 use deltalake_core::logstore::object_store::{ObjectStoreExt, PutPayload};
-use deltalake_core::protocol::DeltaOperation;
+use deltalake_core::operations::create::CreateBuilder;
+use deltalake_core::protocol::{DeltaOperation, SaveMode};
 use deltalake_core::{ObjectStore, Path};
 use futures_util::TryStreamExt;
 use serde_json::{Value, json};
@@ -44,7 +45,7 @@ pub(crate) async fn merge(
         .join(&format!("{}/", m.dir))
         .map_err(|e| Error::internal(format!("table directory {:?} as a URL: {e}", m.dir)))?;
     let (table, exists) = open(&url, store).await?;
-    if !exists {
+    if !exists && !m.create {
         return Err(Error::destination(
             sluice_core::error::Retry::Permanent,
             format!(
@@ -57,23 +58,28 @@ pub(crate) async fn merge(
     }
     let log: LogStoreRef = table.log_store();
     let files = log.object_store(None);
-    let state = table.snapshot().map_err(|e| delta_error(&url, e))?;
-    let done = state
-        .transaction_version(log.as_ref(), &m.app_id)
-        .await
-        .map_err(|e| delta_error(&url, e))?;
-    if done.is_some_and(|v| v >= m.through_seq as i64) {
-        return Ok(Merged::default());
-    }
     let mut up = Upserts::new(&m.dataset, &m.changes, &m.key, &m.parquet)?;
-    same_columns(&m.dataset, &url, state.schema().as_ref(), up.schema())?;
-    let current: Vec<(String, Action)> = state
-        .snapshot()
-        .file_views(log.as_ref(), None)
-        .map_ok(|f| (f.path().to_string(), Action::Remove(f.remove_action(true))))
-        .try_collect()
-        .await
-        .map_err(|e| delta_error(&url, e))?;
+    let (state, current) = if exists {
+        let state = table.snapshot().map_err(|e| delta_error(&url, e))?;
+        let done = state
+            .transaction_version(log.as_ref(), &m.app_id)
+            .await
+            .map_err(|e| delta_error(&url, e))?;
+        if done.is_some_and(|v| v >= m.through_seq as i64) {
+            return Ok(Merged::default());
+        }
+        same_columns(&m.dataset, &url, state.schema().as_ref(), up.schema())?;
+        let current: Vec<(String, Action)> = state
+            .snapshot()
+            .file_views(log.as_ref(), None)
+            .map_ok(|f| (f.path().to_string(), Action::Remove(f.remove_action(true))))
+            .try_collect()
+            .await
+            .map_err(|e| delta_error(&url, e))?;
+        (Some(state), current)
+    } else {
+        (None, Vec::new())
+    };
     let mut actions: Vec<Action> = Vec::new();
     let mut merged = Merged {
         made: true,
@@ -149,12 +155,32 @@ pub(crate) async fn merge(
         not_matched_predicates: Vec::new(),
         not_matched_by_source_predicates: Vec::new(),
     };
-    let version = CommitBuilder::from(properties)
-        .with_actions(actions)
-        .build(Some(state), log.clone(), operation)
-        .await
-        .map_err(|e| delta_error(&url, e))?
-        .version();
+    let version = match state {
+        Some(state) => CommitBuilder::from(properties)
+            .with_actions(actions)
+            .build(Some(state), log.clone(), operation)
+            .await
+            .map_err(|e| delta_error(&url, e))?
+            .version(),
+        None => {
+            // `--initial none`: the first changes make the table, its columns theirs (read
+            // back from the file just written, as an export's table is made).
+            let Some(Action::Add(first)) = actions.first() else {
+                return Err(Error::internal("a table made without a file"));
+            };
+            let schema = crate::file_schema(files.as_ref(), &url, &first.path).await?;
+            CreateBuilder::new()
+                .with_log_store(log)
+                .with_columns(schema.fields().cloned())
+                .with_save_mode(SaveMode::ErrorIfExists)
+                .with_actions(actions)
+                .with_commit_properties(properties)
+                .await
+                .map_err(|e| delta_error(&url, e))?
+                .version()
+                .unwrap_or_default()
+        }
+    };
     merged.version = Some(version as u64);
     failpoint::hit_as(
         "stream.after_table_commit",

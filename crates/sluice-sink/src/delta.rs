@@ -363,6 +363,9 @@ pub struct ChangeMerge {
     pub properties: BTreeMap<String, String>,
     /// How the merge's files are written.
     pub parquet: ParquetOptions,
+    /// Make the table when there is none (a stream started with `--initial none`); otherwise
+    /// a missing table is an error (it was removed: merging into a new one would lose rows).
+    pub create: bool,
 }
 
 /// What [`TableCommitter::merge`] did.

@@ -425,6 +425,14 @@ impl Batcher {
         let Some(merge) = &self.merge else {
             return Ok(());
         };
+        let guarantee = if self.state.snapshot.initial == "none" {
+            "the changes of every transaction committed after the stream's start (--initial \
+             none: rows from before it are not in the table) and at or before \
+             sluice.source.position"
+        } else {
+            "equal to the source table after every transaction committed at or before \
+             sluice.source.position"
+        };
         for t in &mut self.tables {
             let changes = std::mem::take(&mut t.merge_rows);
             if changes.is_empty() {
@@ -447,19 +455,25 @@ impl Batcher {
                         self.tx.pos.to_string(),
                     ),
                     ("sluice.seq".to_string(), last_seq.to_string()),
-                    (
-                        "sluice.guarantee".to_string(),
-                        "equal to the source table after every transaction committed at or \
-                         before sluice.source.position"
-                            .to_string(),
-                    ),
+                    ("sluice.guarantee".to_string(), guarantee.to_string()),
                 ]
                 .into(),
                 parquet: merge.parquet.clone(),
+                create: self.state.snapshot.initial == "none"
+                    && self
+                        .state
+                        .tables
+                        .get(&t.dataset)
+                        .is_some_and(|s| s.added.is_none()),
             };
             let committer = merge.committer.clone();
             let done = io(|| tokio::runtime::Handle::current().block_on(committer.merge(job)))?;
             if done.made {
+                let m = &self.metrics;
+                m.table_versions.fetch_add(1, Ordering::Relaxed);
+                m.table_files_added.fetch_add(done.added, Ordering::Relaxed);
+                m.table_files_removed
+                    .fetch_add(done.removed, Ordering::Relaxed);
                 tracing::debug!(
                     "{}: table version {:?} (+{} files, -{} files)",
                     t.dataset,

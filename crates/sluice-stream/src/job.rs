@@ -170,6 +170,13 @@ pub struct StreamReport {
     /// Captured tables dropped on the source during this run (their final marker written),
     /// with whether their change files hold every change they logged.
     pub dropped_tables: Vec<(String, bool)>,
+    /// `--format delta`: table versions the merges committed, and the data files they added
+    /// and removed (all zero otherwise).
+    pub table_versions: u64,
+    /// See [`StreamReport::table_versions`].
+    pub table_files_added: u64,
+    /// See [`StreamReport::table_versions`].
+    pub table_files_removed: u64,
 }
 
 /// The warning for changes of a table the run does not capture: a captured table renamed on

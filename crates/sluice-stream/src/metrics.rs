@@ -65,6 +65,12 @@ pub struct Metrics {
     pub tables_added: AtomicU64,
     /// Captured tables dropped on the source, their final marker written.
     pub tables_dropped: AtomicU64,
+    /// Table versions the merges committed (`--format delta`).
+    pub table_versions: AtomicU64,
+    /// Data files those versions added and removed.
+    pub table_files_added: AtomicU64,
+    /// See [`Metrics::table_files_added`].
+    pub table_files_removed: AtomicU64,
     /// Per table (dataset name), registered as the batcher meets them.
     tables: Mutex<BTreeMap<String, Arc<TableMetrics>>>,
     /// Per batch: commit of its oldest change → its files committed, seconds.
@@ -198,6 +204,9 @@ impl Default for Metrics {
             streaming: AtomicU64::default(),
             tables_added: AtomicU64::default(),
             tables_dropped: AtomicU64::default(),
+            table_versions: AtomicU64::default(),
+            table_files_added: AtomicU64::default(),
+            table_files_removed: AtomicU64::default(),
             tables: Mutex::default(),
             commit_to_file: Histogram::default(),
             batch_changes: Histogram::new(&[1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6]),
@@ -359,6 +368,26 @@ impl Metrics {
             "Captured tables dropped on the source, their final marker written.",
             g(&self.tables_dropped).to_string(),
         );
+        let table: [(&str, &str, &AtomicU64); 3] = [
+            (
+                "table_versions_total",
+                "Table versions committed by merging batches (--format delta).",
+                &self.table_versions,
+            ),
+            (
+                "table_files_added_total",
+                "Data files those table versions added.",
+                &self.table_files_added,
+            ),
+            (
+                "table_files_removed_total",
+                "Data files those table versions removed (rewritten without touched keys).",
+                &self.table_files_removed,
+            ),
+        ];
+        for (name, help, v) in table {
+            one(name, "counter", help, g(v).to_string());
+        }
         self.per_table(&mut out);
         let hist: [(&str, &str, &Histogram); 3] = [
             (

@@ -197,6 +197,9 @@ pub(crate) async fn stream(
         before_images: job.files.before_images,
         added_tables: added,
         dropped_tables: dropped,
+        table_versions: metrics.table_versions.load(Ordering::Relaxed),
+        table_files_added: metrics.table_files_added.load(Ordering::Relaxed),
+        table_files_removed: metrics.table_files_removed.load(Ordering::Relaxed),
     })
 }
 

@@ -40,8 +40,9 @@ impl Run {
         self.says(needles)
     }
 
+    /// Fail the test unless stderr says every one of `needles`.
     #[track_caller]
-    fn says(&self, needles: &[&str]) -> &Self {
+    pub fn says(&self, needles: &[&str]) -> &Self {
         for needle in needles {
             assert!(
                 self.stderr.contains(needle),

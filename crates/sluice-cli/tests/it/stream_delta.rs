@@ -60,7 +60,9 @@ async fn unchanged_toast_values_nulls_and_truncate_reach_the_table() {
          BEGIN; UPDATE doc SET v = 2 WHERE id = 1; UPDATE doc SET id = 6000 WHERE id = 1; COMMIT;",
     )
     .await;
-    run(&mut stream(&db.url, to.path(), "public.doc", &[])).ok();
+    run(&mut stream(&db.url, to.path(), "public.doc", &[]))
+        .ok()
+        .says(&["Delta tables: 1 version(s) merged"]);
     assert_table_equals_source(&db, to.path()).await;
     let moved = db
         .row_strings("SELECT length(big) FROM doc WHERE id = 1060")
@@ -129,4 +131,58 @@ async fn what_a_table_kept_by_key_cannot_carry_is_refused_before_anything_is_mad
         .filter(|f| !f.ends_with("lock.json"))
         .collect();
     assert!(written.is_empty(), "the refused runs wrote {written:?}");
+}
+
+/// Another writer commits to the table between the stream's merge files and its commit (a
+/// compaction, as a Spark or delta-rs `OPTIMIZE` does): the stream's commit conflicts, the
+/// batch is merged again on the new version, and nothing is lost or doubled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_committed_during_a_merge_makes_the_batch_merge_again() {
+    let db = TestDb::new().await;
+    db.exec(
+        "CREATE TABLE doc (id bigint PRIMARY KEY, v int NOT NULL, note text, big text NOT NULL);
+         INSERT INTO doc SELECT g, 0, NULL, 'b' || g FROM generate_series(1, 500) g;",
+    )
+    .await;
+    let to = tempdir();
+    run(&mut stream(&db.url, to.path(), "public.doc", &[])).ok();
+    // A few versions, so that the table has several small files to compact.
+    for k in 0..3 {
+        db.exec(&format!("UPDATE doc SET v = v + 1 WHERE id % 7 = {k}"))
+            .await;
+        run(&mut stream(&db.url, to.path(), "public.doc", &[])).ok();
+    }
+    db.exec("UPDATE doc SET v = v + 10 WHERE id % 5 = 0; DELETE FROM doc WHERE id % 11 = 0;")
+        .await;
+    let table = to.path().join("public.doc");
+    let compact = format!(
+        "from deltalake import DeltaTable; import os; \
+         DeltaTable({:?}).optimize.compact(); os._exit(0)",
+        table.to_str().unwrap()
+    );
+    let fp = sluice_testkit::process::Failpoints::new();
+    let mut cmd = stream(&db.url, to.path(), "public.doc", &[]);
+    let out = fp
+        .run_paused_at(&mut cmd, "stream.after_table_files", async {
+            let p = std::process::Command::new(lake::python())
+                .args(["-c", &compact])
+                .output()
+                .unwrap();
+            assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
+        })
+        .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("restarting"),
+        "the conflict was not retried: {stderr}"
+    );
+    assert_table_equals_source(&db, to.path()).await;
+    let view = lake::delta_view(&table, None);
+    let ops: Vec<&str> = view
+        .history
+        .iter()
+        .filter_map(|c| c["operation"].as_str())
+        .collect();
+    assert_eq!(ops[..2], ["MERGE", "OPTIMIZE"], "{ops:?}");
+    run(&mut stream(&db.url, to.path(), "public.doc", &["--drop"])).ok();
 }
