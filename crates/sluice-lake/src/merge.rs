@@ -15,6 +15,9 @@
 //! no deletion vectors; sluice's merge is a key lookup, not a query. The protocol (log,
 //! actions, conflict checks) stays the library's.
 //!
+//! Small files: once the table holds [`COMPACT_AT`] files under [`SMALL_FILE`], the merge takes
+//! them whole into its new file (in the same version), so the file count stays bounded.
+//!
 //! Cost: each batch reads the key columns of every file of the table (the files carry no
 //! per-column statistics to skip them by) and rewrites the files that hold a touched key.
 
@@ -34,6 +37,13 @@ use sluice_sink::upsert::{Rewrite, Upserts};
 use std::collections::HashMap;
 use std::sync::Arc;
 use url::Url;
+
+/// Files smaller than this count as small (a batch's final rows, a rewritten small file).
+const SMALL_FILE: i64 = 8 << 20;
+/// Once a table holds this many small files, a merge takes them all into its new file: a
+/// table merged into every few seconds stays at a bounded number of files without a
+/// compaction job of its own.
+const COMPACT_AT: usize = 16;
 
 /// Merge `m` into its table under `root` (see the module's notes).
 pub(crate) async fn merge(
@@ -69,10 +79,13 @@ pub(crate) async fn merge(
             return Ok(Merged::default());
         }
         same_columns(&m.dataset, &url, state.schema().as_ref(), up.schema())?;
-        let current: Vec<(String, Action)> = state
+        let current: Vec<(String, i64, Action)> = state
             .snapshot()
             .file_views(log.as_ref(), None)
-            .map_ok(|f| (f.path().to_string(), Action::Remove(f.remove_action(true))))
+            .map_ok(|f| {
+                let remove = Action::Remove(f.remove_action(true));
+                (f.path().to_string(), f.size(), remove)
+            })
             .try_collect()
             .await
             .map_err(|e| delta_error(&url, e))?;
@@ -106,7 +119,8 @@ pub(crate) async fn merge(
             ..Default::default()
         })
     };
-    for (path, remove) in current {
+    let compact = current.iter().filter(|f| f.1 < SMALL_FILE).count() >= COMPACT_AT;
+    for (path, size, remove) in current {
         let bytes = if up.truncated() {
             bytes::Bytes::new()
         } else {
@@ -118,6 +132,12 @@ pub(crate) async fn merge(
                 .await
                 .map_err(|e| delta_error(&url, e.into()))?
         };
+        if compact && size < SMALL_FILE {
+            up.absorb(bytes)?;
+            merged.removed += 1;
+            actions.push(remove);
+            continue;
+        }
         match up.rewrite(bytes)? {
             Rewrite::Untouched => continue,
             Rewrite::Removed => {}

@@ -11,6 +11,9 @@
 //! row a key update deleted just before its insert half (consecutive `_seq`), or the table's
 //! own row, taken while the files are rewritten (a file holding a touched key is always read).
 //!
+//! Small files can be taken whole into the file of the final rows ([`Upserts::absorb`]), so a
+//! table a stream merges into often does not end as thousands of small files.
+//!
 //! Memory: the batch's change rows (they are the final images' cells) and the rows of touched
 //! files one file at a time; a transaction is never split across two merges, so a transaction
 //! larger than memory is the limit.
@@ -89,6 +92,9 @@ pub struct Upserts {
     found: HashMap<u32, (u32, u32)>,
     found_rows: Vec<RecordBatch>,
     parquet: ParquetOptions,
+    /// The file [`Upserts::finish`] writes, holding absorbed files' rows so far.
+    out: Option<ArrowWriter<Vec<u8>>>,
+    out_rows: u64,
     /// Changes reduced.
     pub changes: u64,
 }
@@ -158,6 +164,8 @@ impl Upserts {
             found: HashMap::new(),
             found_rows: Vec::new(),
             parquet: parquet.clone(),
+            out: None,
+            out_rows: 0,
             changes: 0,
         };
         // The insert half of a key update takes its absent cells from the row deleted just
@@ -296,6 +304,32 @@ impl Upserts {
         if !hit {
             return Ok(Rewrite::Untouched);
         }
+        let mut out = None;
+        let rows = self.filter_into(file, &mut out)?;
+        match out {
+            None => Ok(Rewrite::Removed),
+            Some(w) => Ok(Rewrite::Replaced {
+                bytes: w.into_inner().map_err(internal)?,
+                rows,
+            }),
+        }
+    }
+
+    /// Take the table file `file` (Parquet) into the file [`Upserts::finish`] writes, without
+    /// the touched keys: small files are compacted so, while the merge rewrites the table.
+    pub fn absorb(&mut self, file: Bytes) -> Result<()> {
+        if self.truncated {
+            return Ok(());
+        }
+        let mut out = self.out.take();
+        self.out_rows += self.filter_into(file, &mut out)?;
+        self.out = out;
+        Ok(())
+    }
+
+    /// The rows of `file` without the touched keys, written into `out` (made at the first
+    /// row kept); the rows final images take cells from are kept aside. Returns the rows kept.
+    fn filter_into(&mut self, file: Bytes, out: &mut Option<ArrowWriter<Vec<u8>>>) -> Result<u64> {
         let all: Vec<&str> = self
             .table
             .schema
@@ -306,7 +340,6 @@ impl Upserts {
         let reader = ParquetRecordBatchReaderBuilder::try_new(file)
             .and_then(|b| b.build())
             .map_err(|e| Error::data(format!("a table file: {e}")))?;
-        let mut out: Option<ArrowWriter<Vec<u8>>> = None;
         let mut kept_rows = 0u64;
         for batch in reader {
             let batch = self.in_table_types(&batch.map_err(internal)?, &all)?;
@@ -332,13 +365,7 @@ impl Upserts {
             };
             w.write(&kept).map_err(internal)?;
         }
-        match out {
-            None => Ok(Rewrite::Removed),
-            Some(w) => Ok(Rewrite::Replaced {
-                bytes: w.into_inner().map_err(internal)?,
-                rows: kept_rows,
-            }),
-        }
+        Ok(kept_rows)
     }
 
     /// The rows of `names` in the table's types, by name (a file another writer wrote may
@@ -373,10 +400,14 @@ impl Upserts {
 
     /// The file of the rows the touched keys hold at the batch's end (`None`: no row), and
     /// its row count. Call after every file holding one was given to [`Upserts::rewrite`].
-    pub fn finish(self) -> Result<Option<(Vec<u8>, u64)>> {
+    pub fn finish(mut self) -> Result<Option<(Vec<u8>, u64)>> {
+        let out = self.out.take();
         let images: Vec<&Image> = self.touched.values().flatten().collect();
         if images.is_empty() {
-            return Ok(None);
+            return match out {
+                Some(w) => Ok(Some((w.into_inner().map_err(internal)?, self.out_rows))),
+                None => Ok(None),
+            };
         }
         let n_batches = self.batches.len();
         let null_source = n_batches + self.found_rows.len();
@@ -412,9 +443,12 @@ impl Upserts {
                  out whose value the table did not hold"
             ))
         })?;
-        let mut w = self.writer()?;
+        let mut w = match out {
+            Some(w) => w,
+            None => self.writer()?,
+        };
         w.write(&batch).map_err(internal)?;
-        let rows = batch.num_rows() as u64;
+        let rows = self.out_rows + batch.num_rows() as u64;
         Ok(Some((w.into_inner().map_err(internal)?, rows)))
     }
 }

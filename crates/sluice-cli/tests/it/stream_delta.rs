@@ -186,3 +186,34 @@ async fn a_compaction_committed_during_a_merge_makes_the_batch_merge_again() {
     assert_eq!(ops[..2], ["MERGE", "OPTIMIZE"], "{ops:?}");
     run(&mut stream(&db.url, to.path(), "public.doc", &["--drop"])).ok();
 }
+
+/// A stream merging often adds a small file per batch: once the table holds sixteen small
+/// files, a merge takes them into its own, so the count stays bounded while the rows stay
+/// those of the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_files_are_compacted_by_the_merges() {
+    let db = TestDb::new().await;
+    db.exec(
+        "CREATE TABLE doc (id bigint PRIMARY KEY, v int NOT NULL, note text, big text NOT NULL);
+         INSERT INTO doc SELECT g, 0, NULL, 'b' || g FROM generate_series(1, 100) g;",
+    )
+    .await;
+    let to = tempdir();
+    run(&mut stream(&db.url, to.path(), "public.doc", &[])).ok();
+    let table = to.path().join("public.doc");
+    let mut most = 0;
+    for k in 0..24 {
+        // An insert (a new small file) and an update of a row of an earlier one.
+        db.exec(&format!(
+            "INSERT INTO doc VALUES ({}, {k}, 'n', 'x'); UPDATE doc SET v = v + 1 WHERE id = {};",
+            1000 + k,
+            1 + k * 3
+        ))
+        .await;
+        run(&mut stream(&db.url, to.path(), "public.doc", &[])).ok();
+        most = most.max(lake::delta_view(&table, None).files);
+    }
+    assert!(most <= 17, "the table held {most} files");
+    assert_table_equals_source(&db, to.path()).await;
+    run(&mut stream(&db.url, to.path(), "public.doc", &["--drop"])).ok();
+}

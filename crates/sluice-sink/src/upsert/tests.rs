@@ -164,3 +164,18 @@ fn a_table_without_a_key_is_refused_naming_the_fix() {
         "{e}"
     );
 }
+
+#[test]
+fn absorbed_files_go_into_the_final_file_without_the_touched_keys() {
+    let mut up = reduce(&[
+        ("update", 1, 2, Some("b2"), None, &["big"]),
+        ("insert", 2, 9, Some("b9"), Some("t9"), &[]),
+    ]);
+    let small = table_file(&up, &[(1, "a1", "t1"), (2, "a2", "t2")]);
+    up.absorb(small).unwrap();
+    let other = table_file(&up, &[(5, "a5", "t5")]);
+    up.absorb(other).unwrap();
+    let (bytes, rows) = up.finish().unwrap().unwrap();
+    assert_eq!(rows, 4);
+    assert_eq!(read(bytes), ["1|a1|t1", "2|b2|t2", "5|a5|t5", "9|b9|t9"]);
+}
