@@ -208,29 +208,47 @@ async fn open(url: &Url, store: Option<&Arc<dyn ObjectStore>>) -> Result<(DeltaT
     Ok((table, true))
 }
 
-/// The Delta schema of a part, from its footer (the Arrow schema sluice's writer embeds).
-async fn file_schema(store: &dyn ObjectStore, url: &Url, path: &str) -> Result<StructType> {
+/// The Parquet footer (the file's metadata, without the trailing length and magic) of the
+/// file at `path`, `size` bytes long (`None`: ask the store).
+async fn footer(
+    store: &dyn ObjectStore,
+    url: &Url,
+    path: &str,
+    size: Option<u64>,
+) -> Result<bytes::Bytes> {
     let location = Path::from(path);
-    let meta = store
-        .head(&location)
-        .await
-        .map_err(|e| delta_error(url, e.into()))?;
+    let size = match size {
+        Some(s) => s,
+        None => {
+            store
+                .head(&location)
+                .await
+                .map_err(|e| delta_error(url, e.into()))?
+                .size
+        }
+    };
     let bad = |what: &str| Error::data(format!("{url}{path}: {what}"));
-    if meta.size < 8 {
+    if size < 8 {
         return Err(bad("too short to be a Parquet file"));
     }
     let tail = store
-        .get_range(&location, meta.size - 8..meta.size)
+        .get_range(&location, size - 8..size)
         .await
         .map_err(|e| delta_error(url, e.into()))?;
     let len = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]) as u64;
-    if &tail[4..] != b"PAR1" || len + 8 > meta.size {
+    if &tail[4..] != b"PAR1" || len + 8 > size {
         return Err(bad("no Parquet footer"));
     }
-    let footer = store
-        .get_range(&location, meta.size - 8 - len..meta.size - 8)
+    store
+        .get_range(&location, size - 8 - len..size - 8)
         .await
-        .map_err(|e| delta_error(url, e.into()))?;
+        .map_err(|e| delta_error(url, e.into()))
+}
+
+/// The Delta schema of a part, from its footer (the Arrow schema sluice's writer embeds).
+async fn file_schema(store: &dyn ObjectStore, url: &Url, path: &str) -> Result<StructType> {
+    let footer = footer(store, url, path, None).await?;
+    let bad = |what: &str| Error::data(format!("{url}{path}: {what}"));
     let parquet =
         ParquetMetaDataReader::decode_metadata(&footer).map_err(|e| bad(&e.to_string()))?;
     let file = parquet.file_metadata();

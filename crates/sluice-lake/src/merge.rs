@@ -18,8 +18,9 @@
 //! Small files: once the table holds [`COMPACT_AT`] files under [`SMALL_FILE`], the merge takes
 //! them whole into its new file (in the same version), so the file count stays bounded.
 //!
-//! Cost: each batch reads the key columns of every file of the table (the files carry no
-//! per-column statistics to skip them by) and rewrites the files that hold a touched key.
+//! Cost: each batch reads the footer of every file of the table, the key columns of those whose
+//! key statistics (min/max of the first key column per row group) may hold a touched key, and
+//! rewrites the files that do hold one.
 
 use crate::{delta_error, open};
 use deltalake_core::kernel::transaction::{CommitBuilder, CommitProperties};
@@ -121,28 +122,36 @@ pub(crate) async fn merge(
     };
     let compact = current.iter().filter(|f| f.1 < SMALL_FILE).count() >= COMPACT_AT;
     for (path, size, remove) in current {
-        let bytes = if up.truncated() {
-            bytes::Bytes::new()
-        } else {
-            files
-                .get(&Path::from(path.as_str()))
-                .await
-                .map_err(|e| delta_error(&url, e.into()))?
-                .bytes()
-                .await
-                .map_err(|e| delta_error(&url, e.into()))?
-        };
-        if compact && size < SMALL_FILE {
-            up.absorb(bytes)?;
+        let absorb = compact && size < SMALL_FILE;
+        if up.truncated() {
+            // Every row of it is gone: removed unread.
             merged.removed += 1;
             actions.push(remove);
             continue;
         }
-        match up.rewrite(bytes)? {
-            Rewrite::Untouched => continue,
-            Rewrite::Removed => {}
-            Rewrite::Replaced { bytes, rows } => {
-                actions.push(Action::Add(put(bytes, rows, &mut merged).await?));
+        // The key's statistics in the footer first: most files hold no touched key.
+        if !absorb {
+            let footer = crate::footer(files.as_ref(), &url, &path, Some(size as u64)).await?;
+            if !up.may_hold(&footer)? {
+                continue;
+            }
+        }
+        let bytes = files
+            .get(&Path::from(path.as_str()))
+            .await
+            .map_err(|e| delta_error(&url, e.into()))?
+            .bytes()
+            .await
+            .map_err(|e| delta_error(&url, e.into()))?;
+        if absorb {
+            up.absorb(bytes)?;
+        } else {
+            match up.rewrite(bytes)? {
+                Rewrite::Untouched => continue,
+                Rewrite::Removed => {}
+                Rewrite::Replaced { bytes, rows } => {
+                    actions.push(Action::Add(put(bytes, rows, &mut merged).await?));
+                }
             }
         }
         merged.removed += 1;

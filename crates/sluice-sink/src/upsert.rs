@@ -29,6 +29,9 @@ use bytes::Bytes;
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
+use parquet::arrow::parquet_to_arrow_schema;
+use parquet::file::metadata::ParquetMetaDataReader;
 use sluice_core::change::{ABSENT, BEFORE, CHANGE_COLUMNS, OP, SEQ};
 use sluice_core::{Error, Result};
 use std::collections::HashMap;
@@ -97,6 +100,10 @@ pub struct Upserts {
     out_rows: u64,
     /// Changes reduced.
     pub changes: u64,
+    /// The first key column's value of every key a change named (row form, sorted), to pass
+    /// over files whose statistics exclude them all; `None` where the first key column's
+    /// type has no total order statistics can be trusted for (floats).
+    first: Option<(RowConverter, Vec<Box<[u8]>>)>,
 }
 
 fn internal(what: impl std::fmt::Display) -> Error {
@@ -167,7 +174,13 @@ impl Upserts {
             out: None,
             out_rows: 0,
             changes: 0,
+            first: None,
         };
+        let first_type = up.table.schema.field(up.key[0]).data_type().clone();
+        let mut first = (!first_type.is_floating())
+            .then(|| RowConverter::new(vec![SortField::new(first_type)]).map(|c| (c, Vec::new())))
+            .transpose()
+            .map_err(internal)?;
         // The insert half of a key update takes its absent cells from the row deleted just
         // before it: (its `_seq`, that row).
         let mut deleted: Option<(u64, Option<Image>)> = None;
@@ -177,6 +190,11 @@ impl Upserts {
             let plain = RecordBatch::try_new(projected.clone(), columns).map_err(internal)?;
             let converted = up.table.convert(&plain)?;
             let rows = up.key_rows(&converted)?;
+            if let Some((conv, keys)) = first.as_mut() {
+                let column = converted.column(up.key[0]).clone();
+                let firsts = conv.convert_columns(&[column]).map_err(internal)?;
+                keys.extend(firsts.iter().map(|r| Box::<[u8]>::from(r.as_ref())));
+            }
             let ops = column(batch, OP)?.as_string::<i32>().clone();
             let seqs = column(batch, SEQ)?.as_primitive::<UInt64Type>().clone();
             let absent = column(batch, ABSENT)?.as_list::<i32>().clone();
@@ -235,7 +253,57 @@ impl Upserts {
                 }
             }
         }
+        if let Some((_, keys)) = first.as_mut() {
+            keys.sort_unstable();
+            keys.dedup();
+        }
+        up.first = first;
         Ok(up)
+    }
+
+    /// False when the table file whose Parquet footer is `footer` cannot hold a touched key:
+    /// no row group's range of the first key column (its statistics) holds one. True where
+    /// the statistics cannot tell (absent, another type, a float key).
+    pub fn may_hold(&self, footer: &[u8]) -> Result<bool> {
+        if self.truncated {
+            return Ok(true);
+        }
+        if self.touched.is_empty() {
+            return Ok(false);
+        }
+        let Some((conv, keys)) = &self.first else {
+            return Ok(true);
+        };
+        let Ok(meta) = ParquetMetaDataReader::decode_metadata(footer) else {
+            return Ok(true);
+        };
+        let file = meta.file_metadata();
+        let Ok(arrow) = parquet_to_arrow_schema(file.schema_descr(), file.key_value_metadata())
+        else {
+            return Ok(true);
+        };
+        let field = self.table.schema.field(self.key[0]);
+        let Ok(stats) = StatisticsConverter::try_new(field.name(), &arrow, file.schema_descr())
+        else {
+            return Ok(true);
+        };
+        let bounds = |a: parquet::errors::Result<ArrayRef>| {
+            a.ok()
+                .and_then(|a| arrow_cast::cast(&a, field.data_type()).ok())
+                .filter(|a| a.null_count() == 0)
+                .and_then(|a| conv.convert_columns(&[a]).ok())
+        };
+        let (Some(lo), Some(hi)) = (
+            bounds(stats.row_group_mins(meta.row_groups().iter())),
+            bounds(stats.row_group_maxes(meta.row_groups().iter())),
+        ) else {
+            return Ok(true);
+        };
+        Ok((0..lo.num_rows()).any(|g| {
+            let (l, h) = (lo.row(g), hi.row(g));
+            let at = keys.partition_point(|k| k.as_ref() < l.as_ref());
+            keys.get(at).is_some_and(|k| k.as_ref() <= h.as_ref())
+        }))
     }
 
     /// The table's schema (the columns and types the table's files hold).

@@ -263,6 +263,9 @@ pub(crate) async fn check_tables(
     let unlogged = crate::cascades::unlogged(job.source.as_ref(), &keys);
     crate::cascades::check_stream(job.source.as_ref(), &unlogged, job.accept_missing_cascades)?;
     if job.table.is_some() {
+        for d in datasets {
+            sluice_sink::delta::table_schema(&d.name, &d.arrow_schema())?;
+        }
         check_mergeable(job, &keys, &unlogged)?;
     }
     if job.files.before_images {

@@ -199,7 +199,7 @@ async fn a_table_on_s3_reads_back_and_is_replaced_in_one_version() {
 }
 
 /// Refused before the source is read, exit 2, nothing written: a column name Delta cannot
-/// hold, an object store, `--merge`, and a stream into a table.
+/// hold, an object store, `--merge`; a stream into a table with such a column, before its slot.
 #[tokio::test]
 async fn what_a_delta_table_cannot_take_is_refused_with_the_fix() {
     let db = TestDb::new().await;
@@ -243,7 +243,14 @@ async fn what_a_delta_table_cannot_take_is_refused_with_the_fix() {
             .arg(out.path())
             .args(words("--table odd --format delta")),
     );
-    run.refused(2, &["export the table with --format delta"]);
+    // A stream into a table refuses it before its slot or snapshot is made.
+    run.refused(2, &["\"a b\"", "--format parquet"]);
+    let slots = db
+        .row_strings(
+            "SELECT slot_name FROM pg_replication_slots WHERE database = current_database()",
+        )
+        .await;
+    assert!(slots.is_empty(), "{slots:?}");
 }
 
 /// A table another writer partitioned is not replaced by `--overwrite` (its readers could not

@@ -179,3 +179,31 @@ fn absorbed_files_go_into_the_final_file_without_the_touched_keys() {
     assert_eq!(rows, 4);
     assert_eq!(read(bytes), ["1|a1|t1", "2|b2|t2", "5|a5|t5", "9|b9|t9"]);
 }
+
+/// The footer of a Parquet file's bytes.
+fn footer(file: &Bytes) -> &[u8] {
+    let n = file.len();
+    let len = u32::from_le_bytes(file[n - 8..n - 4].try_into().unwrap()) as usize;
+    &file[n - 8 - len..n - 8]
+}
+
+#[test]
+fn a_file_whose_key_range_holds_no_touched_key_is_passed_over_by_its_statistics() {
+    let up = reduce(&[
+        ("update", 1, 2, Some("b2"), Some("u2"), &[]),
+        ("delete", 2, 40, None, None, &["v", "big"]),
+    ]);
+    let low = table_file(&up, &[(1, "a1", "t1"), (3, "a3", "t3")]);
+    let between = table_file(&up, &[(10, "a", "t"), (20, "a", "t")]);
+    let high = table_file(&up, &[(35, "a", "t"), (45, "a", "t")]);
+    assert!(up.may_hold(footer(&low)).unwrap(), "2 is within 1..3");
+    assert!(
+        !up.may_hold(footer(&between)).unwrap(),
+        "neither 2 nor 40 is within 10..20"
+    );
+    assert!(up.may_hold(footer(&high)).unwrap(), "40 is within 35..45");
+    assert!(
+        up.may_hold(b"not a footer").unwrap(),
+        "unreadable statistics cannot exclude"
+    );
+}
