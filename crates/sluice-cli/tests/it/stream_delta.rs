@@ -270,3 +270,60 @@ async fn a_table_on_s3_is_kept_equal_to_the_source() {
     assert_eq!(view.version, 1);
     once(&["--drop"]).ok();
 }
+
+/// A table created on the source that the selection matches joins the stream as a Delta table
+/// of its own (its own snapshot, then its merges); one without a primary key is refused when
+/// it appears, naming it and the fix, with the tables already kept left as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_created_later_joins_as_a_table_of_its_own() {
+    let db = TestDb::new().await;
+    db.exec("CREATE TABLE a1 (id int PRIMARY KEY, v text); INSERT INTO a1 VALUES (1, 'x');")
+        .await;
+    let to = tempdir();
+    let all = |extra: &[&str]| {
+        let mut c = sluice();
+        c.args([
+            "stream",
+            "--source",
+            &db.url,
+            "--tables",
+            "public.a.*",
+            "--to",
+        ])
+        .arg(to.path())
+        .args([
+            "--format",
+            "delta",
+            "--batch-seconds",
+            "0.2",
+            "--until-current",
+        ])
+        .args(extra);
+        run(&mut c)
+    };
+    all(&[]).ok();
+    db.exec(
+        "CREATE TABLE a2 (id int PRIMARY KEY, v text); INSERT INTO a2 VALUES (1, 'y'), (2, 'z');
+         UPDATE a1 SET v = 'w';",
+    )
+    .await;
+    all(&[]).ok();
+    db.exec("UPDATE a2 SET v = 'q' WHERE id = 2; INSERT INTO a2 VALUES (3, 'r');")
+        .await;
+    all(&[]).ok();
+    for t in ["a1", "a2"] {
+        let want = db.row_strings(&format!("SELECT id, v FROM {t}")).await;
+        let got = lake::duckdb_delta_strings(&to.path().join(format!("public.{t}")));
+        assert_eq!(got, want, "{t}");
+    }
+    db.exec("CREATE TABLE a3 (x int, v text); INSERT INTO a3 VALUES (1, 'k');")
+        .await;
+    all(&[]).refused(2, &["public.a3", "no primary key"]);
+    assert!(!to.path().join("public.a3").exists());
+    let want = db.row_strings("SELECT id, v FROM a2").await;
+    assert_eq!(
+        lake::duckdb_delta_strings(&to.path().join("public.a2")),
+        want
+    );
+    all(&["--drop"]).ok();
+}
