@@ -521,7 +521,7 @@ pub struct StreamOptions {
     /// MySQL/MariaDB: the replica server id of the binary log session (default: a random one per session in 4026531840-4294967294, which IP-derived replica ids never use).
     #[arg(long, value_name = "N")]
     pub server_id: Option<u32>,
-    /// Cut a batch when its changes reach this many bytes (default 64MB).
+    /// Cut a batch when its changes reach this many bytes (default 64MB; with --format delta, a quarter of --memory, at least 4MB).
     #[arg(long, value_name = "BYTES")]
     pub batch_bytes: Option<ByteSize>,
     /// Cut a batch this many seconds after its first change (default 60).

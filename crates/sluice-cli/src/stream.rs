@@ -83,9 +83,16 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
     }
     let template = config::job(o, true)?;
     let initial = initial(s.initial);
+    // Merging into a table holds a batch's change rows while the table's files are rewritten:
+    // by default a batch is then a quarter of --memory.
+    let default_batch = if delta {
+        (template.memory / 4).clamp(4 << 20, DEFAULT_BATCH_BYTES)
+    } else {
+        DEFAULT_BATCH_BYTES
+    };
     let batch_bytes = s
         .batch_bytes
-        .map_or(DEFAULT_BATCH_BYTES, sluice_cli::size::ByteSize::bytes);
+        .map_or(default_batch, sluice_cli::size::ByteSize::bytes);
     if batch_bytes < 64 << 10 {
         return Err(Error::config("--batch-bytes must be at least 64KB."));
     }

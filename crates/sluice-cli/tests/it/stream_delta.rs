@@ -327,3 +327,35 @@ async fn a_table_created_later_joins_as_a_table_of_its_own() {
     );
     all(&["--drop"]).ok();
 }
+
+/// A column added on the source stops the stream at the batch that first carries it, naming
+/// the column and the way on; the table keeps every change before it and no version is made
+/// with it. Run again, it stops the same way (nothing skipped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_column_added_on_the_source_stops_the_stream_naming_it() {
+    let db = TestDb::new().await;
+    db.exec(
+        "CREATE TABLE doc (id bigint PRIMARY KEY, v int NOT NULL, note text, big text NOT NULL);
+         INSERT INTO doc SELECT g, 0, NULL, 'b' || g FROM generate_series(1, 50) g;",
+    )
+    .await;
+    let to = tempdir();
+    run(&mut stream(&db.url, to.path(), "public.doc", &[])).ok();
+    db.exec("UPDATE doc SET v = 1 WHERE id <= 10").await;
+    run(&mut stream(&db.url, to.path(), "public.doc", &[])).ok();
+    let before = db.row_strings(SELECT).await;
+    db.exec("ALTER TABLE doc ADD COLUMN extra int; UPDATE doc SET extra = 5 WHERE id = 1;")
+        .await;
+    for _ in 0..2 {
+        run(&mut stream(&db.url, to.path(), "public.doc", &[])).failed(&[
+            "public.doc",
+            "added: [extra]",
+            "--drop",
+        ]);
+        assert_eq!(
+            lake::duckdb_delta_strings(&to.path().join("public.doc")),
+            before
+        );
+    }
+    run(&mut stream(&db.url, to.path(), "public.doc", &["--drop"])).ok();
+}
