@@ -8,6 +8,10 @@
 //! a transaction (the state then restarts at the transaction's start and skips what was
 //! written, by `_seq`).
 //!
+//! Merging into tables (`--format delta`, `merge.rs`): the open batch's change rows are kept
+//! per table, a batch ends only between transactions, and at the cut each table gets one
+//! version after the change files are committed and before the state is saved.
+//!
 //! File names: `<dataset>/changes/[<partition>/]<POS>-<SEQ>.<ext>`, the `_pos` and `_seq` of
 //! the file's first change, the partition by `--layout` (`files.rs`). A retried batch starts
 //! with the same change, so it rewrites the same names (the partition as its intent recorded
@@ -27,7 +31,6 @@ use sluice_core::change::{
 use sluice_core::failpoint;
 use sluice_core::table::TableRef;
 use sluice_core::{ColumnDesc, Error, ErrorKind, Result, StreamPos};
-use sluice_sink::delta::{ChangeMerge, TableCommitter};
 use sluice_sink::{Destination, FormatOptions, PartKey, PartWriter, open_part};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -60,20 +63,6 @@ struct Table {
     /// The open batch's change rows, for the table merge (`--format delta`).
     merge_rows: Vec<arrow_array::RecordBatch>,
 }
-
-/// Where each batch is also merged: the datasets' tables (`sluice stream --format delta`).
-pub struct MergeInto {
-    /// Makes the table commits (`sluice-lake`).
-    pub committer: Arc<dyn TableCommitter>,
-    /// Each dataset's key columns.
-    pub keys: HashMap<String, Vec<String>>,
-    /// How the merge's files are written.
-    pub parquet: sluice_sink::ParquetOptions,
-}
-
-/// The application id of a stream's table commits (Delta's `txn`), whose version is the last
-/// `_seq` merged: one stream writes a table (its snapshot created it).
-pub const MERGE_APP_ID: &str = "sluice-stream";
 
 struct Batch {
     first_seq: u64,
@@ -419,73 +408,6 @@ impl Batcher {
         }
     }
 
-    /// Merge the batch that ends at `last_seq` into each table it changed: one table version
-    /// each, carrying `last_seq` (a version already there is found and not made again).
-    fn merge_tables(&mut self, last_seq: u64) -> Result<()> {
-        let Some(merge) = &self.merge else {
-            return Ok(());
-        };
-        let guarantee = if self.state.snapshot.initial == "none" {
-            "the changes of every transaction committed after the stream's start (--initial \
-             none: rows from before it are not in the table) and at or before \
-             sluice.source.position"
-        } else {
-            "equal to the source table after every transaction committed at or before \
-             sluice.source.position"
-        };
-        for t in &mut self.tables {
-            let changes = std::mem::take(&mut t.merge_rows);
-            if changes.is_empty() {
-                continue;
-            }
-            let key =
-                merge.keys.get(&t.dataset).cloned().ok_or_else(|| {
-                    Error::internal(format!("{}: merged without its key", t.dataset))
-                })?;
-            let job = ChangeMerge {
-                dir: sluice_sink::layout::dataset_dir(&t.dataset),
-                dataset: t.dataset.clone(),
-                app_id: MERGE_APP_ID.to_string(),
-                through_seq: last_seq,
-                key,
-                changes,
-                properties: [
-                    (
-                        "sluice.source.position".to_string(),
-                        self.tx.pos.to_string(),
-                    ),
-                    ("sluice.seq".to_string(), last_seq.to_string()),
-                    ("sluice.guarantee".to_string(), guarantee.to_string()),
-                ]
-                .into(),
-                parquet: merge.parquet.clone(),
-                create: self.state.snapshot.initial == "none"
-                    && self
-                        .state
-                        .tables
-                        .get(&t.dataset)
-                        .is_some_and(|s| s.added.is_none()),
-            };
-            let committer = merge.committer.clone();
-            let done = io(|| tokio::runtime::Handle::current().block_on(committer.merge(job)))?;
-            if done.made {
-                let m = &self.metrics;
-                m.table_versions.fetch_add(1, Ordering::Relaxed);
-                m.table_files_added.fetch_add(done.added, Ordering::Relaxed);
-                m.table_files_removed
-                    .fetch_add(done.removed, Ordering::Relaxed);
-                tracing::debug!(
-                    "{}: table version {:?} (+{} files, -{} files)",
-                    t.dataset,
-                    done.version,
-                    done.added,
-                    done.removed
-                );
-            }
-        }
-        Ok(())
-    }
-
     /// The schema version of table `h`'s current columns for a change written at `seq`,
     /// recorded in the state when it begins there.
     ///
@@ -744,5 +666,8 @@ fn commit_micros(commit_ts: Option<i64>) -> i64 {
     commit_ts.unwrap_or_else(|| chrono::Utc::now().timestamp_micros())
 }
 
+mod merge;
 #[cfg(test)]
 mod tests;
+
+pub use merge::{MERGE_APP_ID, MergeInto};

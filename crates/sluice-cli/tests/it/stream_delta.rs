@@ -11,9 +11,17 @@ use std::path::Path;
 
 const SELECT: &str = "SELECT id, v, note, big FROM doc";
 
-fn stream(url: &str, to: &Path, table: &str, extra: &[&str]) -> std::process::Command {
+/// `sluice stream --format delta` of `selection` (`--table T`, `--tables P`) into `to`.
+fn stream_to(
+    url: &str,
+    to: impl AsRef<std::ffi::OsStr>,
+    selection: &[&str],
+    extra: &[&str],
+) -> std::process::Command {
     let mut c = sluice();
-    c.args(["stream", "--source", url, "--table", table, "--to"])
+    c.args(["stream", "--source", url])
+        .args(selection)
+        .arg("--to")
         .arg(to)
         .args([
             "--format",
@@ -24,6 +32,19 @@ fn stream(url: &str, to: &Path, table: &str, extra: &[&str]) -> std::process::Co
         ])
         .args(extra);
     c
+}
+
+fn stream(url: &str, to: &Path, table: &str, extra: &[&str]) -> std::process::Command {
+    stream_to(url, to, &["--table", table], extra)
+}
+
+/// `doc` with `rows` rows of small values.
+async fn create_doc(db: &TestDb, rows: i64) {
+    db.exec(&format!(
+        "CREATE TABLE doc (id bigint PRIMARY KEY, v int NOT NULL, note text, big text NOT NULL);
+         INSERT INTO doc SELECT g, 0, NULL, 'b' || g FROM generate_series(1, {rows}) g;"
+    ))
+    .await;
 }
 
 async fn assert_table_equals_source(db: &TestDb, to: &Path) {
@@ -139,11 +160,7 @@ async fn what_a_table_kept_by_key_cannot_carry_is_refused_before_anything_is_mad
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compaction_committed_during_a_merge_makes_the_batch_merge_again() {
     let db = TestDb::new().await;
-    db.exec(
-        "CREATE TABLE doc (id bigint PRIMARY KEY, v int NOT NULL, note text, big text NOT NULL);
-         INSERT INTO doc SELECT g, 0, NULL, 'b' || g FROM generate_series(1, 500) g;",
-    )
-    .await;
+    create_doc(&db, 500).await;
     let to = tempdir();
     run(&mut stream(&db.url, to.path(), "public.doc", &[])).ok();
     // A few versions, so that the table has several small files to compact.
@@ -193,11 +210,7 @@ async fn a_compaction_committed_during_a_merge_makes_the_batch_merge_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_files_are_compacted_by_the_merges() {
     let db = TestDb::new().await;
-    db.exec(
-        "CREATE TABLE doc (id bigint PRIMARY KEY, v int NOT NULL, note text, big text NOT NULL);
-         INSERT INTO doc SELECT g, 0, NULL, 'b' || g FROM generate_series(1, 100) g;",
-    )
-    .await;
+    create_doc(&db, 100).await;
     let to = tempdir();
     run(&mut stream(&db.url, to.path(), "public.doc", &[])).ok();
     let table = to.path().join("public.doc");
@@ -223,32 +236,15 @@ async fn small_files_are_compacted_by_the_merges() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_on_s3_is_kept_equal_to_the_source() {
     let db = TestDb::new().await;
-    db.exec(
-        "CREATE TABLE doc (id bigint PRIMARY KEY, v int NOT NULL, note text, big text NOT NULL);
-         INSERT INTO doc SELECT g, 0, NULL, 'b' || g FROM generate_series(1, 3000) g;",
-    )
-    .await;
+    create_doc(&db, 3000).await;
     let to = sluice_testkit::objstore::test_url(sluice_testkit::objstore::Store::S3);
     let once = |extra: &[&str]| {
-        let mut c = sluice();
-        c.args([
-            "stream",
-            "--source",
+        run(&mut stream_to(
             &db.url,
-            "--table",
-            "public.doc",
-            "--to",
             &to,
-        ])
-        .args([
-            "--format",
-            "delta",
-            "--batch-seconds",
-            "0.2",
-            "--until-current",
-        ])
-        .args(extra);
-        run(&mut c)
+            &["--table", "public.doc"],
+            extra,
+        ))
     };
     once(&[]).ok();
     db.exec(
@@ -281,25 +277,12 @@ async fn a_table_created_later_joins_as_a_table_of_its_own() {
         .await;
     let to = tempdir();
     let all = |extra: &[&str]| {
-        let mut c = sluice();
-        c.args([
-            "stream",
-            "--source",
+        run(&mut stream_to(
             &db.url,
-            "--tables",
-            "public.a.*",
-            "--to",
-        ])
-        .arg(to.path())
-        .args([
-            "--format",
-            "delta",
-            "--batch-seconds",
-            "0.2",
-            "--until-current",
-        ])
-        .args(extra);
-        run(&mut c)
+            to.path(),
+            &["--tables", "public.a.*"],
+            extra,
+        ))
     };
     all(&[]).ok();
     db.exec(
@@ -334,11 +317,7 @@ async fn a_table_created_later_joins_as_a_table_of_its_own() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_column_added_on_the_source_stops_the_stream_naming_it() {
     let db = TestDb::new().await;
-    db.exec(
-        "CREATE TABLE doc (id bigint PRIMARY KEY, v int NOT NULL, note text, big text NOT NULL);
-         INSERT INTO doc SELECT g, 0, NULL, 'b' || g FROM generate_series(1, 50) g;",
-    )
-    .await;
+    create_doc(&db, 50).await;
     let to = tempdir();
     run(&mut stream(&db.url, to.path(), "public.doc", &[])).ok();
     db.exec("UPDATE doc SET v = 1 WHERE id <= 10").await;

@@ -1,0 +1,93 @@
+//! The cut's table merge (`sluice stream --format delta`): each table the batch changed gets
+//! one version of its table, through the job's `TableCommitter` (`sluice-lake`), carrying the
+//! batch's last `_seq` as the stream's application transaction.
+
+use super::{Batcher, io};
+use sluice_core::{Error, Result};
+use sluice_sink::delta::{ChangeMerge, TableCommitter};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Where each batch is also merged: the datasets' tables (`sluice stream --format delta`).
+pub struct MergeInto {
+    /// Makes the table commits (`sluice-lake`).
+    pub committer: Arc<dyn TableCommitter>,
+    /// Each dataset's key columns.
+    pub keys: HashMap<String, Vec<String>>,
+    /// How the merge's files are written.
+    pub parquet: sluice_sink::ParquetOptions,
+}
+
+/// The application id of a stream's table commits (Delta's `txn`), whose version is the last
+/// `_seq` merged: one stream writes a table (its snapshot created it).
+pub const MERGE_APP_ID: &str = "sluice-stream";
+
+impl Batcher {
+    /// Merge the batch that ends at `last_seq` into each table it changed: one table version
+    /// each, carrying `last_seq` (a version already there is found and not made again).
+    pub(super) fn merge_tables(&mut self, last_seq: u64) -> Result<()> {
+        let Some(merge) = &self.merge else {
+            return Ok(());
+        };
+        let guarantee = if self.state.snapshot.initial == "none" {
+            "the changes of every transaction committed after the stream's start (--initial \
+             none: rows from before it are not in the table) and at or before \
+             sluice.source.position"
+        } else {
+            "equal to the source table after every transaction committed at or before \
+             sluice.source.position"
+        };
+        for t in &mut self.tables {
+            let changes = std::mem::take(&mut t.merge_rows);
+            if changes.is_empty() {
+                continue;
+            }
+            let key =
+                merge.keys.get(&t.dataset).cloned().ok_or_else(|| {
+                    Error::internal(format!("{}: merged without its key", t.dataset))
+                })?;
+            let job = ChangeMerge {
+                dir: sluice_sink::layout::dataset_dir(&t.dataset),
+                dataset: t.dataset.clone(),
+                app_id: MERGE_APP_ID.to_string(),
+                through_seq: last_seq,
+                key,
+                changes,
+                properties: [
+                    (
+                        "sluice.source.position".to_string(),
+                        self.tx.pos.to_string(),
+                    ),
+                    ("sluice.seq".to_string(), last_seq.to_string()),
+                    ("sluice.guarantee".to_string(), guarantee.to_string()),
+                ]
+                .into(),
+                parquet: merge.parquet.clone(),
+                create: self.state.snapshot.initial == "none"
+                    && self
+                        .state
+                        .tables
+                        .get(&t.dataset)
+                        .is_some_and(|s| s.added.is_none()),
+            };
+            let committer = merge.committer.clone();
+            let done = io(|| tokio::runtime::Handle::current().block_on(committer.merge(job)))?;
+            if done.made {
+                let m = &self.metrics;
+                m.table_versions.fetch_add(1, Ordering::Relaxed);
+                m.table_files_added.fetch_add(done.added, Ordering::Relaxed);
+                m.table_files_removed
+                    .fetch_add(done.removed, Ordering::Relaxed);
+                tracing::debug!(
+                    "{}: table version {:?} (+{} files, -{} files)",
+                    t.dataset,
+                    done.version,
+                    done.added,
+                    done.removed
+                );
+            }
+        }
+        Ok(())
+    }
+}
