@@ -146,6 +146,9 @@ pub struct DoctorArgs {
     /// Also check that this output location is writable (created if missing, as an export would).
     #[arg(long, value_name = "DIR|URL")]
     pub to: Option<String>,
+    /// With --to: also check what this output format needs there (delta: a table can be created and committed, and the store refuses a second writer of one commit).
+    #[arg(long, value_enum, value_name = "FORMAT", requires = "to")]
+    pub format: Option<FormatArg>,
 }
 
 const EXPORT_EXAMPLES: &str = concat!(

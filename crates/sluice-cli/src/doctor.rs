@@ -3,7 +3,8 @@
 //! Prints the long version (commit, sources, destinations, formats), then one line per check:
 //! the Firebird client library when `FIREBIRD` or `FBCLIENT` names one, and, when given, a
 //! connection to `--source` (a session and a snapshot, as an export's first step; no rows are
-//! read) and a write into `--to`. Every check runs even after one failed; the exit code is that
+//! read) and a write into `--to` (with `--format delta`, a probe table made and committed
+//! there, and a conditional put refused the second time). Every check runs even after one failed; the exit code is that
 //! of the first failure (2 configuration, 3 source, 4 destination), 0 when all passed.
 
 use crate::args::DoctorArgs;
@@ -67,6 +68,18 @@ async fn destination(to: &str) -> Check {
     Check { what, outcome }
 }
 
+async fn delta(to: &str) -> Check {
+    let what = format!(
+        "--to {} --format delta",
+        sluice_core::redact::redact_url(to)
+    );
+    let outcome = match sluice_lake::DeltaCommitter::for_output(to, &[]) {
+        Ok(c) => c.probe().await,
+        Err(e) => Err(e),
+    };
+    Check { what, outcome }
+}
+
 /// Run `sluice doctor`; the error returned is the first failed check's (for the exit code).
 pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
     print!("{}", version::long());
@@ -77,6 +90,9 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
     }
     if let Some(to) = &args.to {
         checks.push(destination(to).await);
+        if args.format == Some(crate::args::FormatArg::Delta) {
+            checks.push(delta(to).await);
+        }
     }
     println!();
     if checks.is_empty() {

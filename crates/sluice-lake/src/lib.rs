@@ -26,6 +26,7 @@
 //! not skip files by value, which costs time, never correctness).
 
 mod merge;
+mod probe;
 
 use async_trait::async_trait;
 use deltalake_core::DeltaResult;
@@ -166,6 +167,12 @@ impl DeltaCommitter {
             root,
             store: Some(Arc::new(store)),
         })
+    }
+
+    /// `sluice doctor`'s check of the output: a throwaway table made and committed there, and
+    /// a conditional put refused the second time (see `probe.rs`); the line to print.
+    pub async fn probe(&self) -> Result<String> {
+        probe::probe(&self.root, self.store.as_ref()).await
     }
 
     fn table_url(&self, dir: &str) -> Result<Url> {

@@ -293,3 +293,49 @@ fn run_export_to(url: &str, to: &str, args: &[&str]) -> Run {
             .args(args),
     )
 }
+
+/// `sluice doctor --to … --format delta`: a probe table is made and committed, a conditional
+/// put is refused the second time, and the probe leaves nothing behind — in a local directory
+/// and on S3 (moto); an object store the Delta commit does not reach fails the check.
+#[tokio::test]
+async fn doctor_checks_that_a_delta_table_can_be_committed_at_the_output() {
+    let out = tempdir();
+    let s3 = sluice_testkit::objstore::test_url(sluice_testkit::objstore::Store::S3);
+    let local = out.path().to_str().unwrap().to_string();
+    for to in [&local, &s3] {
+        let run = sluice_testkit::process::run(
+            sluice().args(["doctor", "--to", to, "--format", "delta"]),
+        );
+        assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+        assert!(
+            run.stdout
+                .contains("--format delta: Delta tables can be created and committed")
+                && run
+                    .stdout
+                    .contains("a second writer of one commit is refused"),
+            "{}",
+            run.stdout
+        );
+    }
+    let left: Vec<String> = files_under(out.path())
+        .into_iter()
+        .filter(|f| f.contains("doctor"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert!(!out.path().join("_sluice").read_dir().unwrap().any(|_| true));
+    let run = sluice_testkit::process::run(sluice().args([
+        "doctor",
+        "--to",
+        "gs://bucket/x",
+        "--format",
+        "delta",
+    ]));
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("FAIL  --to gs://bucket/x --format delta")
+            && run.stdout.contains("local --to or s3://"),
+        "{}",
+        run.stdout
+    );
+}
