@@ -299,6 +299,21 @@ async fn first_start(
     datasets: &[Dataset],
     cancel: &watch::Receiver<bool>,
 ) -> Result<(StreamState, Option<Report>)> {
+    // An output another run completed is not a stream's to take: refused before the capture's
+    // server objects exist (the export would refuse it only after).
+    if job
+        .destination
+        .size(sluice_sink::layout::MANIFEST)
+        .await?
+        .is_some()
+    {
+        return Err(Error::config(format!(
+            "{} already holds a complete export (manifest.json) and no stream state: a stream \
+             starts into an output of its own. Choose another --to, or remove what is there \
+             (sluice stream --drop removes a stream's state and server objects, not its files).",
+            job.destination.display()
+        )));
+    }
     let snapshot = job.initial == Initial::Snapshot;
     let created = crate::start::create(job.source.as_ref(), names, datasets, snapshot, |what| {
         Error::config(format!(

@@ -86,3 +86,21 @@ async fn a_snapshot_longer_than_the_state_claim_keeps_the_claim() {
     .ok();
     assert_eq!(slots_and_publications(&db).await, (0, 0));
 }
+
+/// An output another run completed (an export, or a stream whose state `--drop` removed) is
+/// refused before the capture's slot is made, naming what to do instead; it used to be
+/// refused by the snapshot's export after the slot existed, telling to use `--overwrite`,
+/// which a stream does not take.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_into_a_completed_output_is_refused_before_its_slot() {
+    let db = TestDb::new().await;
+    create_acct(&db, 100).await;
+    let to = tempdir();
+    run(&mut stream(&db.url, to.path(), &["--until-current"])).ok();
+    run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
+    for _ in 0..2 {
+        run(&mut stream(&db.url, to.path(), &["--until-current"]))
+            .refused(2, &["complete export (manifest.json)", "another --to"]);
+        assert_eq!(slots_and_publications(&db).await, (0, 0));
+    }
+}
