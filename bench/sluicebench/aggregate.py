@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-FAMILY_ORDER = ["sluice", "sluice-py", "floor", "psql", "rivet", "connectorx", "python"]
+FAMILY_ORDER = ["sluice", "sluice-py", "floor", "psql", "rivet", "connectorx", "duckdb", "python"]
 
 
 @dataclass

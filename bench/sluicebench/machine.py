@@ -55,6 +55,7 @@ def describe(sluice: str, rivet: str | None) -> dict:
     packages = {}
     for name in (
         "connectorx",
+        "duckdb",
         "pyarrow",
         "psycopg",
         "psycopg-binary",

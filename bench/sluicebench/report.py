@@ -40,12 +40,6 @@ TARGETS = [
 # Peers a reader may expect here, and why they are not in the tables.
 NOT_INSTALLABLE = [
     (
-        "DuckDB postgres scanner",
-        "the `duckdb` package installs from PyPI, but its `postgres` extension is downloaded "
-        "at run time from DuckDB's own extension server, which is not a package registry this "
-        "lab installs from; `INSTALL postgres` fails, so DuckDB is not measured.",
-    ),
-    (
         "pgcopydb",
         "a Debian package exists, but it copies a database into another database (COPY out, "
         "COPY in); it writes no Parquet or CSV files, so its times would not compare. Its read "

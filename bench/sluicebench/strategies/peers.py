@@ -1,4 +1,4 @@
-"""Peers installed from their registries: rivet (crates.io) and ConnectorX (PyPI).
+"""Peers installed from their registries: rivet (crates.io), ConnectorX and DuckDB (PyPI).
 
 Each runs in the mode its documentation recommends for speed ("steelmanned"), at 1, 2 and 4
 workers so every sluice row has a peer row with the same parallelism.
@@ -10,7 +10,8 @@ that there are at most about 8 chunks per worker (fewer, larger queries; rivet's
 guide for 10 M rows is 100 000 rows at parallel 4). State goes to a SQLite file beside the
 config in a scratch directory, so every run starts clean.
 
-ConnectorX: see workers/cx.py.
+ConnectorX: see workers/cx.py. DuckDB (its postgres/mysql scanner, `COPY … TO` Parquet with
+N threads): see workers/duck.py.
 """
 
 from __future__ import annotations
@@ -88,8 +89,20 @@ def _cx(workers: int):
     return build
 
 
+def _duck(workers: int):
+    def build(ctx: Context) -> Invocation:
+        table = f"public.{ctx.dataset.table}" if ctx.engine == "pg" else ctx.dataset.table
+        return Invocation(
+            argv=[ctx.tools.python, "-m", "sluicebench.workers.duck", "--url", ctx.url,
+                  "--table", table, "--out", str(ctx.out), "--threads", str(workers)],
+            env=python_env(),
+        )
+
+    return build
+
+
 def strategies(engine: str) -> list[Strategy]:
-    """rivet and ConnectorX rows for `engine`."""
+    """rivet, ConnectorX and DuckDB rows for `engine`."""
     out = []
     for n in WORKERS:
         out.append(
@@ -109,4 +122,7 @@ def strategies(engine: str) -> list[Strategy]:
             else "ConnectorX to Arrow, one query, pyarrow Parquet"
         )
         out.append(Strategy(f"connectorx-p{n}", "connectorx", engine, n, about, _cx(n)))
+    for n in WORKERS:
+        about = f"DuckDB {'postgres' if engine == 'pg' else 'mysql'} scanner, {n} threads, COPY TO Parquet"
+        out.append(Strategy(f"duckdb-p{n}", "duckdb", engine, n, about, _duck(n)))
     return out
