@@ -26,6 +26,8 @@ import subprocess
 import tempfile
 import time
 
+import pglab
+
 URL = os.environ["SLUICE_TEST_PG_URL"]
 SLUICE = os.environ["SLUICE_BENCH_SLUICE"]
 RESULTS = os.environ["SLUICE_BENCH_RESULTS"]
@@ -46,24 +48,7 @@ RATE = count(os.environ.get("SLUICE_BENCH_DELTA_RATE", "10k"))
 
 
 def psql(sql, db=None):
-    p = subprocess.run(["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", db or URL, "-c", sql],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        raise SystemExit(f"psql failed: {p.stderr.strip()}\n{sql[:300]}")
-    return p.stdout.strip()
-
-
-def timed(argv):
-    """(wall s, user+system CPU s, peak RSS bytes) of argv, under GNU time."""
-    start = time.monotonic()
-    p = subprocess.run(["/usr/bin/time", "-f", "TIME %e %U %S %M"] + argv,
-                       capture_output=True, text=True)
-    wall = time.monotonic() - start
-    out = p.stdout + p.stderr
-    if p.returncode != 0:
-        raise SystemExit(f"{argv[0]} failed ({p.returncode}):\n{out[-3000:]}")
-    m = re.search(r"TIME (\S+) (\S+) (\S+) (\d+)", out)
-    return wall, float(m.group(2)) + float(m.group(3)), int(m.group(4)) * 1024
+    return pglab.psql(sql, db or URL)
 
 
 def database(name):
@@ -112,7 +97,7 @@ def random_updates():
     try:
         delta, files = os.path.join(out, "delta"), os.path.join(out, "files")
         t0 = time.monotonic()
-        snap = timed(stream(url, "narrow", delta, "--format", "delta", "--until-current",
+        snap = pglab.timed(stream(url, "narrow", delta, "--format", "delta", "--until-current",
                             "--slot", "bench_delta"))
         subprocess.run(stream(url, "narrow", files, "--initial", "none", "--until-current",
                               "--slot", "bench_files"), check=True)
@@ -134,7 +119,7 @@ def random_updates():
         figures = {}
         for name, out_dir, flags in [("files", files, []), ("delta", delta, ["--format", "delta"])]:
             report = os.path.join(out, f"{name}.json")
-            wall, cpu, rss = timed(stream(url, "narrow", out_dir, "--until-current",
+            wall, cpu, rss, _, _ = pglab.timed(stream(url, "narrow", out_dir, "--until-current",
                                           "--report-json", report, *flags))
             reports[name] = json.load(open(report))
             figures[name] = {"wall": wall, "cpu": cpu, "rss": rss,
@@ -167,20 +152,8 @@ def steady(seconds=30, batch_seconds=5):
                       "--batch-seconds", str(batch_seconds))
         subprocess.run(args + ["--until-current"], check=True)
         proc = subprocess.Popen(args)
-        per_tx = max(1, RATE // 10)
-        psql(f"""
-            DO $$
-            DECLARE t0 timestamptz := clock_timestamp(); n bigint := 0;
-            BEGIN
-              FOR s IN 1..{seconds * 10} LOOP
-                INSERT INTO steady SELECT n + g, g, md5(g::text) FROM generate_series(1, {per_tx}) g;
-                INSERT INTO commits VALUES (pg_current_wal_insert_lsn(), clock_timestamp());
-                n := n + {per_tx};
-                COMMIT;
-                PERFORM pg_sleep(greatest(0, extract(epoch FROM
-                    (t0 + s * interval '100 milliseconds') - clock_timestamp())));
-              END LOOP;
-            END $$;""", url)
+        pglab.steady_load(url, "steady", RATE, seconds, each_commit=(
+            "INSERT INTO commits VALUES (pg_current_wal_insert_lsn(), clock_timestamp());"))
         time.sleep(batch_seconds + 3)
         proc.terminate()
         proc.wait(timeout=120)

@@ -32,6 +32,9 @@ import tempfile
 import time
 from urllib.parse import urlparse
 
+import pglab
+from pglab import timed
+
 ENGINE = os.environ.get("SLUICE_BENCH_ENGINE", "pg")
 if ENGINE not in ("pg", "mysql"):
     raise SystemExit(f"SLUICE_BENCH_ENGINE={ENGINE!r}: pg or mysql")
@@ -65,24 +68,6 @@ STEADY = os.environ.get("SLUICE_BENCH_STEADY") or ""
 # The narrow table under REPLICA IDENTITY FULL, with a pass writing before-images (the floor
 # then reads the same larger log).
 BEFORE_IMAGES = bool(os.environ.get("SLUICE_BENCH_BEFORE_IMAGES"))
-
-
-def timed(argv):
-    """Run argv under GNU time: (wall s, cpu s, peak RSS bytes, stdout+stderr, user-space cpu s).
-    CPU is user + system time; the user-space part alone is kept too, because draining a
-    socket on loopback costs both clients kernel time that no decoding work changes."""
-    start = time.monotonic()
-    p = subprocess.run(
-        ["/usr/bin/time", "-f", "TIME %e %U %S %M"] + argv,
-        capture_output=True, text=True,
-    )
-    wall = time.monotonic() - start
-    out = p.stdout + p.stderr
-    if p.returncode != 0:
-        raise SystemExit(f"{argv[0]} failed ({p.returncode}):\n{out[-3000:]}")
-    m = re.search(r"TIME (\S+) (\S+) (\S+) (\d+)", out)
-    return (wall, float(m.group(2)) + float(m.group(3)), int(m.group(4)) * 1024, out,
-            float(m.group(2)))
 
 
 def smoke_note(reference):
@@ -128,13 +113,7 @@ TARGETS = ("Targets (issue): ≥ 0.9× the floor's rate, ≤ 1 µs of client CPU
 # PostgreSQL
 
 def psql(sql, db=None):
-    p = subprocess.run(
-        ["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", db or URL, "-c", sql],
-        capture_output=True, text=True,
-    )
-    if p.returncode != 0:
-        raise SystemExit(f"psql failed: {p.stderr.strip()}\n{sql[:300]}")
-    return p.stdout.strip()
+    return pglab.psql(sql, db or URL)
 
 
 def drop_db(db):
@@ -367,19 +346,7 @@ def measure_steady(rate, seconds=30, batch_seconds=5):
                 "--initial", "none", "--format", "csv", "--batch-seconds", str(batch_seconds), "-q"]
         subprocess.run(args + ["--until-current"], check=True)
         proc = subprocess.Popen(args)
-        per_tx = max(1, rate // 10)
-        psql(f"""
-            DO $$
-            DECLARE t0 timestamptz := clock_timestamp(); n bigint := 0;
-            BEGIN
-              FOR s IN 1..{seconds * 10} LOOP
-                INSERT INTO steady SELECT n + g, g, md5(g::text) FROM generate_series(1, {per_tx}) g;
-                n := n + {per_tx};
-                COMMIT;
-                PERFORM pg_sleep(greatest(0, extract(epoch FROM
-                    (t0 + s * interval '100 milliseconds') - clock_timestamp())));
-              END LOOP;
-            END $$;""", url)
+        pglab.steady_load(url, "steady", rate, seconds)
         time.sleep(batch_seconds + 3)
         proc.terminate()
         proc.wait(timeout=120)
