@@ -74,6 +74,8 @@ struct Batch {
     partition: String,
     /// Commit time of its oldest change (µs), for the commit → file latency.
     first_commit: Option<i64>,
+    /// It reached `--batch-bytes` inside a transaction while merging: cut at the commit.
+    full: bool,
 }
 
 /// Run a change file's I/O where the thread may block: the batcher is driven from the
@@ -616,6 +618,7 @@ impl ChangeSink for Batcher {
             changes: 0,
             partition: layout.partition(commit_micros(commit_ts)),
             first_commit: commit_ts,
+            full: false,
         });
         b.last_seq = seq;
         b.changes += 1;
@@ -624,11 +627,14 @@ impl ChangeSink for Batcher {
         if pending >= self.budgets.flush_bytes {
             self.flush(h)?;
         }
-        if self.force_cut_at.is_none()
-            && self.merge.is_none()
-            && total as u64 >= self.budgets.batch_bytes
-        {
-            self.cut()?;
+        if self.force_cut_at.is_none() && total as u64 >= self.budgets.batch_bytes {
+            // Merging, a batch ends between transactions: at this one's commit.
+            match self.batch.as_mut() {
+                Some(b) if self.merge.is_some() => b.full = true,
+                _ => {
+                    self.cut()?;
+                }
+            }
         }
         Ok(())
     }
@@ -644,17 +650,8 @@ impl ChangeSink for Batcher {
         {
             self.cut()?;
         }
-        // Merging, a batch ends between transactions: here, once it is big enough.
-        if self.merge.is_some() && self.force_cut_at.is_none() && self.batch.is_some() {
-            let pending: usize = self
-                .tables
-                .iter_mut()
-                .filter_map(|t| t.rows.as_mut().map(|r| r.bytes()))
-                .sum();
-            let written = self.batch.as_ref().map_or(0, |b| b.bytes);
-            if (written + pending) as u64 >= self.budgets.batch_bytes {
-                self.cut()?;
-            }
+        if self.force_cut_at.is_none() && self.batch.as_ref().is_some_and(|b| b.full) {
+            self.cut()?;
         }
         Ok(())
     }
