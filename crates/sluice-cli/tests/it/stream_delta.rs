@@ -38,6 +38,16 @@ fn stream(url: &str, to: &Path, table: &str, extra: &[&str]) -> std::process::Co
     stream_to(url, to, &["--table", table], extra)
 }
 
+/// A database with [`create_doc`]'s table of `rows` rows, streamed into its Delta table in a
+/// new output (the snapshot and whatever followed it).
+async fn streamed_doc(rows: i64) -> (TestDb, tempfile::TempDir) {
+    let db = TestDb::new().await;
+    create_doc(&db, rows).await;
+    let to = tempdir();
+    run(&mut stream(&db.url, to.path(), "public.doc", &[])).ok();
+    (db, to)
+}
+
 /// `doc` with `rows` rows of small values.
 async fn create_doc(db: &TestDb, rows: i64) {
     db.exec(&format!(
@@ -159,10 +169,7 @@ async fn what_a_table_kept_by_key_cannot_carry_is_refused_before_anything_is_mad
 /// batch is merged again on the new version, and nothing is lost or doubled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compaction_committed_during_a_merge_makes_the_batch_merge_again() {
-    let db = TestDb::new().await;
-    create_doc(&db, 500).await;
-    let to = tempdir();
-    run(&mut stream(&db.url, to.path(), "public.doc", &[])).ok();
+    let (db, to) = streamed_doc(500).await;
     // A few versions, so that the table has several small files to compact.
     for k in 0..3 {
         db.exec(&format!("UPDATE doc SET v = v + 1 WHERE id % 7 = {k}"))
@@ -209,10 +216,7 @@ async fn a_compaction_committed_during_a_merge_makes_the_batch_merge_again() {
 /// those of the source.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_files_are_compacted_by_the_merges() {
-    let db = TestDb::new().await;
-    create_doc(&db, 100).await;
-    let to = tempdir();
-    run(&mut stream(&db.url, to.path(), "public.doc", &[])).ok();
+    let (db, to) = streamed_doc(100).await;
     let table = to.path().join("public.doc");
     let mut most = 0;
     for k in 0..24 {
@@ -316,10 +320,7 @@ async fn a_table_created_later_joins_as_a_table_of_its_own() {
 /// with it. Run again, it stops the same way (nothing skipped).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_column_added_on_the_source_stops_the_stream_naming_it() {
-    let db = TestDb::new().await;
-    create_doc(&db, 50).await;
-    let to = tempdir();
-    run(&mut stream(&db.url, to.path(), "public.doc", &[])).ok();
+    let (db, to) = streamed_doc(50).await;
     db.exec("UPDATE doc SET v = 1 WHERE id <= 10").await;
     run(&mut stream(&db.url, to.path(), "public.doc", &[])).ok();
     let before = db.row_strings(SELECT).await;
