@@ -305,15 +305,25 @@ async fn add_action(
             file.path, meta.size, file.bytes
         )));
     }
-    Ok(Add {
-        path: file.path.clone(),
+    Ok(add(
+        file.path.clone(),
+        meta.size as i64,
+        meta.last_modified.timestamp_millis(),
+        file.rows,
+    ))
+}
+
+/// The `add` action of a data file sluice wrote: unpartitioned, its row count as statistics.
+fn add(path: String, size: i64, modification_time: i64, rows: u64) -> Add {
+    Add {
+        path,
         partition_values: HashMap::new(),
-        size: meta.size as i64,
-        modification_time: meta.last_modified.timestamp_millis(),
+        size,
+        modification_time,
         data_change: true,
-        stats: Some(json!({ "numRecords": file.rows }).to_string()),
+        stats: Some(json!({ "numRecords": rows }).to_string()),
         ..Default::default()
-    })
+    }
 }
 
 fn properties(commit: &TableCommit, app_id: &str) -> CommitProperties {

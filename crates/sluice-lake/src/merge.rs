@@ -31,7 +31,7 @@ use deltalake_core::operations::create::CreateBuilder;
 use deltalake_core::protocol::{DeltaOperation, SaveMode};
 use deltalake_core::{ObjectStore, Path};
 use futures_util::TryStreamExt;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sluice_core::{Error, Result, failpoint};
 use sluice_sink::delta::{ChangeMerge, Merged};
 use sluice_sink::upsert::{Rewrite, Upserts};
@@ -69,9 +69,12 @@ pub(crate) async fn merge(
     }
     let log: LogStoreRef = table.log_store();
     let files = log.object_store(None);
-    let mut up = Upserts::new(&m.dataset, &m.changes, &m.key, &m.parquet)?;
-    let (state, current) = if exists {
-        let state = table.snapshot().map_err(|e| delta_error(&url, e))?;
+    let state = if exists {
+        Some(table.snapshot().map_err(|e| delta_error(&url, e))?)
+    } else {
+        None
+    };
+    if let Some(state) = &state {
         let done = state
             .transaction_version(log.as_ref(), &m.app_id)
             .await
@@ -79,6 +82,10 @@ pub(crate) async fn merge(
         if done.is_some_and(|v| v >= m.through_seq as i64) {
             return Ok(Merged::default());
         }
+    }
+    // Reduced only once the table is known not to hold the batch (a run again after a kill).
+    let mut up = Upserts::new(&m.dataset, &m.changes, &m.key, &m.parquet)?;
+    let current = if let Some(state) = &state {
         same_columns(&m.dataset, &url, state.schema().as_ref(), up.schema())?;
         let current: Vec<(String, i64, Action)> = state
             .snapshot()
@@ -90,9 +97,9 @@ pub(crate) async fn merge(
             .try_collect()
             .await
             .map_err(|e| delta_error(&url, e))?;
-        (Some(state), current)
+        current
     } else {
-        (None, Vec::new())
+        Vec::new()
     };
     let mut actions: Vec<Action> = Vec::new();
     let mut merged = Merged {
@@ -110,15 +117,7 @@ pub(crate) async fn merge(
             .map_err(|e| delta_error(&url, e.into()))?;
         merged.added += 1;
         merged.rows_written += rows;
-        Ok(Add {
-            path,
-            partition_values: HashMap::new(),
-            size,
-            modification_time: chrono_millis(),
-            data_change: true,
-            stats: Some(json!({ "numRecords": rows }).to_string()),
-            ..Default::default()
-        })
+        Ok(crate::add(path, size, chrono_millis(), rows))
     };
     let compact = current.iter().filter(|f| f.1 < SMALL_FILE).count() >= COMPACT_AT;
     for (path, size, remove) in current {
