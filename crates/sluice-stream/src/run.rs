@@ -301,11 +301,8 @@ async fn first_start(
 ) -> Result<(StreamState, Option<Report>)> {
     // An output another run completed is not a stream's to take: refused before the capture's
     // server objects exist (the export would refuse it only after).
-    if job
-        .destination
-        .size(sluice_sink::layout::MANIFEST)
-        .await?
-        .is_some()
+    if let sluice_engine::output::Prior::Complete(_) =
+        sluice_engine::output::inspect(job.destination.as_ref()).await?
     {
         return Err(Error::config(format!(
             "{} already holds a complete export (manifest.json) and no stream state: a stream \
