@@ -69,12 +69,15 @@ ensure_objstore_emulators() {
 # pinned packages the tests use (pyarrow and pandas as users have them; psycopg, PyMySQL and
 # firebird-driver to set up test data). A stamp holding the pins makes re-runs a no-op.
 # DuckDB with its delta extension and the deltalake package: the readers of the Delta tables
-# sluice writes (sluice-testkit/src/lake.rs), implementations other than the one it commits with.
+# sluice writes (sluice-testkit/src/lake.rs), implementations other than the one it commits with;
+# PyIceberg (with its SQL catalog's SQLite and PostgreSQL drivers) and DuckDB's iceberg extension
+# (which needs its avro one) the same for the Iceberg tables.
 # pyspark: the Spark data source's tests (python/tests/test_spark*.py: local[2] and a standalone
 # cluster started from this installation, on loopback).
 PYTHON_TEST_PKGS=("pyarrow==26.0.1" "pandas==3.1.1" "pytest==9.2.0" "psycopg[binary]==3.3.9"
     "pymysql==1.2.4" "firebird-driver==2.1.0" "duckdb==1.4.4" "duckdb-ext-delta==1.4.4.20260205"
-    "deltalake==1.6.6" "pyspark==4.1.4")
+    "deltalake==1.6.6" "pyspark==4.1.4" "pyiceberg[sql-sqlite,sql-postgres]==0.12.0"
+    "duckdb-ext-iceberg==1.4.4.20260205" "duckdb-ext-avro==1.4.4.20260205")
 ensure_python_test_venv() {
     local dir="$HOME/.cache/sluice/python-venv"
     local want="${PYTHON_TEST_PKGS[*]}"

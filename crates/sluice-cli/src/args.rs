@@ -146,9 +146,15 @@ pub struct DoctorArgs {
     /// Also check that this output location is writable (created if missing, as an export would).
     #[arg(long, value_name = "DIR|URL")]
     pub to: Option<String>,
-    /// With --to: also check what this output format needs there (delta: a table can be created and committed, and the store refuses a second writer of one commit).
+    /// With --to: also check what this output format needs there (delta: a table can be created and committed, and the store refuses a second writer of one commit; iceberg: the catalog opens and the namespace exists or can be made).
     #[arg(long, value_enum, value_name = "FORMAT", requires = "to")]
     pub format: Option<FormatArg>,
+    /// With --format iceberg: the catalog, as for sluice export.
+    #[arg(long, value_name = "URL")]
+    pub catalog: Option<String>,
+    /// With --format iceberg: the namespace, as for sluice export.
+    #[arg(long, value_name = "NAME")]
+    pub namespace: Option<String>,
 }
 
 const EXPORT_EXAMPLES: &str = concat!(
@@ -190,6 +196,8 @@ pub enum FormatArg {
     Avro,
     /// A Delta Lake table per dataset (Parquet parts, one table commit at the end; sluice stream: each batch of changes merged into it as one version).
     Delta,
+    /// An Apache Iceberg table per dataset in a catalog (--catalog, --namespace): Parquet parts, one snapshot committed at the end (sluice export only).
+    Iceberg,
 }
 
 /// Compression: Parquet zstd, snappy or none; CSV and JSON Lines gzip, zstd or none; Avro
@@ -295,6 +303,12 @@ pub struct Options {
     /// Output directory (created if missing).
     #[arg(long, value_name = "DIR")]
     pub to: Option<String>,
+    /// --format iceberg: the catalog the tables are registered in, an SQL catalog: sqlite:///path/catalog.db or postgres://user@host/db (default: the file catalog.db in --to). Add ?catalog_name=NAME for a catalog other than "sluice".
+    #[arg(long, value_name = "URL")]
+    pub catalog: Option<String>,
+    /// --format iceberg: the catalog namespace of the tables (created when missing); a table is named after its dataset's last part.
+    #[arg(long, value_name = "NAME")]
+    pub namespace: Option<String>,
     /// Compression: Parquet zstd (default), snappy, none; CSV and JSON Lines gzip, zstd, none (default; files end .csv.gz, .jsonl.zst); Avro zstd (default), deflate, snappy, none.
     #[arg(long, value_enum)]
     pub compression: Option<CompressionArg>,

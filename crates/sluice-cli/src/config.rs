@@ -104,6 +104,8 @@ pub fn job(o: &Options, need_to: bool) -> Result<ExportJob> {
 /// The settings about files: a run whose rows go to the caller refuses them.
 pub const FILE_SETTINGS: &[&str] = &[
     "to",
+    "catalog",
+    "namespace",
     "format",
     "compression",
     "zstd_level",
@@ -196,7 +198,7 @@ fn build(o: &Options, output: Output) -> Result<ExportJob> {
         (Output::Files { need_to: false }, None) => Some(".".to_string()),
     };
     let table = match &to {
-        Some(to) => crate::formats::table_committer(&format, to, &storage_options)?,
+        Some(to) => crate::formats::table_committer(&format, to, &storage_options, o)?,
         None => None,
     };
     let source = registry::open_source(&source, locking)?;

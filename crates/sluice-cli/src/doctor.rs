@@ -80,6 +80,18 @@ async fn delta(to: &str) -> Check {
     Check { what, outcome }
 }
 
+async fn iceberg(to: &str, catalog: Option<&str>, namespace: Option<&str>) -> Check {
+    let what = format!(
+        "--to {} --format iceberg",
+        sluice_core::redact::redact_url(to)
+    );
+    let outcome = match sluice_lake::IcebergCommitter::new(catalog, namespace, to) {
+        Ok(c) => c.probe().await,
+        Err(e) => Err(e),
+    };
+    Check { what, outcome }
+}
+
 /// Run `sluice doctor`; the error returned is the first failed check's (for the exit code).
 pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
     print!("{}", version::long());
@@ -90,8 +102,12 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<()> {
     }
     if let Some(to) = &args.to {
         checks.push(destination(to).await);
-        if args.format == Some(crate::args::FormatArg::Delta) {
-            checks.push(delta(to).await);
+        match args.format {
+            Some(crate::args::FormatArg::Delta) => checks.push(delta(to).await),
+            Some(crate::args::FormatArg::Iceberg) => {
+                checks.push(iceberg(to, args.catalog.as_deref(), args.namespace.as_deref()).await)
+            }
+            _ => {}
         }
     }
     println!();

@@ -5,7 +5,8 @@
 use crate::args::{CompressionArg, FormatArg, Options};
 use crate::config::bytes;
 use sluice_core::{Error, Result};
-use sluice_sink::delta::TableCommitter;
+use sluice_sink::columns::Kind;
+use sluice_sink::table::TableCommitter;
 use sluice_sink::{
     AvroCodec, AvroOptions, Compression, CsvOptions, FormatOptions, JsonlOptions, ParquetOptions,
     TextCompression,
@@ -90,14 +91,32 @@ pub(crate) fn table_committer(
     format: &FormatOptions,
     to: &str,
     storage_options: &[(String, String)],
+    o: &Options,
 ) -> Result<Option<Arc<dyn TableCommitter>>> {
-    if !format.is_table() {
-        return Ok(None);
+    if format.table_kind() != Some(Kind::Iceberg) {
+        for (set, flag) in [
+            (o.catalog.is_some(), "--catalog"),
+            (o.namespace.is_some(), "--namespace"),
+        ] {
+            if set {
+                return Err(Error::config(format!(
+                    "{flag} applies to --format iceberg only: remove it, or add --format iceberg."
+                )));
+            }
+        }
     }
-    Ok(Some(Arc::new(sluice_lake::DeltaCommitter::for_output(
-        to,
-        storage_options,
-    )?)))
+    Ok(match format.table_kind() {
+        None => None,
+        Some(Kind::Delta | Kind::Spark) => Some(Arc::new(sluice_lake::DeltaCommitter::for_output(
+            to,
+            storage_options,
+        )?)),
+        Some(Kind::Iceberg) => Some(Arc::new(sluice_lake::IcebergCommitter::new(
+            o.catalog.as_deref(),
+            o.namespace.as_deref(),
+            to,
+        )?)),
+    })
 }
 
 /// The output format `o` asks for, every combination of format and compression checked.
@@ -112,6 +131,15 @@ pub(crate) fn format(o: &Options) -> Result<FormatOptions> {
                 ));
             }
             FormatOptions::Delta(parquet(o, "delta")?)
+        }
+        FormatArg::Iceberg => {
+            if o.merge {
+                return Err(Error::config(
+                    "--merge writes one file per dataset, and an Iceberg table is its metadata \
+                     plus its part files: drop --merge.",
+                ));
+            }
+            FormatOptions::Iceberg(parquet(o, "iceberg")?)
         }
         FormatArg::Csv => {
             let delimiter = match &o.csv_delimiter {

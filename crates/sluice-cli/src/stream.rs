@@ -64,6 +64,15 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
     }
     // The export's job, every setting checked as for export: the template of the initial
     // snapshot's export, whose source the stream replaces with its slot's snapshot.
+    if o.format == Some(sluice_cli::args::FormatArg::Iceberg) {
+        return Err(Error::config(
+            "sluice stream --format iceberg is not available: keeping an Iceberg table equal to \
+             the source needs commits that delete or replace rows, and the Iceberg library \
+             sluice commits with (iceberg 0.10) commits appends only. Stream into a Delta table \
+             (--format delta), or into change files (--format parquet) and merge them with an \
+             engine; sluice export --format iceberg makes the table of a snapshot.",
+        ));
+    }
     let delta = o.format == Some(sluice_cli::args::FormatArg::Delta);
     if delta {
         // A table equal to the source needs every change of every table.

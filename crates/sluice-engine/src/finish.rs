@@ -13,9 +13,9 @@ use crate::prepare::Prepared;
 use crate::report::{Outcome, Report};
 use crate::worker::WorkerContext;
 use sluice_core::{Chunk, ChunkBounds, Consistency, Error, Result};
-use sluice_sink::delta::{TableCommit, TableFile};
 use sluice_sink::destination::on_blocking;
 use sluice_sink::layout::{self, MANIFEST};
+use sluice_sink::table::{TableCommit, TableFile};
 use sluice_sink::{OutputLock, merge};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -273,6 +273,16 @@ async fn commit_tables(job: &ExportJob, run: &Finished, datasets: &[DatasetRecor
         let done = committer
             .commit(TableCommit {
                 dir,
+                dataset: d.name.clone(),
+                // Known for the datasets this run read (a run resumed after its last chunk
+                // reads none, and its table then has no identifier fields).
+                key: run
+                    .prepared
+                    .datasets
+                    .iter()
+                    .find(|p| p.name == d.name)
+                    .map(|p| p.primary_key.clone())
+                    .unwrap_or_default(),
                 files,
                 export_id: state.run_id.clone(),
                 properties,

@@ -4,7 +4,7 @@
 use crate::governor::HarmBudget;
 use crate::retry::RetryPolicy;
 use sluice_core::{Chunk, ChunkStrategy, Consistency, Selection, Source};
-use sluice_sink::delta::TableCommitter;
+use sluice_sink::table::TableCommitter;
 use sluice_sink::{Destination, FormatOptions, OutputLock};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -58,7 +58,7 @@ pub struct ExportJob {
     pub budget: HarmBudget,
     /// Also render the report as a self-contained HTML page to this local file.
     pub report_html: Option<PathBuf>,
-    /// Makes the table commit of a table format (`FormatOptions::Delta`): required with one,
+    /// Makes the table commit of a table format (`FormatOptions::Delta`, `FormatOptions::Iceberg`): required with one,
     /// unused otherwise. Given by the caller so that the engine does not link a table
     /// library (the CLI passes `sluice-lake`'s).
     pub table: Option<Arc<dyn TableCommitter>>,

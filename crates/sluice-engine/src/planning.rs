@@ -25,7 +25,7 @@ pub fn plan_inputs(job: &ExportJob) -> PlanInputs {
         row_group_bytes: job.row_group_bytes,
         holds_row_group: matches!(
             job.format,
-            FormatOptions::Parquet(_) | FormatOptions::Delta(_)
+            FormatOptions::Parquet(_) | FormatOptions::Delta(_) | FormatOptions::Iceberg(_)
         ),
         hands_over: matches!(job.format, FormatOptions::Arrow(_)),
         writer_buffer_bytes: job.destination.buffer_bytes_per_writer(),
@@ -45,6 +45,10 @@ pub fn format_with_budget(format: &FormatOptions, budget: &Budget) -> FormatOpti
             ..p.clone()
         }),
         FormatOptions::Delta(p) => FormatOptions::Delta(ParquetOptions {
+            row_group_bytes: budget.row_group_bytes,
+            ..p.clone()
+        }),
+        FormatOptions::Iceberg(p) => FormatOptions::Iceberg(ParquetOptions {
             row_group_bytes: budget.row_group_bytes,
             ..p.clone()
         }),

@@ -10,6 +10,7 @@ use crate::planning::{fresh, plan_inputs, refuse_duplicates};
 use crate::policy::{self, Start};
 use crate::{report, resume, snapshot};
 use sluice_core::{Chunk, Coordinator, Dataset, Error, Result};
+use sluice_sink::columns::{Kind, table_schema};
 use std::collections::{BTreeMap, HashSet};
 
 /// What the run decided before reading, carried to the report.
@@ -40,10 +41,10 @@ pub(crate) struct Prepared {
 
 /// What a table format does to the datasets' columns (for the report and `sluice plan`), or
 /// the refusal of a column name it cannot hold — before anything is read.
-pub(crate) fn table_notes(datasets: &[Dataset]) -> Result<Vec<String>> {
+pub(crate) fn table_notes(kind: Kind, datasets: &[Dataset]) -> Result<Vec<String>> {
     let mut notes = Vec::new();
     for d in datasets {
-        notes.extend(sluice_sink::delta::table_schema(&d.name, &d.arrow_schema())?.notes);
+        notes.extend(table_schema(kind, &d.name, &d.arrow_schema())?.notes);
     }
     Ok(notes)
 }
@@ -59,14 +60,15 @@ pub(crate) async fn prepare(
     let discovered = coordinator.discover(&job.selection).await?;
     refuse_duplicates(&discovered)?;
     let mut notes = Vec::new();
-    if job.format.is_table() {
-        if job.table.is_none() {
+    if let Some(kind) = job.format.table_kind() {
+        let Some(table) = &job.table else {
             return Err(Error::config(format!(
                 "--format {} needs the table commit this build of sluice was made without",
                 job.format.describe()
             )));
-        }
-        notes.extend(table_notes(&discovered)?);
+        };
+        notes.extend(table_notes(kind, &discovered)?);
+        table.check().await?;
     }
     let inputs = plan_inputs(job).with_columns_of(&discovered);
     let sizing = plan::size(&discovered, &inputs);

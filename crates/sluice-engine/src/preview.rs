@@ -121,8 +121,8 @@ pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
         }
         let predicted = predicted_peak_rss(workers, &budget(workers, &inputs), &inputs);
         notes.extend(plan::memory_note(workers, predicted, &inputs));
-        if job.format.is_table() {
-            match crate::prepare::table_notes(&datasets) {
+        if let Some(kind) = job.format.table_kind() {
+            match crate::prepare::table_notes(kind, &datasets) {
                 Ok(n) => notes.extend(n),
                 Err(e) => notes.push(format!("an export would refuse to start: {e}")),
             }

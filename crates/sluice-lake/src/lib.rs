@@ -25,8 +25,11 @@
 //! Statistics: each file's row count (`numRecords`); no per-column min/max (readers then do
 //! not skip files by value, which costs time, never correctness).
 
+mod iceberg;
 mod merge;
 mod probe;
+
+pub use iceberg::IcebergCommitter;
 
 use async_trait::async_trait;
 use deltalake_core::DeltaResult;
@@ -48,7 +51,7 @@ use futures_util::TryStreamExt;
 use serde_json::{Value, json};
 use sluice_core::error::Retry;
 use sluice_core::{Error, Result};
-use sluice_sink::delta::{ChangeMerge, Merged, TableCommit, TableCommitted, TableCommitter};
+use sluice_sink::table::{ChangeMerge, Merged, TableCommit, TableCommitted, TableCommitter};
 use std::collections::HashMap;
 use std::sync::Arc;
 use url::Url;
@@ -292,7 +295,7 @@ fn refuse_partitioned(url: &Url, metadata: &deltalake_core::kernel::Metadata) ->
 async fn add_action(
     store: &dyn ObjectStore,
     url: &Url,
-    file: &sluice_sink::delta::TableFile,
+    file: &sluice_sink::table::TableFile,
 ) -> Result<Add> {
     let meta = store
         .head(&Path::from(file.path.as_str()))

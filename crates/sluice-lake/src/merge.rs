@@ -33,7 +33,7 @@ use deltalake_core::{ObjectStore, Path};
 use futures_util::TryStreamExt;
 use serde_json::Value;
 use sluice_core::{Error, Result, failpoint};
-use sluice_sink::delta::{ChangeMerge, Merged};
+use sluice_sink::table::{ChangeMerge, Merged};
 use sluice_sink::upsert::{Rewrite, Upserts};
 use std::collections::HashMap;
 use std::sync::Arc;

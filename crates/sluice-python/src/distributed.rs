@@ -114,7 +114,11 @@ fn plan_read(
                      read may be seen in either state"
                 .to_string(),
         };
-        let spark = sluice_sink::delta::spark_schema(&dataset.name, &dataset.arrow_schema())?;
+        let spark = sluice_sink::columns::table_schema(
+            sluice_sink::columns::Kind::Spark,
+            &dataset.name,
+            &dataset.arrow_schema(),
+        )?;
         let chunks = plan
             .chunks
             .iter()

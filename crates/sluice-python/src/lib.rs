@@ -112,7 +112,7 @@ struct Stream {
     run: Run,
     schema: SchemaRef,
     /// Each batch converted to Spark's types (a distributed read's task), or as read.
-    spark: Option<sluice_sink::delta::TableSchema>,
+    spark: Option<sluice_sink::columns::TableSchema>,
     dataset: Option<String>,
     report: Option<String>,
     done: bool,
@@ -134,8 +134,12 @@ impl Stream {
             match run.next(py)? {
                 Step::Event(Event::Open(part, schema)) => {
                     let (schema, spark) = if spark {
-                        let t = sluice_sink::delta::spark_schema(&part.dataset, &schema)
-                            .map_err(|e| py_err(py, e))?;
+                        let t = sluice_sink::columns::table_schema(
+                            sluice_sink::columns::Kind::Spark,
+                            &part.dataset,
+                            &schema,
+                        )
+                        .map_err(|e| py_err(py, e))?;
                         (t.schema.clone(), Some(t))
                     } else {
                         (schema, None)

@@ -1,5 +1,6 @@
 //! Output formats and the part writer interface.
 
+use crate::columns::Kind;
 use crate::destination::{CountingWriter, ObjectWriter};
 use crate::memory::{ArrowOutput, ArrowPart, PartKey};
 use arrow_array::RecordBatch;
@@ -156,6 +157,10 @@ pub enum FormatOptions {
     /// A Delta Lake table per dataset: Parquet parts in types Delta has (see [`crate::delta`]),
     /// added by one table commit at the end of the run.
     Delta(ParquetOptions),
+    /// An Apache Iceberg table per dataset, registered in a catalog: Parquet parts in types
+    /// Iceberg has, with Iceberg's field ids (see [`crate::columns`]), added by one table
+    /// commit at the end of the run.
+    Iceberg(ParquetOptions),
     /// Arrow batches handed to a consumer in this process, not encoded (see [`crate::memory`]);
     /// used with a [`crate::MemoryDestination`].
     Arrow(ArrowOutput),
@@ -167,7 +172,9 @@ impl FormatOptions {
     pub fn extension(&self) -> &'static str {
         use TextCompression as T;
         match self {
-            FormatOptions::Parquet(_) | FormatOptions::Delta(_) => "parquet",
+            FormatOptions::Parquet(_) | FormatOptions::Delta(_) | FormatOptions::Iceberg(_) => {
+                "parquet"
+            }
             FormatOptions::Csv(c) => match c.compression {
                 T::None => "csv",
                 T::Gzip => "csv.gz",
@@ -189,6 +196,7 @@ impl FormatOptions {
         match self {
             FormatOptions::Parquet(p) => format!("parquet {}", p.compression),
             FormatOptions::Delta(p) => format!("delta {}", p.compression),
+            FormatOptions::Iceberg(p) => format!("iceberg {}", p.compression),
             FormatOptions::Csv(c) if c.compression == TextCompression::None => "csv".into(),
             FormatOptions::Csv(c) => format!("csv {}", c.compression),
             FormatOptions::Jsonl(j) if j.compression == TextCompression::None => "jsonl".into(),
@@ -199,9 +207,18 @@ impl FormatOptions {
     }
 
     /// True for a table format: each dataset's directory is a table, made by one commit at
-    /// the end of the run (see [`crate::delta`]).
+    /// the end of the run (see [`crate::table`]).
     pub fn is_table(&self) -> bool {
-        matches!(self, FormatOptions::Delta(_))
+        self.table_kind().is_some()
+    }
+
+    /// The table format's columns, for a table format.
+    pub fn table_kind(&self) -> Option<Kind> {
+        match self {
+            FormatOptions::Delta(_) => Some(Kind::Delta),
+            FormatOptions::Iceberg(_) => Some(Kind::Iceberg),
+            _ => None,
+        }
     }
 
     /// The options for part `ordinal`: when merging CSV, only the first part carries the
@@ -221,6 +238,7 @@ impl FormatOptions {
         match self {
             FormatOptions::Parquet(p) => format!("parquet {}", p.compression),
             FormatOptions::Delta(p) => format!("delta (parquet {})", p.compression),
+            FormatOptions::Iceberg(p) => format!("iceberg (parquet {})", p.compression),
             FormatOptions::Csv(c) if c.compression == TextCompression::None => {
                 format!("csv delimiter {:?}", c.delimiter as char)
             }
@@ -279,8 +297,19 @@ pub fn open_part(
         FormatOptions::Avro(o) => Ok(Box::new(crate::avro::AvroPart::new(
             &schema, counting, o, path,
         )?)),
-        FormatOptions::Delta(o) => Ok(Box::new(crate::delta::DeltaPart::new(
-            &schema, counting, o, path,
+        FormatOptions::Delta(o) => Ok(Box::new(crate::table::TablePart::new(
+            Kind::Delta,
+            &schema,
+            counting,
+            o,
+            path,
+        )?)),
+        FormatOptions::Iceberg(o) => Ok(Box::new(crate::table::TablePart::new(
+            Kind::Iceberg,
+            &schema,
+            counting,
+            o,
+            path,
         )?)),
         FormatOptions::Arrow(a) => Ok(Box::new(ArrowPart::new(
             a.0.clone(),

@@ -13,9 +13,9 @@
 
 pub mod avro;
 mod cardinality;
+pub mod columns;
 mod compress;
 pub mod csv;
-pub mod delta;
 pub mod destination;
 pub mod format;
 pub mod jsonl;
@@ -31,6 +31,7 @@ pub mod objstore_url;
 mod objstore_versions;
 pub mod parquet;
 mod render;
+pub mod table;
 pub mod upsert;
 
 pub use destination::{Destination, ObjectInfo, ObjectVersion, ObjectWriter, Versioned};

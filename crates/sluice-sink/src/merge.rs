@@ -82,8 +82,8 @@ pub fn merge(
         FormatOptions::Arrow(_) => Err(Error::internal(
             "in-memory Arrow output has no files to merge",
         )),
-        FormatOptions::Delta(_) => Err(Error::config(
-            "a Delta table is its log plus its part files, not one file: drop --merge",
+        FormatOptions::Delta(_) | FormatOptions::Iceberg(_) => Err(Error::config(
+            "a table is its metadata plus its part files, not one file: drop --merge",
         )),
         FormatOptions::Avro(_) => Err(Error::config(
             "Avro container files cannot be concatenated: drop --merge, or use --format parquet, \

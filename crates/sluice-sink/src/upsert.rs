@@ -18,7 +18,7 @@
 //! files one file at a time; a transaction is never split across two merges, so a transaction
 //! larger than memory is the limit.
 
-use crate::delta::{TableSchema, table_schema};
+use crate::columns::{Kind, TableSchema, table_schema};
 use crate::format::ParquetOptions;
 use arrow_array::cast::AsArray;
 use arrow_array::types::UInt64Type;
@@ -135,7 +135,7 @@ impl Upserts {
                 .project(&data)
                 .map_err(|e| internal(format!("{dataset}: {e}")))?,
         );
-        let table = table_schema(dataset, &projected)?;
+        let table = table_schema(Kind::Delta, dataset, &projected)?;
         let mut key_at = Vec::with_capacity(key.len());
         for k in key {
             let at = table.schema.index_of(k).map_err(|_| {

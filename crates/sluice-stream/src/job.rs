@@ -90,7 +90,7 @@ pub struct StreamJob {
     pub discover_every: Option<std::time::Duration>,
     /// Merge every batch into its dataset's table, which the snapshot made (`--format
     /// delta`; `sluice-lake`); `None`: change files only.
-    pub table: Option<Arc<dyn sluice_sink::delta::TableCommitter>>,
+    pub table: Option<Arc<dyn sluice_sink::table::TableCommitter>>,
 }
 
 /// Why the stream stopped.
@@ -264,7 +264,11 @@ pub(crate) async fn check_tables(
     crate::cascades::check_stream(job.source.as_ref(), &unlogged, job.accept_missing_cascades)?;
     if job.table.is_some() {
         for d in datasets {
-            sluice_sink::delta::table_schema(&d.name, &d.arrow_schema())?;
+            sluice_sink::columns::table_schema(
+                sluice_sink::columns::Kind::Delta,
+                &d.name,
+                &d.arrow_schema(),
+            )?;
         }
         check_mergeable(job, &keys, &unlogged)?;
     }

@@ -51,7 +51,7 @@ fn budgets(job: &StreamJob) -> (Budgets, FormatOptions) {
     let row_group = (job.memory / 8).clamp(1 << 20, 64 << 20) as usize;
     let format = match &job.format {
         // A table format's change files are plain Parquet: its table is merged from them.
-        FormatOptions::Parquet(p) | FormatOptions::Delta(p) => {
+        FormatOptions::Parquet(p) | FormatOptions::Delta(p) | FormatOptions::Iceberg(p) => {
             FormatOptions::Parquet(ParquetOptions {
                 row_group_bytes: row_group,
                 ..p.clone()

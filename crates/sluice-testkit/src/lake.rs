@@ -1,7 +1,8 @@
 //! Readers of lakehouse tables that sluice did not write: DuckDB with its `delta` extension
 //! (Delta Kernel, an implementation independent of the Rust library sluice commits with) for
 //! the rows, and the `deltalake` Python package for a table's versions, history and time
-//! travel. Both run in the test kit's Python environment (`~/.cache/sluice/python-venv`,
+//! travel; for Iceberg, PyIceberg through the same SQL catalog, and DuckDB's `iceberg`
+//! extension on the table's metadata file. Both run in the test kit's Python environment (`~/.cache/sluice/python-venv`,
 //! installed by `scripts/lib/common.sh`; `SLUICE_TEST_PYTHON` names another interpreter);
 //! a missing one fails the test with the fix, never skips it.
 
@@ -13,16 +14,33 @@ use std::process::Command;
 const SCRIPT: &str = r#"
 import sys, json, glob, os
 mode, target = sys.argv[1], sys.argv[2]
-if mode in ("duckdb", "parquet"):
+def catalog(uri):
+    from pyiceberg.catalog.sql import SqlCatalog
+    # sluice's catalog URLs are the SQL driver's; SQLAlchemy spells them otherwise.
+    if uri.startswith("sqlite://"):
+        uri = "sqlite:///" + uri[len("sqlite://"):].split("?")[0]
+    elif uri.startswith(("postgres://", "postgresql://")):
+        uri = "postgresql+psycopg2://" + uri.split("://", 1)[1]
+    return SqlCatalog("sluice", uri=uri)
+if mode in ("duckdb", "parquet", "duckdb-iceberg"):
     import duckdb
     con = duckdb.connect()
-    ext = glob.glob(os.path.join(sys.prefix, "lib", "python*", "site-packages", "duckdb_ext",
-                                 "extensions", "*", "*", "delta.duckdb_extension"))
-    if not ext:
-        sys.exit("the duckdb-ext-delta package is not installed: run scripts/test once")
-    con.execute(f"INSTALL '{ext[0]}'")
-    con.execute("LOAD delta")
-    source = f"delta_scan('{target}')" if mode == "duckdb" else f"read_parquet('{target}')"
+    def load(name):
+        ext = glob.glob(os.path.join(sys.prefix, "lib", "python*", "site-packages", "duckdb_ext",
+                                     "extensions", "*", "*", f"{name}.duckdb_extension"))
+        if not ext:
+            sys.exit(f"the duckdb-ext-{name} package is not installed: run scripts/test once")
+        con.execute(f"INSTALL '{ext[0]}'")
+    if mode == "duckdb-iceberg":
+        load("avro")
+        load("iceberg")
+        con.execute("LOAD iceberg")
+        location = catalog(target).load_table(sys.argv[3]).metadata_location
+        source = f"iceberg_scan('{location}')"
+    else:
+        load("delta")
+        con.execute("LOAD delta")
+        source = f"delta_scan('{target}')" if mode == "duckdb" else f"read_parquet('{target}')"
     rel = con.sql(f"SELECT * FROM {source}")
     # Timestamps as microseconds since the epoch: DuckDB cannot print years past 294246
     # (PostgreSQL's infinity), and the number is the value itself.
@@ -31,6 +49,18 @@ if mode in ("duckdb", "parquet"):
     rows = con.sql(f"SELECT {cols} FROM {source} ORDER BY 1").fetchall()
     print(json.dumps({"columns": rel.columns, "types": [str(t) for t in rel.types],
                       "rows": [list(r) for r in rows]}))
+elif mode == "iceberg":
+    t = catalog(target).load_table(sys.argv[3])
+    snap = t.current_snapshot()
+    ids = sorted(t.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist())
+    schema = t.schema()
+    print(json.dumps({"ids": ids, "location": t.location(),
+                      "snapshots": len(t.metadata.snapshots),
+                      "files": len(list(t.scan().plan_files())),
+                      "summary": dict(snap.summary.additional_properties) if snap else {},
+                      "identifier": [schema.find_column_name(i)
+                                     for i in sorted(schema.identifier_field_ids)]},
+                     default=str))
 else:
     from deltalake import DeltaTable
     version = None if len(sys.argv) < 4 else int(sys.argv[3])
@@ -183,5 +213,51 @@ pub fn delta_view_at(path: &str, version: Option<i64>) -> DeltaView {
             v["protocol"][0].as_i64().expect("reader version"),
             v["protocol"][1].as_i64().expect("writer version"),
         ),
+    }
+}
+
+/// The Iceberg table `name` (`namespace.table`) of the SQL catalog at `catalog` (sluice's URL
+/// form) as DuckDB's iceberg extension reads it, the table found through PyIceberg.
+pub fn duckdb_iceberg(catalog: &str, name: &str) -> Rows {
+    rows(read(&["duckdb-iceberg", catalog, name]))
+}
+
+/// An Iceberg table as PyIceberg sees it through its SQL catalog.
+#[derive(Debug, Clone)]
+pub struct IcebergView {
+    /// The `id` column's values, sorted.
+    pub ids: Vec<i64>,
+    /// The table's location.
+    pub location: String,
+    /// Snapshots the table's metadata holds.
+    pub snapshots: usize,
+    /// Data files of the current snapshot.
+    pub files: usize,
+    /// The current snapshot's summary (the `sluice.*` keys among them).
+    pub summary: Value,
+    /// The identifier fields' names.
+    pub identifier: Vec<String>,
+}
+
+/// The table `name` of the catalog at `catalog` through PyIceberg.
+pub fn iceberg_view(catalog: &str, name: &str) -> IcebergView {
+    let v = read(&["iceberg", catalog, name]);
+    IcebergView {
+        ids: v["ids"]
+            .as_array()
+            .expect("ids")
+            .iter()
+            .map(|i| i.as_i64().expect("an id"))
+            .collect(),
+        location: v["location"].as_str().expect("location").to_string(),
+        snapshots: v["snapshots"].as_u64().expect("snapshots") as usize,
+        files: v["files"].as_u64().expect("files") as usize,
+        summary: v["summary"].clone(),
+        identifier: v["identifier"]
+            .as_array()
+            .expect("identifier")
+            .iter()
+            .map(|i| i.as_str().expect("a name").to_string())
+            .collect(),
     }
 }

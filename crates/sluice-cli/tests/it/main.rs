@@ -27,6 +27,7 @@ mod firebird_parallel;
 mod firebird_types;
 mod harm_budget;
 mod harm_budget_mysql;
+mod iceberg;
 mod interrupt;
 mod locks;
 mod mysql9;

@@ -4,7 +4,7 @@
 
 use super::{Batcher, io};
 use sluice_core::{Error, Result};
-use sluice_sink::delta::{ChangeMerge, TableCommitter};
+use sluice_sink::table::{ChangeMerge, TableCommitter};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -1,0 +1,304 @@
+//! `sluice export --format iceberg`: each dataset an Apache Iceberg table in an SQL catalog,
+//! read back by readers sluice did not write — PyIceberg through the same catalog (SQLite
+//! file, or the test kit's PostgreSQL) for snapshots, summaries and identifier fields, and
+//! DuckDB's iceberg extension for the values. Kills at the table commit's failpoints while a
+//! writer changes the table, `--resume`, `--overwrite`, and what is refused before anything is
+//! read.
+
+use crate::common::writer::{Writer, create_table};
+use crate::common::*;
+use sluice_testkit::lake;
+use sluice_testkit::process::Failpoints;
+use std::path::Path;
+use std::process::Stdio;
+
+const ROWS: i64 = 60_000;
+
+/// The SQLite catalog an export into `out` makes without `--catalog`.
+fn default_catalog(out: &Path) -> String {
+    format!("sqlite://{}", out.join("catalog.db").display())
+}
+
+/// Every type of the PostgreSQL type table: DuckDB reads the Iceberg table's values as it
+/// reads the Parquet export of the same rows (the two exports' text forms compared column by
+/// column); the columns whose form changed are the ones the report names. PyIceberg finds
+/// the table in the catalog with the key as identifier field and the source position in the
+/// snapshot's summary.
+#[tokio::test]
+async fn every_type_reads_back_from_the_table_as_from_the_parquet_export() {
+    let (db, _cols) = crate::types::setup().await;
+    let out = tempdir();
+    let pq = out.path().join("pq");
+    let ice = out.path().join("ice");
+    export(&db.url, &pq, &["--table", "public.all_types"]).ok();
+    let report = out.path().join("report.json");
+    export(
+        &db.url,
+        &ice,
+        &with_report(
+            "--table public.all_types --format iceberg --namespace lake",
+            &report,
+        ),
+    )
+    .ok();
+    let notes = files::json(&report)["notes"].to_string();
+    let catalog = default_catalog(&ice);
+    let table = lake::duckdb_iceberg(&catalog, "lake.all_types");
+    let parquet = lake::duckdb_parquet(&pq.join("public.all_types/*.parquet"));
+    assert_eq!(table.columns, parquet.columns);
+    assert_eq!(table.rows.len(), 6);
+    let mut differing = Vec::new();
+    for (c, name) in table.columns.iter().enumerate() {
+        let a: Vec<&Option<String>> = table.rows.iter().map(|r| &r[c]).collect();
+        let b: Vec<&Option<String>> = parquet.rows.iter().map(|r| &r[c]).collect();
+        if a != b {
+            differing.push(name.clone());
+            assert!(
+                notes.contains(&format!("public.all_types.{name}:")),
+                "{name}: table {a:?} vs parquet {b:?}, not named in the notes {notes}"
+            );
+        }
+        if !notes.contains(&format!("public.all_types.{name}:")) {
+            assert_eq!(
+                table.types[c], parquet.types[c],
+                "{name}: a type Iceberg has changed without a note"
+            );
+        }
+    }
+    let view = lake::iceberg_view(&catalog, "lake.all_types");
+    assert_eq!(view.ids, vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(view.snapshots, 1);
+    assert_eq!(view.identifier, vec!["id".to_string()]);
+    assert!(
+        view.location.ends_with("/public.all_types"),
+        "{}",
+        view.location
+    );
+    assert!(
+        view.summary["sluice.source.position"]
+            .as_str()
+            .is_some_and(|p| !p.is_empty()),
+        "no source position in the snapshot: {}",
+        view.summary
+    );
+    eprintln!("columns in another form in the table: {differing:?}");
+}
+
+/// Start an export armed with `spec` plus a pause after planning; returns the ids of the
+/// snapshot it reads (the oracle, read while it is paused) and the finished run.
+async fn export_with_oracle(db: &TestDb, out: &Path, args: &[&str], spec: &str) -> (Run, Vec<i64>) {
+    let fp = Failpoints::new();
+    let mut cmd = sluice();
+    cmd.arg("export")
+        .arg("--source")
+        .arg(&db.url)
+        .arg("--to")
+        .arg(out)
+        .args(args);
+    let armed = if spec.is_empty() {
+        "export.after_plan=wait@1".to_string()
+    } else {
+        format!("export.after_plan=wait@1,{spec}")
+    };
+    fp.arm(&mut cmd, &armed);
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    fp.reached("export.after_plan", &mut child).await;
+    let ids = ids_in_run_snapshot(&db.url, out).await;
+    fp.release("export.after_plan");
+    let run = tokio::task::spawn_blocking(move || finish(child).into())
+        .await
+        .unwrap();
+    (run, ids)
+}
+
+fn duckdb_ids(catalog: &str, name: &str) -> Vec<i64> {
+    let mut ids: Vec<i64> = lake::duckdb_iceberg(catalog, name)
+        .rows
+        .iter()
+        .map(|r| r[0].as_deref().unwrap().parse().unwrap())
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// Killed just before and just after the table commit while a writer moves rows: before, the
+/// catalog has no table and `--resume` commits it; after, `--resume` finds the snapshot by the
+/// export's id and makes no second one. Then `--overwrite` replaces the table's contents.
+/// Each time the table holds exactly the ids of the snapshot its export read, once each, as
+/// both readers see it. The catalog is the test kit's PostgreSQL (the SQL catalog's other
+/// driver).
+#[tokio::test]
+async fn killed_at_the_commit_resumed_and_overwritten_the_table_is_the_snapshot() {
+    let db = TestDb::new().await;
+    let catalog_db = TestDb::new().await;
+    create_table(&db, "r", ROWS).await;
+    let writer = Writer::start(&db.url, "r", ROWS).await;
+    let catalog = catalog_db.url.clone();
+    let mut args = words(
+        "--table r --format iceberg --namespace lake --parallel 2 --chunk-size 1MB \
+         --batch-size 256KB --catalog",
+    );
+    args.push(&catalog);
+
+    // Killed before the commit: parts on disk, no table in the catalog, no manifest.
+    let out = tempdir();
+    let (run, oracle) =
+        export_with_oracle(&db, out.path(), &args, "export.before_table_commit=exit").await;
+    assert_ne!(run.code, 0, "{}", run.stderr);
+    assert!(!out.path().join("manifest.json").exists());
+    let tables = catalog_db
+        .row_strings("SELECT table_name FROM iceberg_tables")
+        .await;
+    assert!(tables.is_empty(), "{tables:?}");
+    let mut resume = args.clone();
+    resume.push("--resume");
+    export(&db.url, out.path(), &resume).ok();
+    assert_eq!(duckdb_ids(&catalog, "lake.r"), oracle);
+    let v = lake::iceberg_view(&catalog, "lake.r");
+    assert_eq!((v.snapshots, v.ids.clone()), (1, oracle.clone()));
+    assert!(v.files >= 2, "{} files", v.files);
+    assert_eq!(v.summary["sluice.consistency"], "snapshot");
+    writer.wait_for(50).await;
+
+    // Killed after the commit: the resume makes no second snapshot.
+    let out2 = tempdir();
+    let mut args2 = args.clone();
+    args2[5] = "lake2";
+    let (run, oracle2) =
+        export_with_oracle(&db, out2.path(), &args2, "export.after_table_commit=exit").await;
+    assert_ne!(run.code, 0, "{}", run.stderr);
+    assert!(!out2.path().join("manifest.json").exists());
+    let mut resume2 = args2.clone();
+    resume2.push("--resume");
+    export(&db.url, out2.path(), &resume2).ok();
+    let v = lake::iceberg_view(&catalog, "lake2.r");
+    assert_eq!(v.snapshots, 1, "a second snapshot for one export");
+    assert_eq!(v.ids, oracle2);
+
+    // A plain rerun is refused; --overwrite replaces the contents.
+    export(&db.url, out.path(), &args).refused(2, &["--overwrite"]);
+    writer.wait_for(50).await;
+    let mut over = args.clone();
+    over.push("--overwrite");
+    let (run, oracle3) = export_with_oracle(&db, out.path(), &over, "").await;
+    run.ok();
+    assert_ne!(oracle3, oracle, "the writer changed nothing in between");
+    assert_eq!(lake::iceberg_view(&catalog, "lake.r").ids, oracle3);
+    assert_eq!(duckdb_ids(&catalog, "lake.r"), oracle3);
+    writer.stop().await;
+}
+
+/// Refused before the source is read, exit 2, nothing written: no namespace, a catalog that is
+/// not an SQL one, an object store, `--merge`, catalog flags without the format, a stream into
+/// an Iceberg table (before its slot); and a table of that name the catalog keeps elsewhere is
+/// never replaced.
+#[tokio::test]
+async fn what_an_iceberg_table_cannot_take_is_refused_with_the_fix() {
+    let db = TestDb::new().await;
+    create_table(&db, "t", 100).await;
+    let out = tempdir();
+    let refused = |args: &str, words_: &[&str]| {
+        export(&db.url, out.path(), &words(args)).refused(2, words_);
+        assert!(
+            !out.path().join("public.t").exists(),
+            "{:?}",
+            files_under(out.path())
+        );
+    };
+    refused("--table t --format iceberg", &["--namespace"]);
+    refused(
+        "--table t --format iceberg --namespace n --catalog thrift://hms:9083",
+        &["sqlite:///", "postgres://"],
+    );
+    refused(
+        "--table t --format iceberg --namespace n --merge",
+        &["drop --merge"],
+    );
+    refused("--table t --namespace n", &["--format iceberg"]);
+    run_export_to(
+        &db.url,
+        "s3://bucket/x",
+        &words("--table t --format iceberg --namespace n"),
+    )
+    .refused(2, &["local --to", "--format delta"]);
+    let run = sluice_testkit::process::run(
+        sluice()
+            .args(["stream", "--source", &db.url, "--to"])
+            .arg(out.path())
+            .args(words("--table t --format iceberg --namespace n")),
+    );
+    run.refused(2, &["--format delta", "appends only"]);
+    let slots = db
+        .row_strings(
+            "SELECT slot_name FROM pg_replication_slots WHERE database = current_database()",
+        )
+        .await;
+    assert!(slots.is_empty(), "{slots:?}");
+
+    // A table `n.t` made by another export at another location: not replaced.
+    let other = tempdir();
+    let catalog = default_catalog(out.path());
+    let mut args = words("--table t --format iceberg --namespace n --catalog");
+    args.push(&catalog);
+    export(&db.url, other.path(), &args).ok();
+    let run = export(&db.url, out.path(), &args);
+    run.refused(2, &["lives at", "--namespace"]);
+    let v = lake::iceberg_view(&catalog, "n.t");
+    assert!(
+        v.location
+            .starts_with(&format!("file://{}", other.path().display()))
+    );
+    assert_eq!(v.ids.len(), 100);
+}
+
+fn run_export_to(url: &str, to: &str, args: &[&str]) -> Run {
+    sluice_testkit::process::run(
+        sluice()
+            .args(["export", "--source", url, "--to", to])
+            .args(args),
+    )
+}
+
+/// `sluice doctor --format iceberg` opens the catalog and says what its namespace holds; a
+/// catalog it cannot use fails the check with the fix.
+#[tokio::test]
+async fn doctor_checks_the_iceberg_catalog() {
+    let out = tempdir();
+    let to = out.path().to_str().unwrap();
+    let run = sluice_testkit::process::run(sluice().args([
+        "doctor",
+        "--to",
+        to,
+        "--format",
+        "iceberg",
+        "--namespace",
+        "lake",
+    ]));
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("namespace lake holds 0 table(s)"),
+        "{}",
+        run.stdout
+    );
+    let run = sluice_testkit::process::run(sluice().args([
+        "doctor",
+        "--to",
+        to,
+        "--format",
+        "iceberg",
+        "--namespace",
+        "lake",
+        "--catalog",
+        "mysql://x@127.0.0.1/db",
+    ]));
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("FAIL") && run.stdout.contains("sqlite:///"),
+        "{}",
+        run.stdout
+    );
+}
