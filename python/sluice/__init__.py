@@ -331,6 +331,8 @@ def export(
     part_size: Optional[Size] = None,
     upload_concurrency: Optional[int] = None,
     storage_option: Optional[Mapping[str, str]] = None,
+    catalog: Optional[str] = None,
+    namespace: Optional[str] = None,
     report_html: Optional[PathLike] = None,
     harm_budget: Optional[str] = None,
     max_replica_lag: Optional[str] = None,
@@ -356,7 +358,8 @@ def export(
         query: ``{"name": "SELECT …"}``: each query exported as dataset ``name``.
         columns: ``"table:col,col"`` (or a list of them, one per table): read only these
             columns of a selected table, as ``--columns``.
-        format: ``"parquet"`` (default) or ``"csv"``.
+        format: ``"parquet"`` (default), ``"csv"``, ``"jsonl"``, ``"avro"``, or a table per
+            dataset: ``"delta"``, ``"iceberg"`` (with ``namespace``).
         compression: Parquet: ``"zstd"`` (default), ``"snappy"``, ``"none"``.
         zstd_level: 1 (default) to 22.
         row_group_size: Parquet row-group memory, overriding the size derived from
@@ -370,6 +373,9 @@ def export(
         part_size, upload_concurrency: Object stores: multipart part size (default 5MB) and
             parts uploading at once (default 2).
         storage_option: Object-store client settings (keys of the object_store crate).
+        catalog: ``format="iceberg"``: the SQL catalog, ``"sqlite:///path/catalog.db"`` or
+            ``"postgres://user@host/db"`` (default: ``catalog.db`` in ``to``).
+        namespace: ``format="iceberg"``: the catalog namespace of the tables.
         report_html: Also write the report as a self-contained HTML page to this file.
         harm_budget, max_replica_lag, max_latency, max_xmin_age, max_active, max_rate,
             replica, probe_sql: The harm budget (``"gentle"``, ``"normal"``, ``"none"``;
@@ -416,6 +422,8 @@ def export(
         part_size=part_size,
         upload_concurrency=upload_concurrency,
         storage_option=storage_option,
+        catalog=catalog,
+        namespace=namespace,
         report_html=None if report_html is None else os.fspath(report_html),
         harm_budget=harm_budget,
         max_replica_lag=max_replica_lag,

@@ -132,6 +132,8 @@ def export(
     part_size: Optional[Size] = None,
     upload_concurrency: Optional[int] = None,
     storage_option: Optional[Mapping[str, str]] = None,
+    catalog: Optional[str] = None,
+    namespace: Optional[str] = None,
     report_html: Optional[PathLike] = None,
     harm_budget: Optional[str] = None,
     max_replica_lag: Optional[str] = None,

@@ -79,13 +79,14 @@ enum Conversion {
     Text,
 }
 
-/// The Delta type of one Arrow type, or `None` where Delta has none (written as text).
-fn delta_type(t: &DataType) -> Option<DataType> {
+/// The type of one Arrow type in a `kind` table, or `None` where the format has none (written
+/// as text). Delta (and Spark) have 8- and 16-bit integers but no time of day, UUID or fixed;
+/// Iceberg the other way round.
+fn column_type(kind: Kind, t: &DataType) -> Option<DataType> {
     use DataType as D;
+    let iceberg = kind == Kind::Iceberg;
     Some(match t {
         D::Boolean
-        | D::Int8
-        | D::Int16
         | D::Int32
         | D::Int64
         | D::Float32
@@ -95,53 +96,26 @@ fn delta_type(t: &DataType) -> Option<DataType> {
         | D::Binary
         | D::LargeBinary
         | D::Date32 => t.clone(),
+        D::Int8 | D::Int16 if !iceberg => t.clone(),
+        D::Int8 | D::Int16 | D::UInt16 => D::Int32,
+        D::UInt8 if iceberg => D::Int32,
         D::UInt8 => D::Int16,
-        D::UInt16 => D::Int32,
         D::UInt32 => D::Int64,
         D::UInt64 => D::Decimal128(20, 0),
         D::Float16 => D::Float32,
         D::Decimal128(p, s) if *p <= 38 => D::Decimal128(*p, *s),
         D::Timestamp(_, zone) => D::Timestamp(TimeUnit::Microsecond, zone.clone()),
+        D::FixedSizeBinary(_) if iceberg => t.clone(),
+        D::Time32(_) | D::Time64(_) if iceberg => D::Time64(TimeUnit::Microsecond),
         D::Struct(fields) => D::Struct(
             fields
                 .iter()
-                .map(|f| delta_type(f.data_type()).map(|t| plain(f, t)))
+                .map(|f| column_type(kind, f.data_type()).map(|t| plain(f, t)))
                 .collect::<Option<Fields>>()?,
         ),
-        D::List(item) | D::LargeList(item) => D::List(plain(item, delta_type(item.data_type())?)),
-        _ => return None,
-    })
-}
-
-/// The Iceberg type of one Arrow type, or `None` where Iceberg has none (written as text).
-fn iceberg_type(t: &DataType) -> Option<DataType> {
-    use DataType as D;
-    Some(match t {
-        D::Boolean
-        | D::Int32
-        | D::Int64
-        | D::Float32
-        | D::Float64
-        | D::Utf8
-        | D::LargeUtf8
-        | D::Binary
-        | D::LargeBinary
-        | D::Date32
-        | D::FixedSizeBinary(_) => t.clone(),
-        D::Int8 | D::Int16 | D::UInt8 | D::UInt16 => D::Int32,
-        D::UInt32 => D::Int64,
-        D::UInt64 => D::Decimal128(20, 0),
-        D::Float16 => D::Float32,
-        D::Decimal128(p, s) if *p <= 38 => D::Decimal128(*p, *s),
-        D::Time32(_) | D::Time64(_) => D::Time64(TimeUnit::Microsecond),
-        D::Timestamp(_, zone) => D::Timestamp(TimeUnit::Microsecond, zone.clone()),
-        D::Struct(fields) => D::Struct(
-            fields
-                .iter()
-                .map(|f| iceberg_type(f.data_type()).map(|t| plain(f, t)))
-                .collect::<Option<Fields>>()?,
-        ),
-        D::List(item) | D::LargeList(item) => D::List(plain(item, iceberg_type(item.data_type())?)),
+        D::List(item) | D::LargeList(item) => {
+            D::List(plain(item, column_type(kind, item.data_type())?))
+        }
         _ => return None,
     })
 }
@@ -259,11 +233,7 @@ pub fn table_schema(kind: Kind, dataset: &str, schema: &Schema) -> Result<TableS
                 .get(EXTENSION_TYPE_NAME_KEY)
                 .map(String::as_str)
                 == Some(UUID);
-        let mapped = match kind {
-            Kind::Iceberg => iceberg_type(f.data_type()),
-            Kind::Delta | Kind::Spark => delta_type(f.data_type()),
-        };
-        let (t, c) = match mapped {
+        let (t, c) = match column_type(kind, f.data_type()) {
             Some(t) if &t == f.data_type() => {
                 if let Some(ext) = f.metadata().get(EXTENSION_TYPE_NAME_KEY).filter(|_| !uuid) {
                     notes.push(format!(
@@ -301,6 +271,14 @@ pub fn table_schema(kind: Kind, dataset: &str, schema: &Schema) -> Result<TableS
             (Kind::Spark, Some(l)) => (l.clone(), Conversion::Cast(l)),
             _ => (t, c),
         };
+        if kind == Kind::Iceberg && matches!(t, DataType::Time64(_)) {
+            notes.push(format!(
+                "{dataset}.{}: written as Iceberg's time, which Apache Spark cannot read (Spark \
+                 has no time type and refuses the whole table): for Spark readers, cast it to \
+                 text in a --query",
+                f.name()
+            ));
+        }
         let field = Field::new(f.name(), t, f.is_nullable());
         // A UUID column keeps its extension name: the Parquet writer gives it the UUID type.
         fields.push(match uuid {

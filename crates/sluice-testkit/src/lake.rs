@@ -119,6 +119,52 @@ pub struct Rows {
     pub rows: Vec<Vec<Option<String>>>,
 }
 
+impl Rows {
+    /// The first column's values as sorted integers (the `id` of the test tables).
+    pub fn ids(&self) -> Vec<i64> {
+        let mut ids: Vec<i64> = self
+            .rows
+            .iter()
+            .map(|r| {
+                r[0].as_deref()
+                    .expect("an id")
+                    .parse()
+                    .expect("an integer id")
+            })
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// The columns whose values differ from `other`'s (the same rows read from another
+    /// output): each must be one the report's `notes` name as converted (`<dataset>.<column>:`),
+    /// and a column the notes do not name must have kept its type.
+    pub fn differing_from(&self, other: &Rows, notes: &str, dataset: &str) -> Vec<String> {
+        assert_eq!(self.columns, other.columns);
+        assert_eq!(self.rows.len(), other.rows.len());
+        let mut differing = Vec::new();
+        for (c, name) in self.columns.iter().enumerate() {
+            let named = notes.contains(&format!("{dataset}.{name}:"));
+            let a: Vec<&Option<String>> = self.rows.iter().map(|r| &r[c]).collect();
+            let b: Vec<&Option<String>> = other.rows.iter().map(|r| &r[c]).collect();
+            if a != b {
+                assert!(
+                    named,
+                    "{name}: {a:?} vs {b:?}, not named in the notes {notes}"
+                );
+                differing.push(name.clone());
+            }
+            if !named {
+                assert_eq!(
+                    self.types[c], other.types[c],
+                    "{name}: a type changed without a note"
+                );
+            }
+        }
+        differing
+    }
+}
+
 fn rows(v: Value) -> Rows {
     let strings = |v: &Value| -> Vec<String> {
         v.as_array()
@@ -187,6 +233,16 @@ pub struct DeltaView {
     pub protocol: (i64, i64),
 }
 
+/// The reader's `ids` list.
+fn ids(v: &Value) -> Vec<i64> {
+    v["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|i| i.as_i64().expect("an id"))
+        .collect()
+}
+
 /// The table at `dir` through the `deltalake` package.
 pub fn delta_view(dir: &Path, version: Option<i64>) -> DeltaView {
     delta_view_at(dir.to_str().expect("UTF-8 path"), version)
@@ -202,12 +258,7 @@ pub fn delta_view_at(path: &str, version: Option<i64>) -> DeltaView {
     DeltaView {
         version: v["version"].as_i64().expect("version"),
         files: v["files"].as_u64().expect("files") as usize,
-        ids: v["ids"]
-            .as_array()
-            .expect("ids")
-            .iter()
-            .map(|i| i.as_i64().expect("an id"))
-            .collect(),
+        ids: ids(&v),
         history: v["history"].as_array().expect("history").clone(),
         protocol: (
             v["protocol"][0].as_i64().expect("reader version"),
@@ -243,12 +294,7 @@ pub struct IcebergView {
 pub fn iceberg_view(catalog: &str, name: &str) -> IcebergView {
     let v = read(&["iceberg", catalog, name]);
     IcebergView {
-        ids: v["ids"]
-            .as_array()
-            .expect("ids")
-            .iter()
-            .map(|i| i.as_i64().expect("an id"))
-            .collect(),
+        ids: ids(&v),
         location: v["location"].as_str().expect("location").to_string(),
         snapshots: v["snapshots"].as_u64().expect("snapshots") as usize,
         files: v["files"].as_u64().expect("files") as usize,

@@ -7,9 +7,7 @@
 use crate::common::writer::{Writer, create_table};
 use crate::common::*;
 use sluice_testkit::lake;
-use sluice_testkit::process::Failpoints;
 use std::path::Path;
-use std::process::Stdio;
 
 const ROWS: i64 = 60_000;
 
@@ -18,90 +16,16 @@ const ROWS: i64 = 60_000;
 /// column); the columns Delta has no type for are the ones the report names.
 #[tokio::test]
 async fn every_type_reads_back_from_the_table_as_from_the_parquet_export() {
-    let (db, _cols) = crate::types::setup().await;
     let out = tempdir();
-    let pq = out.path().join("pq");
-    let dl = out.path().join("delta");
-    export(&db.url, &pq, &["--table", "public.all_types"]).ok();
-    let report = out.path().join("report.json");
-    let run = export(
-        &db.url,
-        &dl,
-        &with_report("--table public.all_types --format delta", &report),
-    );
-    run.ok();
-    let notes = files::json(&report)["notes"].to_string();
+    let (notes, parquet) = all_types_as_table(out.path(), "--format delta").await;
+    let dl = out.path().join("table");
     let table = lake::duckdb_delta(&dl.join("public.all_types"));
-    let parquet = lake::duckdb_parquet(&pq.join("public.all_types/*.parquet"));
-    assert_eq!(table.columns, parquet.columns);
     assert_eq!(table.rows.len(), 6);
-    let mut differing = Vec::new();
-    for (c, name) in table.columns.iter().enumerate() {
-        let a: Vec<&Option<String>> = table.rows.iter().map(|r| &r[c]).collect();
-        let b: Vec<&Option<String>> = parquet.rows.iter().map(|r| &r[c]).collect();
-        if a != b {
-            differing.push(name.clone());
-            // A column whose form changed must be one the report says was converted.
-            assert!(
-                notes.contains(&format!("public.all_types.{name}:")),
-                "{name}: table {a:?} vs parquet {b:?}, not named in the notes {notes}"
-            );
-        }
-    }
-    // Types Delta lacks are named; the rest kept their DuckDB type.
-    for (c, name) in table.columns.iter().enumerate() {
-        if !notes.contains(&format!("public.all_types.{name}:")) {
-            assert_eq!(
-                table.types[c], parquet.types[c],
-                "{name}: a type Delta has changed without a note"
-            );
-        }
-    }
+    let differing = table.differing_from(&parquet, &notes, "public.all_types");
     let view = lake::delta_view(&dl.join("public.all_types"), None);
     assert_eq!(view.ids, vec![1, 2, 3, 4, 5, 6]);
     assert_eq!(view.version, 0);
     eprintln!("columns in another form in the table: {differing:?}");
-}
-
-/// Start an export armed with `spec` plus a pause after planning; returns the ids of the
-/// snapshot it reads (the oracle, read while it is paused) and the finished run.
-async fn export_with_oracle(db: &TestDb, out: &Path, args: &[&str], spec: &str) -> (Run, Vec<i64>) {
-    let fp = Failpoints::new();
-    let mut cmd = sluice();
-    cmd.arg("export")
-        .arg("--source")
-        .arg(&db.url)
-        .arg("--to")
-        .arg(out)
-        .args(args);
-    let armed = if spec.is_empty() {
-        "export.after_plan=wait@1".to_string()
-    } else {
-        format!("export.after_plan=wait@1,{spec}")
-    };
-    fp.arm(&mut cmd, &armed);
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    fp.reached("export.after_plan", &mut child).await;
-    let ids = ids_in_run_snapshot(&db.url, out).await;
-    fp.release("export.after_plan");
-    let run = tokio::task::spawn_blocking(move || finish(child).into())
-        .await
-        .unwrap();
-    (run, ids)
-}
-
-fn duckdb_ids(table: &Path) -> Vec<i64> {
-    let mut ids: Vec<i64> = lake::duckdb_delta(table)
-        .rows
-        .iter()
-        .map(|r| r[0].as_deref().unwrap().parse().unwrap())
-        .collect();
-    ids.sort_unstable();
-    ids
 }
 
 /// Killed just before and just after the table commit while a writer moves rows: before, the
@@ -127,7 +51,7 @@ async fn killed_at_the_commit_resumed_and_overwritten_the_table_is_the_snapshot(
     let mut resume = args.clone();
     resume.push("--resume");
     export(&db.url, out.path(), &resume).ok();
-    assert_eq!(duckdb_ids(&table_of(out.path())), oracle);
+    assert_eq!(lake::duckdb_delta(&table_of(out.path())).ids(), oracle);
     let v = lake::delta_view(&table_of(out.path()), None);
     assert_eq!((v.version, v.ids.clone()), (0, oracle.clone()));
     let info = &v.history[0];
@@ -165,7 +89,7 @@ async fn killed_at_the_commit_resumed_and_overwritten_the_table_is_the_snapshot(
     assert_ne!(oracle3, oracle, "the writer changed nothing in between");
     let v1 = lake::delta_view(&table_of(out.path()), None);
     assert_eq!((v1.version, v1.ids.clone()), (1, oracle3.clone()));
-    assert_eq!(duckdb_ids(&table_of(out.path())), oracle3);
+    assert_eq!(lake::duckdb_delta(&table_of(out.path())).ids(), oracle3);
     let v0 = lake::delta_view(&table_of(out.path()), Some(0));
     assert_eq!(
         v0.ids, oracle,
@@ -182,7 +106,7 @@ async fn a_table_on_s3_reads_back_and_is_replaced_in_one_version() {
     create_table(&db, "r", 5_000).await;
     let to = sluice_testkit::objstore::test_url(sluice_testkit::objstore::Store::S3);
     let args = words("--table r --format delta --parallel 2 --chunk-size 256KB");
-    run_export_to(&db.url, &to, &args).ok();
+    export_at(&db.url, &to, &args).ok();
     let table = format!("{to}/public.r");
     let v = lake::delta_view_at(&table, None);
     let want: Vec<i64> = (1..=5_000).collect();
@@ -191,7 +115,7 @@ async fn a_table_on_s3_reads_back_and_is_replaced_in_one_version() {
     db.exec("DELETE FROM r WHERE id <= 1000").await;
     let mut over = args.clone();
     over.push("--overwrite");
-    run_export_to(&db.url, &to, &over).ok();
+    export_at(&db.url, &to, &over).ok();
     let v = lake::delta_view_at(&table, None);
     assert_eq!(v.version, 1);
     assert_eq!(v.ids, (1001..=5_000).collect::<Vec<i64>>());
@@ -225,7 +149,7 @@ async fn what_a_delta_table_cannot_take_is_refused_with_the_fix() {
         plan.stdout,
         plan.stderr
     );
-    let run = run_export_to(
+    let run = export_at(
         &db.url,
         "gs://bucket/x",
         &words("--table odd --format delta"),
@@ -237,20 +161,14 @@ async fn what_a_delta_table_cannot_take_is_refused_with_the_fix() {
         &words("--table odd --format delta --merge"),
     );
     run.refused(2, &["drop --merge"]);
-    let run = sluice_testkit::process::run(
-        sluice()
-            .args(["stream", "--source", &db.url, "--to"])
-            .arg(out.path())
-            .args(words("--table odd --format delta")),
-    );
     // A stream into a table refuses it before its slot or snapshot is made.
-    run.refused(2, &["\"a b\"", "--format parquet"]);
-    let slots = db
-        .row_strings(
-            "SELECT slot_name FROM pg_replication_slots WHERE database = current_database()",
-        )
-        .await;
-    assert!(slots.is_empty(), "{slots:?}");
+    stream_refused_before_its_slot(
+        &db,
+        out.path(),
+        "--table odd --format delta",
+        &["\"a b\"", "--format parquet"],
+    )
+    .await;
 }
 
 /// A table another writer partitioned is not replaced by `--overwrite` (its readers could not
@@ -284,14 +202,6 @@ async fn a_partitioned_table_is_not_replaced() {
     run.refused(2, &["partitioned by (v)"]);
     let v = lake::delta_view(&table, None);
     assert_eq!((v.version, v.ids), (0, vec![7]));
-}
-
-fn run_export_to(url: &str, to: &str, args: &[&str]) -> Run {
-    sluice_testkit::process::run(
-        sluice()
-            .args(["export", "--source", url, "--to", to])
-            .args(args),
-    )
 }
 
 /// `sluice doctor --to … --format delta`: a probe table is made and committed, a conditional

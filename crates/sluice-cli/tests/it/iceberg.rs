@@ -8,9 +8,7 @@
 use crate::common::writer::{Writer, create_table};
 use crate::common::*;
 use sluice_testkit::lake;
-use sluice_testkit::process::Failpoints;
 use std::path::Path;
-use std::process::Stdio;
 
 const ROWS: i64 = 60_000;
 
@@ -26,45 +24,13 @@ fn default_catalog(out: &Path) -> String {
 /// snapshot's summary.
 #[tokio::test]
 async fn every_type_reads_back_from_the_table_as_from_the_parquet_export() {
-    let (db, _cols) = crate::types::setup().await;
     let out = tempdir();
-    let pq = out.path().join("pq");
-    let ice = out.path().join("ice");
-    export(&db.url, &pq, &["--table", "public.all_types"]).ok();
-    let report = out.path().join("report.json");
-    export(
-        &db.url,
-        &ice,
-        &with_report(
-            "--table public.all_types --format iceberg --namespace lake",
-            &report,
-        ),
-    )
-    .ok();
-    let notes = files::json(&report)["notes"].to_string();
-    let catalog = default_catalog(&ice);
+    let (notes, parquet) =
+        all_types_as_table(out.path(), "--format iceberg --namespace lake").await;
+    let catalog = default_catalog(&out.path().join("table"));
     let table = lake::duckdb_iceberg(&catalog, "lake.all_types");
-    let parquet = lake::duckdb_parquet(&pq.join("public.all_types/*.parquet"));
-    assert_eq!(table.columns, parquet.columns);
     assert_eq!(table.rows.len(), 6);
-    let mut differing = Vec::new();
-    for (c, name) in table.columns.iter().enumerate() {
-        let a: Vec<&Option<String>> = table.rows.iter().map(|r| &r[c]).collect();
-        let b: Vec<&Option<String>> = parquet.rows.iter().map(|r| &r[c]).collect();
-        if a != b {
-            differing.push(name.clone());
-            assert!(
-                notes.contains(&format!("public.all_types.{name}:")),
-                "{name}: table {a:?} vs parquet {b:?}, not named in the notes {notes}"
-            );
-        }
-        if !notes.contains(&format!("public.all_types.{name}:")) {
-            assert_eq!(
-                table.types[c], parquet.types[c],
-                "{name}: a type Iceberg has changed without a note"
-            );
-        }
-    }
+    let differing = table.differing_from(&parquet, &notes, "public.all_types");
     let view = lake::iceberg_view(&catalog, "lake.all_types");
     assert_eq!(view.ids, vec![1, 2, 3, 4, 5, 6]);
     assert_eq!(view.snapshots, 1);
@@ -82,47 +48,6 @@ async fn every_type_reads_back_from_the_table_as_from_the_parquet_export() {
         view.summary
     );
     eprintln!("columns in another form in the table: {differing:?}");
-}
-
-/// Start an export armed with `spec` plus a pause after planning; returns the ids of the
-/// snapshot it reads (the oracle, read while it is paused) and the finished run.
-async fn export_with_oracle(db: &TestDb, out: &Path, args: &[&str], spec: &str) -> (Run, Vec<i64>) {
-    let fp = Failpoints::new();
-    let mut cmd = sluice();
-    cmd.arg("export")
-        .arg("--source")
-        .arg(&db.url)
-        .arg("--to")
-        .arg(out)
-        .args(args);
-    let armed = if spec.is_empty() {
-        "export.after_plan=wait@1".to_string()
-    } else {
-        format!("export.after_plan=wait@1,{spec}")
-    };
-    fp.arm(&mut cmd, &armed);
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    fp.reached("export.after_plan", &mut child).await;
-    let ids = ids_in_run_snapshot(&db.url, out).await;
-    fp.release("export.after_plan");
-    let run = tokio::task::spawn_blocking(move || finish(child).into())
-        .await
-        .unwrap();
-    (run, ids)
-}
-
-fn duckdb_ids(catalog: &str, name: &str) -> Vec<i64> {
-    let mut ids: Vec<i64> = lake::duckdb_iceberg(catalog, name)
-        .rows
-        .iter()
-        .map(|r| r[0].as_deref().unwrap().parse().unwrap())
-        .collect();
-    ids.sort_unstable();
-    ids
 }
 
 /// Killed just before and just after the table commit while a writer moves rows: before, the
@@ -157,7 +82,7 @@ async fn killed_at_the_commit_resumed_and_overwritten_the_table_is_the_snapshot(
     let mut resume = args.clone();
     resume.push("--resume");
     export(&db.url, out.path(), &resume).ok();
-    assert_eq!(duckdb_ids(&catalog, "lake.r"), oracle);
+    assert_eq!(lake::duckdb_iceberg(&catalog, "lake.r").ids(), oracle);
     let v = lake::iceberg_view(&catalog, "lake.r");
     assert_eq!((v.snapshots, v.ids.clone()), (1, oracle.clone()));
     assert!(v.files >= 2, "{} files", v.files);
@@ -188,7 +113,7 @@ async fn killed_at_the_commit_resumed_and_overwritten_the_table_is_the_snapshot(
     run.ok();
     assert_ne!(oracle3, oracle, "the writer changed nothing in between");
     assert_eq!(lake::iceberg_view(&catalog, "lake.r").ids, oracle3);
-    assert_eq!(duckdb_ids(&catalog, "lake.r"), oracle3);
+    assert_eq!(lake::duckdb_iceberg(&catalog, "lake.r").ids(), oracle3);
     writer.stop().await;
 }
 
@@ -219,25 +144,19 @@ async fn what_an_iceberg_table_cannot_take_is_refused_with_the_fix() {
         &["drop --merge"],
     );
     refused("--table t --namespace n", &["--format iceberg"]);
-    run_export_to(
+    export_at(
         &db.url,
         "s3://bucket/x",
         &words("--table t --format iceberg --namespace n"),
     )
     .refused(2, &["local --to", "--format delta"]);
-    let run = sluice_testkit::process::run(
-        sluice()
-            .args(["stream", "--source", &db.url, "--to"])
-            .arg(out.path())
-            .args(words("--table t --format iceberg --namespace n")),
-    );
-    run.refused(2, &["--format delta", "appends only"]);
-    let slots = db
-        .row_strings(
-            "SELECT slot_name FROM pg_replication_slots WHERE database = current_database()",
-        )
-        .await;
-    assert!(slots.is_empty(), "{slots:?}");
+    stream_refused_before_its_slot(
+        &db,
+        out.path(),
+        "--table t --format iceberg --namespace n",
+        &["--format delta", "appends only"],
+    )
+    .await;
 
     // A table `n.t` made by another export at another location: not replaced.
     let other = tempdir();
@@ -255,46 +174,35 @@ async fn what_an_iceberg_table_cannot_take_is_refused_with_the_fix() {
     assert_eq!(v.ids.len(), 100);
 }
 
-fn run_export_to(url: &str, to: &str, args: &[&str]) -> Run {
-    sluice_testkit::process::run(
-        sluice()
-            .args(["export", "--source", url, "--to", to])
-            .args(args),
-    )
-}
-
 /// `sluice doctor --format iceberg` opens the catalog and says what its namespace holds; a
 /// catalog it cannot use fails the check with the fix.
 #[tokio::test]
 async fn doctor_checks_the_iceberg_catalog() {
     let out = tempdir();
     let to = out.path().to_str().unwrap();
-    let run = sluice_testkit::process::run(sluice().args([
-        "doctor",
-        "--to",
-        to,
-        "--format",
-        "iceberg",
-        "--namespace",
-        "lake",
-    ]));
+    let doctor = |extra: &[&str]| {
+        sluice_testkit::process::run(
+            sluice()
+                .args([
+                    "doctor",
+                    "--to",
+                    to,
+                    "--format",
+                    "iceberg",
+                    "--namespace",
+                    "lake",
+                ])
+                .args(extra),
+        )
+    };
+    let run = doctor(&[]);
     assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
     assert!(
         run.stdout.contains("namespace lake holds 0 table(s)"),
         "{}",
         run.stdout
     );
-    let run = sluice_testkit::process::run(sluice().args([
-        "doctor",
-        "--to",
-        to,
-        "--format",
-        "iceberg",
-        "--namespace",
-        "lake",
-        "--catalog",
-        "mysql://x@127.0.0.1/db",
-    ]));
+    let run = doctor(&["--catalog", "mysql://x@127.0.0.1/db"]);
     assert_ne!(run.code, 0, "{}", run.stdout);
     assert!(
         run.stdout.contains("FAIL") && run.stdout.contains("sqlite:///"),

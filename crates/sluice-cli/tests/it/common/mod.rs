@@ -108,6 +108,44 @@ pub fn replicate(source: &str, target: &str) -> Command {
 }
 
 /// `sluice export --source URL --to DIR ARGS…`.
+/// The PostgreSQL type table (`crate::types`) exported twice: to Parquet under `<out>/pq`,
+/// and with `args` (a table format) under `<out>/table`; returns the second run's report
+/// notes and DuckDB's reading of the Parquet files, the oracle a table's reader must match.
+pub async fn all_types_as_table(out: &Path, args: &str) -> (String, sluice_testkit::lake::Rows) {
+    let (db, _cols) = crate::types::setup().await;
+    let pq = out.join("pq");
+    export(&db.url, &pq, &["--table", "public.all_types"]).ok();
+    let report = out.join("report.json");
+    let line = format!("--table public.all_types {args}");
+    export(&db.url, &out.join("table"), &with_report(&line, &report)).ok();
+    let notes = files::json(&report)["notes"].to_string();
+    let parquet = sluice_testkit::lake::duckdb_parquet(&pq.join("public.all_types/*.parquet"));
+    (notes, parquet)
+}
+
+/// `sluice export` into `to` given as text (an object store URL).
+pub fn export_at(url: &str, to: &str, args: &[&str]) -> Run {
+    run(sluice()
+        .args(["export", "--source", url, "--to", to])
+        .args(args))
+}
+
+/// `sluice stream` of PostgreSQL `db` into `to` with `args` is refused with exit 2, its
+/// message holding each of `says`, before it made a replication slot.
+pub async fn stream_refused_before_its_slot(db: &TestDb, to: &Path, args: &str, says: &[&str]) {
+    let run = run(sluice()
+        .args(["stream", "--source", &db.url, "--to"])
+        .arg(to)
+        .args(words(args)));
+    run.refused(2, says);
+    let slots = db
+        .row_strings(
+            "SELECT slot_name FROM pg_replication_slots WHERE database = current_database()",
+        )
+        .await;
+    assert!(slots.is_empty(), "{slots:?}");
+}
+
 pub fn export(url: &str, to: &Path, args: &[&str]) -> Run {
     run(sluice()
         .arg("export")
@@ -148,4 +186,40 @@ pub async fn ids_in_run_snapshot(url: &str, out: &Path) -> Vec<i64> {
         .collect();
     ids.sort_unstable();
     ids
+}
+
+/// Start an export of table `r` armed with `spec` plus a pause after planning; returns the ids of the
+/// snapshot it reads (the oracle, read while it is paused) and the finished run.
+pub async fn export_with_oracle(
+    db: &TestDb,
+    out: &Path,
+    args: &[&str],
+    spec: &str,
+) -> (Run, Vec<i64>) {
+    let fp = Failpoints::new();
+    let mut cmd = sluice();
+    cmd.arg("export")
+        .arg("--source")
+        .arg(&db.url)
+        .arg("--to")
+        .arg(out)
+        .args(args);
+    let armed = if spec.is_empty() {
+        "export.after_plan=wait@1".to_string()
+    } else {
+        format!("export.after_plan=wait@1,{spec}")
+    };
+    fp.arm(&mut cmd, &armed);
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    fp.reached("export.after_plan", &mut child).await;
+    let ids = ids_in_run_snapshot(&db.url, out).await;
+    fp.release("export.after_plan");
+    let run = tokio::task::spawn_blocking(move || finish(child).into())
+        .await
+        .unwrap();
+    (run, ids)
 }
