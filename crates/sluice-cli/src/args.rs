@@ -574,6 +574,9 @@ pub struct StreamOptions {
     /// Write the whole old row of each update and delete in a _before column (a struct in Parquet and Avro, an object in JSON Lines, a JSON object in CSV). PostgreSQL: every captured table (each partition) needs REPLICA IDENTITY FULL; MySQL/MariaDB: binlog_row_image=FULL. Refused, with the fix, otherwise.
     #[arg(long)]
     pub before_images: bool,
+    /// --format delta: delete the table's data files that no version of the last DURATION needs (Delta's VACUUM: each merge rewrites files and leaves the old ones for readers of older versions), at the first batch of each run and then hourly. Default 168h (Delta's own retention); off: never. Readers of a version older than DURATION may fail.
+    #[arg(long, value_name = "DURATION")]
+    pub vacuum_retention: Option<String>,
     /// Look the selection up again every N seconds (default 30; 0: never). A table created on the source that --tables or --schema matches joins the stream with a snapshot of its own (PostgreSQL: added to the publication sluice created), its rows before that point in the snapshot and its changes after it in change files; a captured table dropped there ends with a marker, <table>/_dropped.json.
     #[arg(long, value_name = "SECONDS")]
     pub discover_every: Option<f64>,

@@ -23,6 +23,9 @@ pub fn merged(args: &StreamArgs, given: &Given) -> Result<(Options, StreamOption
 const DEFAULT_BATCH_BYTES: u64 = 64 << 20;
 /// The default `--batch-seconds`.
 const DEFAULT_BATCH_SECONDS: f64 = 60.0;
+/// `--vacuum-retention`'s default: Delta's own (`delta.deletedFileRetentionDuration`).
+const DEFAULT_VACUUM_RETENTION: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
 /// How often a stream looks its selection up again for tables created or dropped (seconds).
 const DEFAULT_DISCOVER_EVERY: f64 = 30.0;
 
@@ -118,6 +121,20 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
              of its start).",
         ));
     }
+    let vacuum_retention = match (s.vacuum_retention.as_deref(), delta) {
+        (Some(_), false) => {
+            return Err(Error::config(
+                "--vacuum-retention applies to --format delta (the files of a table's older \
+                 versions): remove it.",
+            ));
+        }
+        (None, true) => Some(DEFAULT_VACUUM_RETENTION),
+        (Some("off"), true) | (None, false) => None,
+        (Some(text), true) => Some(sluice_engine::governor::parse_duration(
+            text,
+            "--vacuum-retention",
+        )?),
+    };
     let metrics_addr = metrics_addr(s.metrics_addr.as_deref())?;
     let destination = template.destination.clone();
     let state: Arc<dyn sluice_stream::StateStore> = match s.state.as_deref() {
@@ -175,6 +192,7 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
         discover_every: (discover_every > 0.0)
             .then(|| std::time::Duration::from_secs_f64(discover_every)),
         table,
+        vacuum_retention,
     })
 }
 
@@ -284,8 +302,9 @@ fn report_text(r: &StreamReport) -> String {
     ));
     if r.table_versions > 0 {
         s.push_str(&format!(
-            "  Delta tables: {} version(s) merged, {} file(s) added, {} removed\n",
-            r.table_versions, r.table_files_added, r.table_files_removed
+            "  Delta tables: {} version(s) merged, {} file(s) added, {} removed, {} of older \
+             versions vacuumed\n",
+            r.table_versions, r.table_files_added, r.table_files_removed, r.table_files_vacuumed
         ));
     }
     s.push_str(&format!(

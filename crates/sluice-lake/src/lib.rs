@@ -346,6 +346,27 @@ impl TableCommitter for DeltaCommitter {
         merge::merge(&self.root, self.store.as_ref(), merge).await
     }
 
+    /// Delta's VACUUM in its lite mode: the files `remove` actions of the log tombstoned more
+    /// than `retention` ago are deleted (files no version references are not looked for).
+    /// The table's own minimum retention (`delta.deletedFileRetentionDuration`, 7 days by
+    /// default) is not enforced: the user chose `retention`.
+    async fn vacuum(&self, dir: &str, retention: std::time::Duration) -> Result<u64> {
+        let url = self.table_url(dir)?;
+        let (table, exists) = open(&url, self.store.as_ref()).await?;
+        if !exists {
+            return Ok(0);
+        }
+        let retention = chrono::Duration::from_std(retention)
+            .map_err(|e| Error::config(format!("--vacuum-retention: {e}")))?;
+        let (_, metrics) = table
+            .vacuum()
+            .with_retention_period(retention)
+            .with_enforce_retention_duration(false)
+            .await
+            .map_err(|e| delta_error(&url, e))?;
+        Ok(metrics.files_deleted.len() as u64)
+    }
+
     async fn commit(&self, commit: TableCommit) -> Result<TableCommitted> {
         let url = self.table_url(&commit.dir)?;
         let app_id = format!("sluice-export-{}", commit.export_id);

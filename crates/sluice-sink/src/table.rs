@@ -114,6 +114,16 @@ pub trait TableCommitter: Send + Sync {
     /// A batch whose `through_seq` the table's transaction already reached is not merged
     /// again (a stream killed after the table commit and run again).
     async fn merge(&self, merge: ChangeMerge) -> Result<Merged>;
+
+    /// Delete the data files of the table `dir` that no version newer than `retention` ago
+    /// needs (Delta's VACUUM): a stream's copy-on-write merges leave every rewritten file
+    /// behind for readers of older versions, and without this the table's directory grows
+    /// for ever. Returns how many files were deleted. Readers of a version older than
+    /// `retention` may then fail. Nothing to do by default.
+    async fn vacuum(&self, dir: &str, retention: std::time::Duration) -> Result<u64> {
+        let _ = (dir, retention);
+        Ok(0)
+    }
 }
 
 /// One batch of changes of one table, for [`TableCommitter::merge`].

@@ -91,6 +91,9 @@ pub struct StreamJob {
     /// Merge every batch into its dataset's table, which the snapshot made (`--format
     /// delta`; `sluice-lake`); `None`: change files only.
     pub table: Option<Arc<dyn sluice_sink::table::TableCommitter>>,
+    /// With a table: delete the data files no version newer than this needs, at the first
+    /// batch of a run and then hourly (`--vacuum-retention`; `None`: never).
+    pub vacuum_retention: Option<std::time::Duration>,
 }
 
 /// Why the stream stopped.
@@ -177,6 +180,8 @@ pub struct StreamReport {
     pub table_files_added: u64,
     /// See [`StreamReport::table_versions`].
     pub table_files_removed: u64,
+    /// Data files of older versions deleted by `--vacuum-retention`.
+    pub table_files_vacuumed: u64,
 }
 
 /// The warning for changes of a table the run does not capture: a captured table renamed on

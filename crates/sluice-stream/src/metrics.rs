@@ -71,6 +71,8 @@ pub struct Metrics {
     pub table_files_added: AtomicU64,
     /// See [`Metrics::table_files_added`].
     pub table_files_removed: AtomicU64,
+    /// Data files no table version needs any more, deleted (`--vacuum-retention`).
+    pub table_files_vacuumed: AtomicU64,
     /// Per table (dataset name), registered as the batcher meets them.
     tables: Mutex<BTreeMap<String, Arc<TableMetrics>>>,
     /// Per batch: commit of its oldest change → its files committed, seconds.
@@ -207,6 +209,7 @@ impl Default for Metrics {
             table_versions: AtomicU64::default(),
             table_files_added: AtomicU64::default(),
             table_files_removed: AtomicU64::default(),
+            table_files_vacuumed: AtomicU64::default(),
             tables: Mutex::default(),
             commit_to_file: Histogram::default(),
             batch_changes: Histogram::new(&[1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6]),
@@ -368,7 +371,7 @@ impl Metrics {
             "Captured tables dropped on the source, their final marker written.",
             g(&self.tables_dropped).to_string(),
         );
-        let table: [(&str, &str, &AtomicU64); 3] = [
+        let table: [(&str, &str, &AtomicU64); 4] = [
             (
                 "table_versions_total",
                 "Table versions committed by merging batches (--format delta).",
@@ -383,6 +386,11 @@ impl Metrics {
                 "table_files_removed_total",
                 "Data files those table versions removed (rewritten without touched keys).",
                 &self.table_files_removed,
+            ),
+            (
+                "table_files_vacuumed_total",
+                "Data files no table version within --vacuum-retention needs, deleted.",
+                &self.table_files_vacuumed,
             ),
         ];
         for (name, help, v) in table {

@@ -200,6 +200,7 @@ pub(crate) async fn stream(
         table_versions: metrics.table_versions.load(Ordering::Relaxed),
         table_files_added: metrics.table_files_added.load(Ordering::Relaxed),
         table_files_removed: metrics.table_files_removed.load(Ordering::Relaxed),
+        table_files_vacuumed: metrics.table_files_vacuumed.load(Ordering::Relaxed),
     })
 }
 
@@ -261,6 +262,8 @@ impl drive::Attempts for FileAttempts<'_> {
                 committer: committer.clone(),
                 keys: self.keys.clone(),
                 parquet: p.clone(),
+                vacuum: self.job.vacuum_retention,
+                last_vacuum: None,
             }),
             _ => batcher,
         };

@@ -235,6 +235,77 @@ async fn small_files_are_compacted_by_the_merges() {
     run(&mut stream(&db.url, to.path(), "public.doc", &["--drop"])).ok();
 }
 
+/// The Parquet files in a table's directory (its log left out).
+fn data_files(table: &Path) -> usize {
+    std::fs::read_dir(table)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".parquet")
+        })
+        .count()
+}
+
+/// Merges rewrite files and leave the old ones for readers of older versions: with the
+/// default retention (a week) they stay, with `--vacuum-retention 0s` the next run deletes
+/// every file the current version does not need, and the table still equals the source;
+/// the report counts them. `--vacuum-retention` without a table is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_of_older_versions_are_vacuumed_after_the_retention() {
+    let (db, to) = streamed_doc(2_000).await;
+    let table = to.path().join("public.doc");
+    db.exec("UPDATE doc SET v = v + 1 WHERE id % 10 = 0").await;
+    run(&mut stream(&db.url, to.path(), "public.doc", &[])).ok();
+    let current = lake::delta_view(&table, None).files;
+    assert!(
+        data_files(&table) > current,
+        "the merge left no file of the older version: {} files, {current} current",
+        data_files(&table)
+    );
+    db.exec("UPDATE doc SET note = 'x' WHERE id % 7 = 0").await;
+    let report = to.path().join("report.json");
+    let done = run(&mut stream(
+        &db.url,
+        to.path(),
+        "public.doc",
+        &[
+            "--vacuum-retention",
+            "0s",
+            "--report-json",
+            report.to_str().unwrap(),
+        ],
+    ));
+    done.ok();
+    let view = lake::delta_view(&table, None);
+    assert_eq!(
+        data_files(&table),
+        view.files,
+        "files no version needs are left"
+    );
+    assert_table_equals_source(&db, to.path()).await;
+    let vacuumed = sluice_testkit::files::json(&report)["table_files_vacuumed"]
+        .as_u64()
+        .unwrap();
+    assert!(vacuumed > 0, "the report counts no vacuumed file");
+    assert!(done.stderr.contains("vacuumed"), "{}", done.stderr);
+    let refused = run(sluice()
+        .args([
+            "stream",
+            "--source",
+            &db.url,
+            "--table",
+            "public.doc",
+            "--to",
+        ])
+        .arg(tempdir().path())
+        .args(["--vacuum-retention", "1h"]));
+    refused.refused(2, &["--format delta"]);
+    run(&mut stream(&db.url, to.path(), "public.doc", &["--drop"])).ok();
+}
+
 /// On S3 (moto): the snapshot's table and each merge's version are committed by conditional
 /// put, and the `deltalake` package reads the source's rows back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,6 +8,7 @@ use sluice_sink::table::{ChangeMerge, TableCommitter};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 /// Where each batch is also merged: the datasets' tables (`sluice stream --format delta`).
 pub struct MergeInto {
@@ -17,7 +18,16 @@ pub struct MergeInto {
     pub keys: HashMap<String, Vec<String>>,
     /// How the merge's files are written.
     pub parquet: sluice_sink::ParquetOptions,
+    /// Vacuum each table with this retention (`--vacuum-retention`), at the run's first cut
+    /// and then every [`VACUUM_EVERY`].
+    pub vacuum: Option<Duration>,
+    /// When the tables were last vacuumed by this run.
+    pub last_vacuum: Option<Instant>,
 }
+
+/// How often a running stream vacuums its tables: listing a table's files costs one listing
+/// of its directory, cheap once an hour, wasteful every batch.
+pub const VACUUM_EVERY: Duration = Duration::from_secs(3600);
 
 /// The application id of a stream's table commits (Delta's `txn`), whose version is the last
 /// `_seq` merged: one stream writes a table (its snapshot created it).
@@ -87,6 +97,41 @@ impl Batcher {
                     done.removed
                 );
             }
+        }
+        self.vacuum_tables()
+    }
+
+    /// Vacuum every table of the stream when it is due (the run's first cut, then hourly).
+    fn vacuum_tables(&mut self) -> Result<()> {
+        let Some(merge) = &mut self.merge else {
+            return Ok(());
+        };
+        let Some(retention) = merge.vacuum else {
+            return Ok(());
+        };
+        if merge
+            .last_vacuum
+            .is_some_and(|t| t.elapsed() < VACUUM_EVERY)
+        {
+            return Ok(());
+        }
+        merge.last_vacuum = Some(Instant::now());
+        for t in &self.tables {
+            let dir = sluice_sink::layout::dataset_dir(&t.dataset);
+            let committer = merge.committer.clone();
+            let deleted = io(|| {
+                tokio::runtime::Handle::current().block_on(committer.vacuum(&dir, retention))
+            })?;
+            if deleted > 0 {
+                tracing::info!(
+                    "{}: {deleted} data file(s) no version of the last {} s needs deleted",
+                    t.dataset,
+                    retention.as_secs()
+                );
+            }
+            self.metrics
+                .table_files_vacuumed
+                .fetch_add(deleted, Ordering::Relaxed);
         }
         Ok(())
     }
