@@ -68,7 +68,8 @@ pub(crate) async fn prepare(
             )));
         };
         notes.extend(table_notes(kind, &discovered)?);
-        table.check().await?;
+        let names: Vec<String> = discovered.iter().map(|d| d.name.clone()).collect();
+        table.check(&names).await?;
     }
     let inputs = plan_inputs(job).with_columns_of(&discovered);
     let sizing = plan::size(&discovered, &inputs);

@@ -191,7 +191,7 @@ impl IcebergCommitter {
             "Iceberg catalog {} (catalog name {}): namespace {} holds {} table(s)",
             self.shown,
             self.name,
-            self.namespace.to_url_string(),
+            self.namespace.join("."),
             tables.len()
         ))
     }
@@ -382,7 +382,19 @@ fn data_file(dir: &Path, file: &TableFile) -> Result<DataFile> {
 
 #[async_trait::async_trait]
 impl TableCommitter for IcebergCommitter {
-    async fn check(&self) -> Result<()> {
+    async fn check(&self, datasets: &[String]) -> Result<()> {
+        let mut seen: HashMap<String, &String> = HashMap::new();
+        for d in datasets {
+            let table = self.ident(d).name().to_string();
+            if let Some(other) = seen.insert(table.clone(), d) {
+                return Err(Error::config(format!(
+                    "{other} and {d} would both be the Iceberg table {}.{table} (a table is \
+                     named after its dataset's last part): export them to different \
+                     --namespace values in two runs, or rename one with --query NAME=SELECT ….",
+                    self.namespace.join(".")
+                )));
+            }
+        }
         self.catalog().await.map(|_| ())
     }
 
@@ -400,7 +412,7 @@ impl TableCommitter for IcebergCommitter {
         let ident = self.ident(&commit.dataset);
         let dir = self.root.join(&commit.dir);
         let location = format!("file://{}", dir.display());
-        let shown = format!("{}.{}", self.namespace.to_url_string(), ident.name());
+        let shown = format!("{}.{}", self.namespace.join("."), ident.name());
         let mut removed = 0;
         if catalog
             .table_exists(&ident)
@@ -448,10 +460,18 @@ impl TableCommitter for IcebergCommitter {
             parquet_to_arrow_schema(file_meta.schema_descr(), file_meta.key_value_metadata())
                 .map_err(|e| Error::data(format!("{}/{}: {e}", dir.display(), first.path)))?;
         let schema = iceberg_schema(&arrow, &commit.key)?;
-        let mut files = Vec::with_capacity(commit.files.len());
-        for f in &commit.files {
-            files.push(data_file(&dir, f)?);
-        }
+        // Every part's footer is read from disk: off the runtime's threads.
+        let files = {
+            let (dir, parts) = (dir.clone(), commit.files.clone());
+            tokio::task::spawn_blocking(move || {
+                parts
+                    .iter()
+                    .map(|f| data_file(&dir, f))
+                    .collect::<Result<Vec<DataFile>>>()
+            })
+            .await
+            .map_err(|e| Error::internal(format!("reading the parts' footers: {e}")))??
+        };
         let mut properties: HashMap<String, String> = commit
             .properties
             .iter()

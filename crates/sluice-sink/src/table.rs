@@ -97,9 +97,11 @@ pub struct TableCommitted {
 /// writes files) does not link it.
 #[async_trait::async_trait]
 pub trait TableCommitter: Send + Sync {
-    /// Before anything is read: whatever the commit needs that can fail early (a catalog
-    /// that does not open, a namespace that cannot be made). Nothing to check by default.
-    async fn check(&self) -> Result<()> {
+    /// Before anything is read, for the run's `datasets`: whatever the commits need that can
+    /// fail early (a catalog that does not open, a namespace that cannot be made, two
+    /// datasets that would be one table). Nothing to check by default.
+    async fn check(&self, datasets: &[String]) -> Result<()> {
+        let _ = datasets;
         Ok(())
     }
 

@@ -117,8 +117,8 @@ async fn killed_at_the_commit_resumed_and_overwritten_the_table_is_the_snapshot(
     writer.stop().await;
 }
 
-/// Refused before the source is read, exit 2, nothing written: no namespace, a catalog that is
-/// not an SQL one, an object store, `--merge`, catalog flags without the format, a stream into
+/// Refused before the source is read, exit 2, nothing written: no namespace, two datasets that
+/// would be one table, a catalog that is not an SQL one, an object store, `--merge`, catalog flags without the format, a stream into
 /// an Iceberg table (before its slot); and a table of that name the catalog keeps elsewhere is
 /// never replaced.
 #[tokio::test]
@@ -135,6 +135,12 @@ async fn what_an_iceberg_table_cannot_take_is_refused_with_the_fix() {
         );
     };
     refused("--table t --format iceberg", &["--namespace"]);
+    db.exec("CREATE SCHEMA s2; CREATE TABLE s2.t (id int PRIMARY KEY)")
+        .await;
+    refused(
+        "--table t --table s2.t --format iceberg --namespace n",
+        &["public.t", "s2.t", "--namespace"],
+    );
     refused(
         "--table t --format iceberg --namespace n --catalog thrift://hms:9083",
         &["sqlite:///", "postgres://"],
