@@ -70,6 +70,15 @@ PG_VARIANTS = [
     ("ctid-p2-csv", 2, "ctid", "snapshot", "csv", [], "ctid, 2 workers, CSV"),
     ("ctid-p2-delta", 2, "ctid", "snapshot", "delta", [], "ctid, 2 workers, a Delta table"),
     (
+        "ctid-p2-iceberg",
+        2,
+        "ctid",
+        "snapshot",
+        "iceberg",
+        ["--namespace", "bench"],
+        "ctid, 2 workers, an Iceberg table (SQLite catalog in the output)",
+    ),
+    (
         "ctid-p2-nofsync",
         2,
         "ctid",

@@ -26,7 +26,7 @@
 //!   see a mix of the two exports. A table of that name at another location is never touched.
 
 use iceberg::spec::{
-    DataContentType, DataFile, DataFileBuilder, DataFileFormat, ListType, NestedField,
+    DataContentType, DataFile, DataFileBuilder, DataFileFormat, Datum, ListType, NestedField,
     NestedFieldRef, PrimitiveType, Schema as IcebergSchema, StructType, Type,
 };
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
@@ -329,9 +329,42 @@ fn footer(path: &Path) -> Result<ParquetMetaData> {
         .map_err(|e| Error::data(format!("{}: not a Parquet file: {e}", path.display())))
 }
 
+/// The Iceberg type whose single-value serialization is the Parquet statistics' bytes of
+/// `physical` (little-endian integers, UTF-8 text): the types a column's bounds are given for.
+/// Decimals (big-endian in Iceberg, little-endian integers in Parquet for small precisions),
+/// floats (NaN) and the rest get none — bounds are optional, a reader then reads the file.
+fn bounded(t: &PrimitiveType, physical: parquet::basic::Type) -> bool {
+    use PrimitiveType as P;
+    use parquet::basic::Type as Phys;
+    matches!(
+        (t, physical),
+        (P::Int | P::Date, Phys::INT32)
+            | (
+                P::Long | P::Time | P::Timestamp | P::Timestamptz,
+                Phys::INT64
+            )
+            | (P::String, Phys::BYTE_ARRAY)
+    )
+}
+
+/// `into` widened to hold `value` (the smaller when `low`, else the larger).
+fn widen(into: &mut HashMap<i32, Datum>, id: i32, value: Datum, low: bool) {
+    use std::cmp::Ordering::{Greater, Less};
+    let keep = into.get(&id).is_some_and(|d| {
+        d.partial_cmp(&value)
+            .is_some_and(|o| o == if low { Less } else { Greater })
+            || d == &value
+    });
+    if !keep {
+        into.insert(id, value);
+    }
+}
+
 /// The data file entry of one part: its size checked against the receipt, its row count,
-/// and per column (by field id) its bytes, values and nulls from the footer.
-fn data_file(dir: &Path, file: &TableFile) -> Result<DataFile> {
+/// and per column (by field id) its bytes, values and nulls from the footer, and for integer,
+/// date, time, timestamp and text columns its lower and upper bounds (so that readers skip
+/// the files a filter on them excludes: each part of a key-range export holds one range).
+fn data_file(dir: &Path, file: &TableFile, schema: &IcebergSchema) -> Result<DataFile> {
     let path = dir.join(&file.path);
     let size = std::fs::metadata(&path)
         .map_err(|e| Error::data(format!("{}: {e}", path.display())))?
@@ -348,6 +381,10 @@ fn data_file(dir: &Path, file: &TableFile) -> Result<DataFile> {
     let mut sizes: HashMap<i32, u64> = HashMap::new();
     let mut values: HashMap<i32, u64> = HashMap::new();
     let mut nulls: HashMap<i32, u64> = HashMap::new();
+    let mut lower: HashMap<i32, Datum> = HashMap::new();
+    let mut upper: HashMap<i32, Datum> = HashMap::new();
+    // A column with a row group without bounds has none for the file.
+    let mut unbounded: std::collections::HashSet<i32> = std::collections::HashSet::new();
     for rg in meta.row_groups() {
         for c in rg.columns() {
             let descr = c.column_descr();
@@ -365,6 +402,27 @@ fn data_file(dir: &Path, file: &TableFile) -> Result<DataFile> {
             if let Some(n) = c.statistics().and_then(|s| s.null_count_opt()) {
                 *nulls.entry(id).or_default() += n;
             }
+            let t = schema
+                .field_by_id(id)
+                .and_then(|f| f.field_type.as_primitive_type())
+                .filter(|t| bounded(t, descr.physical_type()));
+            let (Some(t), Some(stats)) = (t, c.statistics()) else {
+                unbounded.insert(id);
+                continue;
+            };
+            let datum =
+                |bytes: Option<&[u8]>| bytes.and_then(|b| Datum::try_from_bytes(b, t.clone()).ok());
+            match (datum(stats.min_bytes_opt()), datum(stats.max_bytes_opt())) {
+                (Some(lo), Some(hi)) => {
+                    widen(&mut lower, id, lo, true);
+                    widen(&mut upper, id, hi, false);
+                }
+                // A row group of NULLs only has no bounds, and narrows nothing.
+                _ if stats.null_count_opt() == Some(rg.num_rows().max(0) as u64) => {}
+                _ => {
+                    unbounded.insert(id);
+                }
+            }
         }
     }
     DataFileBuilder::default()
@@ -376,6 +434,18 @@ fn data_file(dir: &Path, file: &TableFile) -> Result<DataFile> {
         .column_sizes(sizes)
         .value_counts(values)
         .null_value_counts(nulls)
+        .lower_bounds(
+            lower
+                .into_iter()
+                .filter(|(id, _)| !unbounded.contains(id))
+                .collect(),
+        )
+        .upper_bounds(
+            upper
+                .into_iter()
+                .filter(|(id, _)| !unbounded.contains(id))
+                .collect(),
+        )
         .build()
         .map_err(|e| Error::internal(format!("{}: data file entry: {e}", path.display())))
 }
@@ -462,11 +532,11 @@ impl TableCommitter for IcebergCommitter {
         let schema = iceberg_schema(&arrow, &commit.key)?;
         // Every part's footer is read from disk: off the runtime's threads.
         let files = {
-            let (dir, parts) = (dir.clone(), commit.files.clone());
+            let (dir, parts, table_schema) = (dir.clone(), commit.files.clone(), schema.clone());
             tokio::task::spawn_blocking(move || {
                 parts
                     .iter()
-                    .map(|f| data_file(&dir, f))
+                    .map(|f| data_file(&dir, f, &table_schema))
                     .collect::<Result<Vec<DataFile>>>()
             })
             .await

@@ -57,6 +57,7 @@ elif mode == "iceberg":
     print(json.dumps({"ids": ids, "location": t.location(),
                       "snapshots": len(t.metadata.snapshots),
                       "files": len(list(t.scan().plan_files())),
+                      "files_low_ids": len(list(t.scan(row_filter="id <= 100").plan_files())),
                       "summary": dict(snap.summary.additional_properties) if snap else {},
                       "identifier": [schema.find_column_name(i)
                                      for i in sorted(schema.identifier_field_ids)]},
@@ -284,6 +285,9 @@ pub struct IcebergView {
     pub snapshots: usize,
     /// Data files of the current snapshot.
     pub files: usize,
+    /// Of those, the files a scan for `id <= 100` reads (the others pruned by the files'
+    /// column bounds).
+    pub files_low_ids: usize,
     /// The current snapshot's summary (the `sluice.*` keys among them).
     pub summary: Value,
     /// The identifier fields' names.
@@ -298,6 +302,7 @@ pub fn iceberg_view(catalog: &str, name: &str) -> IcebergView {
         location: v["location"].as_str().expect("location").to_string(),
         snapshots: v["snapshots"].as_u64().expect("snapshots") as usize,
         files: v["files"].as_u64().expect("files") as usize,
+        files_low_ids: v["files_low_ids"].as_u64().expect("files_low_ids") as usize,
         summary: v["summary"].clone(),
         identifier: v["identifier"]
             .as_array()

@@ -117,6 +117,23 @@ async fn killed_at_the_commit_resumed_and_overwritten_the_table_is_the_snapshot(
     writer.stop().await;
 }
 
+/// A key-range export's parts each hold one range of ids, and the data files' column bounds
+/// say so: PyIceberg's scan for low ids reads one file of many, and DuckDB reads every row.
+#[tokio::test]
+async fn column_bounds_let_readers_skip_files() {
+    let db = TestDb::new().await;
+    create_table(&db, "r", 20_000).await;
+    let out = tempdir();
+    let args = "--table r --format iceberg --namespace lake --chunk-by key --chunk-size 256KB";
+    export(&db.url, out.path(), &words(args)).ok();
+    let catalog = default_catalog(out.path());
+    let v = lake::iceberg_view(&catalog, "lake.r");
+    assert!(v.files >= 4, "{} files", v.files);
+    assert_eq!(v.files_low_ids, 1, "of {} files", v.files);
+    assert_eq!(v.ids, (1..=20_000).collect::<Vec<i64>>());
+    assert_eq!(lake::duckdb_iceberg(&catalog, "lake.r").ids(), v.ids);
+}
+
 /// Refused before the source is read, exit 2, nothing written: no namespace, two datasets that
 /// would be one table, a catalog that is not an SQL one, an object store, `--merge`, catalog flags without the format, a stream into
 /// an Iceberg table (before its slot); and a table of that name the catalog keeps elsewhere is
