@@ -142,6 +142,39 @@ async fn a_mariadb_table_dropped_while_stopped_is_marked_incomplete() {
     assert_eq!(marker["complete"], false, "{marker}");
 }
 
+/// MariaDB: a captured table dropped and created again under its name while no stream ran.
+/// The binary log's DROP is where the old table's rows left, without a delete event each, so
+/// the new table's rows cannot continue its change files (a reader replaying them would keep
+/// the old rows): the stream stops naming the table, the drop and the fix, and writes none of
+/// the new table's rows; the update before the drop is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mariadb_table_created_again_under_its_name_stops_the_stream() {
+    let mut db = sluice_testkit::mysql::TestDb::new().await;
+    db.exec(
+        "CREATE TABLE keep (id int PRIMARY KEY, v int); INSERT INTO keep VALUES (1, 1);
+         CREATE TABLE again (id int PRIMARY KEY, v int); INSERT INTO again VALUES (1, 1);",
+    )
+    .await;
+    let to = tempdir();
+    let tables = format!(r"{}\.(keep|again)", db.name);
+    stream(&db.url, &tables, to.path(), &[]).ok();
+    db.exec(
+        "UPDATE again SET v = 2; DROP TABLE again;
+         CREATE TABLE again (id int PRIMARY KEY, v int); INSERT INTO again VALUES (7, 7);",
+    )
+    .await;
+    let r = stream(&db.url, &tables, to.path(), &[]);
+    assert_ne!(r.code, 0, "{}", r.stderr);
+    r.says(&["again", "dropped", "--drop"]);
+    let changes =
+        sluice_testkit::changes::replay(&to.path().join(format!("{}.again", db.name)), &["id"]);
+    assert!(
+        !changes.rows.iter().any(|r| r.starts_with("7|")),
+        "the new table's row reached the old table's change files: {:?}",
+        changes.rows
+    );
+}
+
 /// `--discover-every 0` keeps the tables of the start: a new table the selection matches is
 /// refused at a restart, naming the flag; an interval that is not a number of seconds is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

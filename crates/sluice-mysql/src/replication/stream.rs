@@ -41,6 +41,7 @@ use super::xa::Xa;
 use crate::catalog::{self, Resolved, ServerInfo};
 use crate::connect::{MyTarget, ZeroDates};
 use crate::decode::ValueDecoder;
+use crate::sql::TableDdl;
 use async_trait::async_trait;
 use futures_util::{FutureExt, StreamExt};
 use mysql_async::binlog::events::{
@@ -84,6 +85,9 @@ struct Table {
     handle: Option<usize>,
     /// A DDL named the table: read its columns again at its next table map.
     stale: bool,
+    /// Where the log dropped the table (`DROP TABLE`): a table of that name created after it
+    /// is another table, which cannot continue this one's changes.
+    dropped_at: Option<String>,
     /// The data of the last table map handled for it, and its layout: an identical table map
     /// (each transaction repeats it) needs no new look.
     map: Vec<u8>,
@@ -234,6 +238,7 @@ impl MyStream {
                     codec,
                     handle: None,
                     stale: false,
+                    dropped_at: None,
                     map: Vec::new(),
                     layout: Arc::default(),
                 },
@@ -600,8 +605,20 @@ impl MyStream {
                 }
                 _ => {}
             }
+            let ddl = crate::sql::table_ddl(sql);
             if let Some(tab) = self.tables.get_mut(&t) {
                 tab.stale = true;
+                let dropped = tab.dropped_at.clone();
+                match (ddl, dropped) {
+                    (TableDdl::Drop, _) => tab.dropped_at = Some(at.text()),
+                    (TableDdl::Create, Some(dropped)) => {
+                        return Err(self.created_again(&t, &dropped, &at.text()));
+                    }
+                    (TableDdl::Replace, _) => {
+                        return Err(self.created_again(&t, &at.text(), &at.text()));
+                    }
+                    _ => {}
+                }
             }
         }
         let ends = self
@@ -752,6 +769,21 @@ impl MyStream {
         Ok(())
     }
 
+    /// The stop of a captured table the log dropped (or replaced) at `dropped` and created
+    /// again at `created`: the old table's rows left without a delete event each, so the new
+    /// table's rows cannot continue its change files or target table.
+    fn created_again(&self, t: &TableRef, dropped: &str, created: &str) -> Error {
+        Error::config(format!(
+            "the binary log of {} drops captured table {t} at {dropped} and creates a table of \
+             that name again at {created}: the dropped table's rows left it without a delete \
+             event each, so the new table's rows cannot continue its changes (whoever applies \
+             them would keep the old rows). Start over with a new snapshot: sluice stream \
+             --drop (or sluice replicate --drop), then start again; or leave the table out of \
+             the selection.",
+            self.display
+        ))
+    }
+
     async fn table_map(&mut self, e: &Event, sink: &mut dyn ChangeSink) -> Result<()> {
         let tme: TableMapEvent<'_> = e.read_event().map_err(|x| malformed(&self.display, x))?;
         let t = TableRef {
@@ -764,6 +796,11 @@ impl MyStream {
             self.ids.insert(id, None);
             return Ok(());
         };
+        if let Some(dropped) = &tab.dropped_at {
+            // Rows of a table of the dropped one's name: it was created again.
+            let at = self.at(e.header().log_pos() as u64).text();
+            return Err(self.created_again(&t, dropped, &at));
+        }
         if !tab.stale && tab.handle.is_some() && tab.map == e.data() {
             let layout = tab.layout.clone();
             self.ids.insert(id, Some((t, layout)));
