@@ -154,7 +154,7 @@ pub enum FormatOptions {
     Jsonl(JsonlOptions),
     /// Apache Avro object container files.
     Avro(AvroOptions),
-    /// A Delta Lake table per dataset: Parquet parts in types Delta has (see [`crate::delta`]),
+    /// A Delta Lake table per dataset: Parquet parts in types Delta has (see [`crate::columns`]),
     /// added by one table commit at the end of the run.
     Delta(ParquetOptions),
     /// An Apache Iceberg table per dataset, registered in a catalog: Parquet parts in types

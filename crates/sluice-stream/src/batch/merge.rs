@@ -19,7 +19,7 @@ pub struct MergeInto {
     /// How the merge's files are written.
     pub parquet: sluice_sink::ParquetOptions,
     /// Vacuum each table with this retention (`--vacuum-retention`), at the run's first cut
-    /// and then every [`VACUUM_EVERY`].
+    /// and then hourly (`VACUUM_EVERY`).
     pub vacuum: Option<Duration>,
     /// When the tables were last vacuumed by this run.
     pub last_vacuum: Option<Instant>,
@@ -27,7 +27,7 @@ pub struct MergeInto {
 
 /// How often a running stream vacuums its tables: listing a table's files costs one listing
 /// of its directory, cheap once an hour, wasteful every batch.
-pub const VACUUM_EVERY: Duration = Duration::from_secs(3600);
+const VACUUM_EVERY: Duration = Duration::from_secs(3600);
 
 /// The application id of a stream's table commits (Delta's `txn`), whose version is the last
 /// `_seq` merged: one stream writes a table (its snapshot created it).
