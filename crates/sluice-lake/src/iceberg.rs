@@ -21,9 +21,10 @@
 //! - the table's current snapshot carries this run's export id: a run killed after its commit
 //!   and resumed does not commit twice;
 //! - another export's table at the same location (`--overwrite`): the library commits appends
-//!   only (it has no overwrite or delete yet), so the table is dropped from the catalog and
-//!   created again with the new parts. Between the two a reader finds no table; readers never
-//!   see a mix of the two exports. A table of that name at another location is never touched.
+//!   only (it has no overwrite or delete yet), so the table is dropped from the catalog with
+//!   its files (the earlier export's parts, manifests and metadata) and created again with the
+//!   new parts. Between the two a reader finds no table; readers never see a mix of the two
+//!   exports. A table of that name at another location is never touched.
 
 use iceberg::spec::{
     DataContentType, DataFile, DataFileBuilder, DataFileFormat, Datum, ListType, NestedField,
@@ -516,8 +517,10 @@ impl TableCommitter for IcebergCommitter {
                 .and_then(|s| s.summary().additional_properties.get("total-data-files"))
                 .and_then(|n| n.parse().ok())
                 .unwrap_or(0);
+            // Dropped with its files (data, manifests, metadata): no snapshot of the new table
+            // will reference them, and nothing else may.
             catalog
-                .drop_table(&ident)
+                .purge_table(&ident)
                 .await
                 .map_err(|e| self.error(&format!("cannot drop table {shown}"), e))?;
         }
