@@ -274,15 +274,7 @@ async fn commit_tables(job: &ExportJob, run: &Finished, datasets: &[DatasetRecor
             .commit(TableCommit {
                 dir,
                 dataset: d.name.clone(),
-                // Known for the datasets this run read (a run resumed after its last chunk
-                // reads none, and its table then has no identifier fields).
-                key: run
-                    .prepared
-                    .datasets
-                    .iter()
-                    .find(|p| p.name == d.name)
-                    .map(|p| p.primary_key.clone())
-                    .unwrap_or_default(),
+                key: run.prepared.keys.get(&d.name).cloned().unwrap_or_default(),
                 files,
                 export_id: state.run_id.clone(),
                 properties,

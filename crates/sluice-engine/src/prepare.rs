@@ -17,6 +17,9 @@ use std::collections::{BTreeMap, HashSet};
 pub(crate) struct Prepared {
     /// The datasets this run reads (those with chunks left).
     pub datasets: Vec<Dataset>,
+    /// Every dataset's primary key as the catalog says now (the table formats' identifier
+    /// fields), also of datasets an earlier run finished reading.
+    pub keys: BTreeMap<String, Vec<String>>,
     /// The plan of the whole output, as written to `_sluice/run.json`.
     pub state: RunState,
     /// The chunks this run reads.
@@ -107,6 +110,10 @@ pub(crate) async fn prepare(
         .cloned()
         .collect();
     let reading: HashSet<&str> = remaining.iter().map(|c| c.dataset.as_str()).collect();
+    let keys = discovered
+        .iter()
+        .map(|d| (d.name.clone(), d.primary_key.clone()))
+        .collect();
     let datasets: Vec<Dataset> = discovered
         .into_iter()
         .filter(|d| reading.contains(d.name.as_str()))
@@ -123,6 +130,7 @@ pub(crate) async fn prepare(
     notes.extend(report::plan_notes(job, state.snapshots.len()));
     Ok(Prepared {
         datasets,
+        keys,
         state,
         remaining,
         skipped,

@@ -85,6 +85,8 @@ async fn killed_at_the_commit_resumed_and_overwritten_the_table_is_the_snapshot(
     assert_eq!(lake::duckdb_iceberg(&catalog, "lake.r").ids(), oracle);
     let v = lake::iceberg_view(&catalog, "lake.r");
     assert_eq!((v.snapshots, v.ids.clone()), (1, oracle.clone()));
+    // The resumed run read no chunk, and its table still has the key as identifier field.
+    assert_eq!(v.identifier, vec!["id".to_string()]);
     assert!(v.files >= 2, "{} files", v.files);
     assert_eq!(v.summary["sluice.consistency"], "snapshot");
     writer.wait_for(50).await;
