@@ -110,12 +110,37 @@ class Cluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def _fresh_jvm() -> None:
+    """End this process's Spark JVM, if one runs: packages (`spark.jars.packages`) are resolved
+    onto the classpath when the JVM starts, so a session that needs other packages than an
+    earlier test's (Delta's, Iceberg's) must start a JVM of its own."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
+    proc = getattr(gateway, "proc", None)
+    gateway.shutdown()
+    if proc is not None:
+        # The JVM leaves when its standard input closes.
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+
+
 def session(master: str, conf: dict | None = None):
     """A SparkSession on `master` whose executors' Python workers import this test run's
-    `sluice` (PYTHONPATH) with this interpreter; `conf`: settings fixed at its start."""
+    `sluice` (PYTHONPATH) with this interpreter; `conf`: settings fixed at its start (with
+    `spark.jars.packages`, in a JVM of its own)."""
     from pyspark.sql import SparkSession
 
     import sluice.spark
+
+    if conf and "spark.jars.packages" in conf:
+        _fresh_jvm()
 
     for k, v in _env().items():
         if k in ("PYSPARK_PYTHON", "SPARK_LOCAL_IP"):

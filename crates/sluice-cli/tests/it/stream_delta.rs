@@ -1,6 +1,7 @@
 //! `sluice stream --format delta` on what only PostgreSQL has or what the writer of the
 //! capture suite (`capture_suite::delta_table`, every engine, kills at every commit point)
 //! does not do: unchanged TOAST values, NULLs, a key update carrying a large value, TRUNCATE;
+//! kills at every commit point under a writer of a partitioned table with large values;
 //! what a table merged by key cannot carry, refused before anything is created; a second
 //! writer of the table; small files folded; a table on S3. Every check reads the table with DuckDB's delta extension (a reader
 //! sluice did not write) and compares with the source table.
@@ -443,5 +444,70 @@ async fn a_partitioned_table_with_a_cascading_parent_is_kept_equal() {
         lake::duckdb_delta_strings(&to.path().join("public.ev")),
         want
     );
+    run(&mut stream(&db.url, to.path(), "public.ev", &["--drop"])).ok();
+}
+
+/// Kills at every commit point of the table path (the snapshot's commit, the change files, the
+/// merge's files, the table commit, the confirmation) while a writer changes a partitioned
+/// table with large values: updates that leave the large value unchanged (PostgreSQL does not
+/// send it), rows moving between partitions (a delete and an insert), inserts and deletes.
+/// After the last run the Delta table, read by DuckDB, equals the source table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_at_every_table_commit_point_with_large_values_and_partitions() {
+    use std::sync::atomic::Ordering;
+    let db = TestDb::new().await;
+    db.exec(
+        "CREATE TABLE ev (id bigint, part int, v int NOT NULL, big text NOT NULL,
+                          PRIMARY KEY (id, part)) PARTITION BY LIST (part);
+         CREATE TABLE ev_1 PARTITION OF ev FOR VALUES IN (1);
+         CREATE TABLE ev_2 PARTITION OF ev FOR VALUES IN (2);
+         INSERT INTO ev SELECT g, 1 + g % 2, 0,
+           (SELECT string_agg(md5(g::text || k::text), '') FROM generate_series(1, 200) k)
+         FROM generate_series(1, 400) g;",
+    )
+    .await;
+    let client = sluice_testkit::pg::connect(&db.url).await;
+    let writer = sluice_testkit::writer::Background::spawn(|stop, commits| async move {
+        while !stop.load(Ordering::Relaxed) {
+            let n = commits.load(Ordering::Relaxed) as i64;
+            let sql = format!(
+                "BEGIN;
+                 UPDATE ev SET v = v + 1 WHERE id = {a};
+                 UPDATE ev SET part = 3 - part WHERE id = {b};
+                 INSERT INTO ev VALUES ({new}, 1 + {new} % 2, 0, repeat(md5({new}::text), 100));
+                 DELETE FROM ev WHERE id = {c};
+                 COMMIT;",
+                a = (n * 7) % 400 + 1,
+                b = (n * 11) % 400 + 1,
+                c = 1_000 + n - 5,
+                new = 1_000 + n,
+            );
+            client.batch_execute(&sql).await.expect("a writer transaction");
+            commits.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    let to = tempdir();
+    let extra = ["--batch-bytes", "64KB"];
+    for spec in [
+        "export.before_table_commit=exit@1",
+        "stream.after_files=exit@1",
+        "stream.after_table_files=exit@1",
+        "stream.after_table_commit=exit@1",
+        "stream.before_confirm=exit@2",
+    ] {
+        writer.wait_for(10).await;
+        let fp = sluice_testkit::process::Failpoints::new();
+        let mut cmd = stream(&db.url, to.path(), "public.ev", &extra);
+        fp.arm(&mut cmd, spec);
+        let r = run(&mut cmd);
+        assert_ne!(r.code, 0, "{spec}: the run did not die:\n{}", r.stderr);
+        assert!(r.stderr.contains("failpoint"), "{spec}: {}", r.stderr);
+    }
+    writer.stop_after(10).await;
+    run(&mut stream(&db.url, to.path(), "public.ev", &extra)).ok();
+    let want = db.row_strings("SELECT id, part, v, big FROM ev").await;
+    let got = lake::duckdb_delta_strings(&to.path().join("public.ev"));
+    assert_eq!(got.len(), want.len(), "rows in the Delta table");
+    assert!(got == want, "the Delta table differs from the source");
     run(&mut stream(&db.url, to.path(), "public.ev", &["--drop"])).ok();
 }
