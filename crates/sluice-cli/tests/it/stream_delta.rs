@@ -482,7 +482,10 @@ async fn killed_at_every_table_commit_point_with_large_values_and_partitions() {
                 c = 1_000 + n - 5,
                 new = 1_000 + n,
             );
-            client.batch_execute(&sql).await.expect("a writer transaction");
+            client
+                .batch_execute(&sql)
+                .await
+                .expect("a writer transaction");
             commits.fetch_add(1, Ordering::Relaxed);
         }
     });
