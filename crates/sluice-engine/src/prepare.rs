@@ -62,6 +62,7 @@ pub(crate) async fn prepare(
 ) -> Result<Prepared> {
     let discovered = coordinator.discover(&job.selection).await?;
     refuse_duplicates(&discovered)?;
+    let names: Vec<String> = discovered.iter().map(|d| d.name.clone()).collect();
     let mut notes = Vec::new();
     if let Some(kind) = job.format.table_kind() {
         let Some(table) = &job.table else {
@@ -71,12 +72,10 @@ pub(crate) async fn prepare(
             )));
         };
         notes.extend(table_notes(kind, &discovered)?);
-        let names: Vec<String> = discovered.iter().map(|d| d.name.clone()).collect();
         table.check(&names).await?;
     }
     let inputs = plan_inputs(job).with_columns_of(&discovered);
     let sizing = plan::size(&discovered, &inputs);
-    let names: Vec<String> = discovered.iter().map(|d| d.name.clone()).collect();
     let (mut state, done) = match start {
         Start::Resume(state) => {
             resume::resume_plan(

@@ -175,6 +175,18 @@ impl IcebergCommitter {
         )
     }
 
+    /// [`read_parts`] of `commit`, off the runtime's threads.
+    async fn read_parts(
+        &self,
+        dir: &Path,
+        commit: &TableCommit,
+    ) -> Result<(IcebergSchema, Vec<DataFile>)> {
+        let (dir, files, key) = (dir.to_path_buf(), commit.files.clone(), commit.key.clone());
+        tokio::task::spawn_blocking(move || read_parts(&dir, &files, &key))
+            .await
+            .map_err(|e| Error::internal(format!("reading the parts' footers: {e}")))?
+    }
+
     fn ident(&self, dataset: &str) -> TableIdent {
         let name = dataset.rsplit('.').next().unwrap_or(dataset);
         TableIdent::new(self.namespace.clone(), name.to_string())
@@ -361,24 +373,55 @@ fn widen(into: &mut HashMap<i32, Datum>, id: i32, value: Datum, low: bool) {
     }
 }
 
+/// The table's schema (from the first part's footer) and every part's data file entry, each
+/// footer read once; a part whose size is not its receipt's is refused (changed after the run
+/// wrote it). Blocking file reads: run off the runtime's threads.
+fn read_parts(
+    dir: &Path,
+    files: &[TableFile],
+    key: &[String],
+) -> Result<(IcebergSchema, Vec<DataFile>)> {
+    let mut footers = Vec::with_capacity(files.len());
+    for file in files {
+        let path = dir.join(&file.path);
+        let size = std::fs::metadata(&path)
+            .map_err(|e| Error::data(format!("{}: {e}", path.display())))?
+            .len();
+        if size != file.bytes {
+            return Err(Error::data(format!(
+                "{}: {size} bytes where the part's receipt says {}: the file was changed after \
+                 the run wrote it; use --overwrite to export again",
+                path.display(),
+                file.bytes
+            )));
+        }
+        footers.push((footer(&path)?, path));
+    }
+    let (first, first_path) = footers.first().ok_or_else(|| {
+        Error::internal(format!("{}: a table commit without parts", dir.display()))
+    })?;
+    let file_meta = first.file_metadata();
+    let arrow = parquet_to_arrow_schema(file_meta.schema_descr(), file_meta.key_value_metadata())
+        .map_err(|e| Error::data(format!("{}: {e}", first_path.display())))?;
+    let schema = iceberg_schema(&arrow, key)?;
+    let entries = footers
+        .iter()
+        .zip(files)
+        .map(|((meta, path), file)| data_file(path, file, meta, &schema))
+        .collect::<Result<Vec<DataFile>>>()?;
+    Ok((schema, entries))
+}
+
 /// The data file entry of one part: its size checked against the receipt, its row count,
 /// and per column (by field id) its bytes, values and nulls from the footer, and for integer,
 /// date, time, timestamp and text columns its lower and upper bounds (so that readers skip
 /// the files a filter on them excludes: each part of a key-range export holds one range).
-fn data_file(dir: &Path, file: &TableFile, schema: &IcebergSchema) -> Result<DataFile> {
-    let path = dir.join(&file.path);
-    let size = std::fs::metadata(&path)
-        .map_err(|e| Error::data(format!("{}: {e}", path.display())))?
-        .len();
-    if size != file.bytes {
-        return Err(Error::data(format!(
-            "{}: {size} bytes where the part's receipt says {}: the file was changed after the \
-             run wrote it; use --overwrite to export again",
-            path.display(),
-            file.bytes
-        )));
-    }
-    let meta = footer(&path)?;
+fn data_file(
+    path: &Path,
+    file: &TableFile,
+    meta: &ParquetMetaData,
+    schema: &IcebergSchema,
+) -> Result<DataFile> {
     let mut sizes: HashMap<i32, u64> = HashMap::new();
     let mut values: HashMap<i32, u64> = HashMap::new();
     let mut nulls: HashMap<i32, u64> = HashMap::new();
@@ -431,7 +474,7 @@ fn data_file(dir: &Path, file: &TableFile, schema: &IcebergSchema) -> Result<Dat
         .file_path(format!("file://{}", path.display()))
         .file_format(DataFileFormat::Parquet)
         .record_count(file.rows)
-        .file_size_in_bytes(size)
+        .file_size_in_bytes(file.bytes)
         .column_sizes(sizes)
         .value_counts(values)
         .null_value_counts(nulls)
@@ -485,6 +528,7 @@ impl TableCommitter for IcebergCommitter {
         let location = format!("file://{}", dir.display());
         let shown = format!("{}.{}", self.namespace.join("."), ident.name());
         let mut removed = 0;
+        let mut parts = None;
         if catalog
             .table_exists(&ident)
             .await
@@ -512,6 +556,8 @@ impl TableCommitter for IcebergCommitter {
                     metadata.location()
                 )));
             }
+            // The parts are read before the table they replace is dropped.
+            parts = Some(self.read_parts(&dir, &commit).await?);
             removed = metadata
                 .current_snapshot()
                 .and_then(|s| s.summary().additional_properties.get("total-data-files"))
@@ -524,26 +570,9 @@ impl TableCommitter for IcebergCommitter {
                 .await
                 .map_err(|e| self.error(&format!("cannot drop table {shown}"), e))?;
         }
-        let first = commit.files.first().ok_or_else(|| {
-            Error::internal(format!("{}: a table commit without parts", commit.dir))
-        })?;
-        let first_meta = footer(&dir.join(&first.path))?;
-        let file_meta = first_meta.file_metadata();
-        let arrow =
-            parquet_to_arrow_schema(file_meta.schema_descr(), file_meta.key_value_metadata())
-                .map_err(|e| Error::data(format!("{}/{}: {e}", dir.display(), first.path)))?;
-        let schema = iceberg_schema(&arrow, &commit.key)?;
-        // Every part's footer is read from disk: off the runtime's threads.
-        let files = {
-            let (dir, parts, table_schema) = (dir.clone(), commit.files.clone(), schema.clone());
-            tokio::task::spawn_blocking(move || {
-                parts
-                    .iter()
-                    .map(|f| data_file(&dir, f, &table_schema))
-                    .collect::<Result<Vec<DataFile>>>()
-            })
-            .await
-            .map_err(|e| Error::internal(format!("reading the parts' footers: {e}")))??
+        let (schema, files) = match parts {
+            Some(p) => p,
+            None => self.read_parts(&dir, &commit).await?,
         };
         let mut properties: HashMap<String, String> = commit
             .properties
