@@ -10,6 +10,17 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Every commit point of a stream into a table, as failpoint specs that end the run there:
+/// the snapshot's table commit, a batch's change files, its merge files, its table commit, the
+/// confirmation of its position at the source.
+pub const TABLE_COMMIT_POINTS: [&str; 5] = [
+    "export.before_table_commit=exit@1",
+    "stream.after_files=exit@1",
+    "stream.after_table_files=exit@1",
+    "stream.after_table_commit=exit@1",
+    "stream.before_confirm=exit@2",
+];
+
 /// What the readers print, as JSON on one line.
 const SCRIPT: &str = r#"
 import sys, json, glob, os

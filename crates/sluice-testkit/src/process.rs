@@ -113,6 +113,18 @@ pub fn finish(mut child: Child) -> Output {
     }
 }
 
+/// Run `cmd` armed with failpoint `spec` (an `exit` action, as `kill -9` would leave the
+/// run): it must die there, saying so; fails the test otherwise.
+#[track_caller]
+pub fn run_dying_at(cmd: &mut Command, spec: &str) -> Run {
+    let fp = Failpoints::new();
+    fp.arm(cmd, spec);
+    let r = run(cmd);
+    assert_ne!(r.code, 0, "{spec}: the run did not die:\n{}", r.stderr);
+    assert!(r.stderr.contains("failpoint"), "{spec}: {}", r.stderr);
+    r
+}
+
 /// Run `cmd` to its end, output piped.
 pub fn run(cmd: &mut Command) -> Run {
     let child = cmd

@@ -117,16 +117,7 @@ async fn killed_at_the_commit_resumed_and_overwritten_the_table_is_the_snapshot(
     let v = lake::iceberg_view(&catalog, "lake.r");
     assert_eq!(v.ids, oracle3);
     assert_eq!(lake::duckdb_iceberg(&catalog, "lake.r").ids(), oracle3);
-    let on_disk = std::fs::read_dir(out.path().join("public.r"))
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .path()
-                .extension()
-                .is_some_and(|x| x == "parquet")
-        })
-        .count();
+    let on_disk = parquet_files_in(&out.path().join("public.r"));
     assert_eq!(
         on_disk, v.files,
         "the replaced export's parts are left on disk"

@@ -6,7 +6,7 @@
 //! writer of the table; small files folded; a table on S3. Every check reads the table with DuckDB's delta extension (a reader
 //! sluice did not write) and compares with the source table.
 
-use crate::common::{TestDb, run, sluice, tempdir};
+use crate::common::{TestDb, parquet_files_in, run, sluice, tempdir};
 use sluice_testkit::lake;
 use std::path::Path;
 
@@ -236,20 +236,6 @@ async fn small_files_are_compacted_by_the_merges() {
     run(&mut stream(&db.url, to.path(), "public.doc", &["--drop"])).ok();
 }
 
-/// The Parquet files in a table's directory (its log left out).
-fn data_files(table: &Path) -> usize {
-    std::fs::read_dir(table)
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .ends_with(".parquet")
-        })
-        .count()
-}
-
 /// Merges rewrite files and leave the old ones for readers of older versions: with the
 /// default retention (a week) they stay, with `--vacuum-retention 0s` the next run deletes
 /// every file the current version does not need, and the table still equals the source;
@@ -262,9 +248,9 @@ async fn files_of_older_versions_are_vacuumed_after_the_retention() {
     run(&mut stream(&db.url, to.path(), "public.doc", &[])).ok();
     let current = lake::delta_view(&table, None).files;
     assert!(
-        data_files(&table) > current,
+        parquet_files_in(&table) > current,
         "the merge left no file of the older version: {} files, {current} current",
-        data_files(&table)
+        parquet_files_in(&table)
     );
     db.exec("UPDATE doc SET note = 'x' WHERE id % 7 = 0").await;
     let report = to.path().join("report.json");
@@ -282,7 +268,7 @@ async fn files_of_older_versions_are_vacuumed_after_the_retention() {
     done.ok();
     let view = lake::delta_view(&table, None);
     assert_eq!(
-        data_files(&table),
+        parquet_files_in(&table),
         view.files,
         "files no version needs are left"
     );
@@ -491,20 +477,12 @@ async fn killed_at_every_table_commit_point_with_large_values_and_partitions() {
     });
     let to = tempdir();
     let extra = ["--batch-bytes", "64KB"];
-    for spec in [
-        "export.before_table_commit=exit@1",
-        "stream.after_files=exit@1",
-        "stream.after_table_files=exit@1",
-        "stream.after_table_commit=exit@1",
-        "stream.before_confirm=exit@2",
-    ] {
+    for spec in lake::TABLE_COMMIT_POINTS {
         writer.wait_for(10).await;
-        let fp = sluice_testkit::process::Failpoints::new();
-        let mut cmd = stream(&db.url, to.path(), "public.ev", &extra);
-        fp.arm(&mut cmd, spec);
-        let r = run(&mut cmd);
-        assert_ne!(r.code, 0, "{spec}: the run did not die:\n{}", r.stderr);
-        assert!(r.stderr.contains("failpoint"), "{spec}: {}", r.stderr);
+        sluice_testkit::process::run_dying_at(
+            &mut stream(&db.url, to.path(), "public.ev", &extra),
+            spec,
+        );
     }
     writer.stop_after(10).await;
     run(&mut stream(&db.url, to.path(), "public.ev", &extra)).ok();

@@ -4,7 +4,7 @@
 //! extension) and compared with the source table.
 
 use super::{ACCT, Capture, Engine, HIST, assert_writer_changes, state};
-use crate::process::{self, Failpoints};
+use crate::process;
 use crate::scenario::Sluice;
 
 const TABLES: [&str; 2] = ["acct", "hist"];
@@ -27,20 +27,9 @@ pub async fn delta_table(sluice: &Sluice, engine: Engine) {
         "--batch-bytes",
         "64KB",
     ];
-    for spec in [
-        "export.before_table_commit=exit@1",
-        "stream.after_files=exit@1",
-        "stream.after_table_files=exit@1",
-        "stream.after_table_commit=exit@1",
-        "stream.before_confirm=exit@2",
-    ] {
+    for spec in crate::lake::TABLE_COMMIT_POINTS {
         writer.wait_for(20).await;
-        let fp = Failpoints::new();
-        let mut cmd = src.stream(&TABLES, to.path(), &args);
-        fp.arm(&mut cmd, spec);
-        let r = process::run(&mut cmd);
-        assert_ne!(r.code, 0, "{spec}: the run did not die:\n{}", r.stderr);
-        assert!(r.stderr.contains("failpoint"), "{spec}: {}", r.stderr);
+        process::run_dying_at(&mut src.stream(&TABLES, to.path(), &args), spec);
     }
     let commits = writer.stop_after(20).await;
     src.run(&TABLES, to.path(), &args).ok();

@@ -101,12 +101,7 @@ pub async fn killed_at_every_point(sluice: &Sluice, engine: Engine) {
         "stream.before_confirm=exit@2",
     ] {
         writer.wait_for(30).await;
-        let fp = Failpoints::new();
-        let mut cmd = src.stream(&TABLES, to.path(), &small);
-        fp.arm(&mut cmd, spec);
-        let r = process::run(&mut cmd);
-        assert_ne!(r.code, 0, "{spec}: the run did not die:\n{}", r.stderr);
-        assert!(r.stderr.contains("failpoint"), "{spec}: {}", r.stderr);
+        process::run_dying_at(&mut src.stream(&TABLES, to.path(), &small), spec);
         if spec.starts_with("export.") {
             assert_eq!(
                 state(to.path())["snapshot"]["done"],

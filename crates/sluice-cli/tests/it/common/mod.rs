@@ -223,3 +223,18 @@ pub async fn export_with_oracle(
         .unwrap();
     (run, ids)
 }
+
+/// How many Parquet files a table's directory holds (its log and metadata left out): the
+/// files on disk, to compare with those its current version needs.
+pub fn parquet_files_in(table: &Path) -> usize {
+    std::fs::read_dir(table)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".parquet")
+        })
+        .count()
+}
