@@ -78,25 +78,29 @@ fn job(o: &Options, r: &ReplicateOptions) -> Result<ReplicateJob> {
     let mut load = o.clone();
     load.report_json = None;
     let template = config::memory_job(&load, sluice_stream::apply::template_output())?;
-    let source = crate::stream::change_source(o, r.server_id, r.bad_values)?;
-    let (selection, memory) = (template.selection.clone(), template.memory);
+    let capture = crate::stream::capture(
+        o,
+        template.selection.clone(),
+        r.server_id,
+        r.bad_values,
+        r.until_current,
+        r.partition_changes,
+    )?;
+    let memory = template.memory;
     let export = sluice_stream::export_builder(template);
     Ok(ReplicateJob {
-        source,
+        capture,
         target,
-        selection,
         initial: crate::stream::initial(r.initial),
         name: r.slot.clone(),
         target_schema: r.target_schema.clone(),
         publication: r.publication.clone(),
         parallel,
-        until_current: r.until_current,
         max_grouped: r.max_grouped.unwrap_or(sluice_stream::apply::MAX_GROUPED),
         memory,
         export,
         progress: Arc::new(sluice_engine::Silent),
         counters: Arc::default(),
-        partition_changes: sluice_cli::args::PartitionChangesArg::policy(r.partition_changes),
         metrics_addr: crate::stream::metrics_addr(r.metrics_addr.as_deref())?,
         standby: r.standby,
     })

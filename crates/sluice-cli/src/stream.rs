@@ -10,7 +10,7 @@ use sluice_cli::args::{InitialArg, LogFormat, Options, StreamArgs, StreamOptions
 use sluice_cli::settings::Given;
 use sluice_cli::{config, registry};
 use sluice_core::{Error, Result};
-use sluice_stream::{Initial, OutputState, StreamJob, StreamReport};
+use sluice_stream::{Capture, Initial, OutputState, StreamJob, StreamReport};
 use std::sync::Arc;
 
 /// The settings of a `sluice stream` run: the `-c` file's, with the flags `given` laid over
@@ -153,26 +153,27 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
             )));
         }
     };
-    let source = change_source(o, s.server_id, s.bad_values)?;
-    let (selection, format, memory) = (
+    let capture = capture(
+        o,
         template.selection.clone(),
-        template.format.clone(),
-        template.memory,
-    );
+        s.server_id,
+        s.bad_values,
+        s.until_current,
+        s.partition_changes,
+    )?;
+    let (format, memory) = (template.format.clone(), template.memory);
     let table = template.table.clone();
     let export = sluice_stream::export_builder(template);
     Ok(StreamJob {
-        source,
+        capture,
         destination,
         state,
-        selection,
         format,
         initial,
         slot: s.slot.clone(),
         publication: s.publication.clone(),
         batch_bytes,
         batch_seconds,
-        until_current: s.until_current,
         memory,
         metrics_addr,
         export,
@@ -180,7 +181,6 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
         metrics: Arc::default(),
         accept_missing_cascades: s.accept_missing_cascades,
         standby: s.standby,
-        partition_changes: sluice_cli::args::PartitionChangesArg::policy(s.partition_changes),
         files: sluice_stream::ChangeFiles {
             layout: sluice_cli::args::LayoutArg::layout(s.layout),
             ops: match &s.ops {
@@ -196,19 +196,28 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
     })
 }
 
-/// The change source of `o`'s source (of `sluice stream` and `sluice replicate`), its
-/// snapshot locked as the export's settings say.
-pub(crate) fn change_source(
+/// What `sluice stream` and `sluice replicate` capture: `o`'s source (its snapshot locked as
+/// the export's settings say), the export's `selection`, and when the run stops.
+pub(crate) fn capture(
     o: &Options,
+    selection: sluice_core::Selection,
     server_id: Option<u32>,
     bad_values: Option<sluice_cli::args::BadValuesArg>,
-) -> Result<Arc<dyn sluice_core::change::ChangeSource>> {
-    registry::open_change_source(
+    until_current: bool,
+    partition_changes: Option<sluice_cli::args::PartitionChangesArg>,
+) -> Result<Capture> {
+    let source = registry::open_change_source(
         o.source.as_deref().unwrap_or_default(),
         server_id,
         config::locking(o, sluice_core::Consistency::Snapshot)?,
         sluice_cli::args::BadValuesArg::policy(bad_values),
-    )
+    )?;
+    Ok(Capture {
+        source,
+        selection,
+        until_current,
+        partition_changes: sluice_cli::args::PartitionChangesArg::policy(partition_changes),
+    })
 }
 
 /// `--metrics-addr` (of `sluice stream` and `sluice replicate`): an IP address and port.

@@ -414,22 +414,26 @@ impl ApplyUnit {
 pub enum Barrier {
     /// Every row of these tables removed.
     Truncate(Vec<TableRef>),
-    /// `table` has these columns from now on (columns added, dropped or retyped on the
-    /// source): the target alters its table to match before later rows arrive.
-    Columns {
-        /// The table.
-        table: TableRef,
-        /// Its columns until now, as the source sent them: a target drops only a column the
-        /// source had and no longer has, never one the source never sent (a column of the
-        /// target's own, a generated column), and retypes only a column whose source type
-        /// changed.
-        before: Vec<SourceColumn>,
-        /// Its columns from now on.
-        columns: Vec<ColumnDesc>,
-        /// The source engine: a same-engine target keeps the source's type text, another maps
-        /// the Arrow type (as for [`TargetTable::source_engine`]).
-        source_engine: Engine,
-    },
+    /// A table's columns changed on the source ([`ColumnChange`]).
+    Columns(ColumnChange),
+}
+
+/// `table` has these columns from now on (columns added, dropped or retyped on the source):
+/// the target alters its table to match before later rows arrive.
+#[derive(Debug, Clone)]
+pub struct ColumnChange {
+    /// The table.
+    pub table: TableRef,
+    /// Its columns until now, as the source sent them: a target drops only a column the
+    /// source had and no longer has, never one the source never sent (a column of the
+    /// target's own, a generated column), and retypes only a column whose source type
+    /// changed.
+    pub before: Vec<SourceColumn>,
+    /// Its columns from now on.
+    pub columns: Vec<ColumnDesc>,
+    /// The source engine: a same-engine target keeps the source's type text, another maps
+    /// the Arrow type (as for [`TargetTable::source_engine`]).
+    pub source_engine: Engine,
 }
 
 /// What the target records in the same transaction as a unit's rows.

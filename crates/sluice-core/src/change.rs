@@ -260,6 +260,10 @@ pub trait ChangeSink: Send {
     /// The transaction committed; `restart` is the position a restarted stream resumes from
     /// so that it begins with the next transaction.
     fn commit(&mut self, restart: &StreamPos) -> Result<()>;
+
+    /// Between [`ChangeSink::begin`] and [`ChangeSink::commit`]: a runner that stops or
+    /// reaches its end waits for the commit (the source's position means nothing inside).
+    fn in_tx(&self) -> bool;
 }
 
 /// What one call of [`ChangeStream::next`] did.

@@ -189,14 +189,20 @@ pub(crate) async fn take_in(
 ) -> Result<TakenIn> {
     // A layout change since the last check first, so the layout taken below hides none.
     crate::layout::check(
-        job.source.as_ref(),
+        job.capture.source.as_ref(),
         datasets,
         state,
-        job.partition_changes,
+        job.capture.partition_changes,
         "sluice stream",
     )
     .await?;
-    let seen = Seen::now(job.source.as_ref(), &state.names, &job.selection, state).await?;
+    let seen = Seen::now(
+        job.capture.source.as_ref(),
+        &state.names,
+        &job.capture.selection,
+        state,
+    )
+    .await?;
     // Only tables already gone at the noted position: their changes are all written.
     let gone: Vec<String> = seen
         .gone
@@ -206,7 +212,8 @@ pub(crate) async fn take_in(
         .collect();
     let mut dropped = Vec::new();
     for name in &gone {
-        let complete = job.source.describes_rows() || datasets.iter().any(|d| &d.name == name);
+        let complete =
+            job.capture.source.describes_rows() || datasets.iter().any(|d| &d.name == name);
         dropped.push((name.clone(), end_table(job, state, name, complete).await?));
         metrics.tables_dropped.fetch_add(1, Ordering::Relaxed);
     }
@@ -223,7 +230,7 @@ pub(crate) async fn take_in(
         let mut joined = join::described(job, state, &added).await?;
         live.append(&mut joined);
     }
-    state.layout = job.source.layout(&live).await?;
+    state.layout = job.capture.source.layout(&live).await?;
     save(job, state).await?;
     Ok(TakenIn {
         datasets: crate::job::whole(job, live).await?,
@@ -254,7 +261,8 @@ pub(crate) async fn recover(
             .get(&d.name)
             .is_some_and(|t| t.dropped.is_none())
     };
-    let mut datasets = crate::job::discover(job.source.as_ref(), &job.selection).await?;
+    let mut datasets =
+        crate::job::discover(job.capture.source.as_ref(), &job.capture.selection).await?;
     datasets.retain(|d| live(&state, d));
     for d in before {
         if live(&state, d) && !datasets.iter().any(|x| x.name == d.name) {

@@ -209,11 +209,6 @@ impl Batcher {
         self
     }
 
-    /// True inside a transaction.
-    pub fn in_tx(&self) -> bool {
-        self.in_tx
-    }
-
     /// True when a batch holds changes not yet committed.
     pub fn pending(&self) -> bool {
         self.batch.is_some()
@@ -637,6 +632,10 @@ impl ChangeSink for Batcher {
             }
         }
         Ok(())
+    }
+
+    fn in_tx(&self) -> bool {
+        self.in_tx
     }
 
     fn commit(&mut self, restart: &StreamPos) -> Result<()> {

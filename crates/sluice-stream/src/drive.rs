@@ -13,14 +13,13 @@
 //! target, confirming, and restarts after transient errors with backoff — reset by progress, at
 //! most [`MAX_RETRIES`] in a row.
 
-use crate::job::Stopped;
-use crate::layout::LayoutChanges;
+use crate::job::{Capture, Stopped};
 use crate::state::StreamState;
 use async_trait::async_trait;
 use sluice_core::change::{
     CaptureHarm, CaptureNames, ChangeSink, ChangeSource, ChangeStream, Step,
 };
-use sluice_core::{Dataset, Error, Result, Selection, StreamPos};
+use sluice_core::{Dataset, Error, Result, StreamPos};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -48,9 +47,6 @@ pub(crate) async fn backoff(e: &Error, failures: u32, restarting: &str) {
 pub(crate) trait Output: Send {
     /// The sink the source's stream decodes into.
     fn sink(&mut self) -> &mut dyn ChangeSink;
-
-    /// Inside a source transaction: a stop or the end waits for its commit.
-    fn in_tx(&self) -> bool;
 
     /// How long the next read may wait for the source.
     fn wait(&self) -> Duration;
@@ -106,22 +102,22 @@ pub(crate) trait Attempts: Send {
 
     /// A failed attempt is about to be retried (for the run's figures).
     fn retrying(&mut self) {}
+
+    /// `sluice stream` or `sluice replicate`, for messages.
+    const COMMAND: &'static str;
+    /// What a restart restarts, for the log ("the stream from its committed position").
+    const RESTARTING: &'static str;
 }
 
 /// What a run reads and how it stops.
 pub(crate) struct Run<'a> {
-    pub source: &'a dyn ChangeSource,
+    /// The source, the selection and when to stop.
+    pub capture: &'a Capture,
     pub names: &'a CaptureNames,
     pub datasets: &'a [Dataset],
-    pub until_current: bool,
-    pub partition_changes: LayoutChanges,
-    /// `sluice stream` or `sluice replicate`, for messages.
-    pub command: &'a str,
-    /// What a restart restarts, for the log ("the stream from its committed position").
-    pub restarting: &'a str,
     /// Watch the selection's tables (`sluice stream`): when tables are created or dropped,
     /// stop at the source's current position with [`Stopped::Tables`] (`added.rs`).
-    pub tables: Option<TableWatch<'a>>,
+    pub tables: Option<TableWatch>,
 }
 
 impl Run<'_> {
@@ -135,8 +131,7 @@ impl Run<'_> {
 }
 
 /// How a run watches the selection's tables.
-pub(crate) struct TableWatch<'a> {
-    pub selection: &'a Selection,
+pub(crate) struct TableWatch {
     /// How often (`--discover-every`).
     pub every: Duration,
     /// What was seen when the run noted the position it stopped at ([`Stopped::Tables`]).
@@ -145,6 +140,17 @@ pub(crate) struct TableWatch<'a> {
     /// replicate`, which takes the first in, stops for the second and leaves a dropped
     /// table's rows on the target as they were).
     pub created_only: bool,
+}
+
+impl TableWatch {
+    /// Look the selection up every `every`; `created_only` as [`TableWatch::created_only`].
+    pub(crate) fn new(every: Duration, created_only: bool) -> Self {
+        TableWatch {
+            every,
+            seen: std::sync::Mutex::default(),
+            created_only,
+        }
+    }
 }
 
 /// Read the source into the outputs `attempts` builds until `--until-current`'s target or a
@@ -159,7 +165,11 @@ pub(crate) async fn run<A: Attempts>(
     loop {
         let attempt = async {
             let (from, out) = attempts.begin().await.map_err(|e| (e, None))?;
-            let stream = run.source.open(run.names, run.datasets, &from).await;
+            let stream = run
+                .capture
+                .source
+                .open(run.names, run.datasets, &from)
+                .await;
             let stream = match stream {
                 Ok(s) => s,
                 Err(e) => return Err((e, Some(out))),
@@ -168,8 +178,8 @@ pub(crate) async fn run<A: Attempts>(
                 return Err((e, Some(out)));
             }
             if target.is_none() {
-                target = Some(match run.until_current {
-                    true => match run.source.current_position().await {
+                target = Some(match run.capture.until_current {
+                    true => match run.capture.source.current_position().await {
                         Ok(p) => Some(p),
                         Err(e) => return Err((e, Some(out))),
                     },
@@ -181,7 +191,7 @@ pub(crate) async fn run<A: Attempts>(
         let (result, progressed) = match attempt.await {
             Ok((mut stream, mut out)) => {
                 let until = target.clone().flatten();
-                let r = read(run, stream.as_mut(), &mut out, cancel, until.as_ref()).await;
+                let r = read::<A>(run, stream.as_mut(), &mut out, cancel, until.as_ref()).await;
                 // A stream that ended well must close well; after a failure the close is
                 // best effort.
                 let closed = stream.close().await;
@@ -205,17 +215,17 @@ pub(crate) async fn run<A: Attempts>(
                     return Err(e);
                 }
                 attempts.retrying();
-                backoff(&e, failures, run.restarting).await;
+                backoff(&e, failures, A::RESTARTING).await;
             }
         }
     }
 }
 
 /// One attempt's read loop.
-async fn read<O: Output>(
+async fn read<A: Attempts>(
     run: &Run<'_>,
     stream: &mut dyn ChangeStream,
-    out: &mut O,
+    out: &mut A::Out,
     cancel: &watch::Receiver<bool>,
     target: Option<&StreamPos>,
 ) -> Result<Stopped> {
@@ -225,18 +235,20 @@ async fn read<O: Output>(
     // The source's position when the selection's tables were seen to change: the run stops
     // once everything before it is written.
     let mut tables_at: Option<(StreamPos, crate::added::Seen)> = None;
-    let received = |stream: &dyn ChangeStream, out: &O| {
-        (!out.in_tx()).then(|| stream.received_through()).flatten()
+    let received = |stream: &dyn ChangeStream, out: &mut A::Out| {
+        (!out.sink().in_tx())
+            .then(|| stream.received_through())
+            .flatten()
     };
     loop {
         if last_layout.elapsed() >= crate::layout::CHECK_EVERY {
             last_layout = Instant::now();
             if crate::layout::check(
-                run.source,
+                run.capture.source.as_ref(),
                 run.datasets,
                 out.layout_state(),
-                run.partition_changes,
-                run.command,
+                run.capture.partition_changes,
+                A::COMMAND,
             )
             .await?
             {
@@ -248,12 +260,16 @@ async fn read<O: Output>(
             && last_tables.is_none_or(|t| t.elapsed() >= w.every)
         {
             last_tables = Some(Instant::now());
-            if let Some((what, seen)) =
-                crate::added::changed(run.source, run.names, w.selection, out.layout_state())
-                    .await?
+            if let Some((what, seen)) = crate::added::changed(
+                run.capture.source.as_ref(),
+                run.names,
+                &run.capture.selection,
+                out.layout_state(),
+            )
+            .await?
                 && (!w.created_only || !seen.created().is_empty() || !seen.unpublished().is_empty())
             {
-                let at = run.source.current_position().await?;
+                let at = run.capture.source.current_position().await?;
                 tracing::info!(
                     "{what}: writing the changes up to position {at}, then taking the tables in"
                 );
@@ -262,26 +278,28 @@ async fn read<O: Output>(
         }
         if last_harm.is_none_or(|t| t.elapsed() >= HARM_EVERY) {
             last_harm = Some(Instant::now());
-            if let Ok(Some(h)) = run.source.harm(run.names).await {
+            if let Ok(Some(h)) = run.capture.source.harm(run.names).await {
                 out.harm(h);
             }
         }
         if *cancel.borrow() {
-            out.finish(received(stream, out), true).await?;
-            confirm(run.source, stream, out, true).await?;
+            let at = received(stream, out);
+            out.finish(at, true).await?;
+            confirm(run.capture.source.as_ref(), stream, out, true).await?;
             return Ok(Stopped::Signal);
         }
         out.check()?;
         let wait = out.wait();
         let step = stream.next(out.sink(), wait).await?;
-        out.after_read(step, received(stream, out)).await?;
-        confirm(run.source, stream, out, false).await?;
+        let at = received(stream, out);
+        out.after_read(step, at).await?;
+        confirm(run.capture.source.as_ref(), stream, out, false).await?;
         out.observe(step);
         if let (Some((t, _)), Some(r)) = (&tables_at, received(stream, out))
             && r >= *t
         {
             out.finish(Some(r), false).await?;
-            confirm(run.source, stream, out, true).await?;
+            confirm(run.capture.source.as_ref(), stream, out, true).await?;
             if let (Some(w), Some((_, seen))) = (&run.tables, tables_at.take()) {
                 *w.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(seen);
             }
@@ -292,7 +310,7 @@ async fn read<O: Output>(
             && r >= *t
         {
             out.finish(Some(r), false).await?;
-            confirm(run.source, stream, out, true).await?;
+            confirm(run.capture.source.as_ref(), stream, out, true).await?;
             return Ok(Stopped::UntilCurrent);
         }
     }

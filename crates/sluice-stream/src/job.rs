@@ -39,16 +39,29 @@ pub fn export_builder(template: ExportJob) -> ExportBuilder {
     })
 }
 
-/// A validated `sluice stream` request.
-pub struct StreamJob {
+/// What a capture reads and when it stops: the part of the request that `sluice stream` and
+/// `sluice replicate` share (the capture lifecycle reads only this; each command's own
+/// options stay in its job).
+pub struct Capture {
     /// The source.
     pub source: Arc<dyn ChangeSource>,
+    /// What to capture.
+    pub selection: Selection,
+    /// Stop once everything committed on the source before the start is written or applied.
+    pub until_current: bool,
+    /// What a partition truncated, detached or dropped on the source does to the run
+    /// (`--partition-changes`; see `layout.rs`).
+    pub partition_changes: crate::layout::LayoutChanges,
+}
+
+/// A validated `sluice stream` request.
+pub struct StreamJob {
+    /// The source, the selection and when the run stops.
+    pub capture: Capture,
     /// Where files go.
     pub destination: Arc<dyn Destination>,
     /// Where the state is kept.
     pub state: Arc<dyn StateStore>,
-    /// What to capture.
-    pub selection: Selection,
     /// Change file format.
     pub format: FormatOptions,
     /// Initial snapshot or not.
@@ -61,8 +74,6 @@ pub struct StreamJob {
     pub batch_bytes: u64,
     /// Cut a batch this long after its first change.
     pub batch_seconds: f64,
-    /// Stop once everything committed before the start is written.
-    pub until_current: bool,
     /// Memory target of the process.
     pub memory: u64,
     /// Serve Prometheus metrics here.
@@ -80,9 +91,6 @@ pub struct StreamJob {
     /// (`--standby`; the state store must fence its writes, see
     /// [`crate::StateStore::fenced`]), instead of refusing.
     pub standby: bool,
-    /// What a partition truncated, detached or dropped on the source does to the run
-    /// (`--partition-changes`; see `layout.rs`).
-    pub partition_changes: crate::layout::LayoutChanges,
     /// Change files' layout and the operations they keep (`--layout`, `--ops`).
     pub files: crate::files::ChangeFiles,
     /// How often the selection is looked up again for tables created or dropped on the
@@ -251,8 +259,8 @@ pub(crate) async fn check_tables(
     job: &StreamJob,
     datasets: &[Dataset],
 ) -> Result<Vec<(TableRef, sluice_core::apply::ForeignKey)>> {
-    let keys = job.source.table_keys(datasets).await?;
-    if !job.source.sends_generated() {
+    let keys = job.capture.source.table_keys(datasets).await?;
+    if !job.capture.source.sends_generated() {
         for k in &keys {
             for g in &k.generated {
                 tracing::warn!(
@@ -265,8 +273,12 @@ pub(crate) async fn check_tables(
             }
         }
     }
-    let unlogged = crate::cascades::unlogged(job.source.as_ref(), &keys);
-    crate::cascades::check_stream(job.source.as_ref(), &unlogged, job.accept_missing_cascades)?;
+    let unlogged = crate::cascades::unlogged(job.capture.source.as_ref(), &keys);
+    crate::cascades::check_stream(
+        job.capture.source.as_ref(),
+        &unlogged,
+        job.accept_missing_cascades,
+    )?;
     if job.table.is_some() {
         for d in datasets {
             sluice_sink::columns::table_schema(
@@ -278,7 +290,7 @@ pub(crate) async fn check_tables(
         check_mergeable(job, &keys, &unlogged)?;
     }
     if job.files.before_images {
-        job.source.check_before_images(datasets).await?;
+        job.capture.source.check_before_images(datasets).await?;
     }
     Ok(unlogged)
 }
@@ -310,7 +322,7 @@ fn check_mergeable(
                 k.match_by.join(", ")
             ));
         }
-        if !job.source.sends_generated() && !k.generated.is_empty() {
+        if !job.capture.source.sends_generated() && !k.generated.is_empty() {
             let names: Vec<&str> = k.generated.iter().map(|g| g.name.as_str()).collect();
             return refuse(format!(
                 "its generated column(s) {} are not in the source's log, so the table would \
@@ -338,7 +350,7 @@ pub(crate) fn note_missing(
 ) {
     for t in state.tables.values_mut() {
         for (_, fk) in unlogged.iter().filter(|(child, _)| *child == t.table) {
-            let note = crate::cascades::missing_note(job.source.as_ref(), fk);
+            let note = crate::cascades::missing_note(job.capture.source.as_ref(), fk);
             if !t.missing.contains(&note) {
                 t.missing.push(note);
             }
@@ -351,9 +363,9 @@ pub(crate) fn note_missing(
 /// (`TableState::columns`).
 pub(crate) async fn whole(job: &StreamJob, datasets: Vec<Dataset>) -> Result<Vec<Dataset>> {
     if datasets.iter().any(|d| d.columns_picked) {
-        let mut all = job.selection.clone();
+        let mut all = job.capture.selection.clone();
         all.columns.clear();
-        let mut whole = discover(job.source.as_ref(), &all).await?;
+        let mut whole = discover(job.capture.source.as_ref(), &all).await?;
         whole.retain(|w| datasets.iter().any(|d| d.name == w.name));
         // A table the source no longer lists (dropped, its last changes still to be read)
         // keeps the description it had.

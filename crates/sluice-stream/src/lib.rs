@@ -44,7 +44,7 @@ pub mod state;
 
 pub use added::AddedTable;
 pub use files::{ChangeFiles, ChangeLayout, OpFilter};
-pub use job::{ExportBuilder, Initial, Stopped, StreamJob, StreamReport, export_builder};
+pub use job::{Capture, ExportBuilder, Initial, Stopped, StreamJob, StreamReport, export_builder};
 pub use layout::LayoutChanges;
 pub use metrics::Metrics;
 pub use redis::RedisState;

@@ -97,19 +97,12 @@ pub(crate) async fn stream(
     let mut take_in_failures = 0u32;
     let stopped = loop {
         let run = Run {
-            source: job.source.as_ref(),
+            capture: &job.capture,
             names: &names,
             datasets: &datasets,
-            until_current: job.until_current,
-            partition_changes: job.partition_changes,
-            command: "sluice stream",
-            restarting: "the stream from its committed position",
-            tables: job.discover_every.map(|every| TableWatch {
-                selection: &job.selection,
-                every,
-                seen: std::sync::Mutex::default(),
-                created_only: false,
-            }),
+            tables: job
+                .discover_every
+                .map(|every| TableWatch::new(every, false)),
         };
         let stopped = drive::run(&run, &mut attempts, &cancel).await?;
         if stopped != Stopped::Tables {
@@ -169,7 +162,7 @@ pub(crate) async fn stream(
         c.written_through
     );
     Ok(StreamReport {
-        source: job.source.display_url(),
+        source: job.capture.source.display_url(),
         destination: job.destination.display(),
         state: job.state.describe(),
         slot: names.name.clone(),
@@ -188,9 +181,9 @@ pub(crate) async fn stream(
         stopped,
         wall_seconds: started.elapsed().as_secs_f64(),
         peak_rss_bytes: sluice_engine::rss::peak_rss_bytes(),
-        engine: job.source.engine().to_string(),
-        while_stopped: job.source.while_stopped(&names, "sluice stream"),
-        nulled_values: job.source.nulled_values(),
+        engine: job.capture.source.engine().to_string(),
+        while_stopped: job.capture.source.while_stopped(&names, "sluice stream"),
+        nulled_values: job.capture.source.nulled_values(),
         ignored_changes: metrics.ignored_changes.load(Ordering::Relaxed),
         ops: job.files.ops.describe(),
         filtered_changes: metrics.filtered_changes.load(Ordering::Relaxed),
@@ -227,6 +220,8 @@ fn keys_of(datasets: &[Dataset]) -> std::collections::HashMap<String, Vec<String
 #[async_trait]
 impl drive::Attempts for FileAttempts<'_> {
     type Out = Files;
+    const COMMAND: &'static str = "sluice stream";
+    const RESTARTING: &'static str = "the stream from its committed position";
 
     async fn begin(&mut self) -> Result<(StreamPos, Files)> {
         let state = match self.state.take() {
@@ -312,10 +307,6 @@ struct Files {
 impl drive::Output for Files {
     fn sink(&mut self) -> &mut dyn ChangeSink {
         &mut self.batcher
-    }
-
-    fn in_tx(&self) -> bool {
-        self.batcher.in_tx()
     }
 
     fn wait(&self) -> Duration {

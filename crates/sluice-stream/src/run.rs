@@ -107,7 +107,7 @@ async fn claimed(
     cancel: watch::Receiver<bool>,
     started: Instant,
 ) -> Result<StreamReport> {
-    let datasets = discover(job.source.as_ref(), &job.selection).await?;
+    let datasets = discover(job.capture.source.as_ref(), &job.capture.selection).await?;
     let unlogged = crate::job::check_tables(job, &datasets).await?;
     let store = job.state.clone();
     let saved = blocking(move || store.load()).await?;
@@ -122,7 +122,7 @@ async fn claimed(
         Some(mut s) => {
             same_tables(job, &s, &datasets)?;
             not_narrowed(job, &s, &datasets).await?;
-            if let Some(objects) = job.source.server_objects()
+            if let Some(objects) = job.capture.source.server_objects()
                 && !objects.exists(&names).await?
             {
                 return Err(Error::source_permanent(format!(
@@ -131,7 +131,7 @@ async fn claimed(
                      sluice stream --drop to remove the old state).",
                     job.state.describe(),
                     objects.describe(&names),
-                    job.source.display_url()
+                    job.capture.source.display_url()
                 )));
             }
             // Saved at once: a run that took the output over from one that was only paused
@@ -143,7 +143,7 @@ async fn claimed(
             s
         }
     };
-    state.source = job.source.display_url();
+    state.source = job.capture.source.display_url();
     // Tables the selection matches that the stream does not capture yet join it once it
     // streams (`added.rs`); dropped ones are ended there too.
     let mut datasets = datasets;
@@ -154,10 +154,10 @@ async fn claimed(
             .is_some_and(|t| t.dropped.is_none())
     });
     crate::layout::check(
-        job.source.as_ref(),
+        job.capture.source.as_ref(),
         &datasets,
         &mut state,
-        job.partition_changes,
+        job.capture.partition_changes,
         "sluice stream",
     )
     .await?;
@@ -272,7 +272,8 @@ async fn not_narrowed(job: &StreamJob, s: &StreamState, datasets: &[Dataset]) ->
     }
     let asked: Vec<sluice_core::table::TableRef> =
         missing.iter().map(|t| t.table.clone()).collect();
-    let now = crate::job::tables_now(job.source.as_ref(), &job.selection, &asked).await?;
+    let now =
+        crate::job::tables_now(job.capture.source.as_ref(), &job.capture.selection, &asked).await?;
     let left_out: Vec<String> = missing
         .iter()
         .filter(|t| now.existing.contains(&t.table))
@@ -312,25 +313,18 @@ async fn first_start(
         )));
     }
     let snapshot = job.initial == Initial::Snapshot;
-    let created = crate::start::create(job.source.as_ref(), names, datasets, snapshot, |what| {
+    let occupied = |what| {
         Error::config(format!(
             "{what} already exists on {} but {} holds no stream state for it. Pass another \
              --slot, or remove it (sluice stream --drop with the arguments that created it) — \
              a slot nobody reads keeps WAL on the server.",
-            job.source.display_url(),
+            job.capture.source.display_url(),
             job.state.describe()
         ))
-    })
-    .await?;
-    let mut state = crate::start::new_state(
-        job.source.as_ref(),
-        names,
-        datasets,
-        &created,
-        snapshot,
-        job.format.extension(),
-    )
-    .await?;
+    };
+    let ext = job.format.extension();
+    let (created, mut state) =
+        crate::start::create(&job.capture, names, datasets, snapshot, ext, occupied).await?;
     state.before_images = job.files.before_images;
     for ds in datasets {
         if let Some(t) = state.tables.get_mut(&ds.name) {
@@ -349,10 +343,10 @@ async fn first_start(
         .await
     };
     if let Err(e) = saved {
-        crate::start::abandon(job.source.as_ref(), names, created).await;
+        crate::start::abandon(job.capture.source.as_ref(), names, created).await;
         return Err(e);
     }
-    if let Some(objects) = job.source.server_objects() {
+    if let Some(objects) = job.capture.source.server_objects() {
         tracing::info!(
             "created {} and {} publication {} on {}; the slot keeps WAL until the stream \
              confirms it (sluice stream --drop removes both)",
@@ -363,14 +357,14 @@ async fn first_start(
                 "uses the existing"
             },
             names.publication,
-            job.source.display_url()
+            job.capture.source.display_url()
         );
     } else {
         tracing::info!(
             "stream {} starts at position {} on {}",
             names.name,
             created.position,
-            job.source.display_url()
+            job.capture.source.display_url()
         );
     }
     let report = match created.handoff {
@@ -396,7 +390,7 @@ pub async fn drop_stream(job: &StreamJob) -> Result<Vec<String>> {
         .as_ref()
         .map(|s| s.publication_created)
         .unwrap_or(job.publication.is_some());
-    let mut removed = match job.source.server_objects() {
+    let mut removed = match job.capture.source.server_objects() {
         Some(objects) => objects.remove(&names, publication).await?,
         None => Vec::new(),
     };

@@ -83,7 +83,7 @@ pub(crate) async fn resume_snapshot(
             cleared.join(", ")
         );
     }
-    let handoff = job.source.handoff().await?;
+    let handoff = job.capture.source.handoff().await?;
     snapshot_phase(job, lock, state, handoff, true, cancel).await
 }
 
@@ -99,7 +99,7 @@ pub(crate) async fn snapshot_phase(
 ) -> Result<Report> {
     let (snapshot, hold) = state.take_handoff(handoff);
     save(job, state).await?;
-    let source = job.source.export_source(snapshot.as_ref());
+    let source = job.capture.source.export_source(snapshot.as_ref());
     let mut export = (job.export)(source);
     export.destination = job.destination.clone();
     export.resume = resume;
@@ -113,7 +113,9 @@ pub(crate) async fn snapshot_phase(
             "The initial snapshot is unfinished: run the same sluice stream command again to \
              finish it (only unfinished tables are read again), or sluice stream --drop to give \
              up. {}",
-            job.source.while_stopped(&state.names, "sluice stream")
+            job.capture
+                .source
+                .while_stopped(&state.names, "sluice stream")
         ))
     })?;
     let d = job.destination.clone();
@@ -123,7 +125,7 @@ pub(crate) async fn snapshot_phase(
         .ok_or_else(|| Error::internal("the initial snapshot finished without a manifest"))?;
     let manifest: Manifest = serde_json::from_slice(&bytes)
         .map_err(|e| Error::internal(format!("the snapshot's manifest cannot be read: {e}")))?;
-    table_positions(job.source.as_ref(), state, &manifest)?;
+    table_positions(job.capture.source.as_ref(), state, &manifest)?;
     state.snapshot.done = true;
     save(job, state).await?;
     Ok(report)

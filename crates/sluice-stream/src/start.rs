@@ -4,34 +4,40 @@
 //! What differs — where the state is saved, what the snapshot is written into — stays with
 //! the caller (`run.rs` for change files, `apply/mod.rs` for a target database).
 
+use crate::job::Capture;
 use crate::state::{Committed, STATE_VERSION, SnapshotState, StreamState, TableState};
 use sluice_core::change::{CaptureNames, ChangeSource, Created, Handoff};
 use sluice_core::{Dataset, Error, Result};
 use std::collections::BTreeMap;
 
-/// Check the source and start the capture (its server objects created, where it keeps any).
-/// `occupied`: the error for server objects that exist already with no state of this run
-/// (another run's), worded by the caller around the objects' description.
+/// Check the source and start the capture (its server objects created, where it keeps any),
+/// and the state of the capture just created ([`new_state`]; `extension`: the change files',
+/// empty for an output without files). `occupied`: the error for server objects that exist
+/// already with no state of this run (another run's), worded by the caller around the
+/// objects' description.
 pub(crate) async fn create(
-    source: &dyn ChangeSource,
+    capture: &Capture,
     names: &CaptureNames,
     datasets: &[Dataset],
     snapshot: bool,
+    extension: &str,
     occupied: impl FnOnce(String) -> Error,
-) -> Result<Created> {
+) -> Result<(Created, StreamState)> {
+    let source = capture.source.as_ref();
     source.check(datasets).await?;
     if let Some(objects) = source.server_objects()
         && objects.exists(names).await?
     {
         return Err(occupied(objects.describe(names)));
     }
-    source.start(names, datasets, snapshot).await
+    let created = source.start(names, datasets, snapshot).await?;
+    let state = new_state(source, names, datasets, &created, snapshot, extension).await?;
+    Ok((created, state))
 }
 
 /// The state of a capture just `created`: every table from the capture's position (its
-/// snapshot's, when there is one), nothing written yet. `extension`: the change files' (empty
-/// for an output without files).
-pub(crate) async fn new_state(
+/// snapshot's, when there is one), nothing written yet.
+async fn new_state(
     source: &dyn ChangeSource,
     names: &CaptureNames,
     datasets: &[Dataset],

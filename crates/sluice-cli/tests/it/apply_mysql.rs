@@ -493,12 +493,12 @@ async fn postgres_types_land_in_their_mapped_types() {
     for _ in 0..2 {
         s.begin().await.unwrap();
         s.barrier(
-            &Barrier::Columns {
+            &Barrier::Columns(sluice_core::apply::ColumnChange {
                 table: t.table.clone(),
                 before: SourceColumn::of(&columns),
                 columns: wider.clone(),
                 source_engine: sluice_core::apply::Engine::Postgres,
-            },
+            }),
             &position(0),
         )
         .await

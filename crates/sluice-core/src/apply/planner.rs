@@ -39,7 +39,7 @@ mod dialect;
 pub mod fixture;
 mod session;
 
-pub use dialect::{ApplyDialect, ApplyLink, Prepared, Recorder};
+pub use dialect::{ApplyDialect, ApplyLink, Lit, Many, Prepared, Recorder, push_list, try_list};
 pub use session::{Barriers, PlannedSession};
 
 use super::{AppliedPosition, ApplyUnit, UnitTable};
@@ -358,16 +358,20 @@ impl<D: ApplyDialect> Planner<D> {
         };
         for (mask, group) in &groups {
             let set: Vec<usize> = (0..mask.len())
-                .filter(|i| mask[*i] && !p.key.contains(i))
+                .filter(|i| update && mask[*i] && !p.key.contains(i))
                 .collect();
             if update && set.is_empty() {
                 continue;
             }
             for chunk in group.chunks(size) {
+                let many = Many {
+                    set: &set,
+                    rows: chunk,
+                };
                 if update {
-                    self.dialect.update_many(p, &set, chunk, &mut self.buf)?;
+                    self.dialect.update_many(p, many, &mut self.buf)?;
                 } else {
-                    self.dialect.delete_many(p, chunk, &mut self.buf)?;
+                    self.dialect.delete_many(p, many, &mut self.buf)?;
                 }
                 self.end(Some(chunk.len() as u64));
                 if self.buf.len() > FLUSH_BYTES {

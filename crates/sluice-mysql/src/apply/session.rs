@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 use sluice_core::apply::planner::{ApplyLink, Barriers, PlannedSession, Planner};
-use sluice_core::apply::{AppliedPosition, Barrier, Engine};
+use sluice_core::apply::{ColumnChange, Engine};
 use sluice_core::table::TableRef;
 use sluice_core::{Error, Result};
 
@@ -105,55 +105,37 @@ async fn holders(conn: &mut Conn) -> String {
 
 #[async_trait]
 impl Barriers<MySql> for MyLink {
-    /// DDL commits by itself on MySQL/MariaDB: what the transaction holds is committed first
-    /// together with `before`, so a crash between here and the unit's end restarts exactly
-    /// after the changes already applied (and applies the barrier again: it is idempotent).
-    async fn barrier(
-        &mut self,
-        plan: &mut Planner<MySql>,
-        barrier: &Barrier,
-        before: &AppliedPosition,
-    ) -> Result<bool> {
-        plan.record(before);
-        plan.commit_interim(self).await?;
-        let MyLink { conn, display } = self;
-        match barrier {
-            Barrier::Truncate(tables) => {
-                for t in tables {
-                    // DDL: commits by itself; truncating twice leaves the same empty table.
-                    conn.query_drop(format!("TRUNCATE TABLE {}", quote_table(t)))
-                        .await
-                        .map_err(|e| fail(e, display, &format!("truncating {t} on")))?;
-                }
-            }
-            Barrier::Columns {
-                table,
-                before,
-                columns,
-                source_engine,
-            } => {
-                let have = super::columns_of(conn, table, display).await?;
-                if have.is_empty() {
-                    return Err(Error::config(format!(
-                        "the target table {table} is missing on {display}; drop the \
-                         replication's state and start again with an initial load",
-                    )));
-                }
-                if let Some(sql) = super::ddl::alter_columns(
-                    table,
-                    &have,
-                    before,
-                    columns,
-                    *source_engine == Engine::Mysql,
-                ) {
-                    conn.query_drop(sql)
-                        .await
-                        .map_err(|e| fail(e, display, &format!("altering {table} on")))?;
-                }
-            }
+    const DDL_COMMITS: bool = true;
+
+    async fn truncate(&mut self, _plan: &mut Planner<MySql>, tables: &[TableRef]) -> Result<()> {
+        for t in tables {
+            // Truncating twice leaves the same empty table.
+            self.conn
+                .query_drop(format!("TRUNCATE TABLE {}", quote_table(t)))
+                .await
+                .map_err(|e| fail(e, &self.display, &format!("truncating {t} on")))?;
         }
-        // The DDL committed; what follows runs in a transaction of its own.
-        plan.resume();
-        Ok(true)
+        Ok(())
+    }
+
+    async fn alter(&mut self, _plan: &mut Planner<MySql>, change: &ColumnChange) -> Result<()> {
+        let MyLink { conn, display } = self;
+        let table = &change.table;
+        let have = super::columns_of(conn, table, display).await?;
+        if have.is_empty() {
+            return Err(Error::config(format!(
+                "the target table {table} is missing on {display}; drop the replication's \
+                 state and start again with an initial load",
+            )));
+        }
+        let same_engine = change.source_engine == Engine::Mysql;
+        if let Some(sql) =
+            super::ddl::alter_columns(table, &have, &change.before, &change.columns, same_engine)
+        {
+            conn.query_drop(sql)
+                .await
+                .map_err(|e| fail(e, display, &format!("altering {table} on")))?;
+        }
+        Ok(())
     }
 }

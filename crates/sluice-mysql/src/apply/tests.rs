@@ -6,7 +6,7 @@ use arrow_schema::DataType;
 use arrow_schema::extension::EXTENSION_TYPE_NAME_KEY;
 use sluice_core::apply::planner::FLUSH_BYTES;
 use sluice_core::apply::planner::fixture::{self, Row};
-use sluice_core::apply::{AppliedPosition, Engine, UnitTable};
+use sluice_core::apply::{Engine, UnitTable};
 use sluice_core::columns::field;
 use std::collections::HashMap;
 
@@ -35,18 +35,17 @@ async fn sent_on(t: UnitTable, batches: &[u32], mysql_json: bool) -> Vec<String>
 }
 
 async fn script_on(t: UnitTable, batches: &[u32], mysql_json: bool) -> String {
-    let mut s = sent_on(t, batches, mysql_json).await;
-    assert_eq!(s.len(), 1, "one round trip");
-    let s = s.remove(0);
-    s.strip_prefix("START TRANSACTION;")
-        .and_then(|s| s.strip_suffix("COMMIT"))
-        .unwrap_or_else(|| panic!("not one transaction: {s}"))
-        .to_string()
+    fixture::script(MySql { mysql_json }, &fixture::unit(t, batches))
+        .await
+        .unwrap()
 }
 
 async fn script(t: UnitTable, batches: &[u32]) -> String {
     script_on(t, batches, false).await
 }
+
+/// The dialect on MariaDB (JSON is text there).
+const MARIADB: MySql = MySql { mysql_json: false };
 
 fn x(s: &str) -> String {
     crate::sql::quote_literal(s)
@@ -54,37 +53,27 @@ fn x(s: &str) -> String {
 
 #[tokio::test]
 async fn a_unit_as_statements() {
-    let t = table(&["id"], fixture::A_UNIT.rows);
-    assert_eq!(
-        script(t, &[]).await,
-        format!(
-            "INSERT INTO `d`.`t` (`id`,`v`) VALUES (1,{}),(2,NULL);\
+    let expected = format!(
+        "INSERT INTO `d`.`t` (`id`,`v`) VALUES (1,{}),(2,NULL);\
              UPDATE `d`.`t` SET `v`={} WHERE `id` = 2;\
              INSERT INTO `d`.`t` (`id`) VALUES (3);\
              DELETE FROM `d`.`t` WHERE `id` = 1;",
-            x("a"),
-            x("it's")
-        ),
-        "{}",
-        fixture::A_UNIT.why
+        x("a"),
+        x("it's")
     );
+    fixture::A_UNIT.check(MARIADB, table, &expected).await;
 }
 
 #[tokio::test]
 async fn keyless_rows_and_null_keys() {
-    let keyless = table(&[], fixture::KEYLESS.rows);
-    assert_eq!(
-        script(keyless, &[]).await,
-        format!(
-            "DELETE FROM `d`.`t` WHERE `id` <=> 1 AND `v` IS NULL LIMIT 1;\
+    let expected = format!(
+        "DELETE FROM `d`.`t` WHERE `id` <=> 1 AND `v` IS NULL LIMIT 1;\
              UPDATE `d`.`t` SET `id`=2,`v`={b} WHERE `id` <=> 2 AND `v` <=> {b} LIMIT 1;\
              UPDATE `d`.`t` SET `v`={c} WHERE `v` <=> {c} LIMIT 1;",
-            b = x("b"),
-            c = x("c")
-        ),
-        "{}",
-        fixture::KEYLESS.why
+        b = x("b"),
+        c = x("c")
     );
+    fixture::KEYLESS.check(MARIADB, table, &expected).await;
     let null_key = table(&["id", "v"], &[("delete", None, Some("a"), &[])]);
     assert_eq!(
         script(null_key, &[]).await,
@@ -114,21 +103,16 @@ async fn keyless_rows_and_null_keys() {
 
 #[tokio::test]
 async fn a_batch_as_statements() {
-    let t = table(&["id"], fixture::A_BATCH.rows);
-    assert_eq!(
-        script(t, &[3, 5, 8]).await,
-        format!(
-            "UPDATE `d`.`t` SET `v`=CASE WHEN (`id` = 1) THEN {} WHEN (`id` = 3) THEN NULL END \
+    let expected = format!(
+        "UPDATE `d`.`t` SET `v`=CASE WHEN (`id` = 1) THEN {} WHEN (`id` = 3) THEN NULL END \
              WHERE `id` IN (1,3);DELETE FROM `d`.`t` WHERE `id` IN (4,5);\
              INSERT INTO `d`.`t` (`id`,`v`) VALUES (6,{}),(8,{});\
              INSERT INTO `d`.`t` (`id`) VALUES (7);",
-            x("a"),
-            x("f"),
-            x("h")
-        ),
-        "{}",
-        fixture::A_BATCH.why
+        x("a"),
+        x("f"),
+        x("h")
     );
+    fixture::A_BATCH.check(MARIADB, table, &expected).await;
     let two = table(
         &["id", "v"],
         &[
@@ -188,13 +172,7 @@ async fn a_large_unit_is_sent_at_the_flush_bound() {
 
 #[tokio::test]
 async fn bookkeeping_statements() {
-    let at = AppliedPosition {
-        unit: 7,
-        restart: sluice_core::StreamPos::from_adapter("f.1:4"),
-        pos: sluice_core::StreamPos::from_adapter("f.1:9"),
-        commit_ts: None,
-        skip: 1,
-    };
+    let at = fixture::position("f.1:4", "f.1:9", None);
     let mysql = MySql { mysql_json: false };
     let (sent, json) = fixture::bookkeeping(mysql, "r", &at, "int").await.unwrap();
     assert_eq!(

@@ -13,7 +13,7 @@ use super::{ddl, failed, names};
 use async_trait::async_trait;
 use sluice_core::Result;
 use sluice_core::apply::planner::{ApplyLink, Barriers, PlannedSession, Planner};
-use sluice_core::apply::{AppliedPosition, Barrier, Engine};
+use sluice_core::apply::{ColumnChange, Engine};
 use sluice_core::table::TableRef;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
@@ -66,47 +66,38 @@ impl ApplyLink for PgLink {
 
 #[async_trait]
 impl Barriers<PgSql> for PgLink {
-    /// DDL is transactional here: the barrier runs inside the unit's transaction and nothing
-    /// commits early (`before` is not needed).
-    async fn barrier(
-        &mut self,
-        plan: &mut Planner<PgSql>,
-        barrier: &Barrier,
-        _before: &AppliedPosition,
-    ) -> Result<bool> {
-        plan.send(self).await?;
-        match barrier {
-            Barrier::Truncate(tables) => {
-                if tables.is_empty() {
-                    return Ok(false);
-                }
-                plan.statement(&ddl::truncate_sql(tables));
-                for t in tables {
-                    plan.touch(t);
-                }
-            }
-            Barrier::Columns {
-                table,
-                before,
-                columns,
-                source_engine,
-            } => {
-                let same = *source_engine == Engine::Postgres;
-                let (sql, notes) =
-                    ddl::alter_sql(&self.client, table, before, columns, same, &self.display)
-                        .await?;
-                for n in notes {
-                    tracing::info!("{n}");
-                }
-                if sql.is_empty() {
-                    return Ok(false);
-                }
-                plan.statement(&sql);
-                plan.touch(table);
-            }
+    const DDL_COMMITS: bool = false;
+
+    async fn truncate(&mut self, plan: &mut Planner<PgSql>, tables: &[TableRef]) -> Result<()> {
+        if tables.is_empty() {
+            return Ok(());
         }
-        plan.send(self).await?;
-        Ok(false)
+        plan.statement(&ddl::truncate_sql(tables));
+        for t in tables {
+            plan.touch(t);
+        }
+        Ok(())
+    }
+
+    async fn alter(&mut self, plan: &mut Planner<PgSql>, change: &ColumnChange) -> Result<()> {
+        let same_engine = change.source_engine == Engine::Postgres;
+        let (sql, notes) = ddl::alter_sql(
+            &self.client,
+            &change.table,
+            &change.before,
+            &change.columns,
+            same_engine,
+            &self.display,
+        )
+        .await?;
+        for n in notes {
+            tracing::info!("{n}");
+        }
+        if !sql.is_empty() {
+            plan.statement(&sql);
+            plan.touch(&change.table);
+        }
+        Ok(())
     }
 }
 

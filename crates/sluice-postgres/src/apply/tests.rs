@@ -5,7 +5,7 @@ use super::dialect::PgSql;
 use arrow_schema::DataType;
 use sluice_core::apply::planner::FLUSH_BYTES;
 use sluice_core::apply::planner::fixture::{self, Row};
-use sluice_core::apply::{AppliedPosition, Engine, UnitTable};
+use sluice_core::apply::{Engine, UnitTable};
 use sluice_core::columns::field;
 
 /// Table `d.t (id int, v)` keyed by `key`, `v` of source type `v_type`.
@@ -32,43 +32,33 @@ async fn sent(t: UnitTable, batches: &[u32]) -> Vec<String> {
 }
 
 async fn script(t: UnitTable, batches: &[u32]) -> String {
-    let mut s = sent(t, batches).await;
-    assert_eq!(s.len(), 1, "one round trip");
-    let s = s.remove(0);
-    s.strip_prefix("BEGIN;\n")
-        .and_then(|s| s.strip_suffix("COMMIT"))
-        .unwrap_or_else(|| panic!("not one transaction: {s}"))
-        .to_string()
+    fixture::script(PgSql::default(), &fixture::unit(t, batches))
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
 async fn a_unit_as_statements() {
-    let t = table(&["id"], fixture::A_UNIT.rows);
-    assert_eq!(
-        script(t, &[]).await,
-        "INSERT INTO \"d\".\"t\" (\"id\", \"v\") VALUES\n('1', 'a'),\n('2', NULL);\n\
+    let expected = "INSERT INTO \"d\".\"t\" (\"id\", \"v\") VALUES\n('1', 'a'),\n('2', NULL);\n\
          UPDATE \"d\".\"t\" SET \"v\" = 'it''s' WHERE \"id\" = '2';\n\
          INSERT INTO \"d\".\"t\" (\"id\") VALUES\n('3');\n\
-         DELETE FROM \"d\".\"t\" WHERE \"id\" = '1';\n",
-        "{}",
-        fixture::A_UNIT.why
-    );
+         DELETE FROM \"d\".\"t\" WHERE \"id\" = '1';\n";
+    fixture::A_UNIT
+        .check(PgSql::default(), table, expected)
+        .await;
 }
 
 #[tokio::test]
 async fn keyless_rows_and_null_keys() {
-    let keyless = table(&[], fixture::KEYLESS.rows);
-    assert_eq!(
-        script(keyless, &[]).await,
-        "DELETE FROM \"d\".\"t\" WHERE ctid = (SELECT ctid FROM \"d\".\"t\" WHERE \"id\" = '1' \
+    let expected = "DELETE FROM \"d\".\"t\" WHERE ctid = (SELECT ctid FROM \"d\".\"t\" WHERE \"id\" = '1' \
          AND \"v\" IS NULL LIMIT 1);\n\
          UPDATE \"d\".\"t\" SET \"id\" = '2', \"v\" = 'b' WHERE ctid = (SELECT ctid FROM \
          \"d\".\"t\" WHERE \"id\" = '2' AND \"v\" = 'b' LIMIT 1);\n\
          UPDATE \"d\".\"t\" SET \"v\" = 'c' WHERE ctid = (SELECT ctid FROM \"d\".\"t\" WHERE \
-         \"v\" = 'c' LIMIT 1);\n",
-        "{}",
-        fixture::KEYLESS.why
-    );
+         \"v\" = 'c' LIMIT 1);\n";
+    fixture::KEYLESS
+        .check(PgSql::default(), table, expected)
+        .await;
     let json = table_of(&[], "json", &[("delete", Some(1), Some("{}"), &[])]);
     assert_eq!(
         script(json, &[]).await,
@@ -85,19 +75,16 @@ async fn keyless_rows_and_null_keys() {
 
 #[tokio::test]
 async fn a_batch_as_statements() {
-    let t = table(&["id"], fixture::A_BATCH.rows);
-    assert_eq!(
-        script(t, &[3, 5, 8]).await,
-        "UPDATE \"d\".\"t\" AS _t SET \"v\" = _v.\"v\" FROM (VALUES ((NULL::\"d\".\"t\").\"id\", \
+    let expected = "UPDATE \"d\".\"t\" AS _t SET \"v\" = _v.\"v\" FROM (VALUES ((NULL::\"d\".\"t\").\"id\", \
          (NULL::\"d\".\"t\").\"v\"), ('1', 'a'), ('3', NULL)) AS _v(\"id\", \"v\") WHERE \
          _t.\"id\" = _v.\"id\";\n\
          DELETE FROM \"d\".\"t\" AS _t USING (VALUES ((NULL::\"d\".\"t\").\"id\"), ('4'), ('5')) \
          AS _v(\"id\") WHERE _t.\"id\" = _v.\"id\";\n\
          INSERT INTO \"d\".\"t\" (\"id\", \"v\") VALUES\n('6', 'f'),\n('8', 'h');\n\
-         INSERT INTO \"d\".\"t\" (\"id\") VALUES\n('7');\n",
-        "{}",
-        fixture::A_BATCH.why
-    );
+         INSERT INTO \"d\".\"t\" (\"id\") VALUES\n('7');\n";
+    fixture::A_BATCH
+        .check(PgSql::default(), table, expected)
+        .await;
 }
 
 #[tokio::test]
@@ -138,26 +125,15 @@ async fn a_large_unit_is_sent_at_the_flush_bound() {
 
 #[tokio::test]
 async fn bookkeeping_statements() {
-    let at = AppliedPosition {
-        unit: 7,
-        restart: sluice_core::StreamPos::from_adapter("0/10"),
-        pos: sluice_core::StreamPos::from_adapter("0/20"),
-        commit_ts: Some(5),
-        skip: 1,
-    };
+    let at = fixture::position("0/10", "0/20", Some(5));
     let (sent, _) = fixture::bookkeeping(PgSql::default(), "it's", &at, "integer")
         .await
         .unwrap();
     assert_eq!(
         sent,
-        ["BEGIN;\n\
-          INSERT INTO sluice.applied (name, worker, unit, restart, pos, commit_ts, skip) VALUES \
-          ('it''s', 2, 7, '0/10', '0/20', 5, 1) ON CONFLICT (name, worker) DO UPDATE SET unit = \
-          excluded.unit, restart = excluded.restart, pos = excluded.pos, commit_ts = \
-          excluded.commit_ts, skip = excluded.skip, updated_at = now();\n\
-          INSERT INTO sluice.columns (name, table_schema, table_name, columns) VALUES ('it''s', \
-          'd', 't', '[{\"name\":\"id\",\"source_type\":\"integer\"}]') ON CONFLICT (name, \
-          table_schema, table_name) DO UPDATE SET columns = excluded.columns, updated_at = \
-          now();\nCOMMIT"]
+        [r#"BEGIN;
+INSERT INTO "sluice"."applied" ("name", "worker", "unit", "restart", "pos", "commit_ts", "skip") VALUES ('it''s', 2, 7, '0/10', '0/20', 5, 1) ON CONFLICT ("name", "worker") DO UPDATE SET "unit" = excluded."unit", "restart" = excluded."restart", "pos" = excluded."pos", "commit_ts" = excluded."commit_ts", "skip" = excluded."skip", updated_at = now();
+INSERT INTO "sluice"."columns" ("name", "table_schema", "table_name", "columns") VALUES ('it''s', 'd', 't', '[{"name":"id","source_type":"integer"}]') ON CONFLICT ("name", "table_schema", "table_name") DO UPDATE SET "columns" = excluded."columns", updated_at = now();
+COMMIT"#]
     );
 }

@@ -41,7 +41,7 @@ pub(super) async fn add(
     }
     // Described now (the watch only lists names); a table dropped again meanwhile makes the
     // description fail, which the next round settles.
-    let found = discover(job.source.as_ref(), &job.selection)
+    let found = discover(job.capture.source.as_ref(), &job.capture.selection)
         .await
         .map_err(|e| {
             Error::source_transient(format!(
@@ -67,7 +67,7 @@ pub(super) async fn add(
     if new.is_empty() {
         return Ok(Vec::new());
     }
-    job.source.check(&new).await?;
+    job.capture.source.check(&new).await?;
     let unlogged = check_tables(job, &new).await?;
     // Published before it is recorded: a run killed in between finds the table again; one
     // that cannot be published leaves nothing behind.
@@ -88,7 +88,7 @@ pub(super) async fn add(
 }
 
 async fn publish(job: &StreamJob, state: &StreamState, tables: &[TableRef]) -> Result<()> {
-    match job.source.server_objects() {
+    match job.capture.source.server_objects() {
         Some(objects) => {
             objects
                 .publish(&state.names, state.publication_created, tables)
@@ -105,7 +105,7 @@ pub(super) async fn described(
     added: &[AddedTable],
 ) -> Result<Vec<Dataset>> {
     let names: Vec<String> = added.iter().map(|a| a.table.clone()).collect();
-    discover(job.source.as_ref(), &state.exactly(&names)).await
+    discover(job.capture.source.as_ref(), &state.exactly(&names)).await
 }
 
 /// Read every snapshot of a joining table not done yet (at a restart: the ones a killed run
@@ -131,7 +131,7 @@ pub(crate) async fn finish(
     if pending.is_empty() {
         return Ok(Vec::new());
     }
-    let now = tables_now(job.source.as_ref(), &job.selection, &[]).await?;
+    let now = tables_now(job.capture.source.as_ref(), &job.capture.selection, &[]).await?;
     let mut added = Vec::new();
     for (prefix, names) in pending {
         let (keep, gone): (Vec<String>, Vec<String>) = names
@@ -216,10 +216,10 @@ async fn snapshot(
             cleared.join(", ")
         );
     }
-    let handoff = job.source.handoff().await?;
+    let handoff = job.capture.source.handoff().await?;
     let (held, hold) = state.take_handoff(handoff);
     save(job, state).await?;
-    let mut export = (job.export)(job.source.export_source(held.as_ref()));
+    let mut export = (job.export)(job.capture.source.export_source(held.as_ref()));
     export.destination = dest.clone();
     export.resume = true;
     export.held_lock = Some(lock.clone());
@@ -233,7 +233,9 @@ async fn snapshot(
             "The snapshot of {}, which joined the stream, is unfinished: run the same sluice \
              stream command again to finish it before the stream goes on. {}",
             names.join(", "),
-            job.source.while_stopped(&state.names, "sluice stream")
+            job.capture
+                .source
+                .while_stopped(&state.names, "sluice stream")
         ))
     })?;
     let bytes = dest
@@ -245,7 +247,7 @@ async fn snapshot(
             "a joining table's snapshot manifest cannot be read: {e}"
         ))
     })?;
-    table_positions(job.source.as_ref(), state, &manifest)?;
+    table_positions(job.capture.source.as_ref(), state, &manifest)?;
     let mut added = Vec::new();
     for name in names {
         let Some(t) = state.tables.get_mut(name) else {

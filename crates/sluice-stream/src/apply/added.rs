@@ -52,7 +52,7 @@ pub(super) async fn take_in(
         // As at the start: what the capture cannot carry is refused (on PostgreSQL, a table
         // without a key under the default replica identity, which publishing would make its
         // updates and deletes fail on the source).
-        job.source.check(&new).await?;
+        job.capture.source.check(&new).await?;
         record(job, state, &datasets, &new, &keys, &unlogged).await?;
         sluice_core::failpoint::hit_as("replicate.after_take_in_recorded", ErrorKind::Destination)?;
     }
@@ -94,7 +94,7 @@ async fn record(
         )));
     }
     let created: Vec<TableRef> = new.iter().filter_map(|d| d.object.clone()).collect();
-    if let Some(objects) = job.source.server_objects() {
+    if let Some(objects) = job.capture.source.server_objects() {
         objects
             .publish(&state.names, state.publication_created, &created)
             .await?;
@@ -113,7 +113,7 @@ async fn record(
         })
         .cloned()
         .collect();
-    state.layout = job.source.layout(&carried).await?;
+    state.layout = job.capture.source.layout(&carried).await?;
     // In the state before its load: a run killed from here on loads it again first.
     save_state(job, state).await
 }
@@ -160,7 +160,7 @@ pub(super) async fn finish(
         .map(|n| job.on_target(&state.tables[n].table))
         .collect();
     job.target.truncate(&tables).await?;
-    let handoff = job.source.handoff().await?;
+    let handoff = job.capture.source.handoff().await?;
     let report = load::load(job, state, keys, handoff, Some(&pending), cancel)
         .await
         .map_err(|e| {
@@ -234,7 +234,7 @@ pub(super) fn target_tables(
     keys: &[TableKeys],
     unlogged: &[(TableRef, ForeignKey)],
 ) -> Vec<TargetTable> {
-    let source_engine = job.source.engine();
+    let source_engine = job.capture.source.engine();
     datasets
         .iter()
         .filter_map(|d| {

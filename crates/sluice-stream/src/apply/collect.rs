@@ -32,7 +32,7 @@ use super::writeset::{RowKeys, TableKeySpecs};
 use crate::state::in_table_snapshot;
 use arrow_array::ArrayRef;
 use sluice_core::apply::{
-    AppliedPosition, ApplyUnit, Barrier, Engine, SourceColumn, TableKeys, UnitTable,
+    AppliedPosition, ApplyUnit, Barrier, ColumnChange, Engine, SourceColumn, TableKeys, UnitTable,
 };
 use sluice_core::change::{ChangeOp, ChangeRows, ChangeSink, TxMeta, change_schema};
 use sluice_core::table::{ColumnDesc, TableRef};
@@ -295,11 +295,6 @@ impl Collector {
     pub fn resume_at(&mut self, applied: &AppliedPosition) {
         self.last_pos = applied.pos.clone();
         self.skip = (applied.skip > 0).then(|| (applied.pos.clone(), applied.skip));
-    }
-
-    /// True inside a source transaction.
-    pub fn in_tx(&self) -> bool {
-        self.in_tx
     }
 
     fn rows_for(&mut self, h: usize) -> Result<&mut ChangeRows> {
@@ -569,12 +564,12 @@ impl ChangeSink for Collector {
         // Rows already gathered keep the builders they were built with.
         self.close_rows()?;
         if changed {
-            let barrier = Barrier::Columns {
+            let barrier = Barrier::Columns(ColumnChange {
                 table: self.tables[h].target.clone(),
                 before: std::mem::take(&mut self.tables[h].known),
                 columns: applied.clone(),
                 source_engine: self.source_engine,
-            };
+            });
             self.barrier(barrier, self.tx_rows)?;
         }
         let k = self.keys.get(table);
@@ -647,6 +642,10 @@ impl ChangeSink for Collector {
             }
         }
         Ok(())
+    }
+
+    fn in_tx(&self) -> bool {
+        self.in_tx
     }
 
     fn commit(&mut self, restart: &StreamPos) -> Result<()> {

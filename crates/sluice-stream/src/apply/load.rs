@@ -120,7 +120,7 @@ pub(crate) async fn load(
         reloaded: AtomicBool::new(false),
     });
     let memory = Arc::new(MemoryDestination::new());
-    let source = job.source.export_source(snapshot.as_ref());
+    let source = job.capture.source.export_source(snapshot.as_ref());
     let mut export = (job.export)(source);
     export.format = FormatOptions::Arrow(ArrowOutput(consumer.clone()));
     export.destination = memory.clone();
@@ -159,7 +159,7 @@ pub(crate) async fn load(
         .ok_or_else(|| Error::internal("the initial load finished without a manifest"))?;
     let manifest: Manifest = serde_json::from_slice(&bytes)
         .map_err(|e| Error::internal(format!("the load's manifest cannot be read: {e}")))?;
-    crate::snapshot::table_positions(job.source.as_ref(), state, &manifest)?;
+    crate::snapshot::table_positions(job.capture.source.as_ref(), state, &manifest)?;
     match only {
         None => state.snapshot.done = true,
         Some(names) => {

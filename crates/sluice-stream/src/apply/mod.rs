@@ -44,6 +44,8 @@ mod schedule;
 mod tests;
 #[cfg(test)]
 mod tests_collect;
+#[cfg(test)]
+mod tests_plan;
 mod worker;
 mod writeset;
 
@@ -52,9 +54,9 @@ use crate::state::StreamState;
 pub use load::template_output;
 use serde::Serialize;
 use sluice_core::apply::{ApplyTarget, TableKeys};
-use sluice_core::change::{CaptureNames, ChangeSource};
+use sluice_core::change::CaptureNames;
 use sluice_core::table::TableRef;
-use sluice_core::{Dataset, Error, Result, Selection, StreamPos};
+use sluice_core::{Dataset, Error, Result, StreamPos};
 use sluice_engine::Report;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -69,12 +71,10 @@ pub const MAX_GROUPED: u64 = 10_000;
 
 /// A validated `sluice replicate` request.
 pub struct ReplicateJob {
-    /// The source.
-    pub source: Arc<dyn ChangeSource>,
+    /// The source, the selection and when the run stops.
+    pub capture: crate::job::Capture,
     /// The target database.
     pub target: Arc<dyn ApplyTarget>,
-    /// What to replicate.
-    pub selection: Selection,
     /// Initial load or not.
     pub initial: Initial,
     /// The replication's name: the replication slot on PostgreSQL and the key of the state
@@ -90,8 +90,6 @@ pub struct ReplicateJob {
     pub publication: Option<String>,
     /// Target sessions applying in parallel (and loading the snapshot).
     pub parallel: usize,
-    /// Stop once everything committed on the source before the start is applied.
-    pub until_current: bool,
     /// Source transactions in one target transaction at most.
     pub max_grouped: u64,
     /// Memory target: units waiting or running hold at most a quarter of it.
@@ -102,9 +100,6 @@ pub struct ReplicateJob {
     pub progress: Arc<dyn sluice_engine::Progress>,
     /// Counters, readable while the run goes on.
     pub counters: Arc<ApplyCounters>,
-    /// What a partition truncated, detached or dropped on the source does to the run
-    /// (`--partition-changes`; see `layout.rs`).
-    pub partition_changes: crate::layout::LayoutChanges,
     /// Serve Prometheus metrics of [`Self::counters`] here (`--metrics-addr`).
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// Wait while another run holds the replication and take over when its target session
@@ -200,7 +195,7 @@ impl ReplicateJob {
 /// `job` with its target schema resolved: the target's default schema when the engines
 /// differ and none was given (a PostgreSQL source's `public` is no MySQL database).
 fn resolved(mut job: ReplicateJob) -> ReplicateJob {
-    if job.target_schema.is_none() && job.source.engine() != job.target.engine() {
+    if job.target_schema.is_none() && job.capture.source.engine() != job.target.engine() {
         job.target_schema = job.target.default_schema();
     }
     job
@@ -224,7 +219,7 @@ type Inspected = (
 
 /// What [`Inspected`] holds, refusing what cannot be replicated.
 async fn inspect(job: &ReplicateJob) -> Result<Inspected> {
-    let datasets = discover(job.source.as_ref(), &job.selection).await?;
+    let datasets = discover(job.capture.source.as_ref(), &job.capture.selection).await?;
     if let Some(d) = datasets.iter().find(|d| d.object.is_none()) {
         return Err(Error::config(format!(
             "{} is not a table: sluice replicate applies the changes of tables. Leave it out \
@@ -232,11 +227,11 @@ async fn inspect(job: &ReplicateJob) -> Result<Inspected> {
             d.name
         )));
     }
-    let keys = job.source.table_keys(&datasets).await?;
-    job.source.check_whole_rows().await?;
-    let unlogged = crate::cascades::unlogged(job.source.as_ref(), &keys);
+    let keys = job.capture.source.table_keys(&datasets).await?;
+    job.capture.source.check_whole_rows().await?;
+    let unlogged = crate::cascades::unlogged(job.capture.source.as_ref(), &keys);
     let captured: Vec<TableRef> = datasets.iter().filter_map(|d| d.object.clone()).collect();
-    crate::cascades::check_replicate(job.source.as_ref(), &unlogged, &captured)?;
+    crate::cascades::check_replicate(job.capture.source.as_ref(), &unlogged, &captured)?;
     Ok((datasets, keys, unlogged))
 }
 
@@ -301,7 +296,7 @@ pub async fn run_replicate(
             s
         }
         Some(mut s) => {
-            if let Some(objects) = job.source.server_objects()
+            if let Some(objects) = job.capture.source.server_objects()
                 && !objects.exists(&names).await?
             {
                 return Err(Error::source_permanent(format!(
@@ -311,7 +306,7 @@ pub async fn run_replicate(
                      run again.",
                     job.target.display_url(),
                     objects.describe(&names),
-                    job.source.display_url()
+                    job.capture.source.display_url()
                 )));
             }
             if !s.snapshot.done {
@@ -321,7 +316,7 @@ pub async fn run_replicate(
                     tables.len()
                 );
                 job.target.truncate(&tables).await?;
-                let handoff = job.source.handoff().await?;
+                let handoff = job.capture.source.handoff().await?;
                 snapshot = Some(load::load(&job, &mut s, &keys, handoff, None, &cancel).await?);
             }
             // Tables that joined a run killed before their load was done.
@@ -335,10 +330,10 @@ pub async fn run_replicate(
     let mut state = state;
     let gone = gone(&job, &state, &datasets);
     if crate::layout::check(
-        job.source.as_ref(),
+        job.capture.source.as_ref(),
         &datasets,
         &mut state,
-        job.partition_changes,
+        job.capture.partition_changes,
         "sluice replicate",
     )
     .await?
@@ -354,10 +349,10 @@ pub async fn run_replicate(
     let transactions = c.transactions.load(Ordering::Relaxed);
     let elapsed = streamed.elapsed().as_secs_f64().max(1e-3);
     Ok(ReplicateReport {
-        source: job.source.display_url(),
+        source: job.capture.source.display_url(),
         target: job.target.display_url(),
-        while_stopped: job.source.while_stopped(&names, "sluice replicate"),
-        nulled_values: job.source.nulled_values(),
+        while_stopped: job.capture.source.while_stopped(&names, "sluice replicate"),
+        nulled_values: job.capture.source.nulled_values(),
         ignored_changes: c.ignored.load(Ordering::Relaxed),
         gone,
         name,
@@ -405,7 +400,7 @@ fn gone(job: &ReplicateJob, state: &StreamState, datasets: &[Dataset]) -> Vec<St
              renamed there, or left out of the selection): its rows stay on the target as they \
              were, and nothing of it is applied any more",
             state.names.name,
-            job.source.display_url()
+            job.capture.source.display_url()
         );
     }
     gone
@@ -452,7 +447,7 @@ async fn first_start(
             )));
         }
     }
-    let created = crate::start::create(job.source.as_ref(), names, datasets, snapshot, |what| {
+    let occupied = |what| {
         Error::config(format!(
             "{what} already exists on {} but {} holds no state of replication {}: it belongs \
              to another replication (another target, or this target with another \
@@ -461,15 +456,13 @@ async fn first_start(
              removed without --drop), remove it with sluice replicate --drop and the \
              arguments that created it — dropping what a replication still uses ends that \
              replication for good.",
-            job.source.display_url(),
+            job.capture.source.display_url(),
             job.target.display_url(),
             names.name,
         ))
-    })
-    .await?;
-    let mut state =
-        crate::start::new_state(job.source.as_ref(), names, datasets, &created, snapshot, "")
-            .await?;
+    };
+    let (created, mut state) =
+        crate::start::create(&job.capture, names, datasets, snapshot, "", occupied).await?;
     // The columns the target tables follow from here: the change stream's.
     let followed = added::followed(job, datasets, keys);
     let saved = match save_state(job, &state).await {
@@ -477,7 +470,7 @@ async fn first_start(
         Err(e) => Err(e),
     };
     if let Err(e) = saved {
-        crate::start::abandon(job.source.as_ref(), names, created).await;
+        crate::start::abandon(job.capture.source.as_ref(), names, created).await;
         return Err(e);
     }
     let report = match created.handoff {
@@ -506,7 +499,7 @@ pub async fn drop_replication(job: ReplicateJob) -> Result<Vec<String>> {
         },
     };
     let publication = saved.as_ref().is_some_and(|s| s.publication_created);
-    let mut removed = match job.source.server_objects() {
+    let mut removed = match job.capture.source.server_objects() {
         Some(objects) => objects.remove(&names, publication).await?,
         None => Vec::new(),
     };

@@ -37,10 +37,10 @@ fn selection_text(selection: &Selection) -> String {
 pub(super) fn derived(job: &ReplicateJob) -> String {
     let canonical = format!(
         "source {}\ntarget {}\ntarget schema {}\n{}",
-        job.source.identity(),
+        job.capture.source.identity(),
         job.target.identity(),
         job.target_schema.as_deref().unwrap_or(""),
-        selection_text(&job.selection)
+        selection_text(&job.capture.selection)
     );
     let h = xxhash_rust::xxh3::xxh3_64(canonical.as_bytes());
     format!("sluice_r{:012x}", h & 0xffff_ffff_ffff)
@@ -65,7 +65,7 @@ pub(super) async fn resolve(job: &ReplicateJob) -> Result<String> {
     if job.target.load_state(&name).await?.is_some() {
         return Ok(name);
     }
-    let old = legacy(job.source.as_ref(), &job.selection);
+    let old = legacy(job.capture.source.as_ref(), &job.capture.selection);
     if job.target.load_state(&old).await?.is_some() {
         tracing::info!(
             "continuing replication {old} (a name derived before names took the target into \

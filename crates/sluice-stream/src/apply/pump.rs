@@ -72,19 +72,10 @@ pub(super) async fn stream(
             restart: StreamPos::default(),
         };
         let run = Run {
-            source: job.source.as_ref(),
+            capture: &job.capture,
             names: &names,
             datasets: &datasets,
-            until_current: job.until_current,
-            partition_changes: job.partition_changes,
-            command: "sluice replicate",
-            restarting: "the replication from its applied position",
-            tables: Some(TableWatch {
-                selection: &job.selection,
-                every: TABLES_EVERY,
-                seen: std::sync::Mutex::default(),
-                created_only: true,
-            }),
+            tables: Some(TableWatch::new(TABLES_EVERY, true)),
         };
         let stopped = drive::run(&run, &mut attempts, cancel).await?;
         let seen = run.take_seen();
@@ -134,7 +125,7 @@ fn unpublished(job: &ReplicateJob, names: &CaptureNames, t: &TableRef) -> Error 
          other table) and replicate it with a replication of its own into an emptied table.",
         names.name,
         names.publication,
-        job.source.display_url(),
+        job.capture.source.display_url(),
         names.name
     ))
 }
@@ -160,6 +151,8 @@ struct TargetAttempts<'a> {
 #[async_trait]
 impl<'a> drive::Attempts for TargetAttempts<'a> {
     type Out = Target<'a>;
+    const COMMAND: &'static str = "sluice replicate";
+    const RESTARTING: &'static str = "the replication from its applied position";
 
     async fn begin(&mut self) -> Result<(StreamPos, Target<'a>)> {
         let job = self.job;
@@ -195,7 +188,7 @@ impl<'a> drive::Attempts for TargetAttempts<'a> {
             })
             .collect();
         let limits = unit_limits(job.memory, job.parallel, job.max_grouped);
-        let engine = job.source.engine();
+        let engine = job.capture.source.engine();
         let mut collector = Collector::new(captured, self.keys.clone(), limits, engine);
         collector.set_target_foreign_keys(self.target_fks.clone());
         collector.set_busy(pool.busy_fn());
@@ -270,10 +263,6 @@ impl Target<'_> {
 impl drive::Output for Target<'_> {
     fn sink(&mut self) -> &mut dyn ChangeSink {
         &mut self.collector
-    }
-
-    fn in_tx(&self) -> bool {
-        self.collector.in_tx()
     }
 
     fn wait(&self) -> Duration {

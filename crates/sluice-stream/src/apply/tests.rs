@@ -2,8 +2,8 @@
 //! when — the protocol the target adapters rely on (free rows sent before a unit waits, late
 //! rows only after the units they depend on committed, commits in source order). The target
 //! adapters' SQL is tested against real servers in the CLI's integration tests. The
-//! collector's grouping and the batching plan are tested here too, with the helpers that build
-//! their rows (why the file passes 500 lines).
+//! collector's grouping is tested here too, with the helpers that build the rows of a unit
+//! (`tests_plan.rs` and `tests_collect.rs` use them).
 
 #![allow(clippy::unwrap_used)]
 
@@ -211,19 +211,11 @@ impl ReplicationLock for NoLock {
     }
 }
 
-/// Table `s.<name> (id bigint)` with rows `(id, op)`, keyed by `id` or keyless.
-fn table(name: &str, rows: &[(i64, &str)], keyed: bool) -> UnitTable {
-    let table = TableRef {
-        schema: "s".into(),
-        name: name.into(),
-    };
-    let columns = vec![ColumnDesc {
-        name: "id".into(),
-        source_type: "bigint".into(),
-        field: field("id", DataType::Int64),
-        cast: None,
-        as_text_fallback: false,
-    }];
+/// Table `s.<name> (id bigint)`, keyed by `id` or not, with the changes `rows`
+/// (`1 insert, 2 update, …`).
+pub(super) fn table(name: &str, rows: &str, keyed: bool) -> UnitTable {
+    let rows = changes(rows);
+    let (table, columns) = (TableRef::new("s", name), id_column());
     let n = rows.len();
     let mut absent = ListBuilder::new(StringBuilder::new());
     for _ in 0..n {
@@ -253,8 +245,38 @@ fn table(name: &str, rows: &[(i64, &str)], keyed: bool) -> UnitTable {
     }
 }
 
+/// The columns of the tables here: `id bigint`.
+fn id_column() -> Vec<ColumnDesc> {
+    vec![ColumnDesc {
+        name: "id".into(),
+        source_type: "bigint".into(),
+        field: field("id", DataType::Int64),
+        cast: None,
+        as_text_fallback: false,
+    }]
+}
+
+/// Changes written `1 insert, 2 update, …`: (id, operation) each.
+fn changes(text: &str) -> Vec<(i64, &str)> {
+    text.split(", ")
+        .map(|c| {
+            let (id, op) = c.split_once(' ').expect("id and operation");
+            (id.parse().expect("a number"), op)
+        })
+        .collect()
+}
+
 /// Keys of rows, one list per row.
-fn row_keys(rows: &[&[u64]]) -> RowKeys {
+/// A unit of `tables`' rows in `order` (table, row), one batch a row.
+pub(super) fn unbatched(tables: Vec<UnitTable>, order: Vec<(u32, u32)>) -> ApplyUnit {
+    ApplyUnit {
+        tables,
+        order,
+        batches: Vec::new(),
+    }
+}
+
+pub(super) fn row_keys(rows: &[&[u64]]) -> RowKeys {
     let mut keys = RowKeys::default();
     for k in rows {
         keys.keys.extend_from_slice(k);
@@ -266,13 +288,12 @@ fn row_keys(rows: &[&[u64]]) -> RowKeys {
 /// A unit inserting rows `ids` into one table, each row touching the keys given with it.
 fn unit(rows: &[(i64, &[u64])]) -> Ready {
     let n = rows.len();
-    let ins: Vec<(i64, &str)> = rows.iter().map(|r| (r.0, "insert")).collect();
+    let ins: Vec<String> = rows.iter().map(|r| format!("{} insert", r.0)).collect();
     let keys = row_keys(&rows.iter().map(|r| r.1).collect::<Vec<_>>());
-    let piece = ApplyUnit {
-        tables: vec![table("t", &ins, true)],
-        order: (0..n as u32).map(|r| (0, r)).collect(),
-        batches: Vec::new(),
-    };
+    let piece = unbatched(
+        vec![table("t", &ins.join(", "), true)],
+        (0..n as u32).map(|r| (0, r)).collect(),
+    );
     Ready {
         work: Arc::new(Work {
             pieces: vec![Piece::Rows(piece)],
@@ -372,17 +393,7 @@ pub(super) fn lingering(
     transactions: u64,
     linger: std::time::Duration,
 ) -> (super::collect::Collector, TableRef, Vec<ColumnDesc>) {
-    let table = TableRef {
-        schema: "s".into(),
-        name: "t".into(),
-    };
-    let columns = vec![ColumnDesc {
-        name: "id".into(),
-        source_type: "bigint".into(),
-        field: field("id", DataType::Int64),
-        cast: None,
-        as_text_fallback: false,
-    }];
+    let (table, columns) = (TableRef::new("s", "t"), id_column());
     let limits = limits(transactions, 64 << 20, linger);
     let mut c = collector_of(&table, &columns, &["id"], limits);
     c.set_busy(Arc::new(move |_| busy));
@@ -520,183 +531,5 @@ fn busy_workers_let_units_grow_to_their_cap() {
     assert!(
         (0..rows.len()).all(|i| rows.row(i).len() == 1),
         "one key (the primary key) per row"
-    );
-}
-
-/// The planned order as `table:id` per batch.
-fn planned(unit: &ApplyUnit, keys: &RowKeys, reorder: bool) -> Vec<Vec<String>> {
-    let p = super::plan::plan(unit, keys, 0, |_| true, reorder);
-    p.batch_ranges()
-        .into_iter()
-        .map(|r| {
-            p.order[r]
-                .iter()
-                .map(|&(t, row)| {
-                    let u = &p.tables[t as usize];
-                    let id = u
-                        .batch
-                        .column(0)
-                        .as_primitive::<Int64Type>()
-                        .value(row as usize);
-                    format!("{}:{id}", u.table.name)
-                })
-                .collect()
-        })
-        .collect()
-}
-
-#[test]
-fn rows_of_a_kind_gather_past_rows_they_share_no_key_with() {
-    // Parent p1, its child c1 (keys: own id, parent's), parent p2, child c2, an update of
-    // p1, then a delete of c1 and of p1.
-    let parent = table(
-        "p",
-        &[(1, "insert"), (2, "insert"), (1, "update"), (1, "delete")],
-        true,
-    );
-    let child = table("c", &[(1, "insert"), (2, "insert"), (1, "delete")], true);
-    let unit = ApplyUnit {
-        tables: vec![parent, child],
-        order: vec![(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2), (0, 3)],
-        batches: Vec::new(),
-    };
-    let keys = row_keys(&[&[1], &[11, 1], &[2], &[12, 2], &[1], &[11, 1], &[1]]);
-    assert_eq!(
-        planned(&unit, &keys, true),
-        [
-            vec!["p:1", "p:2"],
-            vec!["c:1", "c:2"],
-            vec!["p:1"],
-            vec!["c:1"],
-            vec!["p:1"],
-        ],
-        "inserts gather by table; every row on key 1 keeps its place after the one before"
-    );
-    assert_eq!(
-        planned(&unit, &keys, false),
-        [
-            vec!["p:1"],
-            vec!["c:1"],
-            vec!["p:2"],
-            vec!["c:2"],
-            vec!["p:1"],
-            vec!["c:1"],
-            vec!["p:1"],
-        ],
-        "in source order nothing moves"
-    );
-}
-
-#[test]
-fn consecutive_inserts_share_a_batch_in_source_order_too() {
-    let t = table(
-        "t",
-        &[(1, "insert"), (2, "insert"), (2, "update"), (3, "update")],
-        true,
-    );
-    let unit = ApplyUnit {
-        tables: vec![t],
-        order: (0..4).map(|r| (0, r)).collect(),
-        batches: Vec::new(),
-    };
-    let keys = row_keys(&[&[1], &[2], &[2], &[3]]);
-    assert_eq!(
-        planned(&unit, &keys, false),
-        [vec!["t:1", "t:2"], vec!["t:2"], vec!["t:3"]]
-    );
-    assert_eq!(
-        planned(&unit, &keys, true),
-        [vec!["t:1", "t:2"], vec!["t:2", "t:3"]]
-    );
-}
-
-#[test]
-fn rows_of_a_keyless_table_stay_alone_and_in_place() {
-    let keyless = table("k", &[(1, "delete"), (1, "delete"), (2, "insert")], false);
-    let keyed = table("t", &[(5, "insert"), (6, "insert")], true);
-    let unit = ApplyUnit {
-        tables: vec![keyless, keyed],
-        order: vec![(1, 0), (0, 0), (0, 1), (1, 1), (0, 2)],
-        batches: Vec::new(),
-    };
-    let keys = row_keys(&[&[5], &[], &[], &[6], &[]]);
-    assert_eq!(
-        planned(&unit, &keys, true),
-        [vec!["t:5", "t:6"], vec!["k:1"], vec!["k:1"], vec!["k:2"]]
-    );
-}
-
-#[test]
-fn an_update_a_later_change_of_its_row_replaces_is_left_out() {
-    let rows = [
-        (1, "update"),
-        (2, "update"),
-        (1, "update"),
-        (2, "update"),
-        (1, "delete"),
-        (3, "update"),
-        (3, "update"),
-    ];
-    let mut b = table("b", &rows, true);
-    b.sole_key = true;
-    // A child row referencing b:2 sits between b:2's updates.
-    let c = table("c", &[(9, "insert")], true);
-    let unit = ApplyUnit {
-        tables: vec![b, c],
-        order: vec![
-            (0, 0),
-            (0, 1),
-            (0, 2),
-            (1, 0),
-            (0, 3),
-            (0, 4),
-            (0, 5),
-            (0, 6),
-        ],
-        batches: Vec::new(),
-    };
-    let keys = row_keys(&[&[1], &[2], &[1], &[19, 2], &[2], &[1], &[3], &[3]]);
-    assert_eq!(
-        planned(&unit, &keys, true),
-        [vec!["b:2"], vec!["c:9"], vec!["b:2", "b:3"], vec!["b:1"]],
-        "b:1's updates give way to its delete, b:3's first update to its second; b:2's first \
-         update stays before the child that references it"
-    );
-    assert_eq!(
-        planned(&unit, &keys, false).concat().len(),
-        8,
-        "in source order every row is applied"
-    );
-    let mut other = unit.clone();
-    other.tables[0].sole_key = false;
-    assert_eq!(
-        planned(&other, &keys, true).concat().len(),
-        8,
-        "a table with other keys keeps every row"
-    );
-}
-
-#[test]
-fn keyless_inserts_gather_but_never_pass_their_tables_deletes() {
-    let keyless = table(
-        "k",
-        &[(1, "insert"), (2, "insert"), (3, "delete"), (4, "insert")],
-        false,
-    );
-    let keyed = table("t", &[(5, "insert"), (6, "insert")], true);
-    let unit = ApplyUnit {
-        tables: vec![keyless, keyed],
-        order: vec![(0, 0), (1, 0), (0, 1), (0, 2), (0, 3), (1, 1)],
-        batches: Vec::new(),
-    };
-    let keys = row_keys(&[&[], &[5], &[], &[], &[], &[6]]);
-    assert_eq!(
-        planned(&unit, &keys, true),
-        [
-            vec!["k:1", "k:2"],
-            vec!["t:5", "t:6"],
-            vec!["k:3"],
-            vec!["k:4"]
-        ]
     );
 }

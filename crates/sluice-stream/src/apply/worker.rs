@@ -596,8 +596,10 @@ async fn apply_pieces(
                 if session.barrier(b, &before).await? {
                     *partial = true;
                 }
-                if let Barrier::Columns { table, columns, .. } = b {
-                    session.columns(table, &SourceColumn::of(columns)).await?;
+                if let Barrier::Columns(c) = b {
+                    session
+                        .columns(&c.table, &SourceColumn::of(&c.columns))
+                        .await?;
                 }
             }
         }

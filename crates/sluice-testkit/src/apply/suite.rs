@@ -2,7 +2,7 @@
 //! What they check is read back from the target's tables and bookkeeping with SQL.
 
 use super::{Engine, Target, apply_commit, change, ins, position, rows, unit, upd};
-use sluice_core::apply::{Barrier, SourceColumn};
+use sluice_core::apply::{Barrier, ColumnChange, SourceColumn};
 use sluice_core::table::TableRef;
 
 /// A delete of `acct`'s row `id`, carrying its key only.
@@ -304,12 +304,12 @@ pub async fn barriers_applied_twice(engine: Engine) {
         "ALTER TABLE acct DROP COLUMN note, ADD COLUMN extra decimal(8,2), MODIFY n bigint",
     );
     t.source_exec(alter).await;
-    let columns = Barrier::Columns {
+    let columns = Barrier::Columns(ColumnChange {
         table: t.acct.table.clone(),
         before: SourceColumn::of(&t.acct.columns),
         columns: t.describe_again("acct").await,
         source_engine: t.acct.source_engine,
-    };
+    });
     let commits_first = engine != Engine::Postgres;
     let mut shapes = Vec::new();
     for round in 0..2u64 {

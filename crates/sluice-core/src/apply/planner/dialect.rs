@@ -12,39 +12,39 @@ use async_trait::async_trait;
 
 /// How one engine spells what the planner writes. Every method appends to `buf` and writes
 /// no statement terminator: the planner adds [`ApplyDialect::END`] where a statement ends.
+/// The constants' defaults are the compact spelling every SQL engine reads; a dialect
+/// overrides those it spells otherwise.
 ///
 /// Values must be written so that no value can end a literal or a statement (quoted, hex or
 /// formatted by the dialect itself): the buffer carries many statements in one message.
 pub trait ApplyDialect: Send {
-    /// What the dialect works out once per table of a unit (quoted names, how each column's
-    /// values are written), given to every method as [`Prepared::cols`].
+    /// What the dialect works out once per table of a unit (how each column's values are
+    /// written), given to every method as [`Prepared::cols`].
     type Columns: Send + Sync;
 
+    /// The character that quotes an identifier (doubled inside it).
+    const QUOTE: char;
     /// Rows of one batched `UPDATE` at most.
-    const UPDATE_ROWS: usize;
+    const UPDATE_ROWS: usize = 1000;
     /// Rows of one batched `DELETE` at most.
-    const DELETE_ROWS: usize;
+    const DELETE_ROWS: usize = 1000;
     /// What ends a statement that others follow (`;`, maybe with a line break).
-    const END: &'static str;
+    const END: &'static str = ";";
     /// What separates the rows of a multi-row `INSERT`.
-    const ROW_SEP: &'static str;
+    const ROW_SEP: &'static str = ",";
     /// The statement that opens a transaction.
-    const BEGIN: &'static str;
+    const BEGIN: &'static str = "BEGIN";
     /// The statement that commits it (always the buffer's last).
-    const COMMIT: &'static str;
+    const COMMIT: &'static str = "COMMIT";
     /// What separates the items of a list in a statement (column names, a row's values).
-    const LIST_SEP: &'static str;
+    const LIST_SEP: &'static str = ",";
     /// What follows `VALUES` of a multi-row `INSERT` before its first row.
-    const VALUES_SEP: &'static str;
+    const VALUES_SEP: &'static str = " ";
+    /// What stands between a column and its value in `SET`.
+    const ASSIGN: &'static str = "=";
 
     /// The per-table state of `t` (an error when a column's values cannot be written).
     fn columns(&self, t: &UnitTable) -> Result<Self::Columns>;
-
-    /// The unit table's name, quoted.
-    fn table<'a>(p: &'a Prepared<'_, Self::Columns>) -> &'a str;
-
-    /// Column `c`'s name, quoted.
-    fn name<'a>(p: &'a Prepared<'_, Self::Columns>, c: usize) -> &'a str;
 
     /// Row `r`'s value of column `c` as a literal.
     fn value(
@@ -55,17 +55,22 @@ pub trait ApplyDialect: Send {
         buf: &mut String,
     ) -> Result<()>;
 
+    /// `text` as a text literal (the bookkeeping's names, positions and JSON).
+    fn text(&mut self, text: &str, buf: &mut String);
+
+    /// What turns the bookkeeping's `INSERT` into an upsert: on a row with the same `key`
+    /// columns, set `set` from the inserted row and the row's time of update to now (both
+    /// lists quoted already).
+    fn on_conflict(&mut self, key: &[&str], set: &[&str], buf: &mut String);
+
     /// `INSERT INTO t (cols) VALUES`, up to where the first row starts.
     fn insert_head(&mut self, p: &Prepared<'_, Self::Columns>, cols: &[usize], buf: &mut String) {
         buf.push_str("INSERT INTO ");
-        buf.push_str(Self::table(p));
+        buf.push_str(&p.table);
         buf.push_str(" (");
-        for (n, &c) in cols.iter().enumerate() {
-            if n > 0 {
-                buf.push_str(Self::LIST_SEP);
-            }
-            buf.push_str(Self::name(p, c));
-        }
+        push_list(buf, Self::LIST_SEP, cols, |buf, &c| {
+            buf.push_str(&p.names[c])
+        });
         buf.push_str(") VALUES");
         buf.push_str(Self::VALUES_SEP);
     }
@@ -79,12 +84,9 @@ pub trait ApplyDialect: Send {
         buf: &mut String,
     ) -> Result<()> {
         buf.push('(');
-        for (n, &c) in cols.iter().enumerate() {
-            if n > 0 {
-                buf.push_str(Self::LIST_SEP);
-            }
-            self.value(p, c, r, buf)?;
-        }
+        try_list(buf, Self::LIST_SEP, cols, |buf, &c| {
+            self.value(p, c, r, buf)
+        })?;
         buf.push(')');
         Ok(())
     }
@@ -100,10 +102,22 @@ pub trait ApplyDialect: Send {
         set: &[usize],
         r: usize,
         buf: &mut String,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        buf.push_str("UPDATE ");
+        buf.push_str(&p.table);
+        buf.push_str(" SET ");
+        try_list(buf, Self::LIST_SEP, set, |buf, &c| {
+            buf.push_str(&p.names[c]);
+            buf.push_str(Self::ASSIGN);
+            self.value(p, c, r, buf)
+        })
+    }
 
     /// `DELETE FROM t`, up to its `WHERE`.
-    fn delete_head(&mut self, p: &Prepared<'_, Self::Columns>, buf: &mut String);
+    fn delete_head(&mut self, p: &Prepared<'_, Self::Columns>, buf: &mut String) {
+        buf.push_str("DELETE FROM ");
+        buf.push_str(&p.table);
+    }
 
     /// The ` WHERE …` that makes a single-row update or delete match row `r` by columns
     /// `cols`: the key (where a key column is NULL, it matches NULL), or, when `p.key` is
@@ -116,32 +130,146 @@ pub trait ApplyDialect: Send {
         buf: &mut String,
     ) -> Result<()>;
 
-    /// One `UPDATE` of `rows` of a keyed table (at most [`ApplyDialect::UPDATE_ROWS`], sharing
-    /// no key, each carrying columns `set`, never empty, besides the key), matched by key.
+    /// One `UPDATE` of `many.rows` of a keyed table (at most [`ApplyDialect::UPDATE_ROWS`],
+    /// sharing no key, each carrying columns `many.set`, never empty, besides the key),
+    /// matched by key.
     fn update_many(
         &mut self,
         p: &Prepared<'_, Self::Columns>,
-        set: &[usize],
-        rows: &[usize],
+        many: Many<'_>,
         buf: &mut String,
     ) -> Result<()>;
 
-    /// One `DELETE` of `rows` of a keyed table (at most [`ApplyDialect::DELETE_ROWS`], sharing
-    /// no key), matched by key.
+    /// One `DELETE` of `many.rows` of a keyed table (at most [`ApplyDialect::DELETE_ROWS`],
+    /// sharing no key), matched by key (`many.set` is empty).
     fn delete_many(
         &mut self,
         p: &Prepared<'_, Self::Columns>,
-        rows: &[usize],
+        many: Many<'_>,
         buf: &mut String,
     ) -> Result<()>;
 
     /// The upsert of worker `worker`'s applied position of replication `name` (see
-    /// [`crate::apply::ApplySession::record`]).
-    fn position(&mut self, name: &str, worker: u32, position: &AppliedPosition, buf: &mut String);
+    /// [`crate::apply::ApplySession::record`]) into `sluice.applied`.
+    fn position(&mut self, name: &str, worker: u32, position: &AppliedPosition, buf: &mut String) {
+        let ts = position
+            .commit_ts
+            .map_or("NULL".into(), |ts| ts.to_string());
+        self.upsert(
+            "applied",
+            &[
+                "name",
+                "worker",
+                "unit",
+                "restart",
+                "pos",
+                "commit_ts",
+                "skip",
+            ],
+            2,
+            &[
+                Lit::Text(name),
+                Lit::Raw(&worker.to_string()),
+                Lit::Raw(&position.unit.to_string()),
+                Lit::Text(position.restart.as_str()),
+                Lit::Text(position.pos.as_str()),
+                Lit::Raw(&ts),
+                Lit::Raw(&position.skip.to_string()),
+            ],
+            buf,
+        );
+    }
 
     /// The upsert of the source columns `table` of replication `name` follows, as the JSON the
-    /// adapter's bookkeeping reads back (see [`crate::apply::ApplySession::columns`]).
-    fn followed(&mut self, name: &str, table: &TableRef, columns_json: &str, buf: &mut String);
+    /// adapter's bookkeeping reads back (see [`crate::apply::ApplySession::columns`]), into
+    /// `sluice.columns`.
+    fn followed(&mut self, name: &str, table: &TableRef, columns_json: &str, buf: &mut String) {
+        self.upsert(
+            "columns",
+            &["name", "table_schema", "table_name", "columns"],
+            3,
+            &[
+                Lit::Text(name),
+                Lit::Text(&table.schema),
+                Lit::Text(&table.name),
+                Lit::Text(columns_json),
+            ],
+            buf,
+        );
+    }
+
+    /// `INSERT INTO sluice.<table> (cols) VALUES (values)` and the dialect's
+    /// [`ApplyDialect::on_conflict`] over the first `key` columns.
+    fn upsert(
+        &mut self,
+        table: &str,
+        cols: &[&str],
+        key: usize,
+        values: &[Lit<'_>],
+        buf: &mut String,
+    ) {
+        let quote = |name: &str| crate::ident::enclose(name, Self::QUOTE);
+        buf.push_str("INSERT INTO ");
+        buf.push_str(&quote("sluice"));
+        buf.push('.');
+        buf.push_str(&quote(table));
+        buf.push_str(" (");
+        push_list(buf, Self::LIST_SEP, cols, |buf, c| buf.push_str(&quote(c)));
+        buf.push_str(") VALUES (");
+        push_list(buf, Self::LIST_SEP, values, |buf, v| match v {
+            Lit::Text(t) => self.text(t, buf),
+            Lit::Raw(r) => buf.push_str(r),
+        });
+        buf.push(')');
+        let quoted: Vec<String> = cols.iter().map(|c| quote(c)).collect();
+        let quoted: Vec<&str> = quoted.iter().map(String::as_str).collect();
+        let (key, set) = quoted.split_at(key);
+        self.on_conflict(key, set, buf);
+    }
+}
+
+/// A value of a bookkeeping statement.
+pub enum Lit<'a> {
+    /// Text, written by [`ApplyDialect::text`].
+    Text(&'a str),
+    /// SQL written as it is (a number, `NULL`).
+    Raw(&'a str),
+}
+
+/// The rows of one batched statement and the columns they set besides the key (none for a
+/// delete).
+#[derive(Clone, Copy)]
+pub struct Many<'a> {
+    /// Columns set (indexes in [`UnitTable::columns`]).
+    pub set: &'a [usize],
+    /// The rows.
+    pub rows: &'a [usize],
+}
+
+/// Each of `items` written by `f`, separated by `sep`.
+pub fn push_list<T>(buf: &mut String, sep: &str, items: &[T], mut f: impl FnMut(&mut String, &T)) {
+    for (n, item) in items.iter().enumerate() {
+        if n > 0 {
+            buf.push_str(sep);
+        }
+        f(buf, item);
+    }
+}
+
+/// [`push_list`] with a writer that can fail (the first error ends the list).
+pub fn try_list<T>(
+    buf: &mut String,
+    sep: &str,
+    items: &[T],
+    mut f: impl FnMut(&mut String, &T) -> Result<()>,
+) -> Result<()> {
+    for (n, item) in items.iter().enumerate() {
+        if n > 0 {
+            buf.push_str(sep);
+        }
+        f(buf, item)?;
+    }
+    Ok(())
 }
 
 /// One target connection's round trip, for the planner.
@@ -173,6 +301,10 @@ pub struct Prepared<'a, C> {
     pub t: &'a UnitTable,
     /// Indexes in [`UnitTable::columns`] of the key (empty: the table has no key).
     pub key: Vec<usize>,
+    /// The table's name, quoted.
+    pub table: String,
+    /// Each column's name, quoted.
+    pub names: Vec<String>,
     /// The dialect's per-table state ([`ApplyDialect::columns`]).
     pub cols: C,
     op: &'a StringArray,
@@ -198,6 +330,16 @@ impl<'a, C> Prepared<'a, C> {
         Ok(Prepared {
             t,
             key: t.key_positions()?,
+            table: format!(
+                "{}.{}",
+                crate::ident::enclose(&t.table.schema, D::QUOTE),
+                crate::ident::enclose(&t.table.name, D::QUOTE)
+            ),
+            names: t
+                .columns
+                .iter()
+                .map(|c| crate::ident::enclose(&c.name, D::QUOTE))
+                .collect(),
             cols: dialect.columns(t)?,
             op,
             absent,

@@ -10,7 +10,7 @@ use crate::apply::{AppliedPosition, ApplyUnit, Engine, SourceColumn, UnitTable};
 use crate::change::change_schema;
 use crate::columns::field;
 use crate::table::{ColumnDesc, TableRef};
-use crate::{Error, Result};
+use crate::{Error, Result, StreamPos};
 use arrow_array::builder::{ListBuilder, StringBuilder};
 use arrow_array::{
     ArrayRef, Int32Array, RecordBatch, StringArray, TimestampMicrosecondArray, UInt64Array,
@@ -102,11 +102,45 @@ pub async fn sent<D: ApplyDialect>(dialect: D, unit: &ApplyUnit) -> Result<Vec<S
     Ok(link.sent)
 }
 
+/// What `unit` becomes on `dialect` when it is one round trip: the statements between the
+/// dialect's `BEGIN` and `COMMIT` (an error when it took more than one, or is not one
+/// transaction).
+pub async fn script<D: ApplyDialect>(dialect: D, unit: &ApplyUnit) -> Result<String> {
+    let sent = sent(dialect, unit).await?;
+    let [one] = &sent[..] else {
+        return Err(Error::internal(format!(
+            "{} round trips, not one",
+            sent.len()
+        )));
+    };
+    one.strip_prefix(D::BEGIN)
+        .and_then(|s| s.strip_prefix(D::END))
+        .and_then(|s| s.strip_suffix(D::COMMIT))
+        .map(str::to_string)
+        .ok_or_else(|| Error::internal(format!("not one transaction: {one}")))
+}
+
+/// The position of unit 7 a bookkeeping test records: `restart` and `pos` as an adapter
+/// writes them, one change to skip.
+pub fn position(restart: &str, pos: &str, commit_ts: Option<i64>) -> AppliedPosition {
+    AppliedPosition {
+        unit: 7,
+        restart: StreamPos::from_adapter(restart),
+        pos: StreamPos::from_adapter(pos),
+        commit_ts,
+        skip: 1,
+    }
+}
+
 /// Rows every dialect's SQL-text suite writes out, each in its own text, and what the text
 /// must show.
 pub struct Scenario {
+    /// The key of `d.t` (empty: none).
+    pub key: &'static [&'static str],
     /// The changes to `d.t`, one row each.
     pub rows: &'static [Row<'static>],
+    /// The unit's batches (as [`ApplyUnit::batches`]).
+    pub batches: &'static [u32],
     /// What the statements must show (the assertion's message).
     pub why: &'static str,
 }
@@ -114,6 +148,8 @@ pub struct Scenario {
 /// Inserts of one column set, an update of absent columns only, an update of a value that
 /// needs quoting, an insert of fewer columns and a delete.
 pub const A_UNIT: Scenario = Scenario {
+    key: &["id"],
+    batches: &[],
     rows: &[
         ("insert", Some(1), Some("a"), &[]),
         ("insert", Some(2), None, &[]),
@@ -129,6 +165,8 @@ pub const A_UNIT: Scenario = Scenario {
 /// A table without a key: a delete, an update of both columns, an update whose `id` is
 /// absent.
 pub const KEYLESS: Scenario = Scenario {
+    key: &[],
+    batches: &[],
     rows: &[
         ("delete", Some(1), None, &[]),
         ("update", Some(2), Some("b"), &[]),
@@ -141,6 +179,8 @@ pub const KEYLESS: Scenario = Scenario {
 /// Batched as `[3, 5, 8]`: three updates (one carrying only its key), two deletes, inserts
 /// of two column sets.
 pub const A_BATCH: Scenario = Scenario {
+    key: &["id"],
+    batches: &[3, 5, 8],
     rows: &[
         ("update", Some(1), Some("a"), &[]),
         ("update", Some(2), None, &["v"]),
@@ -153,6 +193,23 @@ pub const A_BATCH: Scenario = Scenario {
     ],
     why: "grouped by the columns carried; an update carrying only its key sets nothing",
 };
+
+impl Scenario {
+    /// Panics unless the scenario's rows, in a table `table` builds from the key and the
+    /// rows, become `expected` between `BEGIN` and `COMMIT` on `dialect` in one round trip.
+    pub async fn check<D: ApplyDialect>(
+        &self,
+        dialect: D,
+        table: fn(&[&str], &[Row<'_>]) -> UnitTable,
+        expected: &str,
+    ) {
+        let unit = unit(table(self.key, self.rows), self.batches);
+        match script(dialect, &unit).await {
+            Ok(script) => assert_eq!(script, expected, "{}", self.why),
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
 
 /// Two inserts that carry no column.
 pub const EMPTY_INSERTS: &[Row<'static>] = &[

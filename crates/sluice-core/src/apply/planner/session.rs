@@ -4,24 +4,27 @@
 
 use super::{ApplyDialect, ApplyLink, Planner};
 use crate::Result;
-use crate::apply::{AppliedPosition, ApplySession, ApplyUnit, Barrier, SourceColumn};
+use crate::apply::{AppliedPosition, ApplySession, ApplyUnit, Barrier, ColumnChange, SourceColumn};
 use crate::table::TableRef;
 use async_trait::async_trait;
 
 /// How a barrier (a truncate, a column change) runs on an engine: the one part of a session
-/// that differs by engine beyond the statements' spelling (PostgreSQL's DDL is transactional;
-/// MySQL's commits by itself, so what the transaction holds is committed first).
+/// that differs by engine beyond the statements' spelling. Where DDL is transactional
+/// (PostgreSQL) the barrier's statements join the unit's transaction; where it commits by
+/// itself (MySQL/MariaDB) the session first commits what the transaction holds together with
+/// the position before the barrier, so a crash between the barrier and the unit's end
+/// restarts exactly after the changes already applied (and runs the barrier again: it is
+/// idempotent), and opens a new transaction after it.
 #[async_trait]
 pub trait Barriers<D: ApplyDialect>: ApplyLink {
-    /// Run `barrier` for the unit being applied through `plan` (see
-    /// [`ApplySession::barrier`]: `before` is the position of the unit's changes before it;
-    /// `true` when the transaction was committed on the way).
-    async fn barrier(
-        &mut self,
-        plan: &mut Planner<D>,
-        barrier: &Barrier,
-        before: &AppliedPosition,
-    ) -> Result<bool>;
+    /// DDL commits by itself on this engine (see the trait's documentation).
+    const DDL_COMMITS: bool;
+
+    /// Remove every row of `tables`: buffered in `plan` or run on the link.
+    async fn truncate(&mut self, plan: &mut Planner<D>, tables: &[TableRef]) -> Result<()>;
+
+    /// Alter `change.table` to `change.columns`: buffered in `plan` or run on the link.
+    async fn alter(&mut self, plan: &mut Planner<D>, change: &ColumnChange) -> Result<()>;
 }
 
 /// An [`ApplySession`] of a planner and an engine's link.
@@ -49,7 +52,23 @@ impl<D: ApplyDialect + 'static, L: Barriers<D> + 'static> ApplySession for Plann
     }
 
     async fn barrier(&mut self, barrier: &Barrier, before: &AppliedPosition) -> Result<bool> {
-        self.link.barrier(&mut self.plan, barrier, before).await
+        let (plan, link) = (&mut self.plan, &mut self.link);
+        if L::DDL_COMMITS {
+            plan.record(before);
+            plan.commit_interim(link).await?;
+        } else {
+            plan.send(link).await?;
+        }
+        match barrier {
+            Barrier::Truncate(tables) => link.truncate(plan, tables).await?,
+            Barrier::Columns(change) => link.alter(plan, change).await?,
+        }
+        if L::DDL_COMMITS {
+            plan.resume();
+        } else {
+            plan.send(link).await?;
+        }
+        Ok(L::DDL_COMMITS)
     }
 
     async fn send(&mut self) -> Result<()> {

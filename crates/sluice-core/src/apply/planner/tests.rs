@@ -42,24 +42,19 @@ fn pairs(p: &P<'_>, cols: &[usize], r: usize) -> String {
 
 impl ApplyDialect for Toy {
     type Columns = ();
+    const QUOTE: char = '"';
     const UPDATE_ROWS: usize = 2;
     const DELETE_ROWS: usize = 3;
-    const END: &'static str = ";";
-    const ROW_SEP: &'static str = ",";
     const BEGIN: &'static str = "B";
     const COMMIT: &'static str = "C";
-    const LIST_SEP: &'static str = ",";
-    const VALUES_SEP: &'static str = "";
 
     fn columns(&self, _t: &UnitTable) -> Result<()> {
         Ok(())
     }
-    fn table<'a>(p: &'a P<'_>) -> &'a str {
-        &p.t.table.name
+    fn text(&mut self, text: &str, buf: &mut String) {
+        buf.push_str(text);
     }
-    fn name<'a>(p: &'a P<'_>, c: usize) -> &'a str {
-        name(p, c)
-    }
+    fn on_conflict(&mut self, _key: &[&str], _set: &[&str], _buf: &mut String) {}
     fn value(&mut self, p: &P<'_>, c: usize, r: usize, buf: &mut String) -> Result<()> {
         buf.push_str(&val(p, c, r));
         Ok(())
@@ -88,20 +83,14 @@ impl ApplyDialect for Toy {
         buf.push_str(&format!(" W{star} {}", pairs(p, cols, r)));
         Ok(())
     }
-    fn update_many(
-        &mut self,
-        p: &P<'_>,
-        set: &[usize],
-        rs: &[usize],
-        b: &mut String,
-    ) -> Result<()> {
-        let s: Vec<&str> = set.iter().map(|&c| name(p, c)).collect();
-        let k: Vec<String> = rs.iter().map(|&r| val(p, p.key[0], r)).collect();
+    fn update_many(&mut self, p: &P<'_>, many: Many<'_>, b: &mut String) -> Result<()> {
+        let s: Vec<&str> = many.set.iter().map(|&c| name(p, c)).collect();
+        let k: Vec<String> = many.rows.iter().map(|&r| val(p, p.key[0], r)).collect();
         b.push_str(&format!("UM {} [{}]", s.join(","), k.join(",")));
         Ok(())
     }
-    fn delete_many(&mut self, p: &P<'_>, rows: &[usize], buf: &mut String) -> Result<()> {
-        let k: Vec<String> = rows.iter().map(|&r| val(p, p.key[0], r)).collect();
+    fn delete_many(&mut self, p: &P<'_>, many: Many<'_>, buf: &mut String) -> Result<()> {
+        let k: Vec<String> = many.rows.iter().map(|&r| val(p, p.key[0], r)).collect();
         buf.push_str(&format!("DM [{}]", k.join(",")));
         Ok(())
     }
@@ -177,12 +166,33 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
         .block_on(f)
 }
 
+/// A planner of worker `worker` with its transaction begun, and a link.
+fn begun(worker: u32) -> (Planner<Toy>, Link) {
+    let mut p = Planner::new(Toy, "n", worker);
+    p.begin();
+    (p, Link::default())
+}
+
+/// What `rows` of `d.t` keyed by `key`, in `batches`, become in one committed unit.
+fn committed(
+    key: &[&str],
+    rows: &[(&str, i32, Option<&str>, &[&str])],
+    batches: &[u32],
+) -> Vec<String> {
+    block_on(async {
+        let (mut p, mut link) = begun(0);
+        p.apply(&unit(table(key, rows), batches), &mut link)
+            .await
+            .unwrap();
+        p.commit(&mut link).await.unwrap();
+        link.sent
+    })
+}
+
 #[test]
 fn a_unit_is_one_round_trip_with_inserts_merged() {
     block_on(async {
-        let mut p = Planner::new(Toy, "n", 3);
-        let mut link = Link::default();
-        p.begin();
+        let (mut p, mut link) = begun(3);
         let t = table(
             &["id"],
             &[
@@ -212,62 +222,47 @@ fn a_unit_is_one_round_trip_with_inserts_merged() {
 
 #[test]
 fn batches_group_by_columns_and_chunk() {
-    block_on(async {
-        let mut p = Planner::new(Toy, "n", 0);
-        let mut link = Link::default();
-        p.begin();
-        let t = table(
-            &["id"],
-            &[
-                ("insert", 1, Some("a"), &[]),
-                ("insert", 2, None, &["v"]),
-                ("insert", 3, Some("c"), &[]),
-                ("update", 1, Some("x"), &[]),
-                ("update", 2, None, &["v"]),
-                ("update", 3, Some("y"), &[]),
-                ("update", 4, Some("z"), &[]),
-                ("update", 5, Some("w"), &[]),
-                ("delete", 6, None, &[]),
-                ("delete", 7, None, &[]),
-                ("delete", 8, None, &[]),
-                ("delete", 9, None, &[]),
-            ],
-        );
-        p.apply(&unit(t, &[3, 8, 12]), &mut link).await.unwrap();
-        p.commit(&mut link).await.unwrap();
-        assert_eq!(
-            link.sent,
-            ["B;I t(id,v)(1,a),(3,c);I t(id)(2);UM v [1,3];UM v [4,5];DM [6,7,8];DM [9];C"]
-        );
-    });
+    let sent = committed(
+        &["id"],
+        &[
+            ("insert", 1, Some("a"), &[]),
+            ("insert", 2, None, &["v"]),
+            ("insert", 3, Some("c"), &[]),
+            ("update", 1, Some("x"), &[]),
+            ("update", 2, None, &["v"]),
+            ("update", 3, Some("y"), &[]),
+            ("update", 4, Some("z"), &[]),
+            ("update", 5, Some("w"), &[]),
+            ("delete", 6, None, &[]),
+            ("delete", 7, None, &[]),
+            ("delete", 8, None, &[]),
+            ("delete", 9, None, &[]),
+        ],
+        &[3, 8, 12],
+    );
+    assert_eq!(
+        sent,
+        ["B;I t(id,v)(1,a),(3,c);I t(id)(2);UM v [1,3];UM v [4,5];DM [6,7,8];DM [9];C"]
+    );
 }
 
 #[test]
 fn keyless_rows_match_what_they_carry_and_empty_inserts_use_default_values() {
-    block_on(async {
-        let mut p = Planner::new(Toy, "n", 0);
-        let mut link = Link::default();
-        p.begin();
-        let t = table(
-            &[],
-            &[
-                ("update", 1, Some("a"), &[]),
-                ("delete", 2, None, &["v"]),
-                ("insert", 0, None, &["id", "v"]),
-            ],
-        );
-        p.apply(&unit(t, &[2, 3]), &mut link).await.unwrap();
-        p.commit(&mut link).await.unwrap();
-        assert_eq!(link.sent, ["B;U id=1,v=a W* id=1,v=a;D W* id=2;DV t;C"]);
-    });
+    let rows: &[(&str, i32, Option<&str>, &[&str])] = &[
+        ("update", 1, Some("a"), &[]),
+        ("delete", 2, None, &["v"]),
+        ("insert", 0, None, &["id", "v"]),
+    ];
+    assert_eq!(
+        committed(&[], rows, &[2, 3]),
+        ["B;U id=1,v=a W* id=1,v=a;D W* id=2;DV t;C"]
+    );
 }
 
 #[test]
 fn a_large_unit_is_sent_past_the_flush_bound() {
     block_on(async {
-        let mut p = Planner::new(Toy, "n", 0);
-        let mut link = Link::default();
-        p.begin();
+        let (mut p, mut link) = begun(0);
         let big = "x".repeat(FLUSH_BYTES / 2 + 1);
         let rows: Vec<(&str, i32, Option<&str>, &[&str])> = (0..3)
             .map(|i| ("insert", i, Some(big.as_str()), &[][..]))
@@ -288,9 +283,7 @@ fn a_large_unit_is_sent_past_the_flush_bound() {
 #[test]
 fn unmatched_updates_and_deletes_count_at_commit() {
     block_on(async {
-        let mut p = Planner::new(Toy, "n", 0);
-        let mut link = Link::default();
-        p.begin();
+        let (mut p, mut link) = begun(0);
         let t = table(
             &["id"],
             &[
@@ -314,9 +307,7 @@ fn unmatched_updates_and_deletes_count_at_commit() {
 #[test]
 fn a_rollback_reaches_the_server_only_after_a_send() {
     block_on(async {
-        let mut p = Planner::new(Toy, "n", 0);
-        let mut link = Link::default();
-        p.begin();
+        let (mut p, mut link) = begun(0);
         let t = table(&["id"], &[("insert", 1, Some("a"), &[])]);
         p.apply(&unit(t.clone(), &[]), &mut link).await.unwrap();
         p.rollback(&mut link).await.unwrap();
@@ -338,12 +329,8 @@ fn a_rollback_reaches_the_server_only_after_a_send() {
 #[test]
 fn a_lock_wait_given_up_rolls_back_and_names_the_holder() {
     block_on(async {
-        let mut p = Planner::new(Toy, "n", 0);
-        let mut link = Link {
-            fail: Some(Error::apply_blocked("lock wait timeout")),
-            ..Link::default()
-        };
-        p.begin();
+        let (mut p, mut link) = begun(0);
+        link.fail = Some(Error::apply_blocked("lock wait timeout"));
         let t = table(&["id"], &[("update", 1, Some("a"), &[])]);
         p.apply(&unit(t, &[]), &mut link).await.unwrap();
         let e = p.commit(&mut link).await.unwrap_err();
@@ -358,13 +345,9 @@ fn a_lock_wait_given_up_rolls_back_and_names_the_holder() {
 #[test]
 fn a_truncate_row_is_refused() {
     block_on(async {
-        let mut p = Planner::new(Toy, "n", 0);
-        p.begin();
+        let (mut p, mut link) = begun(0);
         let t = table(&["id"], &[("truncate", 1, None, &[])]);
-        let e = p
-            .apply(&unit(t, &[]), &mut Link::default())
-            .await
-            .unwrap_err();
+        let e = p.apply(&unit(t, &[]), &mut link).await.unwrap_err();
         assert!(e.message().contains("\"truncate\" change of d.t"), "{e}");
     });
 }
