@@ -209,20 +209,20 @@ pub trait ApplyDialect: Send {
         buf: &mut String,
     ) {
         let quote = |name: &str| crate::ident::enclose(name, Self::QUOTE);
+        let quoted: Vec<String> = cols.iter().map(|c| quote(c)).collect();
+        let quoted: Vec<&str> = quoted.iter().map(String::as_str).collect();
         buf.push_str("INSERT INTO ");
         buf.push_str(&quote("sluice"));
         buf.push('.');
         buf.push_str(&quote(table));
         buf.push_str(" (");
-        push_list(buf, Self::LIST_SEP, cols, |buf, c| buf.push_str(&quote(c)));
+        push_list(buf, Self::LIST_SEP, &quoted, |buf, c| buf.push_str(c));
         buf.push_str(") VALUES (");
         push_list(buf, Self::LIST_SEP, values, |buf, v| match v {
             Lit::Text(t) => self.text(t, buf),
             Lit::Raw(r) => buf.push_str(r),
         });
         buf.push(')');
-        let quoted: Vec<String> = cols.iter().map(|c| quote(c)).collect();
-        let quoted: Vec<&str> = quoted.iter().map(String::as_str).collect();
         let (key, set) = quoted.split_at(key);
         self.on_conflict(key, set, buf);
     }
