@@ -167,10 +167,7 @@ fn build(o: &Options, output: Output) -> Result<ExportJob> {
     if o.parallel == Some(0) {
         return Err(Error::config("--parallel must be at least 1."));
     }
-    let consistency = match o.consistency {
-        Some(ConsistencyArg::Chunk) => Consistency::Chunk,
-        _ => Consistency::Snapshot,
-    };
+    let consistency = consistency(o.consistency);
     let memory = o
         .memory
         .map_or(sluice_engine::DEFAULT_MEMORY, ByteSize::bytes);
@@ -221,7 +218,26 @@ fn build(o: &Options, output: Output) -> Result<ExportJob> {
     job.budget = budget(o)?;
     job.report_html = o.report_html.clone();
     job.table = table;
+    if consistency == Consistency::Converged {
+        let changes = registry::open_change_source(
+            o.source.as_deref().unwrap_or_default(),
+            None,
+            None,
+            crate::args::BadValuesArg::policy(None),
+        )?;
+        let output = job.destination.display();
+        job.converge = Some(Arc::new(sluice_stream::ConvergeLog::new(changes, &output)));
+    }
     Ok(job)
+}
+
+/// `--consistency`: snapshot unless another is asked for.
+pub fn consistency(arg: Option<ConsistencyArg>) -> Consistency {
+    match arg {
+        Some(ConsistencyArg::Chunk) => Consistency::Chunk,
+        Some(ConsistencyArg::Converged) => Consistency::Converged,
+        Some(ConsistencyArg::Snapshot) | None => Consistency::Snapshot,
+    }
 }
 
 /// The harm budget from `harm_budget`, the `max_…` limits, `replica` and `probe_sql`, each
@@ -386,11 +402,7 @@ mod tests {
             unreachable!("an export command line")
         };
         let o = merge(&args, &given)?;
-        let consistency = match o.consistency {
-            Some(ConsistencyArg::Chunk) => Consistency::Chunk,
-            _ => Consistency::Snapshot,
-        };
-        locking(&o, consistency)
+        locking(&o, consistency(o.consistency))
     }
 
     #[test]

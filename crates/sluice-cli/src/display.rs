@@ -242,6 +242,14 @@ pub fn report_text(r: &Report) -> String {
             "snapshot",
             format!("held {:.2} s, {}", h.snapshot_held_seconds, r.position),
         ),
+        "converged" => row(
+            "consistency",
+            format!(
+                "converged to one point in time (see the note); no snapshot held longer than \
+                 {:.2} s",
+                h.snapshot_held_seconds
+            ),
+        ),
         _ => row(
             "consistency",
             format!("per chunk (not one point in time), {}", r.position),

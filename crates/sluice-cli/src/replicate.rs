@@ -61,11 +61,12 @@ fn job(o: &Options, r: &ReplicateOptions) -> Result<ReplicateJob> {
              stream take it).",
         ));
     }
-    if o.consistency == Some(ConsistencyArg::Chunk) {
-        return Err(Error::config(
+    if let Some(c @ (ConsistencyArg::Chunk | ConsistencyArg::Converged)) = o.consistency {
+        return Err(Error::config(format!(
             "sluice replicate loads the target under one snapshot whose position starts the \
-             change stream: --consistency chunk would break the hand-off. Remove it.",
-        ));
+             change stream: --consistency {} would break the hand-off. Remove it.",
+            sluice_cli::config::consistency(Some(c))
+        )));
     }
     let target_url = r.target.as_deref().ok_or_else(|| {
         Error::config(

@@ -6,7 +6,7 @@
 //! name with `_` for `-` (`initial`, `slot`, `publication`, `batch_bytes`, `batch_seconds`,
 //! `until_current`, `state`, `metrics_addr`, …), read from the same `-c` file.
 
-use sluice_cli::args::{InitialArg, LogFormat, Options, StreamArgs, StreamOptions};
+use sluice_cli::args::{ConsistencyArg, InitialArg, LogFormat, Options, StreamArgs, StreamOptions};
 use sluice_cli::settings::Given;
 use sluice_cli::{config, registry};
 use sluice_core::{Error, Result};
@@ -36,11 +36,12 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
              --table, --tables or --schema.",
         ));
     }
-    if o.consistency == Some(sluice_cli::args::ConsistencyArg::Chunk) {
-        return Err(Error::config(
+    if let Some(c @ (ConsistencyArg::Chunk | ConsistencyArg::Converged)) = o.consistency {
+        return Err(Error::config(format!(
             "sluice stream reads its initial snapshot under the replication slot's snapshot: \
-             --consistency chunk would break the hand-off. Remove it.",
-        ));
+             --consistency {} would break the hand-off. Remove it.",
+            sluice_cli::config::consistency(Some(c))
+        )));
     }
     for (set, flag, why) in [
         (

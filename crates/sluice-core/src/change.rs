@@ -35,6 +35,7 @@ use crate::table::{ColumnDesc, Dataset, TableRef};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -458,6 +459,17 @@ pub trait ChangeSource: Send + Sync {
     async fn layout_changes(&self, saved: &str, datasets: &[Dataset]) -> Result<Vec<LayoutChange>> {
         let _ = (saved, datasets);
         Ok(Vec::new())
+    }
+
+    /// Where each dataset's rows are stored now, as text that changes when the table is
+    /// rewritten (PostgreSQL: the `relfilenode` of the table and of each leaf partition, which
+    /// VACUUM FULL, CLUSTER, TRUNCATE and rewriting ALTER TABLE replace). A converged export
+    /// compares it before its first chunk and after its last: a rewrite in between moves
+    /// every row between its physical chunks without a change in the log. `None` (the default)
+    /// where chunks are not physical.
+    async fn storage(&self, datasets: &[Dataset]) -> Result<Option<BTreeMap<String, String>>> {
+        let _ = datasets;
+        Ok(None)
     }
 
     /// Refuse, with the fix, a log whose row images may lack columns a target needs to apply

@@ -46,7 +46,10 @@ pub struct ChunkRequest {
     pub target_bytes: u64,
     /// How the chunks will be read. With [`Consistency::Chunk`] each chunk is its own
     /// transaction, so a plan must not depend on where rows are stored (see
-    /// [`Chunk::is_physical`]): physical chunks would lose or repeat rows that move.
+    /// [`Chunk::is_physical`]): physical chunks would lose or repeat rows that move. With
+    /// [`Consistency::Converged`] they are read the same way, but a row that moves was changed,
+    /// and every changed row is removed from every part and read again at the end: physical
+    /// chunks are safe.
     pub consistency: Consistency,
 }
 
@@ -80,6 +83,14 @@ pub enum ChunkBounds {
         /// The key columns.
         columns: Vec<String>,
     },
+    /// Exactly the rows with these keys (a converged export's rows changed during the run,
+    /// read again at its end). Values are text, cast back by the adapter, as for `Keys`.
+    KeySet {
+        /// Key columns, in order.
+        columns: Vec<String>,
+        /// The keys, one text value per column each.
+        keys: Vec<Vec<String>>,
+    },
 }
 
 impl fmt::Display for ChunkBounds {
@@ -109,6 +120,9 @@ impl fmt::Display for ChunkBounds {
                 )
             }
             ChunkBounds::KeyNulls { columns } => write!(f, "NULL in ({})", columns.join(", ")),
+            ChunkBounds::KeySet { columns, keys } => {
+                write!(f, "{} keys of ({})", keys.len(), columns.join(", "))
+            }
         }
     }
 }

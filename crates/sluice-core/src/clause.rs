@@ -172,6 +172,61 @@ pub fn key_compare(
     })
 }
 
+/// `(columns) IN ((k1), (k2), …)`: exactly the rows with these keys; spelled as equalities
+/// joined by OR where the engine has no row values. An empty set selects nothing.
+pub fn key_set(
+    d: &dyn Dialect,
+    ds: &Dataset,
+    columns: &[String],
+    keys: &[Vec<String>],
+) -> Result<String> {
+    let descs = key_columns(ds, columns)?;
+    if descs.is_empty() {
+        return Err(Error::internal("a key set with no columns"));
+    }
+    if keys.is_empty() {
+        return Ok("1 = 0".into());
+    }
+    let names: Vec<String> = descs.iter().map(|c| d.quote_ident(&c.name)).collect();
+    let mut rows = Vec::with_capacity(keys.len());
+    for key in keys {
+        if key.len() != descs.len() {
+            return Err(Error::internal(format!(
+                "{}: a key has {} values for {} columns",
+                ds.name,
+                key.len(),
+                descs.len()
+            )));
+        }
+        let lits = descs
+            .iter()
+            .zip(key)
+            .map(|(c, v)| d.key_literal(c, v))
+            .collect::<Result<Vec<_>>>()?;
+        rows.push(lits);
+    }
+    Ok(if names.len() == 1 {
+        let lits: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
+        format!("{} IN ({})", names[0], lits.join(", "))
+    } else if d.row_values() {
+        let tuples: Vec<String> = rows.iter().map(|r| format!("({})", r.join(", "))).collect();
+        format!("({}) IN ({})", names.join(", "), tuples.join(", "))
+    } else {
+        let alts: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                let eqs: Vec<String> = names
+                    .iter()
+                    .zip(r)
+                    .map(|(n, v)| format!("{n} = {v}"))
+                    .collect();
+                format!("({})", eqs.join(" AND "))
+            })
+            .collect();
+        format!("({})", alts.join(" OR "))
+    })
+}
+
 /// `c IS NOT NULL` for each nullable column of `key`: key ranges hold only rows whose key has
 /// no NULL (those are a chunk of their own, [`ChunkBounds::KeyNulls`]).
 pub fn key_not_null(d: &dyn Dialect, key: &[&ColumnDesc]) -> Vec<String> {
@@ -217,6 +272,7 @@ pub fn where_clause(d: &dyn Dialect, ds: &Dataset, bounds: &ChunkBounds) -> Resu
                 .collect();
             vec![format!("({})", any.join(" OR "))]
         }
+        ChunkBounds::KeySet { columns, keys } => vec![key_set(d, ds, columns, keys)?],
     };
     let mut conds = conds;
     for f in &ds.row_filter {
@@ -350,6 +406,39 @@ mod tests {
             key_compare(&Spelled, &ds(), &["a".into()], &["5".into()], Bound::Below).unwrap(),
             "`a` < 5"
         );
+    }
+
+    #[test]
+    fn key_sets_spelled_out_or_as_row_values_and_checked() {
+        let set = |columns: &[&str], keys: &[&[&str]]| ChunkBounds::KeySet {
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+            keys: keys
+                .iter()
+                .map(|k| k.iter().map(|v| v.to_string()).collect())
+                .collect(),
+        };
+        let two = set(&["a", "b"], &[&["1", "2"], &["3", "4"]]);
+        assert_eq!(
+            where_clause(&Spelled, &ds(), &two).unwrap(),
+            " WHERE ((`a` = 1 AND `b` = 2) OR (`a` = 3 AND `b` = 4))"
+        );
+        assert_eq!(
+            where_clause(&Rows, &ds(), &two).unwrap(),
+            " WHERE (\"a\", \"b\") IN (('1'::int8, '2'::int8), ('3'::int8, '4'::int8))"
+        );
+        assert_eq!(
+            where_clause(&Rows, &ds(), &set(&["a"], &[&["7"], &["8"]])).unwrap(),
+            " WHERE \"a\" IN ('7'::int8, '8'::int8)"
+        );
+        assert_eq!(
+            where_clause(&Spelled, &ds(), &set(&["a"], &[])).unwrap(),
+            " WHERE 1 = 0"
+        );
+        // Every value goes through the dialect, which refuses what is not a value.
+        let bad = set(&["a"], &[&["1) OR (1=1"]]);
+        assert!(where_clause(&Spelled, &ds(), &bad).is_err());
+        assert!(where_clause(&Spelled, &ds(), &set(&["a", "b"], &[&["1"]])).is_err());
+        assert!(where_clause(&Spelled, &ds(), &set(&["zz"], &[&["1"]])).is_err());
     }
 
     #[test]

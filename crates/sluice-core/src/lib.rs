@@ -25,6 +25,7 @@ pub mod failpoint;
 pub mod filter;
 pub mod ident;
 pub mod keyrange;
+pub mod keytext;
 pub mod mapping;
 pub mod memory;
 pub mod position;

@@ -30,6 +30,25 @@ pub enum Consistency {
     /// Each chunk in its own short transaction: far less harm to the source, but the output is
     /// not one point in time — rows changed during the run may be seen in either state.
     Chunk,
+    /// Each chunk in its own short transaction, as [`Consistency::Chunk`], while the source's
+    /// change log is followed from before the first chunk; at the end every row whose key
+    /// changed during the run is read again under one snapshot at a log position T and
+    /// replaces its copies, so the output is the table after every transaction committed
+    /// before T. No snapshot lives longer than a chunk, except the one at T, which lives as
+    /// long as reading the changed keys takes. Needs a source that can capture changes and a
+    /// key on every table (see the engine's `converge` module).
+    Converged,
+}
+
+impl Consistency {
+    /// How the sessions of a run read: a converged run's chunks are read each in its own
+    /// transaction, as with chunk consistency; only the engine knows the difference.
+    pub fn at_source(self) -> Consistency {
+        match self {
+            Consistency::Converged => Consistency::Chunk,
+            c => c,
+        }
+    }
 }
 
 impl std::fmt::Display for Consistency {
@@ -37,6 +56,7 @@ impl std::fmt::Display for Consistency {
         f.write_str(match self {
             Consistency::Snapshot => "snapshot",
             Consistency::Chunk => "chunk",
+            Consistency::Converged => "converged",
         })
     }
 }

@@ -19,6 +19,7 @@
 //!
 //! This file is the order of the run; each step's decisions live in the module named above.
 
+use crate::converge;
 use crate::finish::{Finished, already_complete, finish};
 use crate::governor::{self, Governor};
 use crate::harm::HarmMonitor;
@@ -85,6 +86,11 @@ async fn timed_export(
         None => (job.destination.lock(&LockHolder::now(&run_id)).await?, true),
     };
     let result = locked(&job, &lock, run_id, started, progress, cancel, phases).await;
+    if let Some(log) = &job.converge
+        && let Err(e) = log.close().await
+    {
+        tracing::warn!("{e}");
+    }
     if own {
         lock.release().await;
     }
@@ -110,6 +116,19 @@ async fn locked(
     } = match open(job, &run_id, started, phases).await? {
         Opening::Complete(report) => return Ok(*report),
         Opening::Opened(o) => *o,
+    };
+    // A converged run follows the change log from before its first chunk is read.
+    let converge_from = match &job.converge {
+        Some(log) if job.consistency == Consistency::Converged => {
+            match log.begin(&prepared.datasets).await {
+                Ok(c) => Some((log.as_ref(), c)),
+                Err(e) => {
+                    let _ = coordinator.release().await;
+                    return Err(e);
+                }
+            }
+        }
+        _ => None,
     };
     let readers = if prepared.remaining.is_empty() {
         Vec::new()
@@ -191,6 +210,7 @@ async fn locked(
         retries: AtomicU64::new(0),
         committed: std::sync::Mutex::new(Vec::new()),
         writers: Writers::default(),
+        longest_read_ms: AtomicU64::new(0),
         part_tag: job.format.is_table().then(|| prepared.state.run_id.clone()),
     });
     let parts_total = ctx.queue.remaining() as u64;
@@ -199,7 +219,7 @@ async fn locked(
         parts: parts_total,
         workers: readers.len(),
     });
-    let outcome = drive(ctx.clone(), readers, progress.clone(), cancel).await;
+    let outcome = drive(ctx.clone(), readers, progress.clone(), cancel.clone()).await;
     progress.end();
     let timeline = governor.finish().await;
     // The budget stopped the run before exceeding it: the parts read are kept for --resume.
@@ -207,6 +227,35 @@ async fn locked(
         Some(why) => Err(Error::source_transient(why)),
         None => Ok(()),
     });
+    let converged = match (outcome.is_ok(), converge_from) {
+        (true, Some((log, start))) => {
+            phases.enter("converge");
+            let c = converge::Converging {
+                job,
+                log,
+                start,
+                options: &options,
+                progress: progress.clone(),
+                cancel: cancel.clone(),
+            };
+            match converge::reconcile(c, &ctx, &mut prepared).await {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    let mut session = coordinator.lock().await;
+                    wind_down(
+                        job,
+                        session.as_mut(),
+                        &mut prepared,
+                        monitor,
+                        snapshot_since,
+                    )
+                    .await;
+                    return Err(e);
+                }
+            }
+        }
+        _ => None,
+    };
     let harm = wind_down(
         job,
         coordinator.lock().await.as_mut(),
@@ -216,7 +265,13 @@ async fn locked(
     )
     .await;
     outcome?;
-    let finished = Finished::new(prepared, ctx, harm, run_id, server_version, started);
+    let mut harm = harm;
+    if let Some(c) = &converged {
+        // No snapshot lived longer than a chunk's read, or the one at the end point.
+        harm.snapshot_held_seconds = c.longest_chunk_seconds.max(c.end_snapshot_seconds);
+    }
+    let mut finished = Finished::new(prepared, ctx, harm, run_id, server_version, started);
+    finished.converged = converged;
     let mut report = finish(job, lock, finished, phases).await?;
     report.timeline = Some(timeline);
     if let Some(path) = &job.report_html {
@@ -267,7 +322,7 @@ pub(crate) async fn open(
             .session_tag
             .clone()
             .unwrap_or_else(|| format!("sluice-{run_id}")),
-        consistency: job.consistency,
+        consistency: job.consistency.at_source(),
         enable_row_security: job.enable_row_security,
     };
     let mut coordinator = job.source.open_coordinator(&options).await?;

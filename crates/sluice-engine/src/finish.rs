@@ -3,8 +3,8 @@
 
 use crate::job::ExportJob;
 use crate::manifest::{
-    DatasetRecord, Guarantee, HarmRecord, MANIFEST_VERSION, Manifest, MergedRecord, PartRecord,
-    SourceRecord,
+    ConvergedRecord, DatasetRecord, Guarantee, HarmRecord, MANIFEST_VERSION, Manifest,
+    MergedRecord, PartRecord, SourceRecord,
 };
 use crate::output;
 use crate::phase::PhaseTimer;
@@ -30,6 +30,8 @@ pub(crate) struct Finished {
     pub run_id: String,
     pub server_version: String,
     pub started: Instant,
+    /// How a converged run reached its point in time (`--consistency converged` only).
+    pub converged: Option<ConvergedRecord>,
 }
 
 impl Finished {
@@ -49,6 +51,7 @@ impl Finished {
             run_id,
             server_version,
             started,
+            converged: None,
         }
     }
 }
@@ -149,7 +152,10 @@ pub(crate) async fn finish(
                 .as_ref()
                 .map(|m| m.bytes)
                 .unwrap_or_else(|| parts.iter().map(|p| p.bytes).sum()),
-            guarantee: Some(guarantee(job.consistency, &chunks, &parts)),
+            guarantee: Some(match &run.converged {
+                Some(c) => Guarantee::Converged { end: c.end.clone() },
+                None => guarantee(job.consistency, &chunks, &parts),
+            }),
             parts,
             merged,
             ..rec.clone()
@@ -176,6 +182,7 @@ pub(crate) async fn finish(
         finished_at: now_rfc3339(),
         datasets: datasets.clone(),
         harm: run.harm.clone(),
+        converged: run.converged.clone(),
     };
     let bytes = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::internal(e.to_string()))?;
     if job.merge {

@@ -1,6 +1,7 @@
 //! The validated request the engine runs. The CLI builds it from flags and YAML; a library user
 //! builds it directly.
 
+use crate::converge::ChangeLog;
 use crate::governor::HarmBudget;
 use crate::retry::RetryPolicy;
 use sluice_core::{Chunk, ChunkStrategy, Consistency, Selection, Source};
@@ -74,6 +75,10 @@ pub struct ExportJob {
     /// snapshot's holder samples under their common tag — a probe per task would add a
     /// session and a query every 100 ms per executor to the source it is meant to spare.
     pub harm_sampled_elsewhere: bool,
+    /// The source's change log, for `Consistency::Converged` (required with it, unused
+    /// otherwise). Given by the caller so that the engine does not link change capture (the
+    /// CLI passes the stream crate's).
+    pub converge: Option<Arc<dyn ChangeLog>>,
 }
 
 impl ExportJob {
@@ -109,6 +114,7 @@ impl ExportJob {
             chunks: None,
             session_tag: None,
             harm_sampled_elsewhere: false,
+            converge: None,
         }
     }
 }

@@ -11,6 +11,7 @@
 //! | `request`   | the request's fingerprint: options that decide the output, differences |
 //! | `plan`      | the cost and memory model                                   |
 //! | `preview`   | `sluice plan`: the plan without reading                     |
+//! | `converge`  | `--consistency converged`: the change log, delta parts, rewrites |
 //! | `distributed` | a plan read by other processes; a snapshot held for them  |
 //! | `export`    | one run from start to manifest, in order                    |
 //! | `output`    | what the output already holds; removing what nothing vouches for |
@@ -31,6 +32,7 @@
 //! | `phase`     | where the time went: numbered phases with durations         |
 //! | `progress`  | progress callbacks                                          |
 
+pub mod converge;
 pub mod distributed;
 pub mod export;
 pub mod finish;

@@ -91,6 +91,13 @@ pub enum Guarantee {
     /// an UPDATE moved between parts during the run may be missing or repeated. sluice's
     /// PostgreSQL adapter never produces this; it marks engines that still plan so.
     PhysicalRanges,
+    /// Parts read in short transactions at different times, then made equal to one point of
+    /// the source's change log (`--consistency converged`): the dataset is the table after
+    /// every transaction committed before `end` (see [`ConvergedRecord`]).
+    Converged {
+        /// The end point T, in the change log's position form.
+        end: String,
+    },
 }
 
 impl Guarantee {
@@ -107,6 +114,10 @@ impl Guarantee {
             Guarantee::PhysicalRanges => "physical ranges read at different times: rows moved \
                  during the run may be missing or repeated"
                 .into(),
+            Guarantee::Converged { end } => format!(
+                "exactly as of log position {end}: every transaction committed before it, none \
+                 after"
+            ),
         }
     }
 }
@@ -244,6 +255,41 @@ pub struct Manifest {
     pub datasets: Vec<DatasetRecord>,
     /// Harm to the source in the run that finished the output.
     pub harm: HarmRecord,
+    /// How a converged export reached its point in time (`--consistency converged` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub converged: Option<ConvergedRecord>,
+}
+
+/// How a converged export (`--consistency converged`) reached its one point in time: what the
+/// change log said changed while the chunks were read, and what that cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConvergedRecord {
+    /// The change log position C followed from, taken before the first chunk was read.
+    pub start: String,
+    /// The end point T: the output is the tables after every transaction committed before it.
+    pub end: String,
+    /// Distinct keys changed between C and (at least) T, read again under the snapshot at T.
+    pub changed_keys: u64,
+    /// Datasets whose table was truncated during the run: every part read before was emptied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub truncated: Vec<String>,
+    /// Rows read again at T (the changed keys still alive there).
+    pub reread_rows: u64,
+    /// Parts rewritten without the changed keys, and the bytes they had before.
+    pub parts_rewritten: u64,
+    /// Bytes of the parts rewritten, as first written.
+    pub rewritten_bytes: u64,
+    /// Rows removed from parts (older copies of changed keys).
+    pub rows_removed: u64,
+    /// The longest a chunk's transaction lived (its read), in seconds.
+    pub longest_chunk_seconds: f64,
+    /// How long the snapshot at T was held: following the log up to T, then reading the
+    /// changed keys.
+    pub end_snapshot_seconds: f64,
+    /// Bytes of log from C to T, which the source kept for the run (PostgreSQL: WAL held by
+    /// the run's replication slot), when positions are byte offsets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_bytes: Option<u64>,
 }
 
 /// `_sluice/run.json`: the plan a resumed run must follow, so part numbers mean the same rows.

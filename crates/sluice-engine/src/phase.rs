@@ -27,7 +27,7 @@ use std::time::Instant;
 /// - `commit`: a table format's commit of each dataset's parts (`--format delta`);
 /// - `manifest`: `manifest.json` is written (last).
 pub const EXPORT_PHASES: &[&str] = &[
-    "connect", "plan", "snapshot", "read", "merge", "commit", "manifest",
+    "connect", "plan", "snapshot", "read", "converge", "merge", "commit", "manifest",
 ];
 
 /// One finished phase, as the report lists it.
@@ -134,7 +134,7 @@ mod tests {
                 (1, "connect", true),
                 (2, "plan", true),
                 (4, "read", true),
-                (7, "manifest", true)
+                (8, "manifest", true)
             ]
         );
         assert!(r.iter().all(|p| p.seconds >= 0.0));

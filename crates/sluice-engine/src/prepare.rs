@@ -9,7 +9,7 @@ use crate::plan::{self, Budget};
 use crate::planning::{fresh, plan_inputs, refuse_duplicates};
 use crate::policy::{self, Start};
 use crate::{report, resume, snapshot};
-use sluice_core::{Chunk, Coordinator, Dataset, Error, Result};
+use sluice_core::{Chunk, Consistency, Coordinator, Dataset, Error, Result};
 use sluice_sink::columns::{Kind, table_schema};
 use std::collections::{BTreeMap, HashSet};
 
@@ -62,6 +62,19 @@ pub(crate) async fn prepare(
 ) -> Result<Prepared> {
     let discovered = coordinator.discover(&job.selection).await?;
     refuse_duplicates(&discovered)?;
+    match (&job.converge, job.consistency) {
+        (Some(log), Consistency::Converged) => {
+            let resuming = matches!(start, Start::Resume(_));
+            crate::converge::check(job, log.as_ref(), &discovered, resuming).await?;
+        }
+        (None, Consistency::Converged) => {
+            return Err(Error::config(
+                "--consistency converged needs the source's change log, which this build of \
+                 sluice was made without",
+            ));
+        }
+        _ => {}
+    }
     let names: Vec<String> = discovered.iter().map(|d| d.name.clone()).collect();
     let mut notes = Vec::new();
     if let Some(kind) = job.format.table_kind() {

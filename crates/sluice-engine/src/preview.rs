@@ -73,7 +73,9 @@ fn strategy_of(bounds: &ChunkBounds) -> String {
     match bounds {
         ChunkBounds::Whole => "whole".into(),
         ChunkBounds::Pages { .. } => "ctid pages".into(),
-        ChunkBounds::Keys { columns, .. } | ChunkBounds::KeyNulls { columns } => {
+        ChunkBounds::Keys { columns, .. }
+        | ChunkBounds::KeyNulls { columns }
+        | ChunkBounds::KeySet { columns, .. } => {
             format!("key ({})", columns.join(", "))
         }
     }

@@ -60,6 +60,9 @@ pub struct WorkerContext {
     pub committed: std::sync::Mutex<Vec<PartRecord>>,
     /// Part writers still running (an aborted part's writer ends on its own thread).
     pub writers: Writers,
+    /// The longest a chunk's read took, in milliseconds: with chunk consistency, the longest
+    /// a chunk's transaction lived.
+    pub longest_read_ms: AtomicU64,
     /// A table format's part names carry the export's run id (see
     /// [`layout::table_part_path`]); `None` for file formats.
     pub part_tag: Option<String>,
@@ -125,8 +128,11 @@ pub async fn run(
                 Some(r) => r,
                 None => reopen(&ctx).await?,
             };
+            let began = Instant::now();
             match export_chunk(&ctx, session.as_mut(), &chunk).await {
                 Ok(record) => {
+                    let took = began.elapsed().as_millis() as u64;
+                    ctx.longest_read_ms.fetch_max(took, Ordering::Relaxed);
                     reader = Some(session);
                     ctx.parts_done.fetch_add(1, Ordering::Relaxed);
                     if let Ok(mut c) = ctx.committed.lock() {

@@ -31,6 +31,7 @@ pub mod objstore_url;
 mod objstore_versions;
 pub mod parquet;
 mod render;
+pub mod rewrite;
 pub mod table;
 pub mod upsert;
 

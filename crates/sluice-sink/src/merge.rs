@@ -23,7 +23,7 @@ use sluice_core::{Error, Result};
 use std::sync::Arc;
 
 /// A part file read through a destination, for the Parquet reader.
-struct RemoteFile {
+pub(crate) struct RemoteFile {
     dest: Arc<dyn Destination>,
     path: String,
     len: u64,
@@ -55,7 +55,7 @@ impl ChunkReader for RemoteFile {
     }
 }
 
-fn open_remote(dest: &Arc<dyn Destination>, (path, len): &(String, u64)) -> RemoteFile {
+pub(crate) fn open_remote(dest: &Arc<dyn Destination>, (path, len): &(String, u64)) -> RemoteFile {
     RemoteFile {
         dest: dest.clone(),
         path: path.clone(),

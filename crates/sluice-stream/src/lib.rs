@@ -19,6 +19,7 @@
 //! | `files`   | change files' layout (`--layout`) and operations kept (`--ops`)     |
 //! | `state`   | the saved state and where it is kept (`redis`: in Redis)           |
 //! | `claim`   | the state store's claim kept alive for the whole run               |
+//! | `converge`| the change log of a converged export (`--consistency converged`) |
 //! | `cascades`| foreign-key actions whose changes the source's log leaves out      |
 //! | `layout`  | partition maintenance the source's log does not carry              |
 //! | `metrics` | Prometheus metrics                                                 |
@@ -29,6 +30,7 @@ pub mod apply;
 pub mod batch;
 mod cascades;
 mod claim;
+pub mod converge;
 mod drive;
 pub mod files;
 mod job;
@@ -43,6 +45,7 @@ mod start;
 pub mod state;
 
 pub use added::AddedTable;
+pub use converge::ConvergeLog;
 pub use files::{ChangeFiles, ChangeLayout, OpFilter};
 pub use job::{Capture, ExportBuilder, Initial, Stopped, StreamJob, StreamReport, export_builder};
 pub use layout::LayoutChanges;

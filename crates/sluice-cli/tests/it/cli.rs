@@ -46,12 +46,12 @@ async fn logs_written_to_a_file_carry_no_escape_codes_and_list_the_phases() {
     // Every phase is logged with its number and duration, in order.
     let mut at = 0;
     for phase in [
-        "phase 1/7 connect: ",
-        "phase 2/7 plan: ",
-        "phase 3/7 snapshot: ",
-        "phase 4/7 read: ",
-        "phase 5/7 merge: ",
-        "phase 7/7 manifest: ",
+        "phase 1/8 connect: ",
+        "phase 2/8 plan: ",
+        "phase 3/8 snapshot: ",
+        "phase 4/8 read: ",
+        "phase 6/8 merge: ",
+        "phase 8/8 manifest: ",
     ] {
         let found = text[at..]
             .find(phase)
@@ -116,7 +116,7 @@ async fn json_log_lines_parse_with_level_message_and_fields() {
         lines.iter().any(|v| v["message"]
             .as_str()
             .unwrap()
-            .starts_with("phase 4/7 read: ")),
+            .starts_with("phase 4/8 read: ")),
         "{}",
         ok.stderr
     );
@@ -149,7 +149,7 @@ async fn json_log_lines_parse_with_level_message_and_fields() {
         lines.iter().any(|v| v["message"]
             .as_str()
             .unwrap()
-            .starts_with("phase 2/7 plan: stopped after")),
+            .starts_with("phase 2/8 plan: stopped after")),
         "{}",
         bad.stderr
     );

@@ -17,6 +17,7 @@ mod chunking;
 mod cli;
 mod columns;
 mod consistency;
+mod converged;
 mod delta;
 mod demo;
 mod errors;

@@ -289,6 +289,7 @@ fn accounts(
         retries: AtomicU64::new(results.iter().map(|r| r.retries).sum()),
         committed: std::sync::Mutex::new(parts),
         writers: Writers::default(),
+        longest_read_ms: AtomicU64::new(0),
         part_tag: None,
     })
 }
@@ -365,6 +366,7 @@ pub async fn write_parts(
         retries: AtomicU64::new(0),
         committed: std::sync::Mutex::new(Vec::new()),
         writers: Writers::default(),
+        longest_read_ms: AtomicU64::new(0),
         part_tag: job.format.is_table().then(|| spec.run_id.clone()),
     });
     let (_cancel, cancel_rx) = watch::channel(false);

@@ -190,6 +190,20 @@ impl ChangeSource for PgCapture {
             .map_err(|e| Error::internal(format!("the partition layout cannot be kept: {e}")))
     }
 
+    async fn storage(
+        &self,
+        datasets: &[Dataset],
+    ) -> Result<Option<std::collections::BTreeMap<String, String>>> {
+        let client = self.client().await?;
+        let mut out = std::collections::BTreeMap::new();
+        for d in datasets {
+            let Some(t) = &d.object else { continue };
+            let files = partitions::files(&client, t, self.display()).await?;
+            out.insert(d.name.clone(), files);
+        }
+        Ok(Some(out))
+    }
+
     async fn layout_changes(
         &self,
         saved: &str,

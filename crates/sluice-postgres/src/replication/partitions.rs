@@ -71,6 +71,22 @@ pub async fn layout(client: &Client, tables: &[TableRef], display: &str) -> Resu
     Ok(out)
 }
 
+/// The files `t` and its partitions are stored in now (`relfilenode`s, in partition order):
+/// what a rewrite or a truncate replaces.
+pub async fn files(client: &Client, t: &TableRef, display: &str) -> Result<String> {
+    let row = client
+        .query_one(
+            "SELECT coalesce(string_agg(c.relfilenode::text, ',' ORDER BY c.oid), '') \
+             FROM pg_class c \
+             WHERE c.oid = to_regclass($1) \
+                OR c.oid IN (SELECT relid FROM pg_partition_tree(to_regclass($1)))",
+            &[&quote_table(t)],
+        )
+        .await
+        .map_err(|e| classify(e, Phase::Catalog, display))?;
+    Ok(row.get(0))
+}
+
 /// What happened to the partitions of `saved` since; empty when nothing.
 pub fn changes(saved: &Layout, now: &Layout) -> Vec<LayoutChange> {
     let mut out = Vec::new();

@@ -1,0 +1,473 @@
+//! `--consistency converged`: one point in time without a snapshot older than a chunk.
+//!
+//! ```text
+//! check (before run.json) ─▶ begin: follow the change log from C ─▶ chunks, each in its own
+//!   short transaction (the usual workers) ─▶ end: a snapshot at log position T, and every key
+//!   changed from C up to at least T ─▶ read the changed keys again under that snapshot (delta
+//!   parts) ─▶ release it ─▶ remove the changed keys from the parts read before ─▶ manifest
+//! ```
+//!
+//! Why the output is the table at T: a key nobody changed after C reads the same in every
+//! chunk's snapshot as at T, and lies in exactly one chunk (chunks do not overlap, and an
+//! unchanged row does not move). A key that changed is removed from every part — however many
+//! copies the chunks caught as the row moved — and read once at T. A truncate empties the
+//! table's parts: every row alive at T was inserted after it, so it is a changed key. The
+//! change log may run past T: a key changed only after T is read again at T too, which gives
+//! the same row.
+//!
+//! The engine knows no change log; the stream crate implements [`ChangeLog`] for sources that
+//! have one. This module is the order and the bookkeeping: the delta parts get the next
+//! ordinals of their dataset and receipts like any part, so the manifest is written as usual,
+//! last. Parquet output only for now: the parts must be read back to be filtered (CSV and the
+//! other row formats would need a reader that writes rows back byte for byte).
+//! A killed run leaves no manifest; it is not resumed (the log from C would have to be read
+//! again with the parts kept): the next run needs `--overwrite`.
+
+use crate::job::ExportJob;
+use crate::manifest::{ConvergedRecord, PartRecord};
+use crate::prepare::Prepared;
+use crate::progress::Progress;
+use crate::queue::WorkQueue;
+use crate::worker::{WorkerContext, Writers};
+use async_trait::async_trait;
+use sluice_core::change::SnapshotHold;
+use sluice_core::keytext;
+use sluice_core::{
+    Chunk, ChunkBounds, Consistency, Dataset, DatasetKind, Error, ErrorKind, Result,
+};
+use sluice_core::{Source, SourceOptions};
+use sluice_sink::destination::on_blocking;
+use sluice_sink::layout;
+use sluice_sink::rewrite::{Part, without_keys};
+use sluice_sink::{FormatOptions, PartKey};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+use tokio::sync::{Mutex, watch};
+
+/// How many end points a run takes before it gives up reading the changed keys.
+const END_ATTEMPTS: u32 = 3;
+
+/// Keys read again per delta chunk: one statement's `IN` list stays a few hundred kilobytes.
+pub const KEYS_PER_CHUNK: usize = 2000;
+
+/// What changed in one dataset's table while the chunks were read.
+#[derive(Debug, Default, Clone)]
+pub struct ChangedKeys {
+    /// Every key inserted, updated or deleted (a key update changes its old and its new key),
+    /// one text per key column (see [`sluice_core::keytext`]).
+    pub keys: HashSet<Vec<String>>,
+    /// The table was truncated: every row read before then is gone.
+    pub truncated: bool,
+}
+
+/// The end point of a converged run, from [`ChangeLog::end`].
+pub struct EndPoint {
+    /// The log position T, as the change log writes positions.
+    pub position: String,
+    /// Reads under the snapshot at T.
+    pub source: Arc<dyn Source>,
+    /// Keeps that snapshot valid until released.
+    pub hold: Box<dyn SnapshotHold>,
+    /// When the snapshot was taken (its hold is reported).
+    pub taken: Instant,
+    /// What changed, by dataset name; datasets without a change are absent.
+    pub changed: HashMap<String, ChangedKeys>,
+    /// Bytes of log from C to T, which the source kept for the run, when the log's
+    /// positions are byte offsets (PostgreSQL's WAL).
+    pub log_bytes: Option<u64>,
+}
+
+/// A source's change log as a converged export follows it. Implemented where changes are
+/// captured (the stream crate), for sources that have a log.
+#[async_trait]
+pub trait ChangeLog: Send + Sync {
+    /// Refuse, with the fix, a source or datasets whose changes cannot be followed — before
+    /// anything is read or written.
+    async fn check(&self, datasets: &[Dataset]) -> Result<()>;
+
+    /// Start following the changes of `datasets`, before the first chunk is read; returns the
+    /// start position C.
+    async fn begin(&self, datasets: &[Dataset]) -> Result<String>;
+
+    /// After the last chunk: a snapshot at a log position T, and every key changed from C up
+    /// to at least T.
+    async fn end(&self) -> Result<EndPoint>;
+
+    /// Remove what [`ChangeLog::begin`] made on the source. Called however the run ends, and
+    /// when nothing was begun.
+    async fn close(&self) -> Result<()>;
+}
+
+/// Refuse what a converged run cannot do, before run.json is written: a format whose parts
+/// cannot be rewritten, a resume, datasets without a key of a type recognisable as text.
+pub(crate) async fn check(
+    job: &ExportJob,
+    log: &dyn ChangeLog,
+    datasets: &[Dataset],
+    resuming: bool,
+) -> Result<()> {
+    if !matches!(job.format, FormatOptions::Parquet(_)) {
+        return Err(Error::config(format!(
+            "--consistency converged writes Parquet only for now ({} was asked): its parts are \
+             rewritten at the end. Use --format parquet, or --consistency snapshot.",
+            job.format.describe()
+        )));
+    }
+    if resuming {
+        return Err(Error::config(
+            "an interrupted converged export cannot be resumed yet: run it again with \
+             --overwrite.",
+        ));
+    }
+    for ds in datasets {
+        key_columns(ds)?;
+    }
+    log.check(datasets).await
+}
+
+/// The positions of `ds`'s key columns, or why it cannot be converged.
+fn key_columns(ds: &Dataset) -> Result<Vec<usize>> {
+    let fallback = "export it with --consistency snapshot (one snapshot for the run) or chunk";
+    if !matches!(ds.kind, DatasetKind::Table | DatasetKind::Partitioned) {
+        return Err(Error::config(format!(
+            "{}: --consistency converged reads tables only (their changes are in the log); {fallback}",
+            ds.name
+        )));
+    }
+    if ds.primary_key.is_empty() {
+        return Err(Error::config(format!(
+            "{}: --consistency converged needs a primary key to tell which rows changed; this \
+             table has none: {fallback}",
+            ds.name
+        )));
+    }
+    ds.primary_key
+        .iter()
+        .map(|k| {
+            let (i, c) = ds
+                .columns
+                .iter()
+                .enumerate()
+                .find(|(_, c)| &c.name == k)
+                .ok_or_else(|| {
+                    Error::config(format!(
+                        "{}: --consistency converged needs the key column {k:?} among the \
+                         exported columns (--columns)",
+                        ds.name
+                    ))
+                })?;
+            if !keytext::supported(c.field.data_type()) {
+                return Err(Error::config(format!(
+                    "{}: key column {k:?} ({}) cannot be matched by value across the log and \
+                     the parts; {fallback}",
+                    ds.name, c.source_type
+                )));
+            }
+            Ok(i)
+        })
+        .collect()
+}
+
+/// What the run needs to finish converging.
+pub(crate) struct Converging<'a> {
+    pub job: &'a ExportJob,
+    pub log: &'a dyn ChangeLog,
+    pub start: String,
+    pub options: &'a SourceOptions,
+    pub progress: Arc<dyn Progress>,
+    pub cancel: watch::Receiver<bool>,
+}
+
+/// After the last chunk: take the end point, read the changed keys under its snapshot,
+/// release it, remove the changed keys from the earlier parts. Adds the delta chunks to the
+/// plan and every receipt to `ctx`, so the manifest is written as for any run.
+pub(crate) async fn reconcile(
+    c: Converging<'_>,
+    ctx: &Arc<WorkerContext>,
+    prepared: &mut Prepared,
+) -> Result<ConvergedRecord> {
+    let longest_chunk = ctx.longest_read_ms.load(Ordering::Relaxed) as f64 / 1000.0;
+    let mut attempt = 1;
+    let (position, changed, delta, reread_rows, end_snapshot_seconds, log_bytes) = loop {
+        // Taken apart at once: the hold is not shared between threads, the rest is.
+        let EndPoint {
+            position,
+            source,
+            hold,
+            taken,
+            changed,
+            log_bytes,
+        } = c.log.end().await?;
+        let delta = delta_chunks(prepared, &changed);
+        let read = read_delta(&c, ctx, prepared, &source, &delta).await;
+        let held = taken.elapsed().as_secs_f64();
+        let released = hold.release().await;
+        match read {
+            Ok(rows) => {
+                released?;
+                break (position, changed, delta, rows, held, log_bytes);
+            }
+            // DDL queued behind the read's locks (a TRUNCATE), a lost session: the snapshot
+            // is let go, and the keys read again at a later end point.
+            Err(e) if e.kind() == ErrorKind::Source && attempt < END_ATTEMPTS => {
+                attempt += 1;
+                tracing::warn!(
+                    "{e} — reading the changed keys again at a later end point (attempt \
+                     {attempt} of {END_ATTEMPTS})"
+                );
+                // Let what waited for the snapshot's locks go first.
+                tokio::time::sleep(std::time::Duration::from_millis(250 * u64::from(attempt)))
+                    .await;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    prepared.state.chunks.extend(delta.iter().cloned());
+    let mut record = ConvergedRecord {
+        start: c.start,
+        end: position,
+        changed_keys: changed.values().map(|k| k.keys.len() as u64).sum(),
+        truncated: changed
+            .iter()
+            .filter(|(_, k)| k.truncated)
+            .map(|(d, _)| d.clone())
+            .collect(),
+        reread_rows,
+        parts_rewritten: 0,
+        rewritten_bytes: 0,
+        rows_removed: 0,
+        longest_chunk_seconds: longest_chunk,
+        end_snapshot_seconds,
+        log_bytes,
+    };
+    record.truncated.sort();
+    remove_changed(c.job, ctx, prepared, &changed, &delta, &mut record).await?;
+    prepared.notes.push(note(&record, ctx));
+    Ok(record)
+}
+
+/// The report's line on how the run converged.
+fn note(r: &ConvergedRecord, ctx: &WorkerContext) -> String {
+    let total: u64 = ctx
+        .committed
+        .lock()
+        .map(|c| c.iter().map(|p| p.bytes).sum())
+        .unwrap_or(0);
+    let share = 100.0 * r.rewritten_bytes as f64 / total.max(1) as f64;
+    let log = r
+        .log_bytes
+        .map(|b| {
+            format!(
+                "; the source kept {:.1} MB of log for the run",
+                b as f64 / 1e6
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "consistency converged: the output is the tables at log position {} — each chunk was \
+         read in its own transaction (the longest {:.1} s), then the {} keys changed during the \
+         run were read again under one snapshot held {:.1} s and their older copies removed from \
+         {} parts ({share:.0}% of the output's bytes rewritten){log}",
+        r.end, r.longest_chunk_seconds, r.changed_keys, r.end_snapshot_seconds, r.parts_rewritten,
+    )
+}
+
+/// One chunk per [`KEYS_PER_CHUNK`] changed keys of each dataset, numbered after its plan's
+/// last part.
+fn delta_chunks(prepared: &Prepared, changed: &HashMap<String, ChangedKeys>) -> Vec<Chunk> {
+    let mut out = Vec::new();
+    for ds in &prepared.datasets {
+        let Some(keys) = changed.get(&ds.name).filter(|k| !k.keys.is_empty()) else {
+            continue;
+        };
+        let mut sorted: Vec<Vec<String>> = keys.keys.iter().cloned().collect();
+        sorted.sort();
+        let next = prepared
+            .state
+            .chunks
+            .iter()
+            .filter(|c| c.dataset == ds.name)
+            .map(|c| c.ordinal as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let row_bytes = ds.estimate.bytes / ds.estimate.rows.max(1);
+        for (i, group) in sorted.chunks(KEYS_PER_CHUNK).enumerate() {
+            let bounds = ChunkBounds::KeySet {
+                columns: ds.primary_key.clone(),
+                keys: group.to_vec(),
+            };
+            let n = group.len() as u64;
+            out.push(Chunk::new(ds, next + i, bounds, n * row_bytes, n));
+        }
+    }
+    out
+}
+
+/// Read the delta chunks under the end snapshot with the run's workers' pipeline; returns
+/// the rows read.
+async fn read_delta(
+    c: &Converging<'_>,
+    ctx: &Arc<WorkerContext>,
+    prepared: &Prepared,
+    source: &Arc<dyn Source>,
+    delta: &[Chunk],
+) -> Result<u64> {
+    if delta.is_empty() {
+        return Ok(0);
+    }
+    let options = SourceOptions {
+        consistency: Consistency::Snapshot,
+        ..c.options.clone()
+    };
+    let mut coordinator = source.open_coordinator(&options).await?;
+    let readers = async {
+        let workers = prepared.workers.min(delta.len()).max(1);
+        let touched: HashSet<&str> = delta.iter().map(|d| d.dataset.as_str()).collect();
+        let datasets: Vec<Dataset> = prepared
+            .datasets
+            .iter()
+            .filter(|d| touched.contains(d.name.as_str()))
+            .cloned()
+            .collect();
+        coordinator.reserve_readers(workers).await?;
+        coordinator.pin_snapshot(&datasets).await?;
+        coordinator.open_readers(workers).await
+    }
+    .await;
+    let readers = match readers {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = coordinator.release().await;
+            return Err(e);
+        }
+    };
+    let rows_before = ctx.counters.rows.load(Ordering::Relaxed);
+    let coordinator = Arc::new(Mutex::new(coordinator));
+    let delta_ctx = Arc::new(WorkerContext {
+        queue: WorkQueue::new(delta.to_vec()),
+        datasets: ctx.datasets.clone(),
+        coordinator: coordinator.clone(),
+        destination: ctx.destination.clone(),
+        format: ctx.format.clone(),
+        merge: ctx.merge,
+        batch_bytes: ctx.batch_bytes,
+        retry: ctx.retry,
+        snapshot_index: ctx.snapshot_index,
+        counters: ctx.counters.clone(),
+        parts_done: ctx.parts_done.clone(),
+        gate: crate::governor::Gate::open(),
+        retries: AtomicU64::new(0),
+        committed: std::sync::Mutex::new(Vec::new()),
+        writers: Writers::default(),
+        longest_read_ms: AtomicU64::new(0),
+        part_tag: ctx.part_tag.clone(),
+    });
+    let driven = crate::export::drive(
+        delta_ctx.clone(),
+        readers,
+        c.progress.clone(),
+        c.cancel.clone(),
+    )
+    .await;
+    let _ = coordinator.lock().await.release().await;
+    let records = delta_ctx
+        .committed
+        .lock()
+        .map(|r| r.clone())
+        .unwrap_or_default();
+    if let Err(e) = driven {
+        // Another end point reads them again: nothing of this one may stay.
+        for r in &records {
+            ctx.destination.delete(&r.file).await?;
+            ctx.destination
+                .delete(&layout::receipt_path(&r.dataset, r.ordinal))
+                .await?;
+        }
+        return Err(e);
+    }
+    if let Ok(mut all) = ctx.committed.lock() {
+        all.extend(records);
+    }
+    Ok(ctx.counters.rows.load(Ordering::Relaxed) - rows_before)
+}
+
+/// Rewrite every part read before the end point that holds a changed key (all of a truncated
+/// table's), and its receipt.
+async fn remove_changed(
+    job: &ExportJob,
+    ctx: &Arc<WorkerContext>,
+    prepared: &Prepared,
+    changed: &HashMap<String, ChangedKeys>,
+    delta: &[Chunk],
+    record: &mut ConvergedRecord,
+) -> Result<()> {
+    let fresh: HashSet<(&str, u32)> = delta
+        .iter()
+        .map(|c| (c.dataset.as_str(), c.ordinal))
+        .collect();
+    let parts: Vec<PartRecord> = ctx.committed.lock().map(|r| r.clone()).unwrap_or_default();
+    let changed = Arc::new(changed.clone());
+    let mut updated = Vec::with_capacity(parts.len());
+    for mut part in parts {
+        let ds = prepared.datasets.iter().find(|d| d.name == part.dataset);
+        let (Some(ds), Some(keys)) = (ds, changed.get(&part.dataset)) else {
+            updated.push(part);
+            continue;
+        };
+        if fresh.contains(&(part.dataset.as_str(), part.ordinal)) {
+            updated.push(part);
+            continue;
+        }
+        let truncated = keys.truncated;
+        let (dest, format, schema) = (
+            job.destination.clone(),
+            ctx.format.for_part(part.ordinal, ctx.merge),
+            ds.arrow_schema(),
+        );
+        let columns = key_columns(ds)?;
+        let (changed, name, file, bytes, ordinal) = (
+            changed.clone(),
+            part.dataset.clone(),
+            part.file.clone(),
+            part.bytes,
+            part.ordinal,
+        );
+        let rewritten = on_blocking(move || {
+            let keys = changed.get(&name);
+            let drop = |k: &[String]| truncated || keys.is_some_and(|c| c.keys.contains(k));
+            let target = Part {
+                key: PartKey {
+                    dataset: name.clone(),
+                    ordinal,
+                },
+                path: &file,
+                bytes,
+                schema,
+                key_columns: &columns,
+            };
+            without_keys(&dest, &format, &target, &drop)
+        })
+        .await?;
+        if let Some(r) = rewritten {
+            record.parts_rewritten += 1;
+            record.rewritten_bytes += part.bytes;
+            record.rows_removed += r.removed;
+            part.rows = r.stats.rows;
+            part.bytes = r.stats.bytes;
+            part.xxh3_128 = r.stats.xxh3_128;
+            let receipt =
+                serde_json::to_vec_pretty(&part).map_err(|e| Error::internal(e.to_string()))?;
+            job.destination
+                .put(&layout::receipt_path(&part.dataset, part.ordinal), receipt)
+                .await?;
+            sluice_core::failpoint::hit("converge.after_rewrite")?;
+        }
+        updated.push(part);
+    }
+    if let Ok(mut all) = ctx.committed.lock() {
+        *all = updated;
+    }
+    Ok(())
+}

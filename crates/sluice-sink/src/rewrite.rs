@@ -1,0 +1,128 @@
+//! Rewriting a Parquet part without some of its rows: a converged export removes every row
+//! whose key changed while it ran from the parts that hold it (the rows are read again, once,
+//! at the export's end point).
+//!
+//! A part is read twice through the destination: first its key columns only, to learn
+//! whether it holds any of the keys (most parts do not, and are left as written); then, when
+//! it does, every column, filtered batch by batch into a new part under the same name with the
+//! same writer settings. The new file replaces the old one only when it is complete (the
+//! destination's writers commit by renaming or completing an upload), so a failure leaves the
+//! old part.
+
+use crate::destination::Destination;
+use crate::format::{FormatOptions, PartStats, open_part};
+use crate::memory::PartKey;
+use crate::merge::open_remote;
+use arrow_array::{BooleanArray, RecordBatch};
+use arrow_schema::SchemaRef;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use sluice_core::keytext::key_texts;
+use sluice_core::{Error, Result};
+use std::sync::Arc;
+
+/// The part to rewrite: where it is and what it holds.
+pub struct Part<'a> {
+    /// Dataset and ordinal, for the writer.
+    pub key: PartKey,
+    /// Its path in the destination, as its receipt records it.
+    pub path: &'a str,
+    /// Its size, as its receipt records it.
+    pub bytes: u64,
+    /// The dataset's schema (the part's).
+    pub schema: SchemaRef,
+    /// The key columns, as indices into the schema.
+    pub key_columns: &'a [usize],
+}
+
+/// What [`without_keys`] did to a part that held some of the keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rewritten {
+    /// The new part.
+    pub stats: PartStats,
+    /// Rows removed.
+    pub removed: u64,
+}
+
+/// Remove from `part` (a Parquet file) every row whose key `drop` says to remove; `None` when
+/// it holds none (the file is not touched). Synchronous: runs on a blocking thread.
+pub fn without_keys(
+    dest: &Arc<dyn Destination>,
+    format: &FormatOptions,
+    part: &Part<'_>,
+    drop: &(dyn Fn(&[String]) -> bool + Sync),
+) -> Result<Option<Rewritten>> {
+    if !matches!(format, FormatOptions::Parquet(_)) {
+        return Err(Error::config(format!(
+            "{}: only Parquet parts can be rewritten ({} was asked)",
+            part.path,
+            format.describe()
+        )));
+    }
+    let pq = |e: parquet::errors::ParquetError| {
+        Error::destination(
+            sluice_core::error::Retry::Transient,
+            format!("reading {} back: {e}", part.path),
+        )
+    };
+    let source = (part.path.to_string(), part.bytes);
+    // First the key columns only: most parts hold none of the keys.
+    let builder =
+        ParquetRecordBatchReaderBuilder::try_new(open_remote(dest, &source)).map_err(pq)?;
+    let mask = ProjectionMask::roots(builder.parquet_schema(), part.key_columns.iter().copied());
+    let positions: Vec<usize> = (0..part.key_columns.len()).collect();
+    let mut removed = 0u64;
+    for batch in builder.with_projection(mask).build().map_err(pq)? {
+        let batch = batch.map_err(|e| pq(e.into()))?;
+        removed += key_texts(&batch, &positions)?
+            .iter()
+            .filter(|k| drop(k))
+            .count() as u64;
+    }
+    if removed == 0 {
+        return Ok(None);
+    }
+    let reader = ParquetRecordBatchReaderBuilder::try_new(open_remote(dest, &source))
+        .map_err(pq)?
+        .build()
+        .map_err(pq)?;
+    let object = dest.create(part.path)?;
+    let mut out = open_part(
+        format,
+        part.key.clone(),
+        part.schema.clone(),
+        object,
+        part.path,
+    )?;
+    let mut rows = 0u64;
+    let mut kept_total = 0u64;
+    for batch in reader {
+        let filtered = batch
+            .map_err(|e| pq(e.into()))
+            .and_then(|b| {
+                let b = RecordBatch::try_new(part.schema.clone(), b.columns().to_vec())
+                    .map_err(|e| Error::internal(format!("{}: {e}", part.path)))?;
+                let keep: BooleanArray = key_texts(&b, part.key_columns)?
+                    .iter()
+                    .map(|k| Some(!drop(k)))
+                    .collect();
+                rows += b.num_rows() as u64;
+                arrow_select::filter::filter_record_batch(&b, &keep)
+                    .map_err(|e| Error::internal(format!("{}: {e}", part.path)))
+            })
+            .and_then(|b| {
+                kept_total += b.num_rows() as u64;
+                out.write(&b)
+            });
+        if let Err(e) = filtered {
+            out.abort();
+            return Err(e);
+        }
+    }
+    let stats = out.finish()?;
+    debug_assert_eq!(rows - kept_total, removed);
+    Ok(Some(Rewritten {
+        stats,
+        removed: rows - kept_total,
+    }))
+}
