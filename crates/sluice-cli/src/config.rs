@@ -226,7 +226,9 @@ fn build(o: &Options, output: Output) -> Result<ExportJob> {
             crate::args::BadValuesArg::policy(None),
         )?;
         let output = job.destination.display();
-        job.converge = Some(Arc::new(sluice_stream::ConvergeLog::new(changes, &output)));
+        job.converge = Some(Arc::new(sluice_stream::ConvergeLog::new(
+            changes, &output, memory,
+        )));
     }
     Ok(job)
 }

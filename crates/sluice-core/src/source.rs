@@ -136,6 +136,19 @@ pub trait Source: Send + Sync {
     /// Open a separate session that samples harm; it must not hold a snapshot itself.
     async fn open_harm_probe(&self, options: &SourceOptions) -> Result<Box<dyn HarmProbe>>;
 
+    /// Rows of each dataset's table inserted, updated or deleted so far, by the server's own
+    /// counters (PostgreSQL: `pg_stat_user_tables`, partitions summed): sampled twice by
+    /// `sluice plan`, the difference is the recent change rate a converged export's forecast
+    /// rests on. The counters lag by up to a second or so. `None` (the default) where the
+    /// engine keeps none.
+    async fn change_counts(
+        &self,
+        datasets: &[crate::Dataset],
+    ) -> Result<Option<std::collections::BTreeMap<String, u64>>> {
+        let _ = datasets;
+        Ok(None)
+    }
+
     /// This source, its sessions reading under `snapshot` — a snapshot another session holds
     /// and exported ([`Coordinator::pin_snapshot`]'s id), possibly in another process on
     /// another machine — instead of taking one of their own: how readers that a distributed

@@ -237,6 +237,7 @@ pub(crate) async fn reconcile(
         reread_rows,
         parts_rewritten: 0,
         rewritten_bytes: 0,
+        chunk_bytes: 0,
         rows_removed: 0,
         longest_chunk_seconds: longest_chunk,
         end_snapshot_seconds,
@@ -244,18 +245,13 @@ pub(crate) async fn reconcile(
     };
     record.truncated.sort();
     remove_changed(c.job, ctx, prepared, &changed, &delta, &mut record).await?;
-    prepared.notes.push(note(&record, ctx));
+    prepared.notes.push(note(&record));
     Ok(record)
 }
 
 /// The report's line on how the run converged.
-fn note(r: &ConvergedRecord, ctx: &WorkerContext) -> String {
-    let total: u64 = ctx
-        .committed
-        .lock()
-        .map(|c| c.iter().map(|p| p.bytes).sum())
-        .unwrap_or(0);
-    let share = 100.0 * r.rewritten_bytes as f64 / total.max(1) as f64;
+fn note(r: &ConvergedRecord) -> String {
+    let share = 100.0 * r.rewritten_bytes as f64 / r.chunk_bytes.max(1) as f64;
     let log = r
         .log_bytes
         .map(|b| {
@@ -269,7 +265,7 @@ fn note(r: &ConvergedRecord, ctx: &WorkerContext) -> String {
         "consistency converged: the output is the tables at log position {} — each chunk was \
          read in its own transaction (the longest {:.1} s), then the {} keys changed during the \
          run were read again under one snapshot held {:.1} s and their older copies removed from \
-         {} parts ({share:.0}% of the output's bytes rewritten){log}",
+         {} parts ({share:.0}% of the bytes read before it rewritten){log}",
         r.end, r.longest_chunk_seconds, r.changed_keys, r.end_snapshot_seconds, r.parts_rewritten,
     )
 }
@@ -343,7 +339,8 @@ async fn read_delta(
             return Err(e);
         }
     };
-    let rows_before = ctx.counters.rows.load(Ordering::Relaxed);
+    // Counted apart: the run's rows are the chunks'; these replace some of them.
+    let counters = Arc::new(sluice_core::ReadCounters::default());
     let coordinator = Arc::new(Mutex::new(coordinator));
     let delta_ctx = Arc::new(WorkerContext {
         queue: WorkQueue::new(delta.to_vec()),
@@ -355,7 +352,7 @@ async fn read_delta(
         batch_bytes: ctx.batch_bytes,
         retry: ctx.retry,
         snapshot_index: ctx.snapshot_index,
-        counters: ctx.counters.clone(),
+        counters: counters.clone(),
         parts_done: ctx.parts_done.clone(),
         gate: crate::governor::Gate::open(),
         retries: AtomicU64::new(0),
@@ -390,7 +387,7 @@ async fn read_delta(
     if let Ok(mut all) = ctx.committed.lock() {
         all.extend(records);
     }
-    Ok(ctx.counters.rows.load(Ordering::Relaxed) - rows_before)
+    Ok(counters.rows.load(Ordering::Relaxed))
 }
 
 /// Rewrite every part read before the end point that holds a changed key (all of a truncated
@@ -410,6 +407,11 @@ async fn remove_changed(
     let parts: Vec<PartRecord> = ctx.committed.lock().map(|r| r.clone()).unwrap_or_default();
     let changed = Arc::new(changed.clone());
     let mut updated = Vec::with_capacity(parts.len());
+    record.chunk_bytes = parts
+        .iter()
+        .filter(|p| !fresh.contains(&(p.dataset.as_str(), p.ordinal)))
+        .map(|p| p.bytes)
+        .sum();
     for mut part in parts {
         let ds = prepared.datasets.iter().find(|d| d.name == part.dataset);
         let (Some(ds), Some(keys)) = (ds, changed.get(&part.dataset)) else {
@@ -470,4 +472,75 @@ async fn remove_changed(
         *all = updated;
     }
     Ok(())
+}
+
+/// How long `sluice plan` watches the tables' change counters.
+const SAMPLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `sluice plan --consistency converged`: from the tables' recent change rate (their counters
+/// over [`SAMPLE`]) and the run's predicted length, how many keys would change, what
+/// remembering them takes, and what share of the parts would be rewritten — `1 - e^(-K/P)` for
+/// K changes spread evenly over P parts, an upper bound (changes on recent rows touch few
+/// parts) — with the advice to use `snapshot` where more than half would be rewritten.
+pub(crate) async fn forecast(
+    job: &ExportJob,
+    datasets: &[Dataset],
+    chunks: &[Chunk],
+    run_seconds: f64,
+) -> Vec<String> {
+    let sample = async {
+        let before = job.source.change_counts(datasets).await?;
+        tokio::time::sleep(SAMPLE).await;
+        let after = job.source.change_counts(datasets).await?;
+        Ok::<_, Error>(before.zip(after))
+    };
+    let (before, after) = match sample.await {
+        Ok(Some(counts)) => counts,
+        Ok(None) => {
+            return vec![format!(
+                "converged: {} keeps no change counters, so the rows changed during a run \
+                 cannot be forecast",
+                job.source.engine()
+            )];
+        }
+        Err(e) => return vec![format!("converged: the change rate could not be read: {e}")],
+    };
+    let mut notes = Vec::new();
+    let mut key_bytes = 0.0;
+    for ds in datasets {
+        let (Some(b), Some(a)) = (before.get(&ds.name), after.get(&ds.name)) else {
+            continue;
+        };
+        let rate = a.saturating_sub(*b) as f64 / SAMPLE.as_secs_f64();
+        let changed = rate * run_seconds;
+        let parts = chunks
+            .iter()
+            .filter(|c| c.dataset == ds.name)
+            .count()
+            .max(1) as f64;
+        let rewritten = 1.0 - (-changed / parts).exp();
+        key_bytes += changed * (48.0 + 32.0 * ds.primary_key.len().max(1) as f64);
+        let advice = if rewritten > 0.5 {
+            "; --consistency snapshot would write the output once and be cheaper here"
+        } else {
+            ""
+        };
+        notes.push(format!(
+            "converged: {} changes {rate:.0} rows/s now (server counters over {} s): over a run \
+             of about {run_seconds:.1} s up to {changed:.0} changed keys, rewriting up to \
+             {:.0}% of its {parts:.0} parts if the changes are spread over the table{advice}",
+            ds.name,
+            SAMPLE.as_secs(),
+            100.0 * rewritten
+        ));
+    }
+    if key_bytes > (job.memory / 2) as f64 {
+        notes.push(format!(
+            "converged: the changed keys would take about {:.0} MB, more than half of --memory \
+             ({} MB): a run would stop; raise --memory or use --consistency snapshot",
+            key_bytes / 1e6,
+            job.memory >> 20
+        ));
+    }
+    notes
 }

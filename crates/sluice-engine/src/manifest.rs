@@ -279,6 +279,9 @@ pub struct ConvergedRecord {
     pub parts_rewritten: u64,
     /// Bytes of the parts rewritten, as first written.
     pub rewritten_bytes: u64,
+    /// Bytes of every part read before the end point, as first written: what
+    /// `rewritten_bytes` is a share of.
+    pub chunk_bytes: u64,
     /// Rows removed from parts (older copies of changed keys).
     pub rows_removed: u64,
     /// The longest a chunk's transaction lived (its read), in seconds.

@@ -123,6 +123,10 @@ pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
         }
         let predicted = predicted_peak_rss(workers, &budget(workers, &inputs), &inputs);
         notes.extend(plan::memory_note(workers, predicted, &inputs));
+        if job.consistency == Consistency::Converged {
+            let seconds = sizing.work_seconds / workers as f64;
+            notes.extend(crate::converge::forecast(job, &datasets, &chunks, seconds).await);
+        }
         if let Some(kind) = job.format.table_kind() {
             match crate::prepare::table_notes(kind, &datasets) {
                 Ok(n) => notes.extend(n),

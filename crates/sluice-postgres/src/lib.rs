@@ -86,6 +86,29 @@ impl Source for PgSource {
         ))
     }
 
+    async fn change_counts(
+        &self,
+        datasets: &[sluice_core::Dataset],
+    ) -> Result<Option<std::collections::BTreeMap<String, u64>>> {
+        let client = self.target.connect("sluice-plan").await?;
+        let mut out = std::collections::BTreeMap::new();
+        for d in datasets {
+            let Some(t) = &d.object else { continue };
+            let row = client
+                .query_one(
+                    "SELECT coalesce(sum(s.n_tup_ins + s.n_tup_upd + s.n_tup_del), 0)::int8 \
+                     FROM pg_stat_user_tables s \
+                     WHERE s.relid = to_regclass($1) \
+                        OR s.relid IN (SELECT relid FROM pg_partition_tree(to_regclass($1)))",
+                    &[&sql::quote_table(t)],
+                )
+                .await
+                .map_err(|e| error::classify(e, error::Phase::Catalog, self.target.display()))?;
+            out.insert(d.name.clone(), row.get::<_, i64>(0).max(0) as u64);
+        }
+        Ok(Some(out))
+    }
+
     /// `SET TRANSACTION SNAPSHOT` works from any host while the exporting transaction lives.
     fn importing(&self, snapshot: &sluice_core::SnapshotInfo) -> Result<Arc<dyn Source>> {
         if snapshot.id.is_none() {

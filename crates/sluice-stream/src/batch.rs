@@ -46,6 +46,10 @@ struct Table {
     dataset: String,
     /// Not in the stream's selection (a shared publication): its changes are not written.
     ignored: bool,
+    /// Sent by the source without being captured (a captured table renamed): its first
+    /// change is reported. Not at its description: PostgreSQL describes a partition whenever
+    /// it sends a change of it under its partitioned table, which is captured.
+    unknown: bool,
     snapshot_position: Option<StreamPos>,
     /// The columns its builders were made for (name, Arrow type, source type).
     columns: Vec<(String, String, String)>,
@@ -161,6 +165,7 @@ impl Batcher {
                 // A dropped table's changes are complete; a table created again under its
                 // name is not it (the next look at the selection refuses it).
                 ignored: t.dropped.is_some(),
+                unknown: false,
                 snapshot_position: t.snapshot_position.clone(),
                 columns: Vec::new(),
                 version: 0,
@@ -482,13 +487,13 @@ impl ChangeSink for Batcher {
         let h = match self.by_ref.get(table) {
             Some(h) => *h,
             None => {
-                tracing::warn!("{}", crate::job::uncaptured(table));
                 self.by_ref.insert(table.clone(), self.tables.len());
                 let dataset = table.dataset_name();
                 self.tables.push(Table {
                     metrics: self.metrics.table(&dataset),
                     dataset,
                     ignored: true,
+                    unknown: true,
                     snapshot_position: None,
                     columns: Vec::new(),
                     version: 0,
@@ -563,7 +568,10 @@ impl ChangeSink for Batcher {
 
     fn row(&mut self, table: usize, op: ChangeOp) -> Result<Option<&mut ChangeRows>> {
         self.cur = None;
-        let t = &self.tables[table];
+        let t = &mut self.tables[table];
+        if std::mem::take(&mut t.unknown) {
+            tracing::warn!("{}", crate::job::uncaptured(&t.dataset));
+        }
         if t.ignored {
             self.metrics.ignored_changes.fetch_add(1, Ordering::Relaxed);
             t.metrics.ignored.fetch_add(1, Ordering::Relaxed);

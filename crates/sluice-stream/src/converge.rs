@@ -11,8 +11,10 @@
 //! `close` stops the follower and removes the objects. The log is never confirmed, so
 //! the slot holds the source's log from C until `close`: the run's report says how much.
 //!
-//! Memory: one entry per distinct changed key (its text). Changes of a table whose columns
-//! change mid-run stop the run (a converged output never mixes two schemas).
+//! Memory: one entry per distinct changed key (its text), at most half of the export's
+//! `--memory`; past that the run stops and says to raise it (keys are not spilled to disk
+//! yet). Changes of a table whose columns change mid-run stop the run (a converged output
+//! never mixes two schemas).
 
 use async_trait::async_trait;
 use sluice_core::apply::Engine;
@@ -39,6 +41,8 @@ const FLUSH_ROWS: usize = 4096;
 pub struct ConvergeLog {
     source: Arc<dyn ChangeSource>,
     names: CaptureNames,
+    /// The most bytes the changed keys may take.
+    key_bytes: u64,
     state: Mutex<State>,
 }
 
@@ -64,8 +68,32 @@ struct Follow {
 #[derive(Default)]
 struct Seen {
     keys: HashMap<String, HashSet<Vec<String>>>,
+    /// About what `keys` takes in memory.
+    bytes: u64,
     /// The commit positions of each dataset's truncates.
     truncates: HashMap<String, Vec<StreamPos>>,
+}
+
+/// A follower's error, kept so that `end` returns it as it was (an error is not `Clone`).
+#[derive(Clone)]
+struct Failed {
+    kind: sluice_core::ErrorKind,
+    retry: sluice_core::error::Retry,
+    message: String,
+}
+
+impl Failed {
+    fn of(e: &Error) -> Failed {
+        Failed {
+            kind: e.kind(),
+            retry: e.retry(),
+            message: e.message().to_string(),
+        }
+    }
+
+    fn error(&self) -> Error {
+        Error::new(self.kind, self.retry, self.message.clone()).context("following the change log")
+    }
 }
 
 /// How far the follower got.
@@ -74,20 +102,22 @@ struct Followed {
     /// Everything before this position is in [`Seen`].
     at: Option<StreamPos>,
     /// Why it stopped, when it failed.
-    failed: Option<(String, sluice_core::error::Retry)>,
+    failed: Option<Failed>,
 }
 
 impl ConvergeLog {
     /// The log of `source`, with capture objects named after `output` (the export's
     /// destination as displayed): one converged run at a time per output, which the output's
     /// lock ensures, so a name per output finds what a killed run left.
-    pub fn new(source: Arc<dyn ChangeSource>, output: &str) -> ConvergeLog {
+    /// `memory` is the export's `--memory`: the changed keys may take half of it.
+    pub fn new(source: Arc<dyn ChangeSource>, output: &str, memory: u64) -> ConvergeLog {
         let name = format!(
             "sluice_converged_{:016x}",
             xxhash_rust::xxh3::xxh3_64(output.as_bytes())
         );
         ConvergeLog {
             source,
+            key_bytes: memory / 2,
             names: CaptureNames {
                 name: name.clone(),
                 publication: name,
@@ -133,7 +163,7 @@ impl ChangeLog for ConvergeLog {
             .await?;
         let seen = Arc::new(StdMutex::new(Seen::default()));
         let (tx, at) = watch::channel(Followed::default());
-        let sink = Keys::new(datasets, seen.clone());
+        let sink = Keys::new(datasets, seen.clone(), self.key_bytes);
         state.follow = Some(Follow {
             task: tokio::spawn(follow(stream, sink, tx)),
             seen,
@@ -185,19 +215,10 @@ impl ChangeLog for ConvergeLog {
             .wait_for(|f| f.failed.is_some() || f.at.as_ref().is_some_and(|a| *a >= t))
             .await
             .map(|f| f.failed.clone())
-            .unwrap_or_else(|_| {
-                Some((
-                    "the follower ended".into(),
-                    sluice_core::error::Retry::Transient,
-                ))
-            });
-        if let Some((why, retry)) = reached {
+            .unwrap_or_else(|_| Some(Failed::of(&Error::source_transient("the follower ended"))));
+        if let Some(f) = reached {
             let _ = held.hold.release().await;
-            return Err(Error::new(
-                sluice_core::ErrorKind::Source,
-                retry,
-                format!("following the change log: {why}"),
-            ));
+            return Err(f.error());
         }
         let changed = match seen.lock() {
             Ok(s) => changed_before(&s, &t),
@@ -288,7 +309,7 @@ async fn follow(mut stream: Box<dyn ChangeStream>, mut sink: Keys, at: watch::Se
         }
     };
     let _ = stream.close().await;
-    at.send_modify(|f| f.failed = Some((failed.message().to_string(), failed.retry())));
+    at.send_modify(|f| f.failed = Some(Failed::of(&failed)));
 }
 
 /// One table's rows as the log describes them.
@@ -310,10 +331,12 @@ struct Keys {
     tx: Option<TxMeta>,
     seq: u64,
     seen: Arc<StdMutex<Seen>>,
+    /// The most bytes the keys may take.
+    limit: u64,
 }
 
 impl Keys {
-    fn new(datasets: &[Dataset], seen: Arc<StdMutex<Seen>>) -> Keys {
+    fn new(datasets: &[Dataset], seen: Arc<StdMutex<Seen>>, limit: u64) -> Keys {
         Keys {
             datasets: datasets
                 .iter()
@@ -325,6 +348,7 @@ impl Keys {
             tx: None,
             seq: 0,
             seen,
+            limit,
         }
     }
 
@@ -341,7 +365,25 @@ impl Keys {
             .seen
             .lock()
             .map_err(|_| Error::internal("the change log's keys were poisoned"))?;
-        seen.keys.entry(t.dataset.clone()).or_default().extend(keys);
+        let Seen {
+            keys: all, bytes, ..
+        } = &mut *seen;
+        let set = all.entry(t.dataset.clone()).or_default();
+        for key in keys {
+            // A hash set entry, a vector and a string per column, and the text.
+            let size = 48 + key.iter().map(|v| 24 + v.len() as u64).sum::<u64>();
+            if set.insert(key) {
+                *bytes += size;
+            }
+        }
+        if *bytes > self.limit {
+            return Err(Error::config(format!(
+                "the rows changed while the converged export ran take more than {} MB to \
+                 remember (half of --memory): raise --memory, or export with --consistency \
+                 snapshot.",
+                self.limit >> 20
+            )));
+        }
         Ok(())
     }
 

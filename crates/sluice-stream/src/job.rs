@@ -194,7 +194,7 @@ pub struct StreamReport {
 
 /// The warning for changes of a table the run does not capture: a captured table renamed on
 /// the source (its changes now arrive under the new name), whose changes are left out.
-pub(crate) fn uncaptured(table: &TableRef) -> String {
+pub(crate) fn uncaptured(table: &str) -> String {
     format!(
         "the source sends changes of {table}, which this run does not capture: a captured \
          table renamed on the source (its changes arrive under its new name). They are left \

@@ -389,6 +389,15 @@ async fn rewrites_and_column_changes_mid_run_stop_a_converged_export() {
     create(&db).await;
     let writer = start_writer(&db.url).await;
     let args = words("--table conv --consistency converged --parallel 2 --chunk-size 256KB");
+    // The plan forecasts what the writer's pace would cost a run.
+    let plan = run(sluice().args(["plan", "--source", &db.url]).args(&args));
+    plan.ok();
+    assert!(
+        plan.stdout.contains("converged: public.conv changes")
+            && plan.stdout.contains("changed keys"),
+        "{}",
+        plan.stdout
+    );
     for (during, says) in [
         (
             "VACUUM FULL conv",

@@ -307,6 +307,9 @@ impl ChangeSource for PgCapture {
             Some(held(conn, created)?)
         } else {
             conn.close().await;
+            // Without its own snapshot, the caller's later snapshots must see every
+            // transaction the stream leaves out.
+            slot::settle(&client, self.display()).await?;
             None
         };
         Ok(Created {

@@ -316,6 +316,55 @@ pub async fn create_slot(
     })
 }
 
+/// How long [`settle`] waits for committed transactions to become visible.
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Wait until every transaction committed before a slot was created is visible to new
+/// snapshots. A commit is written to the log before it becomes visible (with synchronous
+/// replication, until a standby confirms it): one written before the slot's consistent point
+/// is not in its stream, and a snapshot taken before it is visible misses it — a converged
+/// export's chunk would then lose it for good. Such a transaction is in a new snapshot's
+/// in-progress list while its status already says committed; this waits for those.
+pub async fn settle(client: &Client, display: &str) -> Result<()> {
+    let limbo = async || -> Result<Vec<i64>> {
+        let rows = client
+            .query(
+                "SELECT x FROM txid_snapshot_xip(txid_current_snapshot()) x \
+                 WHERE txid_status(x) = 'committed'",
+                &[],
+            )
+            .await
+            .map_err(|e| classify(e, Phase::Catalog, display))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    };
+    let first = limbo().await?;
+    if first.is_empty() {
+        return Ok(());
+    }
+    let since = std::time::Instant::now();
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let still: Vec<i64> = limbo()
+            .await?
+            .into_iter()
+            .filter(|x| first.contains(x))
+            .collect();
+        if still.is_empty() {
+            return Ok(());
+        }
+        if since.elapsed() > SETTLE_WAIT {
+            let ids: Vec<String> = still.iter().map(i64::to_string).collect();
+            return Err(Error::source_transient(format!(
+                "transactions {} on {display} are committed but still not visible after {} s \
+                 (waiting for a synchronous standby?): a snapshot taken now would miss them. \
+                 Run again once the standby confirms them.",
+                ids.join(", "),
+                SETTLE_WAIT.as_secs()
+            )));
+        }
+    }
+}
+
 /// Drop slot `name` if it exists (refused by the server while a session streams from it).
 pub async fn drop_slot(client: &Client, name: &str, display: &str) -> Result<bool> {
     let dropped = client

@@ -91,6 +91,9 @@ struct Table {
     /// Its name on the target.
     target: TableRef,
     ignored: bool,
+    /// Sent by the source without being captured: its first change is reported (see the
+    /// change sink's `Table::unknown` for why not its description).
+    unknown: bool,
     snapshot_position: Option<StreamPos>,
     /// The source columns the target table follows: what a column change is measured from.
     known: Vec<SourceColumn>,
@@ -280,6 +283,7 @@ impl Collector {
                 table: t.table.clone(),
                 target: t.target,
                 ignored: false,
+                unknown: false,
                 snapshot_position: t.snapshot_position,
                 rows: None,
             };
@@ -534,12 +538,12 @@ impl ChangeSink for Collector {
 
     fn relation(&mut self, table: &TableRef, columns: &[ColumnDesc]) -> Result<usize> {
         let Some(&h) = self.by_ref.get(table) else {
-            tracing::warn!("{}", crate::job::uncaptured(table));
             self.by_ref.insert(table.clone(), self.tables.len());
             self.tables.push(Table {
                 table: table.clone(),
                 target: table.clone(),
                 ignored: true,
+                unknown: true,
                 snapshot_position: None,
                 known: Vec::new(),
                 columns: Arc::new(Vec::new()),
@@ -593,7 +597,10 @@ impl ChangeSink for Collector {
             self.skipping -= 1;
             return Ok(None);
         }
-        let t = &self.tables[table];
+        let t = &mut self.tables[table];
+        if std::mem::take(&mut t.unknown) {
+            tracing::warn!("{}", crate::job::uncaptured(&t.table.to_string()));
+        }
         if t.ignored {
             self.ignored += 1;
             return Ok(None);
