@@ -30,6 +30,7 @@ use crate::progress::Progress;
 use crate::queue::WorkQueue;
 use crate::worker::{WorkerContext, Writers};
 use async_trait::async_trait;
+use futures_util::StreamExt;
 use sluice_core::change::SnapshotHold;
 use sluice_core::keytext;
 use sluice_core::{
@@ -406,52 +407,60 @@ async fn remove_changed(
         .collect();
     let parts: Vec<PartRecord> = ctx.committed.lock().map(|r| r.clone()).unwrap_or_default();
     let changed = Arc::new(changed.clone());
-    let mut updated = Vec::with_capacity(parts.len());
     record.chunk_bytes = parts
         .iter()
         .filter(|p| !fresh.contains(&(p.dataset.as_str(), p.ordinal)))
         .map(|p| p.bytes)
         .sum();
-    for mut part in parts {
+    // Each part on a blocking thread, as many at once as the run had workers (each holds a
+    // row group, as a worker does).
+    let mut rewrites = Vec::with_capacity(parts.len());
+    for part in parts {
         let ds = prepared.datasets.iter().find(|d| d.name == part.dataset);
-        let (Some(ds), Some(keys)) = (ds, changed.get(&part.dataset)) else {
-            updated.push(part);
+        let todo = match (ds, changed.get(&part.dataset)) {
+            (Some(ds), Some(keys)) if !fresh.contains(&(part.dataset.as_str(), part.ordinal)) => {
+                Some((ds, keys.truncated))
+            }
+            _ => None,
+        };
+        let Some((ds, truncated)) = todo else {
+            rewrites.push(futures_util::future::Either::Left(std::future::ready(Ok(
+                (part, None),
+            ))));
             continue;
         };
-        if fresh.contains(&(part.dataset.as_str(), part.ordinal)) {
-            updated.push(part);
-            continue;
-        }
-        let truncated = keys.truncated;
-        let (dest, format, schema) = (
+        let (dest, format, schema, columns, changed) = (
             job.destination.clone(),
             ctx.format.for_part(part.ordinal, ctx.merge),
             ds.arrow_schema(),
-        );
-        let columns = key_columns(ds)?;
-        let (changed, name, file, bytes, ordinal) = (
+            key_columns(ds)?,
             changed.clone(),
-            part.dataset.clone(),
-            part.file.clone(),
-            part.bytes,
-            part.ordinal,
         );
-        let rewritten = on_blocking(move || {
-            let keys = changed.get(&name);
-            let drop = |k: &[String]| truncated || keys.is_some_and(|c| c.keys.contains(k));
-            let target = Part {
-                key: PartKey {
-                    dataset: name.clone(),
-                    ordinal,
-                },
-                path: &file,
-                bytes,
-                schema,
-                key_columns: &columns,
-            };
-            without_keys(&dest, &format, &target, &drop)
-        })
-        .await?;
+        rewrites.push(futures_util::future::Either::Right(async move {
+            let p = part.clone();
+            let r = on_blocking(move || {
+                let keys = changed.get(&p.dataset);
+                let drop = |k: &[String]| truncated || keys.is_some_and(|c| c.keys.contains(k));
+                let target = Part {
+                    key: PartKey {
+                        dataset: p.dataset.clone(),
+                        ordinal: p.ordinal,
+                    },
+                    path: &p.file,
+                    bytes: p.bytes,
+                    schema,
+                    key_columns: &columns,
+                };
+                without_keys(&dest, &format, &target, &drop)
+            })
+            .await?;
+            Ok::<_, Error>((part, r))
+        }));
+    }
+    let mut done = futures_util::stream::iter(rewrites).buffered(prepared.workers.max(1));
+    let mut updated = Vec::new();
+    while let Some(result) = done.next().await {
+        let (mut part, rewritten) = result?;
         if let Some(r) = rewritten {
             record.parts_rewritten += 1;
             record.rewritten_bytes += part.bytes;

@@ -124,8 +124,21 @@ pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
         let predicted = predicted_peak_rss(workers, &budget(workers, &inputs), &inputs);
         notes.extend(plan::memory_note(workers, predicted, &inputs));
         if job.consistency == Consistency::Converged {
-            let seconds = sizing.work_seconds / workers as f64;
-            notes.extend(crate::converge::forecast(job, &datasets, &chunks, seconds).await);
+            let refusal = match &job.converge {
+                Some(log) => crate::converge::check(job, log.as_ref(), &datasets, false)
+                    .await
+                    .err(),
+                None => Some(sluice_core::Error::config(
+                    "this build of sluice has no change log for --consistency converged",
+                )),
+            };
+            match refusal {
+                Some(e) => notes.push(format!("an export would refuse to start: {e}")),
+                None => {
+                    let seconds = sizing.work_seconds / workers as f64;
+                    notes.extend(crate::converge::forecast(job, &datasets, &chunks, seconds).await);
+                }
+            }
         }
         if let Some(kind) = job.format.table_kind() {
             match crate::prepare::table_notes(kind, &datasets) {

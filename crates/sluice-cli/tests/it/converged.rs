@@ -7,7 +7,10 @@
 //! `pg_logical_slot_peek_changes`) applied to the copies in commit order. While the export
 //! reads its chunks, a writer grows rows (non-HOT updates move them to other pages, so chunks
 //! read at different times catch a row twice or not at all), moves keys (`UPDATE … SET id`),
-//! deletes and inserts, and inserts into a second table, which the test truncates mid-run.
+//! deletes and inserts, and inserts into a second table, which the test truncates mid-run; it
+//! moves rows between the partitions of a third (whose key includes the partition's column)
+//! and updates rows of a fourth without touching their out-of-line (TOAST) documents, which the
+//! log then leaves out.
 
 use crate::common::writer::Background;
 use crate::common::*;
@@ -16,6 +19,8 @@ use std::sync::atomic::Ordering;
 const ROWS: i64 = 40_000;
 /// Rows of the partitioned table, whose key is (id, k) and whose partition is k's.
 const PT_ROWS: i64 = 10_000;
+/// Rows of the table whose documents are stored out of line (TOAST), never updated.
+const BIG_ROWS: i64 = 500;
 
 /// The writer's changes, one transaction per loop.
 fn start_writer(url: &str) -> impl std::future::Future<Output = Background> {
@@ -41,6 +46,7 @@ fn start_writer(url: &str) -> impl std::future::Future<Output = Background> {
                      INSERT INTO side VALUES ({i}, 'after');
                      UPDATE pt SET v = v + 1 WHERE id = {moved} % {PT_ROWS};
                      UPDATE pt SET k = 1 - k WHERE id = {gone} % {PT_ROWS};
+                     UPDATE big SET v = v + 1 WHERE id = {moved} % {BIG_ROWS};
                      COMMIT;",
                     grow.join(","),
                     ROWS + i
@@ -68,6 +74,9 @@ async fn create(db: &TestDb) {
          CREATE TABLE pt_0 PARTITION OF pt FOR VALUES IN (0);
          CREATE TABLE pt_1 PARTITION OF pt FOR VALUES IN (1);
          INSERT INTO pt SELECT g, g % 2, 0 FROM generate_series(0, {PT_ROWS} - 1) g;
+         CREATE TABLE big (id bigint PRIMARY KEY, v int NOT NULL, doc text NOT NULL);
+         ALTER TABLE big ALTER doc SET STORAGE EXTERNAL;
+         INSERT INTO big SELECT g, 0, repeat(md5(g::text), 100) FROM generate_series(0, {BIG_ROWS} - 1) g;
          ANALYZE;"
     ))
     .await;
@@ -80,9 +89,17 @@ async fn create(db: &TestDb) {
          CREATE TABLE oracle_side AS SELECT * FROM side;
          ALTER TABLE oracle_side ADD PRIMARY KEY (id);
          CREATE TABLE oracle_pt AS SELECT * FROM pt;
-         ALTER TABLE oracle_pt ADD PRIMARY KEY (id, k);",
+         ALTER TABLE oracle_pt ADD PRIMARY KEY (id, k);
+         CREATE TABLE oracle_big AS SELECT * FROM big;
+         ALTER TABLE oracle_big ADD PRIMARY KEY (id);",
     )
     .await;
+}
+
+/// Drop the oracle's slot: slots are the server's, and other tests need theirs.
+async fn drop_oracle(db: &TestDb) {
+    db.exec("SELECT pg_drop_replication_slot(current_database() || '_oracle')")
+        .await;
 }
 
 /// One value of a `test_decoding` column (`name[type]:value`) as SQL.
@@ -124,6 +141,7 @@ async fn replay_to(db: &TestDb, lsn: &str) -> usize {
         let (oracle, key) = match table {
             "conv" | "side" => (format!("oracle_{table}"), &["id"][..]),
             "pt_0" | "pt_1" => ("oracle_pt".to_string(), &["id", "k"][..]),
+            "big" => ("oracle_big".to_string(), &["id"][..]),
             _ => continue,
         };
         let (op, rest) = rest.split_once(':').unwrap();
@@ -151,7 +169,12 @@ async fn replay_to(db: &TestDb, lsn: &str) -> usize {
                         .cloned()
                         .collect()
                 });
-                let set: Vec<String> = cols.iter().map(|(n, v)| format!("{n} = {v}")).collect();
+                // An out-of-line value the update left alone is not in the log.
+                let set: Vec<String> = cols
+                    .iter()
+                    .filter(|(_, v)| v != "unchanged-toast-datum")
+                    .map(|(n, v)| format!("{n} = {v}"))
+                    .collect();
                 sql.push(format!(
                     "UPDATE {oracle} SET {} WHERE {};",
                     set.join(", "),
@@ -195,7 +218,7 @@ async fn converged_output_equals_the_tables_at_its_end_point_under_writes() {
         let writer = start_writer(&db.url).await;
         let out = tempdir();
         let args = words(
-            "--table conv --table side --table pt --consistency converged --parallel 4 \
+            "--table conv --table side --table pt --table big --consistency converged --parallel 4 \
              --chunk-size 256KB --batch-size 256KB",
         );
         let paused = harness()
@@ -219,6 +242,7 @@ async fn converged_output_equals_the_tables_at_its_end_point_under_writes() {
             ("conv", "id, v, pad"),
             ("side", "id, note"),
             ("pt", "id, k, v"),
+            ("big", "id, v, doc"),
         ] {
             let want = db
                 .row_strings(&format!("SELECT {columns} FROM oracle_{table}"))
@@ -250,6 +274,7 @@ async fn converged_output_equals_the_tables_at_its_end_point_under_writes() {
             )
             .await;
         assert!(left.is_empty(), "round {round}: left behind {left:?}");
+        drop_oracle(&db).await;
     }
 }
 
@@ -379,6 +404,7 @@ async fn killed_converged_exports_leave_no_manifest_and_the_next_run_cleans_up()
     let want = db.row_strings("SELECT id, v, pad FROM oracle_conv").await;
     let got = files::row_strings(&files::dataset_batches(&out.path().join("public.conv")));
     files::assert_same_rows(&got, &want, "after two kills: conv vs. the table at T");
+    drop_oracle(&db).await;
 }
 
 /// A table rewritten or given a column while its chunks are read: the run stops with the
@@ -427,4 +453,5 @@ async fn rewrites_and_column_changes_mid_run_stop_a_converged_export() {
         assert!(left.is_empty(), "{during}: left behind {left:?}");
     }
     writer.stop().await;
+    drop_oracle(&db).await;
 }
