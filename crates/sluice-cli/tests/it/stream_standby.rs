@@ -369,7 +369,7 @@ async fn a_replication_standby_takes_over_from_a_killed_run() {
     let mut active = replicate(&[]);
     let active_log = tail(&mut active);
     // The initial load is done once its last phase is logged; the run then applies changes.
-    while !active_log.lock().unwrap().contains("phase 7/7") {
+    while !active_log.lock().unwrap().contains("phase 8/8") {
         assert!(Instant::now() < deadline, "the initial load did not finish");
         assert!(
             active.try_wait().unwrap().is_none(),
