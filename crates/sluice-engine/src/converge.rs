@@ -201,8 +201,19 @@ pub(crate) async fn reconcile(
             changed,
             log_bytes,
         } = c.log.end().await?;
+        tracing::info!(
+            "end point {position}: taken and followed up to in {:.2} s",
+            taken.elapsed().as_secs_f64()
+        );
         let delta = delta_chunks(prepared, &changed);
+        let reading = Instant::now();
         let read = read_delta(&c, ctx, prepared, &source, &delta).await;
+        tracing::info!(
+            "{} changed keys read again in {} part(s) in {:.2} s",
+            changed.values().map(|k| k.keys.len()).sum::<usize>(),
+            delta.len(),
+            reading.elapsed().as_secs_f64()
+        );
         let held = taken.elapsed().as_secs_f64();
         let released = hold.release().await;
         match read {
@@ -245,7 +256,13 @@ pub(crate) async fn reconcile(
         log_bytes,
     };
     record.truncated.sort();
+    let rewriting = Instant::now();
     remove_changed(c.job, ctx, prepared, &changed, &delta, &mut record).await?;
+    tracing::info!(
+        "{} part(s) rewritten without the changed keys in {:.2} s",
+        record.parts_rewritten,
+        rewriting.elapsed().as_secs_f64()
+    );
     prepared.notes.push(note(&record));
     Ok(record)
 }

@@ -120,8 +120,15 @@ async fn locked(
     // A converged run follows the change log from before its first chunk is read.
     let converge_from = match &job.converge {
         Some(log) if job.consistency == Consistency::Converged => {
+            let began = Instant::now();
             match log.begin(&prepared.datasets).await {
-                Ok(c) => Some((log.as_ref(), c)),
+                Ok(c) => {
+                    tracing::info!(
+                        "following the change log from position {c} (set up in {:.2} s)",
+                        began.elapsed().as_secs_f64()
+                    );
+                    Some((log.as_ref(), c))
+                }
                 Err(e) => {
                     let _ = coordinator.release().await;
                     return Err(e);
