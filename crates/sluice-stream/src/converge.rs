@@ -27,6 +27,7 @@ use sluice_core::table::TableRef;
 use sluice_core::{ColumnDesc, Dataset, Error, Result, StreamPos};
 use sluice_engine::converge::{ChangeLog, ChangedKeys, EndPoint};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{Mutex, watch};
@@ -34,6 +35,8 @@ use tokio::task::JoinHandle;
 
 /// How long one read of the log waits for data.
 const WAIT: Duration = Duration::from_millis(200);
+/// How long `close` waits for the follower to end, and for the server to let go of its slot.
+const STOP_WAIT: Duration = Duration::from_secs(10);
 /// Changes of one table buffered before their keys are taken.
 const FLUSH_ROWS: usize = 4096;
 
@@ -60,6 +63,8 @@ struct State {
 /// The background task following the log, and what it has seen.
 struct Follow {
     task: JoinHandle<()>,
+    /// Tells the follower to end.
+    stop: Arc<AtomicBool>,
     seen: Arc<StdMutex<Seen>>,
     at: watch::Receiver<Followed>,
 }
@@ -164,8 +169,10 @@ impl ChangeLog for ConvergeLog {
         let seen = Arc::new(StdMutex::new(Seen::default()));
         let (tx, at) = watch::channel(Followed::default());
         let sink = Keys::new(datasets, seen.clone(), self.key_bytes);
+        let stop = Arc::new(AtomicBool::new(false));
         state.follow = Some(Follow {
-            task: tokio::spawn(follow(stream, sink, tx)),
+            task: tokio::spawn(follow(stream, sink, tx, stop.clone())),
+            stop,
             seen,
             at,
         });
@@ -260,19 +267,33 @@ impl ChangeLog for ConvergeLog {
 
     async fn close(&self) -> Result<()> {
         let mut state = self.state.lock().await;
-        if let Some(f) = state.follow.take() {
-            f.task.abort();
-            let _ = f.task.await;
+        if let Some(mut f) = state.follow.take() {
+            // Ended cleanly, so the server lets go of the slot; cut off if it does not end.
+            f.stop.store(true, Ordering::Relaxed);
+            if tokio::time::timeout(STOP_WAIT, &mut f.task).await.is_err() {
+                f.task.abort();
+            }
         }
         if !std::mem::take(&mut state.begun) {
             return Ok(());
         }
-        match self.source.server_objects() {
-            Some(objects) => objects
-                .remove(&self.names, state.publication_created)
-                .await
-                .map(|_| ()),
-            None => Ok(()),
+        let Some(objects) = self.source.server_objects() else {
+            return Ok(());
+        };
+        // The server may still hold the slot for the stream just ended, for a moment.
+        let since = Instant::now();
+        loop {
+            match objects.remove(&self.names, state.publication_created).await {
+                Ok(_) => return Ok(()),
+                Err(e) if since.elapsed() < STOP_WAIT => {
+                    tracing::debug!(
+                        "removing {}: {e}; trying again",
+                        objects.describe(&self.names)
+                    );
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
 }
@@ -293,9 +314,18 @@ fn changed_before(seen: &Seen, t: &StreamPos) -> HashMap<String, ChangedKeys> {
     out
 }
 
-/// Read the log into `sink` until the task is aborted, saying after each read how far it got.
-async fn follow(mut stream: Box<dyn ChangeStream>, mut sink: Keys, at: watch::Sender<Followed>) {
+/// Read the log into `sink` until told to stop, saying after each read how far it got.
+async fn follow(
+    mut stream: Box<dyn ChangeStream>,
+    mut sink: Keys,
+    at: watch::Sender<Followed>,
+    stop: Arc<AtomicBool>,
+) {
     let failed = loop {
+        if stop.load(Ordering::Relaxed) {
+            let _ = stream.close().await;
+            return;
+        }
         if let Err(e) = stream.next(&mut sink, WAIT).await {
             break e;
         }
