@@ -456,9 +456,7 @@ impl ServerObjects for PgCapture {
     async fn remove(&self, names: &CaptureNames, publication: bool) -> Result<Vec<String>> {
         let client = self.client().await?;
         let mut out = Vec::new();
-        if let Some(info) = slot::slot_info(&client, &names.name, self.display()).await?
-            && let Some(pid) = info.active_pid
-        {
+        if let Some(pid) = slot::streaming_pid(&client, &names.name, self.display()).await? {
             return Err(Error::config(format!(
                 "replication slot {} on {} is in use by pid {pid}; stop that stream before \
                  dropping it.",

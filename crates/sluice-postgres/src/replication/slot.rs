@@ -365,6 +365,22 @@ pub async fn settle(client: &Client, display: &str) -> Result<()> {
     }
 }
 
+/// The backend still streaming from slot `name` after a short wait, or `None`: a stream that
+/// just ended (this process's, or another's that stopped a moment ago) may hold its slot until
+/// its server process has exited, which takes milliseconds, not seconds.
+pub async fn streaming_pid(client: &Client, name: &str, display: &str) -> Result<Option<i32>> {
+    let since = std::time::Instant::now();
+    loop {
+        let pid = slot_info(client, name, display)
+            .await?
+            .and_then(|i| i.active_pid);
+        if pid.is_none() || since.elapsed() > std::time::Duration::from_secs(5) {
+            return Ok(pid);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// Drop slot `name` if it exists (refused by the server while a session streams from it).
 pub async fn drop_slot(client: &Client, name: &str, display: &str) -> Result<bool> {
     let dropped = client
