@@ -303,6 +303,18 @@ pub fn select_chunk(
     ))
 }
 
+/// `sql` as a log line shows it: a converged export's key-set chunks list up to 2,000 keys,
+/// which would bury `-v` output; past [`LOGGED_SQL`] characters the rest is counted, not shown.
+pub fn for_log(sql: &str) -> std::borrow::Cow<'_, str> {
+    match sql.char_indices().nth(LOGGED_SQL) {
+        Some((cut, _)) => format!("{}… ({} more characters)", &sql[..cut], sql.len() - cut).into(),
+        None => sql.into(),
+    }
+}
+
+/// Characters of a chunk's SQL a log line shows (see [`for_log`]).
+const LOGGED_SQL: usize = 600;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -387,6 +399,18 @@ mod tests {
             lower: v(lower),
             upper: v(upper),
         }
+    }
+
+    #[test]
+    fn long_sql_is_cut_for_the_log() {
+        assert_eq!(for_log("SELECT 1"), "SELECT 1");
+        let long = format!("SELECT * FROM t WHERE k IN ({})", "'é', ".repeat(500));
+        let shown = for_log(&long);
+        assert!(shown.chars().count() < 700, "{shown}");
+        assert!(shown.ends_with(&format!(
+            "… ({} more characters)",
+            long.len() - shown.find('…').unwrap()
+        )));
     }
 
     #[test]

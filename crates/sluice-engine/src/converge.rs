@@ -35,7 +35,7 @@ use async_trait::async_trait;
 pub(crate) use forecast::forecast;
 use futures_util::StreamExt;
 use sluice_core::change::SnapshotHold;
-use sluice_core::keytext;
+use sluice_core::keytext::{self, KeySet};
 use sluice_core::{
     Chunk, ChunkBounds, Consistency, Dataset, DatasetKind, Error, ErrorKind, Result,
 };
@@ -426,7 +426,8 @@ async fn remove_changed(
         .map(|c| (c.dataset.as_str(), c.ordinal))
         .collect();
     let parts: Vec<PartRecord> = ctx.committed.lock().map(|r| r.clone()).unwrap_or_default();
-    let changed = Arc::new(changed.clone());
+    // One set to look rows up in per dataset, shared by its parts' rewrites.
+    let mut sets: HashMap<String, Arc<KeySet>> = HashMap::new();
     record.chunk_bytes = parts
         .iter()
         .filter(|p| !fresh.contains(&(p.dataset.as_str(), p.ordinal)))
@@ -449,18 +450,25 @@ async fn remove_changed(
             ))));
             continue;
         };
-        let (dest, format, schema, columns, changed) = (
+        let drop = sets
+            .entry(part.dataset.clone())
+            .or_insert_with(|| {
+                Arc::new(match changed.get(&part.dataset) {
+                    Some(_) if truncated => KeySet::everything(),
+                    Some(c) => KeySet::new(&c.keys),
+                    None => KeySet::new(&[]),
+                })
+            })
+            .clone();
+        let (dest, format, schema, columns) = (
             job.destination.clone(),
             ctx.format.for_part(part.ordinal, ctx.merge),
             ds.arrow_schema(),
             key_columns(ds)?,
-            changed.clone(),
         );
         rewrites.push(futures_util::future::Either::Right(async move {
             let p = part.clone();
             let r = on_blocking(move || {
-                let keys = changed.get(&p.dataset);
-                let drop = |k: &[String]| truncated || keys.is_some_and(|c| c.keys.contains(k));
                 let target = Part {
                     key: PartKey {
                         dataset: p.dataset.clone(),

@@ -340,7 +340,7 @@ impl ChunkReader for FbReader {
     async fn read(&mut self, ds: &Dataset, chunk: &Chunk, out: &BatchSender) -> Result<ReadStats> {
         let sql = select_sql(ds, chunk)?;
         let what = format!("{} part {}", ds.name, chunk.ordinal);
-        tracing::debug!(target: "sluice::read", "{what}: {sql}");
+        tracing::debug!(target: "sluice::read", "{what}: {}", sluice_core::clause::for_log(&sql));
         let (btx, mut brx) = tokio::sync::mpsc::channel::<Msg>(1);
         let (atx, arx) = std::sync::mpsc::channel::<Option<RecordBatch>>();
         let schema = ds.arrow_schema();

@@ -268,7 +268,7 @@ impl ChunkReader for MyReader {
         let high = self.setup.high_priority && self.setup.non_transactional.contains(&ds.name);
         let sql = select_sql(ds, chunk, high)?;
         let what = format!("{} part {}", ds.name, chunk.ordinal);
-        tracing::debug!(target: "sluice::read", "{what}: {sql}");
+        tracing::debug!(target: "sluice::read", "{what}: {}", sluice_core::clause::for_log(&sql));
         let mut dec = RowDecoder::new(ds.arrow_schema(), &ds.columns, self.setup.zero_dates)
             .map_err(|e| Error::internal(format!("{what}: {}", e.0)))?;
         // The statement takes a metadata lock on the table it reads: for the statement alone in

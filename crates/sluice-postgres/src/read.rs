@@ -222,7 +222,7 @@ impl ChunkReader for PgReader {
         self.lock_nowait(ds, chunk).await?;
         let sql = copy_sql(ds, chunk)?;
         let what = format!("{} part {}", ds.name, chunk.ordinal);
-        tracing::debug!(target: "sluice::read", "{what}: {sql}");
+        tracing::debug!(target: "sluice::read", "{what}: {}", sluice_core::clause::for_log(&sql));
         let mut dec = TupleDecoder::new(ds.arrow_schema())
             .map_err(|e| Error::internal(format!("{what}: {}", e.0)))?;
         let stream = self

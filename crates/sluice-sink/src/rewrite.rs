@@ -17,7 +17,7 @@ use arrow_array::{BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use sluice_core::keytext::key_texts;
+use sluice_core::keytext::KeySet;
 use sluice_core::{Error, Result};
 use std::sync::Arc;
 
@@ -44,13 +44,13 @@ pub struct Rewritten {
     pub removed: u64,
 }
 
-/// Remove from `part` (a Parquet file) every row whose key `drop` says to remove; `None` when
-/// it holds none (the file is not touched). Synchronous: runs on a blocking thread.
+/// Remove from `part` (a Parquet file) every row whose key is in `drop`; `None` when it holds
+/// none (the file is not touched). Synchronous: runs on a blocking thread.
 pub fn without_keys(
     dest: &Arc<dyn Destination>,
     format: &FormatOptions,
     part: &Part<'_>,
-    drop: &(dyn Fn(&[String]) -> bool + Sync),
+    drop: &KeySet,
 ) -> Result<Option<Rewritten>> {
     if !matches!(format, FormatOptions::Parquet(_)) {
         return Err(Error::config(format!(
@@ -74,9 +74,10 @@ pub fn without_keys(
     let mut removed = 0u64;
     for batch in builder.with_projection(mask).build().map_err(pq)? {
         let batch = batch.map_err(|e| pq(e.into()))?;
-        removed += key_texts(&batch, &positions)?
+        removed += drop
+            .rows_in(&batch, &positions)?
             .iter()
-            .filter(|k| drop(k))
+            .filter(|&&hit| hit)
             .count() as u64;
     }
     if removed == 0 {
@@ -102,9 +103,10 @@ pub fn without_keys(
             .and_then(|b| {
                 let b = RecordBatch::try_new(part.schema.clone(), b.columns().to_vec())
                     .map_err(|e| Error::internal(format!("{}: {e}", part.path)))?;
-                let keep: BooleanArray = key_texts(&b, part.key_columns)?
+                let keep: BooleanArray = drop
+                    .rows_in(&b, part.key_columns)?
                     .iter()
-                    .map(|k| Some(!drop(k)))
+                    .map(|&hit| Some(!hit))
                     .collect();
                 rows += b.num_rows() as u64;
                 arrow_select::filter::filter_record_batch(&b, &keep)
