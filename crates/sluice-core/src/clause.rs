@@ -304,7 +304,7 @@ pub fn select_chunk(
 }
 
 /// `sql` as a log line shows it: a converged export's key-set chunks list up to 2,000 keys,
-/// which would bury `-v` output; past [`LOGGED_SQL`] characters the rest is counted, not shown.
+/// which would bury `-v` output; past 600 characters the rest is counted, not shown.
 pub fn for_log(sql: &str) -> std::borrow::Cow<'_, str> {
     match sql.char_indices().nth(LOGGED_SQL) {
         Some((cut, _)) => format!("{}… ({} more characters)", &sql[..cut], sql.len() - cut).into(),
