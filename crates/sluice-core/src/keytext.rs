@@ -93,8 +93,9 @@ impl KeySet {
         for key in keys {
             let mut buf = Vec::new();
             for text in key {
+                let start = buf.len();
                 buf.extend_from_slice(text.as_bytes());
-                buf.extend_from_slice(&(text.len() as u32).to_le_bytes());
+                end_column(&mut buf, start);
             }
             encoded.insert(buf);
         }
@@ -134,13 +135,19 @@ impl KeySet {
                 let start = buf.len();
                 write!(buf, "{}", f.value(row))
                     .map_err(|e| Error::internal(format!("a key's text: {e}")))?;
-                let len = (buf.len() - start) as u32;
-                buf.extend_from_slice(&len.to_le_bytes());
+                end_column(&mut buf, start);
             }
             out.push(self.encoded.contains(buf.as_slice()));
         }
         Ok(out)
     }
+}
+
+/// Close a key column's text in a [`KeySet`] spelling: the text written from `start` is
+/// followed by its length, so column boundaries are part of the key.
+fn end_column(buf: &mut Vec<u8>, start: usize) {
+    let len = (buf.len() - start) as u32;
+    buf.extend_from_slice(&len.to_le_bytes());
 }
 
 #[cfg(test)]

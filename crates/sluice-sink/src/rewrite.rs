@@ -70,16 +70,22 @@ pub fn without_keys(
     let builder =
         ParquetRecordBatchReaderBuilder::try_new(open_remote(dest, &source)).map_err(pq)?;
     let mask = ProjectionMask::roots(builder.parquet_schema(), part.key_columns.iter().copied());
-    let positions: Vec<usize> = (0..part.key_columns.len()).collect();
-    let mut removed = 0u64;
+    // A projection keeps the schema's column order: where each key column landed in it.
+    let mut projected = part.key_columns.to_vec();
+    projected.sort_unstable();
+    let positions: Vec<usize> = part
+        .key_columns
+        .iter()
+        .filter_map(|c| projected.iter().position(|p| p == c))
+        .collect();
+    // Which rows go, in file order: the full pass below reads the rows in the same order and
+    // uses these instead of spelling every key again.
+    let mut hits = Vec::new();
     for batch in builder.with_projection(mask).build().map_err(pq)? {
         let batch = batch.map_err(|e| pq(e.into()))?;
-        removed += drop
-            .rows_in(&batch, &positions)?
-            .iter()
-            .filter(|&&hit| hit)
-            .count() as u64;
+        hits.extend(drop.rows_in(&batch, &positions)?);
     }
+    let removed = hits.iter().filter(|&&hit| hit).count() as u64;
     if removed == 0 {
         return Ok(None);
     }
@@ -103,8 +109,15 @@ pub fn without_keys(
             .and_then(|b| {
                 let b = RecordBatch::try_new(part.schema.clone(), b.columns().to_vec())
                     .map_err(|e| Error::internal(format!("{}: {e}", part.path)))?;
-                let keep: BooleanArray = drop
-                    .rows_in(&b, part.key_columns)?
+                let (from, to) = (rows as usize, rows as usize + b.num_rows());
+                let keep: BooleanArray = hits
+                    .get(from..to)
+                    .ok_or_else(|| {
+                        Error::internal(format!(
+                            "{}: more rows than its key columns had",
+                            part.path
+                        ))
+                    })?
                     .iter()
                     .map(|&hit| Some(!hit))
                     .collect();
@@ -120,6 +133,14 @@ pub fn without_keys(
             out.abort();
             return Err(e);
         }
+    }
+    if rows as usize != hits.len() {
+        out.abort();
+        return Err(Error::internal(format!(
+            "{}: {rows} rows read, its key columns had {}",
+            part.path,
+            hits.len()
+        )));
     }
     let stats = out.finish()?;
     debug_assert_eq!(rows - kept_total, removed);
