@@ -20,30 +20,38 @@
 //! ordinals of their dataset and receipts like any part, so the manifest is written as usual,
 //! last. Parquet output only for now: the parts must be read back to be filtered (CSV and the
 //! other row formats would need a reader that writes rows back byte for byte).
-//! A killed run leaves no manifest; it is not resumed (the log from C would have to be read
-//! again with the parts kept): the next run needs `--overwrite`.
+//!
+//! Resume: C is recorded in `_sluice/run.json` before the first chunk is read, and the source
+//! keeps its log from C until the run ends (a killed run's, or a failed run's whose error a
+//! retry may cure, for `--resume`). A resumed run follows the log again from C, reads the
+//! chunks without a receipt — in new short transactions, which is as exact as the first run's:
+//! a row that moved between the two runs' chunks moved by a change after C, so its key is
+//! read again at T — and rewrites every part, the first run's too. A table rewritten since C
+//! (no change in the log for its moved rows), a dataset whose columns or partitions changed,
+//! or a selection that gained or lost a table is refused: `--overwrite` starts over. A part is
+//! rewritten with its receipt removed first, so a run killed mid-rewrite leaves either the part
+//! and its receipt as they were, or as rewritten, or a part without a receipt, which the
+//! resume removes and reads again.
 
 use crate::job::ExportJob;
-use crate::manifest::{ConvergedRecord, PartRecord};
+use crate::manifest::{ConvergedRecord, ConvergedStart};
 use crate::prepare::Prepared;
 use crate::progress::Progress;
 use crate::queue::WorkQueue;
 use crate::worker::{WorkerContext, Writers};
 mod forecast;
+mod rewrite;
 
 use async_trait::async_trait;
 pub(crate) use forecast::forecast;
-use futures_util::StreamExt;
 use sluice_core::change::SnapshotHold;
-use sluice_core::keytext::{self, KeySet};
+use sluice_core::keytext;
 use sluice_core::{
     Chunk, ChunkBounds, Consistency, Dataset, DatasetKind, Error, ErrorKind, Result,
 };
 use sluice_core::{Source, SourceOptions};
-use sluice_sink::destination::on_blocking;
+use sluice_sink::FormatOptions;
 use sluice_sink::layout;
-use sluice_sink::rewrite::{Part, without_keys};
-use sluice_sink::{FormatOptions, PartKey};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -92,25 +100,31 @@ pub trait ChangeLog: Send + Sync {
     async fn check(&self, datasets: &[Dataset]) -> Result<()>;
 
     /// Start following the changes of `datasets`, before the first chunk is read; returns the
-    /// start position C.
-    async fn begin(&self, datasets: &[Dataset]) -> Result<String>;
+    /// start position C (and where the rows were stored then). With `resume`, the start an
+    /// unfinished run recorded: follow the log again from there, or refuse, with the way out,
+    /// when the source no longer keeps it.
+    async fn begin(
+        &self,
+        datasets: &[Dataset],
+        resume: Option<&ConvergedStart>,
+    ) -> Result<ConvergedStart>;
 
     /// After the last chunk: a snapshot at a log position T, and every key changed from C up
     /// to at least T.
     async fn end(&self) -> Result<EndPoint>;
 
-    /// Remove what [`ChangeLog::begin`] made on the source. Called however the run ends, and
-    /// when nothing was begun.
-    async fn close(&self) -> Result<()>;
+    /// Stop following the log and remove what [`ChangeLog::begin`] made on the source —
+    /// unless `keep`, when it stays for `--resume` and what holds the log is returned, in
+    /// words, for the run's error. Called however the run ends, and when nothing was begun.
+    async fn close(&self, keep: bool) -> Result<Option<String>>;
 }
 
 /// Refuse what a converged run cannot do, before run.json is written: a format whose parts
-/// cannot be rewritten, a resume, datasets without a key of a type recognisable as text.
+/// cannot be rewritten, datasets without a key of a type recognisable as text.
 pub(crate) async fn check(
     job: &ExportJob,
     log: &dyn ChangeLog,
     datasets: &[Dataset],
-    resuming: bool,
 ) -> Result<()> {
     if !matches!(job.format, FormatOptions::Parquet(_)) {
         return Err(Error::config(format!(
@@ -118,12 +132,6 @@ pub(crate) async fn check(
              rewritten at the end. Use --format parquet, or --consistency snapshot.",
             job.format.describe()
         )));
-    }
-    if resuming {
-        return Err(Error::config(
-            "an interrupted converged export cannot be resumed yet: run it again with \
-             --overwrite.",
-        ));
     }
     for ds in datasets {
         key_columns(ds)?;
@@ -260,7 +268,7 @@ pub(crate) async fn reconcile(
     };
     record.truncated.sort();
     let rewriting = Instant::now();
-    remove_changed(c.job, ctx, prepared, &changed, &delta, &mut record).await?;
+    rewrite::remove_changed(c.job, ctx, prepared, &changed, &delta, &mut record).await?;
     tracing::info!(
         "{} part(s) rewritten without the changed keys in {:.2} s",
         record.parts_rewritten,
@@ -409,104 +417,4 @@ async fn read_delta(
         all.extend(records);
     }
     Ok(counters.rows.load(Ordering::Relaxed))
-}
-
-/// Rewrite every part read before the end point that holds a changed key (all of a truncated
-/// table's), and its receipt.
-async fn remove_changed(
-    job: &ExportJob,
-    ctx: &Arc<WorkerContext>,
-    prepared: &Prepared,
-    changed: &HashMap<String, ChangedKeys>,
-    delta: &[Chunk],
-    record: &mut ConvergedRecord,
-) -> Result<()> {
-    let fresh: HashSet<(&str, u32)> = delta
-        .iter()
-        .map(|c| (c.dataset.as_str(), c.ordinal))
-        .collect();
-    let parts: Vec<PartRecord> = ctx.committed.lock().map(|r| r.clone()).unwrap_or_default();
-    // One set to look rows up in per dataset, shared by its parts' rewrites.
-    let mut sets: HashMap<String, Arc<KeySet>> = HashMap::new();
-    record.chunk_bytes = parts
-        .iter()
-        .filter(|p| !fresh.contains(&(p.dataset.as_str(), p.ordinal)))
-        .map(|p| p.bytes)
-        .sum();
-    // Each part on a blocking thread, as many at once as the run had workers (each holds a
-    // row group, as a worker does).
-    let mut rewrites = Vec::with_capacity(parts.len());
-    for part in parts {
-        let ds = prepared.datasets.iter().find(|d| d.name == part.dataset);
-        let todo = match (ds, changed.get(&part.dataset)) {
-            (Some(ds), Some(keys)) if !fresh.contains(&(part.dataset.as_str(), part.ordinal)) => {
-                Some((ds, keys.truncated))
-            }
-            _ => None,
-        };
-        let Some((ds, truncated)) = todo else {
-            rewrites.push(futures_util::future::Either::Left(std::future::ready(Ok(
-                (part, None),
-            ))));
-            continue;
-        };
-        let drop = sets
-            .entry(part.dataset.clone())
-            .or_insert_with(|| {
-                Arc::new(match changed.get(&part.dataset) {
-                    Some(_) if truncated => KeySet::everything(),
-                    Some(c) => KeySet::new(&c.keys),
-                    None => KeySet::new(&[]),
-                })
-            })
-            .clone();
-        let (dest, format, schema, columns) = (
-            job.destination.clone(),
-            ctx.format.for_part(part.ordinal, ctx.merge),
-            ds.arrow_schema(),
-            key_columns(ds)?,
-        );
-        rewrites.push(futures_util::future::Either::Right(async move {
-            let p = part.clone();
-            let r = on_blocking(move || {
-                let target = Part {
-                    key: PartKey {
-                        dataset: p.dataset.clone(),
-                        ordinal: p.ordinal,
-                    },
-                    path: &p.file,
-                    bytes: p.bytes,
-                    schema,
-                    key_columns: &columns,
-                };
-                without_keys(&dest, &format, &target, &drop)
-            })
-            .await?;
-            Ok::<_, Error>((part, r))
-        }));
-    }
-    let mut done = futures_util::stream::iter(rewrites).buffered(prepared.workers.max(1));
-    let mut updated = Vec::new();
-    while let Some(result) = done.next().await {
-        let (mut part, rewritten) = result?;
-        if let Some(r) = rewritten {
-            record.parts_rewritten += 1;
-            record.rewritten_bytes += part.bytes;
-            record.rows_removed += r.removed;
-            part.rows = r.stats.rows;
-            part.bytes = r.stats.bytes;
-            part.xxh3_128 = r.stats.xxh3_128;
-            let receipt =
-                serde_json::to_vec_pretty(&part).map_err(|e| Error::internal(e.to_string()))?;
-            job.destination
-                .put(&layout::receipt_path(&part.dataset, part.ordinal), receipt)
-                .await?;
-            sluice_core::failpoint::hit("converge.after_rewrite")?;
-        }
-        updated.push(part);
-    }
-    if let Ok(mut all) = ctx.committed.lock() {
-        *all = updated;
-    }
-    Ok(())
 }

@@ -34,8 +34,10 @@ use crate::prepare::{Prepared, prepare};
 use crate::progress::{Progress, ProgressStart, ProgressTick};
 use crate::queue::WorkQueue;
 use crate::report::Report;
+use crate::snapshot;
 use crate::worker::{self, WorkerContext, Writers};
-use sluice_core::{Consistency, Error, ReadCounters, Result, SourceOptions};
+use sluice_core::error::Retry;
+use sluice_core::{Consistency, Error, ErrorKind, ReadCounters, Result, SourceOptions};
 use sluice_sink::{LockHolder, OutputLock};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -85,11 +87,24 @@ async fn timed_export(
         Some(l) => (l.clone(), false),
         None => (job.destination.lock(&LockHolder::now(&run_id)).await?, true),
     };
-    let result = locked(&job, &lock, run_id, started, progress, cancel, phases).await;
-    if let Some(log) = &job.converge
-        && let Err(e) = log.close().await
-    {
-        tracing::warn!("{e}");
+    let mut result = locked(&job, &lock, run_id, started, progress, cancel, phases).await;
+    if let Some(log) = &job.converge {
+        // What a retry may cure (a lost connection, a full disk, an interruption) keeps the
+        // log for --resume; anything else would fail again the same way.
+        let keep = matches!(&result, Err(e)
+            if e.retry() == Retry::Transient || e.kind() == ErrorKind::Interrupted);
+        match log.close(keep).await {
+            Ok(Some(kept)) => {
+                result = result.map_err(|e| {
+                    e.then(format!(
+                        "({kept} for --resume to finish this run; --overwrite or a finished \
+                         run removes it)"
+                    ))
+                })
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("{e}"),
+        }
     }
     if own {
         lock.release().await;
@@ -121,13 +136,30 @@ async fn locked(
     let converge_from = match &job.converge {
         Some(log) if job.consistency == Consistency::Converged => {
             let began = Instant::now();
-            match log.begin(&prepared.datasets).await {
+            let recorded = prepared.state.converged.clone();
+            let begun = match log.begin(&prepared.datasets, recorded.as_ref()).await {
+                // Recorded before any chunk is read, for a resume to follow the log from C.
+                Ok(c) if recorded.is_none() => {
+                    prepared.state.converged = Some(c.clone());
+                    snapshot::write_state(job, &prepared.state)
+                        .await
+                        .map(|()| c)
+                }
+                other => other,
+            };
+            match begun {
                 Ok(c) => {
                     tracing::info!(
-                        "following the change log from position {c} (set up in {:.2} s)",
-                        began.elapsed().as_secs_f64()
+                        "following the change log from position {} (set up in {:.2} s{})",
+                        c.position,
+                        began.elapsed().as_secs_f64(),
+                        if recorded.is_some() {
+                            ", as the unfinished run did"
+                        } else {
+                            ""
+                        }
                     );
-                    Some((log.as_ref(), c))
+                    Some((log.as_ref(), c.position))
                 }
                 Err(e) => {
                     let _ = coordinator.release().await;

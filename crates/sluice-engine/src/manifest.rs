@@ -319,4 +319,22 @@ pub struct RunState {
     pub datasets: Vec<DatasetRecord>,
     /// Every chunk of every dataset.
     pub chunks: Vec<Chunk>,
+    /// A converged run's start in the change log, recorded once the log is followed and
+    /// before any chunk is read: a resume follows the log again from there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub converged: Option<ConvergedStart>,
+}
+
+/// Where a converged run follows the change log from, kept in `_sluice/run.json` so that a
+/// resumed run reads the same log again (the source keeps it for the run: PostgreSQL's slot
+/// is never confirmed past C until the manifest is written).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConvergedStart {
+    /// The position C, as the change log writes positions.
+    pub position: String,
+    /// Where each dataset's rows were stored at C (see `ChangeSource::storage`): a resume
+    /// refuses a table rewritten since, whose rows moved between its physical chunks unseen by
+    /// the log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<std::collections::BTreeMap<String, String>>,
 }

@@ -161,6 +161,7 @@ pub async fn fresh(
             Some(given) => given_chunks(discovered, given)?,
             None => plan_all(coordinator, discovered, job, chunk_bytes).await?,
         },
+        converged: None,
     })
 }
 

@@ -15,7 +15,8 @@ use std::collections::{BTreeMap, HashSet};
 
 /// What the run decided before reading, carried to the report.
 pub(crate) struct Prepared {
-    /// The datasets this run reads (those with chunks left).
+    /// The datasets this run reads (those with chunks left; every one of the plan in a
+    /// converged run, which rewrites them all).
     pub datasets: Vec<Dataset>,
     /// Every dataset's primary key as the catalog says now (the table formats' identifier
     /// fields), also of datasets an earlier run finished reading.
@@ -64,8 +65,7 @@ pub(crate) async fn prepare(
     refuse_duplicates(&discovered)?;
     match (&job.converge, job.consistency) {
         (Some(log), Consistency::Converged) => {
-            let resuming = matches!(start, Start::Resume(_));
-            crate::converge::check(job, log.as_ref(), &discovered, resuming).await?;
+            crate::converge::check(job, log.as_ref(), &discovered).await?;
         }
         (None, Consistency::Converged) => {
             return Err(Error::config(
@@ -126,9 +126,11 @@ pub(crate) async fn prepare(
         .iter()
         .map(|d| (d.name.clone(), d.primary_key.clone()))
         .collect();
+    // A converged run follows and rewrites every dataset of the plan, read by this run or not.
+    let converged = job.consistency == Consistency::Converged;
     let datasets: Vec<Dataset> = discovered
         .into_iter()
-        .filter(|d| reading.contains(d.name.as_str()))
+        .filter(|d| converged || reading.contains(d.name.as_str()))
         .collect();
     phases.enter("snapshot");
     let workers = sizing.workers.min(remaining.len()).max(1);

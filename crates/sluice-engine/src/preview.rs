@@ -125,7 +125,7 @@ pub async fn plan_export(job: &ExportJob) -> Result<PlanReport> {
         notes.extend(plan::memory_note(workers, predicted, &inputs));
         if job.consistency == Consistency::Converged {
             let refusal = match &job.converge {
-                Some(log) => crate::converge::check(job, log.as_ref(), &datasets, false)
+                Some(log) => crate::converge::check(job, log.as_ref(), &datasets)
                     .await
                     .err(),
                 None => Some(sluice_core::Error::config(

@@ -215,7 +215,13 @@ pub(crate) fn plan_notes(job: &ExportJob, snapshots: usize) -> Vec<String> {
                 .into(),
         );
     }
-    if snapshots > 1 {
+    if snapshots > 1 && job.consistency == Consistency::Converged {
+        notes.push(format!(
+            "resumed: the chunks were read by {snapshots} runs, and the changes from the first \
+             run's start to the end point were followed again, so the output is still one point \
+             in time"
+        ));
+    } else if snapshots > 1 {
         notes.push(format!(
             "resumed: the parts come from {snapshots} snapshots (see manifest.json \"snapshots\" \
              and each part's \"snapshot\"); each dataset's guarantee says what that means for its \

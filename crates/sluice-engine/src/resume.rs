@@ -19,6 +19,13 @@
 //!   complete, else the resume is refused;
 //! - newly in the catalog (a table created since that matches the selection): planned and read
 //!   under the new snapshot.
+//!
+//! A converged run (`--consistency converged`) reads every chunk in its own transaction and
+//! reads again at its end point every key the log says changed after C, so a physical chunk
+//! read by either run is as exact as a key range: nothing is read again for that. What the
+//! log cannot vouch for is refused instead: changed columns or partitions (the output would
+//! mix two shapes, or miss rows that entered unseen), and a dataset gone from or new in the
+//! selection (the output would not be the selection at T).
 
 use crate::job::ExportJob;
 use crate::manifest::{DatasetRecord, PartRecord, RunState};
@@ -63,6 +70,8 @@ pub struct Reconciled {
     pub replan: Vec<(String, Replan)>,
     /// Incomplete datasets the catalog no longer has: the resume cannot finish them.
     pub lost: Vec<String>,
+    /// Why a converged run cannot be resumed, one reason per dataset.
+    pub refused: Vec<String>,
     /// Remarks for the report.
     pub notes: Vec<String>,
 }
@@ -73,6 +82,7 @@ pub fn reconcile(
     state: &RunState,
     done: &HashSet<(String, u32)>,
     now: &[DatasetRecord],
+    converged: bool,
 ) -> Reconciled {
     let mut out = Reconciled::default();
     let first = |name: &str| {
@@ -88,6 +98,17 @@ pub fn reconcile(
             .iter()
             .all(|c| done.contains(&(c.dataset.clone(), c.ordinal)));
         let current = now.iter().find(|d| d.name == old.name);
+        if converged {
+            let why = match current {
+                None => Some("is no longer in the source's catalog or the selection"),
+                Some(cur) if cur.columns != old.columns => Some("changed its columns"),
+                Some(cur) if cur.relations != old.relations => Some("changed its partitions"),
+                Some(_) => None,
+            };
+            out.refused
+                .extend(why.map(|w| format!("{} {w} since the unfinished run began", old.name)));
+            continue;
+        }
         match current {
             None if complete => out.notes.push(format!(
                 "{} is no longer in the source's catalog (dropped, renamed, or no longer \
@@ -132,7 +153,13 @@ pub fn reconcile(
     }
     for cur in now {
         if !state.datasets.iter().any(|d| d.name == cur.name) {
-            out.replan.push((cur.name.clone(), Replan::New));
+            match converged {
+                true => out.refused.push(format!(
+                    "{} joined the selection since the unfinished run began",
+                    cur.name
+                )),
+                false => out.replan.push((cur.name.clone(), Replan::New)),
+            }
         }
     }
     for (name, why) in &out.replan {
@@ -195,7 +222,15 @@ pub async fn resume_plan(
         .map(|r| (r.dataset.clone(), r.ordinal))
         .collect();
     let records: Vec<DatasetRecord> = discovered.iter().map(record_of).collect();
-    let decided = reconcile(&state, &done, &records);
+    let converged = state.converged.is_some();
+    let decided = reconcile(&state, &done, &records, converged);
+    if !decided.refused.is_empty() {
+        return Err(Error::config(format!(
+            "--resume cannot bring the converged export in {shown} to one point in time: {}. \
+             Use --overwrite to start over.",
+            decided.refused.join("; ")
+        )));
+    }
     if !decided.lost.is_empty() {
         return Err(Error::config(format!(
             "--resume cannot finish {}: the unfinished run had not read all of it, and the \
@@ -318,6 +353,7 @@ mod tests {
             snapshots: Vec::new(),
             datasets,
             chunks,
+            converged: None,
         }
     }
 
@@ -345,9 +381,13 @@ mod tests {
             ],
         );
         let now = s.datasets.clone();
-        let r = reconcile(&s, &done(&[("a", 0), ("k", 0), ("c", 0)]), &now);
+        let done = done(&[("a", 0), ("k", 0), ("c", 0)]);
+        let r = reconcile(&s, &done, &now, false);
         assert_eq!(r.replan, [("a".to_string(), Replan::Physical)]);
         assert!(r.lost.is_empty());
+        // Converged: every key changed after C is read again at T, pages or not.
+        let r = reconcile(&s, &done, &now, true);
+        assert!(r.replan.is_empty() && r.refused.is_empty(), "{r:?}");
     }
 
     #[test]
@@ -384,17 +424,14 @@ mod tests {
             record("done_changed", "other", &[]),
             record("fresh", "id", &[]),
         ];
-        let r = reconcile(
-            &s,
-            &done(&[
-                ("cols", 0),
-                ("parts", 0),
-                ("gone_done", 0),
-                ("gone_partial", 0),
-                ("done_changed", 0),
-            ]),
-            &now,
-        );
+        let done = done(&[
+            ("cols", 0),
+            ("parts", 0),
+            ("gone_done", 0),
+            ("gone_partial", 0),
+            ("done_changed", 0),
+        ]);
+        let r = reconcile(&s, &done, &now, false);
         assert_eq!(
             r.replan,
             [
@@ -413,6 +450,25 @@ mod tests {
             r.notes
                 .iter()
                 .any(|n| n.starts_with("done_changed: its columns"))
+        );
+        // Converged: none of it can be made one point in time; each is named, nothing planned.
+        let r = reconcile(&s, &done, &now, true);
+        assert!(r.replan.is_empty() && r.lost.is_empty(), "{r:?}");
+        let named: Vec<&str> = r
+            .refused
+            .iter()
+            .filter_map(|w| w.split(' ').next())
+            .collect();
+        assert_eq!(
+            named,
+            [
+                "cols",
+                "parts",
+                "gone_done",
+                "gone_partial",
+                "done_changed",
+                "fresh"
+            ]
         );
     }
 

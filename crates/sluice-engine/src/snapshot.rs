@@ -30,8 +30,13 @@ pub async fn pin(
         taken_at: snapshot.taken_at,
         consistency: job.consistency.to_string(),
     });
-    let bytes = serde_json::to_vec_pretty(state).map_err(|e| Error::internal(e.to_string()))?;
-    job.destination.put(RUN_STATE, bytes).await?;
+    write_state(job, state).await?;
     sluice_core::failpoint::hit("export.after_plan")?;
     Ok(index)
+}
+
+/// Write `_sluice/run.json`.
+pub async fn write_state(job: &ExportJob, state: &RunState) -> Result<()> {
+    let bytes = serde_json::to_vec_pretty(state).map_err(|e| Error::internal(e.to_string()))?;
+    job.destination.put(RUN_STATE, bytes).await
 }

@@ -35,7 +35,7 @@ pub struct Part<'a> {
     pub key_columns: &'a [usize],
 }
 
-/// What [`without_keys`] did to a part that held some of the keys.
+/// What [`without_rows`] did to a part.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rewritten {
     /// The new part.
@@ -44,29 +44,17 @@ pub struct Rewritten {
     pub removed: u64,
 }
 
-/// Remove from `part` (a Parquet file) every row whose key is in `drop`; `None` when it holds
-/// none (the file is not touched). Synchronous: runs on a blocking thread.
-pub fn without_keys(
+/// The rows of `part` (a Parquet file) whose key is in `drop`, in file order, reading its key
+/// columns only; `None` when it holds none (most parts). What [`without_rows`] removes: the
+/// caller may act in between (a converged export withdraws the part's receipt first).
+/// Synchronous: runs on a blocking thread.
+pub fn rows_with_keys(
     dest: &Arc<dyn Destination>,
-    format: &FormatOptions,
     part: &Part<'_>,
     drop: &KeySet,
-) -> Result<Option<Rewritten>> {
-    if !matches!(format, FormatOptions::Parquet(_)) {
-        return Err(Error::config(format!(
-            "{}: only Parquet parts can be rewritten ({} was asked)",
-            part.path,
-            format.describe()
-        )));
-    }
-    let pq = |e: parquet::errors::ParquetError| {
-        Error::destination(
-            sluice_core::error::Retry::Transient,
-            format!("reading {} back: {e}", part.path),
-        )
-    };
+) -> Result<Option<Vec<bool>>> {
+    let pq = |e| read_error(part, e);
     let source = (part.path.to_string(), part.bytes);
-    // First the key columns only: most parts hold none of the keys.
     let builder =
         ParquetRecordBatchReaderBuilder::try_new(open_remote(dest, &source)).map_err(pq)?;
     let mask = ProjectionMask::roots(builder.parquet_schema(), part.key_columns.iter().copied());
@@ -78,17 +66,33 @@ pub fn without_keys(
         .iter()
         .filter_map(|c| projected.iter().position(|p| p == c))
         .collect();
-    // Which rows go, in file order: the full pass below reads the rows in the same order and
-    // uses these instead of spelling every key again.
     let mut hits = Vec::new();
     for batch in builder.with_projection(mask).build().map_err(pq)? {
         let batch = batch.map_err(|e| pq(e.into()))?;
         hits.extend(drop.rows_in(&batch, &positions)?);
     }
-    let removed = hits.iter().filter(|&&hit| hit).count() as u64;
-    if removed == 0 {
-        return Ok(None);
+    Ok(hits.contains(&true).then_some(hits))
+}
+
+/// Write `part` again without the rows marked in `hits` (from [`rows_with_keys`]: the rows
+/// are read in the same order, so no key is spelled again). Synchronous: runs on a blocking
+/// thread.
+pub fn without_rows(
+    dest: &Arc<dyn Destination>,
+    format: &FormatOptions,
+    part: &Part<'_>,
+    hits: &[bool],
+) -> Result<Rewritten> {
+    if !matches!(format, FormatOptions::Parquet(_)) {
+        return Err(Error::config(format!(
+            "{}: only Parquet parts can be rewritten ({} was asked)",
+            part.path,
+            format.describe()
+        )));
     }
+    let pq = |e| read_error(part, e);
+    let source = (part.path.to_string(), part.bytes);
+    let removed = hits.iter().filter(|&&hit| hit).count() as u64;
     let reader = ParquetRecordBatchReaderBuilder::try_new(open_remote(dest, &source))
         .map_err(pq)?
         .build()
@@ -144,8 +148,16 @@ pub fn without_keys(
     }
     let stats = out.finish()?;
     debug_assert_eq!(rows - kept_total, removed);
-    Ok(Some(Rewritten {
+    Ok(Rewritten {
         stats,
         removed: rows - kept_total,
-    }))
+    })
+}
+
+/// A part that cannot be read back: the store may answer next time.
+fn read_error(part: &Part<'_>, e: parquet::errors::ParquetError) -> Error {
+    Error::destination(
+        sluice_core::error::Retry::Transient,
+        format!("reading {} back: {e}", part.path),
+    )
 }

@@ -8,8 +8,10 @@
 //! a snapshot at an exact position T (a temporary slot's exported snapshot), waits until the
 //! follower has everything before T, and hands the keys over; the follower goes on, so `end`
 //! may be called again for a later T (a read at T that had to give way to DDL is retried).
-//! `close` stops the follower and removes the objects. The log is never confirmed, so
-//! the slot holds the source's log from C until `close`: the run's report says how much.
+//! `close` stops the follower and removes the objects — or keeps them for `--resume`, which
+//! `begin` then follows again from the C the unfinished run recorded. The log is never
+//! confirmed, so the slot holds the source's log from C until it is removed: the run's report
+//! says how much.
 //!
 //! Memory: one entry per distinct changed key (its text), at most half of the export's
 //! `--memory`; past that the run stops and says to raise it (keys are not spilled to disk
@@ -24,6 +26,7 @@ use sluice_core::apply::Engine;
 use sluice_core::change::{CaptureNames, ChangeSink, ChangeSource, ChangeStream, Handoff};
 use sluice_core::{Dataset, Error, Result, StreamPos};
 use sluice_engine::converge::{ChangeLog, ChangedKeys, EndPoint};
+use sluice_engine::manifest::ConvergedStart;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
@@ -131,27 +134,66 @@ impl ChangeLog for ConvergeLog {
         self.source.check(datasets).await
     }
 
-    async fn begin(&self, datasets: &[Dataset]) -> Result<String> {
+    async fn begin(
+        &self,
+        datasets: &[Dataset],
+        resume: Option<&ConvergedStart>,
+    ) -> Result<ConvergedStart> {
         let mut state = self.state.lock().await;
-        if let Some(objects) = self.source.server_objects()
-            && objects.exists(&self.names).await?
-        {
-            let removed = objects.remove(&self.names, true).await?;
-            tracing::info!(
-                "removed what an interrupted converged export left: {}",
-                removed.join(", ")
-            );
-        }
-        state.storage = self.source.storage(datasets).await?;
+        let objects = self.source.server_objects();
+        let left = match &objects {
+            Some(o) => o.exists(&self.names).await?,
+            None => false,
+        };
+        let start = match (resume, objects) {
+            (Some(recorded), Some(objects)) if left => {
+                // The unfinished run's objects, kept since its C: follow the log again from there.
+                state.begun = true;
+                state.publication_created = true;
+                tracing::info!(
+                    "resuming on {} from {}",
+                    objects.describe(&self.names),
+                    recorded.position
+                );
+                recorded.clone()
+            }
+            (Some(recorded), objects) => {
+                let what = objects
+                    .map(|o| o.describe(&self.names))
+                    .unwrap_or_else(|| "the capture".to_string());
+                return Err(Error::config(format!(
+                    "{what}, which kept the source's log from {} for this unfinished converged \
+                     export, is gone (removed by hand, or invalidated by the server's \
+                     max_slot_wal_keep_size): the parts read so far cannot be brought to one \
+                     point in time. Use --overwrite to start over.",
+                    recorded.position
+                )));
+            }
+            (None, objects) => {
+                if let Some(objects) = objects
+                    && left
+                {
+                    let removed = objects.remove(&self.names, true).await?;
+                    tracing::info!(
+                        "removed what an interrupted converged export left: {}",
+                        removed.join(", ")
+                    );
+                }
+                let storage = self.source.storage(datasets).await?;
+                let created = self.source.start(&self.names, datasets, false).await?;
+                state.begun = true;
+                state.publication_created = created.publication_created;
+                ConvergedStart {
+                    position: created.position.as_str().to_string(),
+                    storage,
+                }
+            }
+        };
+        state.storage = start.storage.clone();
         state.datasets = datasets.to_vec();
-        let created = self.source.start(&self.names, datasets, false).await?;
-        state.begun = true;
-        state.publication_created = created.publication_created;
-        state.start = Some(created.position.clone());
-        let stream = self
-            .source
-            .open(&self.names, datasets, &created.position)
-            .await?;
+        let position = StreamPos::from_adapter(start.position.clone());
+        state.start = Some(position.clone());
+        let stream = self.source.open(&self.names, datasets, &position).await?;
         let seen = Arc::new(StdMutex::new(Seen::default()));
         let (tx, at) = watch::channel(Followed::default());
         let sink = Keys::new(datasets, seen.clone(), self.key_bytes);
@@ -162,7 +204,7 @@ impl ChangeLog for ConvergeLog {
             seen,
             at,
         });
-        Ok(created.position.as_str().to_string())
+        Ok(start)
     }
 
     async fn end(&self) -> Result<EndPoint> {
@@ -251,7 +293,7 @@ impl ChangeLog for ConvergeLog {
         })
     }
 
-    async fn close(&self) -> Result<()> {
+    async fn close(&self, keep: bool) -> Result<Option<String>> {
         let mut state = self.state.lock().await;
         if let Some(mut f) = state.follow.take() {
             // Ended cleanly, so the server lets go of the slot; cut off if it does not end.
@@ -261,16 +303,23 @@ impl ChangeLog for ConvergeLog {
             }
         }
         if !std::mem::take(&mut state.begun) {
-            return Ok(());
+            return Ok(None);
         }
         let Some(objects) = self.source.server_objects() else {
-            return Ok(());
+            return Ok(None);
         };
+        if keep {
+            let from = state.start.as_ref().map(|p| p.as_str()).unwrap_or_default();
+            return Ok(Some(format!(
+                "{} keeps the source's log from {from}",
+                objects.describe(&self.names)
+            )));
+        }
         // The server may still hold the slot for the stream just ended, for a moment.
         let since = Instant::now();
         loop {
             match objects.remove(&self.names, state.publication_created).await {
-                Ok(_) => return Ok(()),
+                Ok(_) => return Ok(None),
                 Err(e) if since.elapsed() < STOP_WAIT => {
                     tracing::debug!(
                         "removing {}: {e}; trying again",

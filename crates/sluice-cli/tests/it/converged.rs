@@ -10,7 +10,8 @@
 //! deletes and inserts, and inserts into a second table, which the test truncates mid-run; it
 //! moves rows between the partitions of a third (whose key includes the partition's column)
 //! and updates rows of a fourth without touching their out-of-line (TOAST) documents, which the
-//! log then leaves out.
+//! log then leaves out; a fifth's key is declared in another order than its columns (the log
+//! spells keys in the key's order, a part's columns come in the table's).
 
 use crate::common::writer::Background;
 use crate::common::*;
@@ -21,6 +22,8 @@ const ROWS: i64 = 40_000;
 const PT_ROWS: i64 = 10_000;
 /// Rows of the table whose documents are stored out of line (TOAST), never updated.
 const BIG_ROWS: i64 = 500;
+/// Rows of the table whose key is (b, a) while its columns are (a, b, v).
+const CK_ROWS: i64 = 5_000;
 
 /// The writer's changes, one transaction per loop.
 fn start_writer(url: &str) -> impl std::future::Future<Output = Background> {
@@ -47,6 +50,8 @@ fn start_writer(url: &str) -> impl std::future::Future<Output = Background> {
                      UPDATE pt SET v = v + 1 WHERE id = {moved} % {PT_ROWS};
                      UPDATE pt SET k = 1 - k WHERE id = {gone} % {PT_ROWS};
                      UPDATE big SET v = v + 1 WHERE id = {moved} % {BIG_ROWS};
+                     UPDATE ck SET v = v + 1 WHERE a = {moved} % {CK_ROWS};
+                     UPDATE ck SET b = b || 'x' WHERE a = {gone} % {CK_ROWS};
                      COMMIT;",
                     grow.join(","),
                     ROWS + i
@@ -77,6 +82,8 @@ async fn create(db: &TestDb) {
          CREATE TABLE big (id bigint PRIMARY KEY, v int NOT NULL, doc text NOT NULL);
          ALTER TABLE big ALTER doc SET STORAGE EXTERNAL;
          INSERT INTO big SELECT g, 0, repeat(md5(g::text), 100) FROM generate_series(0, {BIG_ROWS} - 1) g;
+         CREATE TABLE ck (a int NOT NULL, b text NOT NULL, v int NOT NULL, PRIMARY KEY (b, a));
+         INSERT INTO ck SELECT g, 'k' || (g % 7), 0 FROM generate_series(0, {CK_ROWS} - 1) g;
          ANALYZE;"
     ))
     .await;
@@ -91,7 +98,9 @@ async fn create(db: &TestDb) {
          CREATE TABLE oracle_pt AS SELECT * FROM pt;
          ALTER TABLE oracle_pt ADD PRIMARY KEY (id, k);
          CREATE TABLE oracle_big AS SELECT * FROM big;
-         ALTER TABLE oracle_big ADD PRIMARY KEY (id);",
+         ALTER TABLE oracle_big ADD PRIMARY KEY (id);
+         CREATE TABLE oracle_ck AS SELECT * FROM ck;
+         ALTER TABLE oracle_ck ADD PRIMARY KEY (b, a);",
     )
     .await;
 }
@@ -109,14 +118,15 @@ fn value(token: &str) -> (String, String) {
     (name.to_string(), v.to_string())
 }
 
-/// Apply the oracle slot's changes before `lsn` to the oracle tables.
+/// Apply the oracle slot's changes before `lsn` to the oracle tables — those an earlier call
+/// did not apply (they are consumed), so a test may compare at several end points in turn.
 async fn replay_to(db: &TestDb, lsn: &str) -> usize {
     // In log order (row_strings would sort them).
     let c = sluice_testkit::pg::connect(&db.url).await;
     let lines: Vec<String> = c
         .query(
             &format!(
-                "SELECT data FROM pg_logical_slot_peek_changes(current_database() || '_oracle', \
+                "SELECT data FROM pg_logical_slot_get_changes(current_database() || '_oracle', \
                  '{lsn}'::pg_lsn, NULL)"
             ),
             &[],
@@ -142,6 +152,7 @@ async fn replay_to(db: &TestDb, lsn: &str) -> usize {
             "conv" | "side" => (format!("oracle_{table}"), &["id"][..]),
             "pt_0" | "pt_1" => ("oracle_pt".to_string(), &["id", "k"][..]),
             "big" => ("oracle_big".to_string(), &["id"][..]),
+            "ck" => ("oracle_ck".to_string(), &["b", "a"][..]),
             _ => continue,
         };
         let (op, rest) = rest.split_once(':').unwrap();
@@ -218,7 +229,8 @@ async fn converged_output_equals_the_tables_at_its_end_point_under_writes() {
         let writer = start_writer(&db.url).await;
         let out = tempdir();
         let args = words(
-            "--table conv --table side --table pt --table big --consistency converged --parallel 4 \
+            "--table conv --table side --table pt --table big --table ck --consistency converged \
+             --parallel 4 \
              --chunk-size 256KB --batch-size 256KB",
         );
         let paused = harness()
@@ -243,6 +255,7 @@ async fn converged_output_equals_the_tables_at_its_end_point_under_writes() {
             ("side", "id, note"),
             ("pt", "id, k, v"),
             ("big", "id, v, doc"),
+            ("ck", "a, b, v"),
         ] {
             let want = db
                 .row_strings(&format!("SELECT {columns} FROM oracle_{table}"))
@@ -364,46 +377,100 @@ async fn while_writing(
         .unwrap()
 }
 
-/// Killed (as by `kill -9`) while reading chunks, and while rewriting parts: no manifest, the
-/// slot left behind is removed by the next run on that output, a resume is refused with the
-/// way out, and `--overwrite` converges to the tables at its own end point.
+/// The export `args` run to its end on a blocking thread, so the writer goes on meanwhile.
+async fn export_while_writing(db: &TestDb, out: &std::path::Path, args: &[&str]) -> Run {
+    let (url, out) = (db.url.clone(), out.to_path_buf());
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        export(&url, &out, &args)
+    })
+    .await
+    .unwrap()
+}
+
+/// Killed (as by `kill -9`) while reading chunks and while rewriting parts, or failed in a way
+/// a retry may cure: no manifest, the slot kept (the failure says so); `--resume`, with the
+/// writer still going, follows the log again from the first run's C, reads only the chunks
+/// without a receipt, and converges to the tables at its own end point, leaving nothing on the
+/// source. A resume whose slot was removed is refused with the way out.
 #[tokio::test]
-async fn killed_converged_exports_leave_no_manifest_and_the_next_run_cleans_up() {
+async fn killed_converged_exports_resume_to_the_tables_at_their_end_point() {
     let db = TestDb::new().await;
     create(&db).await;
     let writer = start_writer(&db.url).await;
-    let out = tempdir();
-    let args = words(
-        "--table conv --table side --consistency converged --parallel 2 --chunk-size 256KB \
-         --overwrite",
-    );
+    let base = "--table conv --table side --consistency converged --parallel 2 --chunk-size 256KB";
+    let (first, resume) = (format!("{base} --overwrite"), format!("{base} --resume"));
+    let (first, resume) = (words(&first), words(&resume));
     let ours = "SELECT slot_name FROM pg_replication_slots
                  WHERE database = current_database() AND slot_name LIKE 'sluice_converged_%'";
+    let out = tempdir();
     for point in [
         "export.before_receipt=exit@5",
-        "converge.after_rewrite=exit@1",
+        "converge.after_rewrite=error@1",
+        "converge.after_rewrite=exit@2",
     ] {
-        let run = while_writing(&db, out.path(), &args, point, &writer, "").await;
+        let run = while_writing(&db, out.path(), &first, point, &writer, "").await;
         assert_ne!(run.code, 0, "{point}: {}", run.stderr);
+        if point.contains("error") {
+            run.failed(&["for --resume to finish this run", "sluice_converged_"]);
+        }
         assert!(!out.path().join("manifest.json").exists(), "{point}");
+        assert_eq!(db.row_strings(ours).await.len(), 1, "{point}: the slot");
+        let state: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.path().join("_sluice/run.json")).unwrap())
+                .unwrap();
+        let c = state["converged"]["position"].as_str().unwrap().to_string();
+        writer.wait_for(30).await;
+        let resumed = export_while_writing(&db, out.path(), &resume).await;
+        resumed.ok();
+        // The first run's parts are kept (pages read in another transaction are as good).
+        assert!(
+            resumed.stderr.contains(" already done"),
+            "{point}: {}",
+            resumed.stderr
+        );
+        let m = files::manifest(out.path());
+        let conv = &m["converged"];
         assert_eq!(
-            db.row_strings(ours).await.len(),
-            1,
-            "{point}: the killed run's slot"
+            conv["start"], c,
+            "{point}: followed from the first run's C: {conv}"
+        );
+        assert!(
+            conv["changed_keys"].as_u64().unwrap() > 0,
+            "{point}: {conv}"
+        );
+        replay_to(&db, &lsn(conv["end"].as_str().unwrap())).await;
+        for (table, columns) in [("conv", "id, v, pad"), ("side", "id, note")] {
+            let want = db
+                .row_strings(&format!("SELECT {columns} FROM oracle_{table}"))
+                .await;
+            let got = files::row_strings(&files::dataset_batches(
+                &out.path().join(format!("public.{table}")),
+            ));
+            files::assert_same_rows(&got, &want, &format!("{point}, resumed: {table} at T"));
+        }
+        assert!(
+            db.row_strings(ours).await.is_empty(),
+            "{point}: a slot was left"
         );
     }
-    let resume = words("--table conv --table side --consistency converged --resume");
-    export(&db.url, out.path(), &resume).refused(2, &["cannot be resumed yet", "--overwrite"]);
-    while_writing(&db, out.path(), &args, "", &writer, "")
-        .await
-        .ok();
+    // The slot removed by hand while the run was unfinished: the log from C is gone.
+    while_writing(
+        &db,
+        out.path(),
+        &first,
+        "export.before_receipt=exit@3",
+        &writer,
+        "",
+    )
+    .await;
+    for slot in db.row_strings(ours).await {
+        db.exec(&format!("SELECT pg_drop_replication_slot('{slot}')"))
+            .await;
+    }
+    export(&db.url, out.path(), &resume).refused(2, &["is gone", "--overwrite"]);
     writer.stop().await;
-    assert!(db.row_strings(ours).await.is_empty(), "a slot was left");
-    let m = files::manifest(out.path());
-    replay_to(&db, &lsn(m["converged"]["end"].as_str().unwrap())).await;
-    let want = db.row_strings("SELECT id, v, pad FROM oracle_conv").await;
-    let got = files::row_strings(&files::dataset_batches(&out.path().join("public.conv")));
-    files::assert_same_rows(&got, &want, "after two kills: conv vs. the table at T");
     drop_oracle(&db).await;
 }
 
