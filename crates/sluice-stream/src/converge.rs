@@ -270,8 +270,8 @@ impl ChangeLog for ConvergeLog {
             return Err(Error::source_permanent(format!(
                 "{} {} rewritten (VACUUM FULL, CLUSTER or a rewriting ALTER TABLE) while the \
                  converged export read {}: its rows moved between the chunks without a change \
-                 in the log, so some could be missed or read twice. Run the export again once \
-                 the rewrite is over.",
+                 in the log, so some could be missed or read twice. Run the export again with \
+                 --overwrite once the rewrite is over.",
                 moved.join(", "),
                 if moved.len() == 1 { "was" } else { "were" },
                 if moved.len() == 1 { "it" } else { "them" },

@@ -393,7 +393,8 @@ async fn export_while_writing(db: &TestDb, out: &std::path::Path, args: &[&str])
 /// a retry may cure: no manifest, the slot kept (the failure says so); `--resume`, with the
 /// writer still going, follows the log again from the first run's C, reads only the chunks
 /// without a receipt, and converges to the tables at its own end point, leaving nothing on the
-/// source. A resume whose slot was removed is refused with the way out.
+/// source. A resume whose slot was removed, or whose table was rewritten (VACUUM FULL) since
+/// the first run's start, is refused with the way out.
 #[tokio::test]
 async fn killed_converged_exports_resume_to_the_tables_at_their_end_point() {
     let db = TestDb::new().await;
@@ -470,6 +471,21 @@ async fn killed_converged_exports_resume_to_the_tables_at_their_end_point() {
             .await;
     }
     export(&db.url, out.path(), &resume).refused(2, &["is gone", "--overwrite"]);
+    // A table rewritten between the runs: its rows moved unseen by the log.
+    while_writing(
+        &db,
+        out.path(),
+        &first,
+        "export.before_receipt=exit@3",
+        &writer,
+        "",
+    )
+    .await;
+    db.exec("VACUUM FULL conv").await;
+    export_while_writing(&db, out.path(), &resume)
+        .await
+        .failed(&["public.conv was rewritten", "--overwrite"]);
+    assert!(db.row_strings(ours).await.is_empty(), "a slot was left");
     writer.stop().await;
     drop_oracle(&db).await;
 }

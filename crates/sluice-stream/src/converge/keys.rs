@@ -133,7 +133,7 @@ impl ChangeSink for Keys {
         if !same || before.is_some_and(|b| b.columns != names) {
             return Err(Error::source_permanent(format!(
                 "{}: its columns changed while the converged export ran (now: {}); the output \
-                 would mix two schemas. Run the export again.",
+                 would mix two schemas. Run the export again with --overwrite.",
                 ds.name,
                 names.join(", ")
             )));
