@@ -218,7 +218,10 @@ pub(crate) async fn reconcile(
         );
         let delta = delta_chunks(prepared, &changed);
         let reading = Instant::now();
-        let read = read_delta(&c, ctx, prepared, &source, &delta).await;
+        let read = match sluice_core::failpoint::hit("converge.end_point") {
+            Ok(()) => read_delta(&c, ctx, prepared, &source, &delta).await,
+            Err(e) => Err(e),
+        };
         tracing::info!(
             "{} changed keys read again in {} part(s) in {:.2} s",
             changed.values().map(|k| k.keys.len()).sum::<usize>(),

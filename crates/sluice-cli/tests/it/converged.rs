@@ -389,8 +389,9 @@ async fn export_while_writing(db: &TestDb, out: &std::path::Path, args: &[&str])
     .unwrap()
 }
 
-/// Killed (as by `kill -9`) while reading chunks and while rewriting parts, or failed in a way
-/// a retry may cure: no manifest, the slot kept (the failure says so); `--resume`, with the
+/// Killed (as by `kill -9`) in every phase — reading chunks, holding the end point, rewriting
+/// parts, before the manifest — or failed in a way a retry may cure: no manifest, the slot
+/// kept (the failure says so); `--resume`, with the
 /// writer still going, follows the log again from the first run's C, reads only the chunks
 /// without a receipt, and converges to the tables at its own end point, leaving nothing on the
 /// source. A resume whose slot was removed, or whose table was rewritten (VACUUM FULL) since
@@ -408,8 +409,10 @@ async fn killed_converged_exports_resume_to_the_tables_at_their_end_point() {
     let out = tempdir();
     for point in [
         "export.before_receipt=exit@5",
+        "converge.end_point=exit@1",
         "converge.after_rewrite=error@1",
         "converge.after_rewrite=exit@2",
+        "export.before_manifest=exit@1",
     ] {
         let run = while_writing(&db, out.path(), &first, point, &writer, "").await;
         assert_ne!(run.code, 0, "{point}: {}", run.stderr);
@@ -456,6 +459,23 @@ async fn killed_converged_exports_resume_to_the_tables_at_their_end_point() {
             "{point}: a slot was left"
         );
     }
+    // The read at the end point failing (as when a TRUNCATE queues behind its locks): the
+    // changed keys are read at a later end point, and the output is the tables at that one.
+    let run = while_writing(
+        &db,
+        out.path(),
+        &first,
+        "converge.end_point=error@1",
+        &writer,
+        "",
+    )
+    .await;
+    run.ok().says(&["at a later end point (attempt 2 of 3)"]);
+    let m = files::manifest(out.path());
+    replay_to(&db, &lsn(m["converged"]["end"].as_str().unwrap())).await;
+    let want = db.row_strings("SELECT id, v, pad FROM oracle_conv").await;
+    let got = files::row_strings(&files::dataset_batches(&out.path().join("public.conv")));
+    files::assert_same_rows(&got, &want, "read again at a later end point: conv at T");
     // The slot removed by hand while the run was unfinished: the log from C is gone.
     while_writing(
         &db,
