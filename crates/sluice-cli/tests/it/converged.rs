@@ -391,11 +391,11 @@ async fn export_while_writing(db: &TestDb, out: &std::path::Path, args: &[&str])
 
 /// Killed (as by `kill -9`) in every phase — reading chunks, holding the end point, rewriting
 /// parts, before the manifest — or failed in a way a retry may cure: no manifest, the slot
-/// kept (the failure says so); `--resume`, with the
-/// writer still going, follows the log again from the first run's C, reads only the chunks
-/// without a receipt, and converges to the tables at its own end point, leaving nothing on the
-/// source. A resume whose slot was removed, or whose table was rewritten (VACUUM FULL) since
-/// the first run's start, is refused with the way out.
+/// kept (the failure says so); `--resume`, with the writer still going, follows the log again
+/// from the first run's C, reads only the chunks without a receipt, and converges to the
+/// tables at its own end point, leaving nothing on the source. A failed read at the end point
+/// is taken again at a later one. A resume whose slot was removed, or whose table was
+/// rewritten (VACUUM FULL) since the first run's start, is refused with the way out.
 #[tokio::test]
 async fn killed_converged_exports_resume_to_the_tables_at_their_end_point() {
     let db = TestDb::new().await;
