@@ -23,6 +23,7 @@ use sluice_core::{Error, Result};
 use std::sync::Arc;
 
 /// A part file read through a destination, for the Parquet reader.
+#[derive(Clone)]
 pub(crate) struct RemoteFile {
     dest: Arc<dyn Destination>,
     path: String,

@@ -103,6 +103,36 @@ pub fn writer_properties_for(
     Ok(b.build())
 }
 
+/// The writer of a part with `schema` into `out`, with properties chosen from its first batch
+/// `first` (the defaults when it has none) and sluice's own schema metadata as Parquet
+/// key-value metadata too (readers that do not decode the Arrow schema see it).
+pub(crate) fn arrow_writer(
+    schema: &SchemaRef,
+    out: CountingWriter,
+    options: &ParquetOptions,
+    first: Option<&RecordBatch>,
+    path: &str,
+) -> Result<ArrowWriter<CountingWriter>> {
+    let mut props = match first {
+        Some(b) => writer_properties_for(options, b)?,
+        None => writer_properties(options, schema.fields().len())?,
+    };
+    let own: Vec<KeyValue> = schema
+        .metadata()
+        .iter()
+        .filter(|(k, _)| k.starts_with("sluice."))
+        .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
+        .collect();
+    if !own.is_empty() {
+        props = props
+            .into_builder()
+            .set_key_value_metadata(Some(own))
+            .build();
+    }
+    ArrowWriter::try_new(out, schema.clone(), Some(props))
+        .map_err(|e| Error::internal(format!("cannot write Parquet for {path}: {e}")))
+}
+
 /// One Parquet part file being written.
 pub struct ParquetPart {
     /// The output until the first batch creates the writer.
@@ -145,28 +175,7 @@ impl ParquetPart {
                 .out
                 .take()
                 .ok_or_else(|| Error::internal("write after finish"))?;
-            let mut props = match first {
-                Some(b) => writer_properties_for(&self.options, b)?,
-                None => writer_properties(&self.options, self.schema.fields().len())?,
-            };
-            let own: Vec<KeyValue> = self
-                .schema
-                .metadata()
-                .iter()
-                .filter(|(k, _)| k.starts_with("sluice."))
-                .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
-                .collect();
-            if !own.is_empty() {
-                // sluice's own schema metadata (what change files miss, …) as Parquet
-                // key-value metadata too: readers that do not decode the Arrow schema see it.
-                props = props
-                    .into_builder()
-                    .set_key_value_metadata(Some(own))
-                    .build();
-            }
-            let w = ArrowWriter::try_new(out, self.schema.clone(), Some(props)).map_err(|e| {
-                Error::internal(format!("cannot write Parquet for {}: {e}", self.path))
-            })?;
+            let w = arrow_writer(&self.schema, out, &self.options, first, &self.path)?;
             self.writer = Some(w);
         }
         self.writer
