@@ -6,7 +6,9 @@
 use crate::job::ExportJob;
 use crate::manifest::{ColumnRecord, DatasetRecord, MANIFEST_VERSION, RunState};
 use crate::plan::{self, Budget, PlanInputs};
-use sluice_core::{Chunk, ChunkRequest, Coordinator, Dataset, DatasetKind, Error, Result};
+use sluice_core::{
+    Chunk, ChunkRequest, Consistency, Coordinator, Dataset, DatasetKind, Error, Result,
+};
 use sluice_sink::{FormatOptions, ParquetOptions};
 use std::collections::HashSet;
 
@@ -22,7 +24,10 @@ pub fn plan_inputs(job: &ExportJob) -> PlanInputs {
         chunk_bytes: job.chunk_bytes,
         memory: job.memory,
         batch_bytes: job.batch_bytes,
-        row_group_bytes: job.row_group_bytes,
+        row_group_bytes: match (job.row_group_bytes, job.consistency) {
+            (None, Consistency::Converged) => Some(crate::converge::ROW_GROUP_BYTES),
+            (given, _) => given,
+        },
         holds_row_group: matches!(
             job.format,
             FormatOptions::Parquet(_) | FormatOptions::Delta(_) | FormatOptions::Iceberg(_)
