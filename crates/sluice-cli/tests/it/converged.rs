@@ -482,22 +482,34 @@ async fn killed_converged_exports_resume_to_the_tables_at_their_end_point() {
         &db,
         out.path(),
         &first,
-        "export.before_receipt=exit@3",
+        "converge.end_point=exit@1",
         &writer,
         "",
     )
     .await;
-    for slot in db.row_strings(ours).await {
+    // Once the server has seen the killed run's session go.
+    let idle = format!("{ours} AND NOT active");
+    for _ in 0..100 {
+        if db.row_strings(&idle).await.len() == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    for slot in db.row_strings(&idle).await {
         db.exec(&format!("SELECT pg_drop_replication_slot('{slot}')"))
             .await;
     }
+    assert!(
+        db.row_strings(ours).await.is_empty(),
+        "the slot was not dropped"
+    );
     export(&db.url, out.path(), &resume).refused(2, &["is gone", "--overwrite"]);
     // A table rewritten between the runs: its rows moved unseen by the log.
     while_writing(
         &db,
         out.path(),
         &first,
-        "export.before_receipt=exit@3",
+        "converge.end_point=exit@1",
         &writer,
         "",
     )
