@@ -273,6 +273,7 @@ pub(crate) async fn reconcile(
         parts_rewritten: 0,
         rewritten_bytes: 0,
         chunk_bytes: 0,
+        reencoded_bytes: 0,
         rows_removed: 0,
         longest_chunk_seconds: longest_chunk,
         end_snapshot_seconds,
@@ -293,6 +294,7 @@ pub(crate) async fn reconcile(
 /// The report's line on how the run converged.
 fn note(r: &ConvergedRecord) -> String {
     let share = 100.0 * r.rewritten_bytes as f64 / r.chunk_bytes.max(1) as f64;
+    let encoded = 100.0 * r.reencoded_bytes as f64 / r.chunk_bytes.max(1) as f64;
     let log = r
         .log_bytes
         .map(|b| {
@@ -306,7 +308,8 @@ fn note(r: &ConvergedRecord) -> String {
         "consistency converged: the output is the tables at log position {} — each chunk was \
          read in its own transaction (the longest {:.1} s), then the {} keys changed during the \
          run were read again under one snapshot held {:.1} s and their older copies removed from \
-         {} parts ({share:.0}% of the bytes read before it rewritten){log}",
+         {} parts ({share:.0}% of the bytes read before it rewritten, {encoded:.0}% encoded \
+         again, the rest copied){log}",
         r.end, r.longest_chunk_seconds, r.changed_keys, r.end_snapshot_seconds, r.parts_rewritten,
     )
 }

@@ -282,6 +282,10 @@ pub struct ConvergedRecord {
     /// Bytes of every part read before the end point, as first written: what
     /// `rewritten_bytes` is a share of.
     pub chunk_bytes: u64,
+    /// Bytes (as written before) of the row groups decoded and encoded again without their
+    /// changed rows; the rest of the rewritten parts was copied as encoded, or left out.
+    #[serde(default)]
+    pub reencoded_bytes: u64,
     /// Rows removed from parts (older copies of changed keys).
     pub rows_removed: u64,
     /// The longest a chunk's transaction lived (its read), in seconds.

@@ -49,6 +49,9 @@ pub struct Rewritten {
     pub stats: PartStats,
     /// Rows removed.
     pub removed: u64,
+    /// Bytes of the part's row groups decoded and encoded again (their compressed size in the
+    /// part as it was); the rest was copied, or left out with every row.
+    pub reencoded_bytes: u64,
 }
 
 /// The rows of `part` (a Parquet file) whose key is in `drop`, in file order, reading its key
@@ -141,7 +144,7 @@ pub fn without_rows(
         arrow_writer(&part.schema, out, options, first.as_ref(), part.path)?
             .into_serialized_writer()
             .map_err(failed)?;
-    let (mut kept, mut written) = (0u64, 0usize);
+    let (mut kept, mut written, mut reencoded) = (0u64, 0usize, 0u64);
     for (i, span) in spans.iter().enumerate() {
         let group = &hits[span.clone()];
         if !marked(span) {
@@ -165,6 +168,7 @@ pub fn without_rows(
         if group.iter().all(|&hit| hit) {
             continue;
         }
+        reencoded += groups[i].compressed_size() as u64;
         let mut columns = factory.create_column_writers(written).map_err(failed)?;
         let mut at = 0usize;
         for batch in group_reader(i)? {
@@ -215,6 +219,7 @@ pub fn without_rows(
     Ok(Rewritten {
         stats,
         removed: hits.len() as u64 - kept,
+        reencoded_bytes: reencoded,
     })
 }
 
@@ -306,6 +311,10 @@ mod tests {
         };
         let r = without_rows(&dest, &format, &part, &hits).unwrap();
         assert_eq!(r.removed, 1010);
+        assert_eq!(
+            r.reencoded_bytes,
+            before.row_group(1).compressed_size() as u64
+        );
         assert_eq!(r.stats.rows, 2990);
         let after = metadata(&dest, path, r.stats.bytes);
         assert_eq!(after.num_row_groups(), 3);

@@ -277,6 +277,11 @@ async fn converged_output_equals_the_tables_at_its_end_point_under_writes() {
         assert!(c["changed_keys"].as_u64().unwrap() > 100, "{c}");
         assert!(c["parts_rewritten"].as_u64().unwrap() > 0, "{c}");
         assert!(c["rows_removed"].as_u64().unwrap() > 0, "{c}");
+        let encoded = c["reencoded_bytes"].as_u64().unwrap();
+        assert!(
+            encoded > 0 && encoded <= c["rewritten_bytes"].as_u64().unwrap(),
+            "{c}"
+        );
         assert_eq!(c["truncated"], serde_json::json!(["public.side"]), "{c}");
         assert!(commits > 150, "{commits}");
         // Nothing is left on the source.

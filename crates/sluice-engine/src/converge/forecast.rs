@@ -9,9 +9,10 @@ const SAMPLE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// `sluice plan --consistency converged`: from the tables' recent change rate (their counters
 /// over [`SAMPLE`]) and the run's predicted length, how many keys would change, what
-/// remembering them takes, and what share of the parts would be rewritten — `1 - e^(-K/P)` for
-/// K changes spread evenly over P parts, an upper bound (changes on recent rows touch few
-/// parts) — with the advice to use `snapshot` where more than half would be rewritten.
+/// remembering them takes, and what share of the row groups would be encoded again —
+/// `1 - e^(-K/G)` for K changes spread evenly over G row groups (the rest is copied), an upper
+/// bound (changes on recent rows touch few) — with the advice to use `snapshot` where more
+/// than half would be.
 pub(crate) async fn forecast(
     job: &ExportJob,
     datasets: &[Dataset],
@@ -43,12 +44,13 @@ pub(crate) async fn forecast(
         };
         let rate = a.saturating_sub(*b) as f64 / SAMPLE.as_secs_f64();
         let changed = rate * run_seconds;
-        let parts = chunks
-            .iter()
-            .filter(|c| c.dataset == ds.name)
-            .count()
+        let parts = chunks.iter().filter(|c| c.dataset == ds.name).count();
+        // Row groups are cut by their size in memory, about the table's size on the server.
+        let group = job.row_group_bytes.unwrap_or(super::ROW_GROUP_BYTES).max(1) as u64;
+        let groups = (ds.estimate.bytes.div_ceil(group) as usize)
+            .max(parts)
             .max(1) as f64;
-        let rewritten = 1.0 - (-changed / parts).exp();
+        let rewritten = 1.0 - (-changed / groups).exp();
         key_bytes += changed * (48.0 + 32.0 * ds.primary_key.len().max(1) as f64);
         let advice = if rewritten > 0.5 {
             "; --consistency snapshot would write the output once and be cheaper here"
@@ -57,8 +59,9 @@ pub(crate) async fn forecast(
         };
         notes.push(format!(
             "converged: {} changes {rate:.0} rows/s now (server counters over {} s): over a run \
-             of about {run_seconds:.1} s up to {changed:.0} changed keys, rewriting up to \
-             {:.0}% of its {parts:.0} parts if the changes are spread over the table{advice}",
+             of about {run_seconds:.1} s up to {changed:.0} changed keys, encoding again up \
+             to {:.0}% of its about {groups:.0} row groups if the changes are spread over the \
+             table{advice}",
             ds.name,
             SAMPLE.as_secs(),
             100.0 * rewritten

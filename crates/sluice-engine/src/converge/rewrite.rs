@@ -103,6 +103,7 @@ pub(super) async fn remove_changed(
             record.parts_rewritten += 1;
             record.rewritten_bytes += part.bytes;
             record.rows_removed += r.removed;
+            record.reencoded_bytes += r.reencoded_bytes;
             part.rows = r.stats.rows;
             part.bytes = r.stats.bytes;
             part.xxh3_128 = r.stats.xxh3_128;
