@@ -308,7 +308,7 @@ fn note(r: &ConvergedRecord) -> String {
         "consistency converged: the output is the tables at log position {} — each chunk was \
          read in its own transaction (the longest {:.1} s), then the {} keys changed during the \
          run were read again under one snapshot held {:.1} s and their older copies removed from \
-         {} parts ({share:.0}% of the bytes read before it rewritten, {encoded:.0}% encoded \
+         {} part(s) ({share:.0}% of the bytes read before it rewritten, {encoded:.0}% encoded \
          again, the rest copied){log}",
         r.end, r.longest_chunk_seconds, r.changed_keys, r.end_snapshot_seconds, r.parts_rewritten,
     )
