@@ -107,6 +107,14 @@ async fn create(db: &TestDb) {
     .await;
 }
 
+/// A database with the tables and the oracle's start, and the writer going.
+async fn tables_under_a_writer() -> (TestDb, Background) {
+    let db = TestDb::new().await;
+    create(&db).await;
+    let writer = start_writer(&db.url).await;
+    (db, writer)
+}
+
 /// Drop the oracle's slot: slots are the server's, and other tests need theirs.
 async fn drop_oracle(db: &TestDb) {
     db.exec("SELECT pg_drop_replication_slot(current_database() || '_oracle')")
@@ -214,6 +222,49 @@ fn lsn(pos: &str) -> String {
     format!("{:X}/{:X}", n >> 32, n & 0xffff_ffff)
 }
 
+/// The columns the oracle compares, per table.
+const COLUMNS: [(&str, &str); 5] = [
+    ("conv", "id, v, pad"),
+    ("side", "id, note"),
+    ("pt", "id, k, v"),
+    ("big", "id, v, doc"),
+    ("ck", "a, b, v"),
+];
+
+/// Replay the oracle to the end point of the export in `out` (its manifest's `converged.end`),
+/// then compare each of `tables` there with the oracle's copy; returns the manifest and the
+/// changes replayed.
+async fn assert_at_end_point(
+    db: &TestDb,
+    out: &std::path::Path,
+    tables: &[&str],
+    what: &str,
+) -> (serde_json::Value, usize) {
+    let m = files::manifest(out);
+    let replayed = replay_to(db, &lsn(m["converged"]["end"].as_str().unwrap())).await;
+    for table in tables {
+        let (_, columns) = COLUMNS.iter().find(|(t, _)| t == table).unwrap();
+        let want = db
+            .row_strings(&format!("SELECT {columns} FROM oracle_{table}"))
+            .await;
+        let got = files::row_strings(&files::dataset_batches(
+            &out.join(format!("public.{table}")),
+        ));
+        files::assert_same_rows(&got, &want, &format!("{what}: {table} vs. the table at T"));
+    }
+    (m, replayed)
+}
+
+/// Slots and publications of this database's converged runs still on the source.
+async fn left_on_source(db: &TestDb) -> Vec<String> {
+    db.row_strings(
+        "SELECT slot_name FROM pg_replication_slots
+          WHERE database = current_database() AND slot_name LIKE 'sluice_%'
+         UNION ALL SELECT pubname FROM pg_publication",
+    )
+    .await
+}
+
 /// Rounds of the whole scenario (`SLUICE_CONVERGED_ROUNDS`, default 8: a 1-in-10 race shows
 /// in more than half of the suite's runs; `bench/converged/stress` runs 50).
 fn rounds() -> usize {
@@ -226,9 +277,7 @@ fn rounds() -> usize {
 #[tokio::test]
 async fn converged_output_equals_the_tables_at_its_end_point_under_writes() {
     for round in 0..rounds() {
-        let db = TestDb::new().await;
-        create(&db).await;
-        let writer = start_writer(&db.url).await;
+        let (db, writer) = tables_under_a_writer().await;
         let out = tempdir();
         let args = words(
             "--table conv --table side --table pt --table big --table ck --consistency converged \
@@ -245,30 +294,13 @@ async fn converged_output_equals_the_tables_at_its_end_point_under_writes() {
         paused.release().await.ok();
         let commits = writer.stop().await;
 
-        let m = files::manifest(out.path());
+        let tables = COLUMNS.map(|(t, _)| t);
+        let (m, replayed) =
+            assert_at_end_point(&db, out.path(), &tables, &format!("round {round}")).await;
         assert_eq!(m["consistency"], "converged");
         let c = &m["converged"];
-        let end = c["end"].as_str().unwrap();
-        let replayed = replay_to(&db, &lsn(end)).await;
         assert!(replayed > 100, "round {round}: {replayed} changes before T");
-        for (table, columns) in [
-            ("conv", "id, v, pad"),
-            ("side", "id, note"),
-            ("pt", "id, k, v"),
-            ("big", "id, v, doc"),
-            ("ck", "a, b, v"),
-        ] {
-            let want = db
-                .row_strings(&format!("SELECT {columns} FROM oracle_{table}"))
-                .await;
-            let got = files::row_strings(&files::dataset_batches(
-                &out.path().join(format!("public.{table}")),
-            ));
-            files::assert_same_rows(
-                &got,
-                &want,
-                &format!("round {round}: {table} vs. the table at T (log replayed)"),
-            );
+        for table in tables {
             let ds = files::manifest_dataset(&m, &format!("public.{table}"));
             assert_eq!(ds["guarantee"]["kind"], "converged", "{ds}");
         }
@@ -285,13 +317,7 @@ async fn converged_output_equals_the_tables_at_its_end_point_under_writes() {
         assert_eq!(c["truncated"], serde_json::json!(["public.side"]), "{c}");
         assert!(commits > 150, "{commits}");
         // Nothing is left on the source.
-        let left = db
-            .row_strings(
-                "SELECT slot_name FROM pg_replication_slots
-                  WHERE database = current_database() AND slot_name NOT LIKE '%_oracle'
-                 UNION ALL SELECT pubname FROM pg_publication",
-            )
-            .await;
+        let left = left_on_source(&db).await;
         assert!(left.is_empty(), "round {round}: left behind {left:?}");
         drop_oracle(&db).await;
     }
@@ -337,12 +363,7 @@ async fn converged_refuses_what_it_cannot_do_before_writing() {
             "{args:?}: refused after writing its plan"
         );
     }
-    let left = db
-        .row_strings(
-            "SELECT slot_name FROM pg_replication_slots WHERE database = current_database()
-             UNION ALL SELECT pubname FROM pg_publication",
-        )
-        .await;
+    let left = left_on_source(&db).await;
     assert!(left.is_empty(), "{left:?}");
 }
 
@@ -404,9 +425,7 @@ async fn export_while_writing(db: &TestDb, out: &std::path::Path, args: &[&str])
 /// rewritten (VACUUM FULL) since the first run's start, is refused with the way out.
 #[tokio::test]
 async fn killed_converged_exports_resume_to_the_tables_at_their_end_point() {
-    let db = TestDb::new().await;
-    create(&db).await;
-    let writer = start_writer(&db.url).await;
+    let (db, writer) = tables_under_a_writer().await;
     let base = "--table conv --table side --consistency converged --parallel 2 --chunk-size 256KB";
     let (first, resume) = (format!("{base} --overwrite"), format!("{base} --resume"));
     let (first, resume) = (words(&first), words(&resume));
@@ -440,7 +459,8 @@ async fn killed_converged_exports_resume_to_the_tables_at_their_end_point() {
             "{point}: {}",
             resumed.stderr
         );
-        let m = files::manifest(out.path());
+        let what = format!("{point}, resumed");
+        let (m, _) = assert_at_end_point(&db, out.path(), &["conv", "side"], &what).await;
         let conv = &m["converged"];
         assert_eq!(
             conv["start"], c,
@@ -450,16 +470,6 @@ async fn killed_converged_exports_resume_to_the_tables_at_their_end_point() {
             conv["changed_keys"].as_u64().unwrap() > 0,
             "{point}: {conv}"
         );
-        replay_to(&db, &lsn(conv["end"].as_str().unwrap())).await;
-        for (table, columns) in [("conv", "id, v, pad"), ("side", "id, note")] {
-            let want = db
-                .row_strings(&format!("SELECT {columns} FROM oracle_{table}"))
-                .await;
-            let got = files::row_strings(&files::dataset_batches(
-                &out.path().join(format!("public.{table}")),
-            ));
-            files::assert_same_rows(&got, &want, &format!("{point}, resumed: {table} at T"));
-        }
         assert!(
             db.row_strings(ours).await.is_empty(),
             "{point}: a slot was left"
@@ -477,21 +487,20 @@ async fn killed_converged_exports_resume_to_the_tables_at_their_end_point() {
     )
     .await;
     run.ok().says(&["at a later end point (attempt 2 of 3)"]);
-    let m = files::manifest(out.path());
-    replay_to(&db, &lsn(m["converged"]["end"].as_str().unwrap())).await;
-    let want = db.row_strings("SELECT id, v, pad FROM oracle_conv").await;
-    let got = files::row_strings(&files::dataset_batches(&out.path().join("public.conv")));
-    files::assert_same_rows(&got, &want, "read again at a later end point: conv at T");
-    // The slot removed by hand while the run was unfinished: the log from C is gone.
-    while_writing(
+    assert_at_end_point(
         &db,
         out.path(),
-        &first,
-        "converge.end_point=exit@1",
-        &writer,
-        "",
+        &["conv"],
+        "read again at a later end point",
     )
     .await;
+    // The slot removed by hand while the run was unfinished: the log from C is gone.
+    // An unfinished run: killed at the end point, every chunk read.
+    let unfinished = || {
+        let end_point = "converge.end_point=exit@1";
+        while_writing(&db, out.path(), &first, end_point, &writer, "")
+    };
+    unfinished().await;
     // Once the server has seen the killed run's session go.
     let idle = format!("{ours} AND NOT active");
     for _ in 0..100 {
@@ -510,15 +519,7 @@ async fn killed_converged_exports_resume_to_the_tables_at_their_end_point() {
     );
     export(&db.url, out.path(), &resume).refused(2, &["is gone", "--overwrite"]);
     // A table rewritten between the runs: its rows moved unseen by the log.
-    while_writing(
-        &db,
-        out.path(),
-        &first,
-        "converge.end_point=exit@1",
-        &writer,
-        "",
-    )
-    .await;
+    unfinished().await;
     db.exec("VACUUM FULL conv").await;
     export_while_writing(&db, out.path(), &resume)
         .await
@@ -532,9 +533,7 @@ async fn killed_converged_exports_resume_to_the_tables_at_their_end_point() {
 /// reason, leaves no manifest and nothing on the source.
 #[tokio::test]
 async fn rewrites_and_column_changes_mid_run_stop_a_converged_export() {
-    let db = TestDb::new().await;
-    create(&db).await;
-    let writer = start_writer(&db.url).await;
+    let (db, writer) = tables_under_a_writer().await;
     let args = words("--table conv --consistency converged --parallel 2 --chunk-size 256KB");
     // The plan forecasts what the writer's pace would cost a run.
     let plan = run(sluice().args(["plan", "--source", &db.url]).args(&args));
@@ -564,13 +563,7 @@ async fn rewrites_and_column_changes_mid_run_stop_a_converged_export() {
         assert_ne!(run.code, 0, "{during}: {}", run.stderr);
         run.failed(says);
         assert!(!out.path().join("manifest.json").exists(), "{during}");
-        let left = db
-            .row_strings(
-                "SELECT slot_name FROM pg_replication_slots
-                  WHERE database = current_database() AND slot_name LIKE 'sluice_%'
-                 UNION ALL SELECT pubname FROM pg_publication",
-            )
-            .await;
+        let left = left_on_source(&db).await;
         assert!(left.is_empty(), "{during}: left behind {left:?}");
     }
     writer.stop().await;
@@ -583,9 +576,7 @@ async fn rewrites_and_column_changes_mid_run_stop_a_converged_export() {
 async fn converged_output_on_an_object_store_equals_the_table_at_t() {
     use crate::objstore_common::{download, memory_for};
     use sluice_testkit::objstore::{Store, test_url};
-    let db = TestDb::new().await;
-    create(&db).await;
-    let writer = start_writer(&db.url).await;
+    let (db, writer) = tables_under_a_writer().await;
     let url = test_url(Store::S3);
     let mut args = words("--table conv --consistency converged --parallel 2 --chunk-size 256KB");
     args.extend(memory_for(&url));
@@ -593,12 +584,8 @@ async fn converged_output_on_an_object_store_equals_the_table_at_t() {
     writer.stop().await;
     let local = tempdir();
     download(&url, local.path()).await;
-    let m = files::manifest(local.path());
+    let (m, _) = assert_at_end_point(&db, local.path(), &["conv"], "S3").await;
     let c = &m["converged"];
     assert!(c["parts_rewritten"].as_u64().unwrap() > 0, "{c}");
-    replay_to(&db, &lsn(c["end"].as_str().unwrap())).await;
-    let want = db.row_strings("SELECT id, v, pad FROM oracle_conv").await;
-    let got = files::row_strings(&files::dataset_batches(&local.path().join("public.conv")));
-    files::assert_same_rows(&got, &want, "S3: conv vs. the table at T");
     drop_oracle(&db).await;
 }
