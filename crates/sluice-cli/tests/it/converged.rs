@@ -594,3 +594,67 @@ async fn converged_output_on_object_stores_equals_the_table_at_t() {
     writer.stop().await;
     drop_oracle(&db).await;
 }
+
+/// A session left idle in a transaction that holds an id when the run starts: a logical
+/// slot's creation waits for it to end. The run says which session it waits for and what
+/// ends the wait, then goes on once it is committed, to the tables at its end point.
+#[tokio::test]
+async fn a_slot_waiting_for_an_open_transaction_names_it_then_goes_on() {
+    let (db, writer) = tables_under_a_writer().await;
+    let open = sluice_testkit::pg::connect(&db.url).await;
+    open.batch_execute(
+        "SET application_name = 'left_open';
+         BEGIN;
+         UPDATE side SET note = note WHERE id = -1;",
+    )
+    .await
+    .unwrap();
+    let pid: i32 = open
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let out = tempdir();
+    let log = out.path().join("stderr.txt");
+    let mut child = sluice()
+        .args(["export", "--source", &db.url, "--to"])
+        .arg(out.path().join("export"))
+        .args(words(
+            "--table conv --consistency converged --parallel 2 --chunk-size 256KB",
+        ))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let said = |needle: &str| {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains(needle)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !said("transactions that were running when it began") {
+        assert!(child.try_wait().unwrap().is_none(), "ended while waiting");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the wait was never named"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        said(&format!("pid {pid} ")) && said("\"left_open\"") && said("idle in transaction"),
+        "{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    open.batch_execute("COMMIT").await.unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        status.success(),
+        "{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    writer.stop().await;
+    assert_at_end_point(&db, &out.path().join("export"), &["conv"], "after the wait").await;
+    drop_oracle(&db).await;
+}

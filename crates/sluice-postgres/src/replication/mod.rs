@@ -27,6 +27,7 @@ pub mod publication;
 pub mod slot;
 pub mod stream;
 pub mod values;
+mod wait;
 
 use crate::catalog::server_info;
 use crate::connect::PgTarget;
@@ -286,7 +287,8 @@ impl ChangeSource for PgCapture {
         .await?;
         let made = async {
             let mut conn = ReplConn::connect(&self.target).await?;
-            let created = slot::create_slot(&mut conn, &names.name, false, snapshot).await?;
+            let created =
+                wait::create_slot(&mut conn, &client, &names.name, false, snapshot).await?;
             Ok::<_, Error>((conn, created))
         }
         .await;
@@ -321,8 +323,9 @@ impl ChangeSource for PgCapture {
 
     async fn handoff(&self) -> Result<Handoff> {
         let mut conn = ReplConn::connect(&self.target).await?;
+        let client = self.client().await?;
         let name = format!("sluice_tmp_{:016x}", rand::random::<u64>());
-        let created = slot::create_slot(&mut conn, &name, true, true).await?;
+        let created = wait::create_slot(&mut conn, &client, &name, true, true).await?;
         held(conn, created).map(Handoff::Held)
     }
 

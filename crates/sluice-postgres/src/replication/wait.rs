@@ -1,0 +1,110 @@
+//! Creating a logical slot, saying what it waits for.
+//!
+//! A logical slot becomes consistent only once every transaction that held a transaction id
+//! when its creation began has ended (prepared ones included): `CREATE_REPLICATION_SLOT` waits
+//! for them, silently, however long they run — a session left idle in transaction holds up a
+//! stream's first start, or a converged export's start and end point, for hours. The wait
+//! harms nothing on the server (the creating session holds no lock others need), so it is not
+//! cut short; but after [`FIRST_WORD`] and then every [`AGAIN`] the transactions it waits for
+//! are named, with what would end the wait.
+
+use super::conn::ReplConn;
+use super::slot::{self, CreatedSlot};
+use crate::error::{Phase, classify};
+use sluice_core::Result;
+use std::time::Duration;
+use tokio_postgres::Client;
+
+/// How long a creation waits before its blockers are named.
+const FIRST_WORD: Duration = Duration::from_secs(5);
+/// How often they are named again while it still waits.
+const AGAIN: Duration = Duration::from_secs(30);
+
+/// [`slot::create_slot`], naming on `client` (another session) the transactions it waits for.
+pub(super) async fn create_slot(
+    conn: &mut ReplConn,
+    client: &Client,
+    name: &str,
+    temporary: bool,
+    export: bool,
+) -> Result<CreatedSlot> {
+    let server = conn.display().to_string();
+    let creating = slot::create_slot(conn, name, temporary, export);
+    tokio::pin!(creating);
+    let mut wait = FIRST_WORD;
+    let mut waited = Duration::ZERO;
+    loop {
+        tokio::select! {
+            created = &mut creating => return created,
+            () = tokio::time::sleep(wait) => {
+                waited += wait;
+                wait = AGAIN;
+                match blockers(client, &server).await {
+                    Ok(list) if !list.is_empty() => tracing::warn!(
+                        "creating replication slot {name} on {server} has waited {} s for \
+                         transactions that were running when it began (a logical slot starts \
+                         only once they end): {}. It goes on when they end: commit or roll \
+                         them back, or end their sessions (pg_terminate_backend).",
+                        waited.as_secs(),
+                        list.join("; ")
+                    ),
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!("naming what the slot's creation waits for: {e}"),
+                }
+            }
+        }
+    }
+}
+
+/// The oldest transactions holding a transaction id, and prepared transactions, in words.
+async fn blockers(client: &Client, display: &str) -> Result<Vec<String>> {
+    let rows = client
+        .query(
+            "SELECT pid::text, coalesce(usename, ''), coalesce(application_name, ''), \
+                    coalesce(state, ''), extract(epoch FROM now() - xact_start)::bigint, \
+                    left(regexp_replace(coalesce(query, ''), '\\s+', ' ', 'g'), 80) \
+               FROM pg_stat_activity \
+              WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid() \
+                AND backend_type = 'client backend' \
+              ORDER BY xact_start LIMIT 5",
+            &[],
+        )
+        .await
+        .map_err(|e| classify(e, Phase::Catalog, display))?;
+    let mut out: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let app: String = r.get(2);
+            format!(
+                "pid {} ({}{}, {} for {} s: {})",
+                r.get::<_, String>(0),
+                r.get::<_, String>(1),
+                if app.is_empty() {
+                    String::new()
+                } else {
+                    format!(", application {app:?}")
+                },
+                r.get::<_, String>(3),
+                r.get::<_, i64>(4),
+                r.get::<_, String>(5)
+            )
+        })
+        .collect();
+    let prepared = client
+        .query(
+            "SELECT gid, extract(epoch FROM now() - prepared)::bigint \
+               FROM pg_prepared_xacts ORDER BY prepared LIMIT 5",
+            &[],
+        )
+        .await
+        .map_err(|e| classify(e, Phase::Catalog, display))?;
+    out.extend(prepared.iter().map(|r| {
+        format!(
+            "prepared transaction {:?} (prepared {} s ago; COMMIT PREPARED or ROLLBACK PREPARED \
+             ends it)",
+            r.get::<_, String>(0),
+            r.get::<_, i64>(1)
+        )
+    }));
+    Ok(out)
+}
