@@ -38,6 +38,7 @@ use crate::snapshot;
 use crate::worker::{self, WorkerContext, Writers};
 use sluice_core::error::Retry;
 use sluice_core::{Consistency, Error, ErrorKind, ReadCounters, Result, SourceOptions};
+use sluice_sink::layout::MANIFEST;
 use sluice_sink::{LockHolder, OutputLock};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,10 +90,13 @@ async fn timed_export(
     };
     let mut result = locked(&job, &lock, run_id, started, progress, cancel, phases).await;
     if let Some(log) = &job.converge {
-        // What a retry may cure (a lost connection, a full disk, an interruption) keeps the
-        // log for --resume; anything else would fail again the same way.
+        // What a retry may cure (a lost connection, an interruption) or a fix of the output
+        // (a full disk) keeps the log for --resume; anything else would fail again the same
+        // way, and once the manifest is written there is nothing left to resume.
         let keep = matches!(&result, Err(e)
-            if e.retry() == Retry::Transient || e.kind() == ErrorKind::Interrupted);
+            if e.retry() == Retry::Transient
+                || matches!(e.kind(), ErrorKind::Interrupted | ErrorKind::Destination))
+            && !matches!(job.destination.get(MANIFEST).await, Ok(Some(_)));
         match log.close(keep).await {
             Ok(Some(kept)) => {
                 result = result.map_err(|e| {

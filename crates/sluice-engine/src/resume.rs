@@ -223,6 +223,15 @@ pub async fn resume_plan(
         .collect();
     let records: Vec<DatasetRecord> = discovered.iter().map(record_of).collect();
     let converged = state.converged.is_some();
+    if job.consistency == sluice_core::Consistency::Converged && !converged && !done.is_empty() {
+        // Parts read with no start in the log recorded: the changes since they were read are
+        // nowhere (a run.json of a sluice that could not resume converged runs).
+        return Err(Error::config(format!(
+            "the unfinished converged export in {shown} recorded no start in the change log, so \
+             the changes since its parts were read cannot be followed. Use --overwrite to start \
+             over."
+        )));
+    }
     let decided = reconcile(&state, &done, &records, converged);
     if !decided.refused.is_empty() {
         return Err(Error::config(format!(

@@ -140,6 +140,9 @@ pub fn without_rows(
     let out = CountingWriter::new(dest.create(part.path)?, part.path);
     let errors = out.errors();
     let failed = |e: parquet::errors::ParquetError| write_error(errors.take(), e, part.path);
+    // Copying a row group reads the old part: without a write error, the read failed.
+    let copy_failed =
+        |e: parquet::errors::ParquetError| errors.take().unwrap_or_else(|| read_error(part, e));
     let (mut writer, factory) =
         arrow_writer(&part.schema, out, options, first.as_ref(), part.path)?
             .into_serialized_writer()
@@ -159,7 +162,7 @@ pub fn without_rows(
                     column_index: index.column_index(c).cloned(),
                     offset_index: index.offset_index(c).cloned(),
                 };
-                rg.append_column(&file, close).map_err(failed)?;
+                rg.append_column(&file, close).map_err(copy_failed)?;
             }
             rg.close().map_err(failed)?;
             (kept, written) = (kept + span.len() as u64, written + 1);

@@ -142,7 +142,16 @@ impl ChangeLog for ConvergeLog {
         let mut state = self.state.lock().await;
         let objects = self.source.server_objects();
         let left = match &objects {
-            Some(o) => o.exists(&self.names).await?,
+            Some(o) => match o.exists(&self.names).await {
+                Ok(left) => left,
+                // Invalidated (the server removed WAL it needed): gone for a resume, and
+                // removed before a fresh start like any leftover.
+                Err(e) if e.kind() == sluice_core::ErrorKind::Source => {
+                    tracing::warn!("{e}");
+                    resume.is_none()
+                }
+                Err(e) => return Err(e),
+            },
             None => false,
         };
         let start = match (resume, objects) {

@@ -39,18 +39,23 @@ pub(super) async fn create_slot(
             () = tokio::time::sleep(wait) => {
                 waited += wait;
                 wait = AGAIN;
-                match blockers(client, &server).await {
-                    Ok(list) if !list.is_empty() => tracing::warn!(
-                        "creating replication slot {name} on {server} has waited {} s for \
-                         transactions that were running when it began (a logical slot starts \
-                         only once they end): {}. It goes on when they end: commit or roll \
-                         them back, or end their sessions (pg_terminate_backend).",
-                        waited.as_secs(),
-                        list.join("; ")
-                    ),
-                    Ok(_) => {}
-                    Err(e) => tracing::debug!("naming what the slot's creation waits for: {e}"),
-                }
+                // Bounded, so a slow catalog query does not hide the slot's creation.
+                let named = tokio::time::timeout(Duration::from_secs(5), blockers(client, &server));
+                let list = match named.await {
+                    Ok(Ok(list)) if !list.is_empty() => list.join("; "),
+                    Ok(Ok(_)) => "none this role can see (pg_read_all_stats shows other users' \
+                                  sessions)"
+                        .to_string(),
+                    Ok(Err(e)) => format!("they could not be listed: {e}"),
+                    Err(_) => "they could not be listed in time".to_string(),
+                };
+                tracing::warn!(
+                    "creating replication slot {name} on {server} has waited {} s for \
+                     transactions that were running when it began (a logical slot starts only \
+                     once they end): {list}. It goes on when they end: commit or roll them \
+                     back, or end their sessions (pg_terminate_backend).",
+                    waited.as_secs()
+                );
             }
         }
     }
@@ -61,12 +66,13 @@ async fn blockers(client: &Client, display: &str) -> Result<Vec<String>> {
     let rows = client
         .query(
             "SELECT pid::text, coalesce(usename, ''), coalesce(application_name, ''), \
-                    coalesce(state, ''), extract(epoch FROM now() - xact_start)::bigint, \
+                    coalesce(state, '?'), \
+                    coalesce(extract(epoch FROM now() - xact_start)::bigint, -1), \
                     left(regexp_replace(coalesce(query, ''), '\\s+', ' ', 'g'), 80) \
                FROM pg_stat_activity \
               WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid() \
-                AND backend_type = 'client backend' \
-              ORDER BY xact_start LIMIT 5",
+                AND backend_type IS DISTINCT FROM 'walsender' \
+              ORDER BY xact_start NULLS LAST LIMIT 5",
             &[],
         )
         .await
@@ -92,7 +98,7 @@ async fn blockers(client: &Client, display: &str) -> Result<Vec<String>> {
         .collect();
     let prepared = client
         .query(
-            "SELECT gid, extract(epoch FROM now() - prepared)::bigint \
+            "SELECT gid, coalesce(extract(epoch FROM now() - prepared)::bigint, -1) \
                FROM pg_prepared_xacts ORDER BY prepared LIMIT 5",
             &[],
         )
