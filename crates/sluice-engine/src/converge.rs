@@ -363,7 +363,7 @@ async fn read_delta(
     };
     let mut coordinator = source.open_coordinator(&options).await?;
     let readers = async {
-        let workers = prepared.workers.min(delta.len()).max(1);
+        let workers = prepared.plan_workers.min(delta.len()).max(1);
         let touched: HashSet<&str> = delta.iter().map(|d| d.dataset.as_str()).collect();
         let datasets: Vec<Dataset> = prepared
             .datasets

@@ -31,6 +31,9 @@ pub(crate) struct Prepared {
     pub snapshot_index: u32,
     /// Workers.
     pub workers: usize,
+    /// Workers the whole plan would get: what a converged run reads its changed keys again
+    /// and rewrites its parts with, however few chunks a resumed run had left.
+    pub plan_workers: usize,
     /// Byte budgets per worker.
     pub budget: Budget,
     /// The planner's predicted peak RSS for `workers` with `budget` and the destination's
@@ -150,6 +153,7 @@ pub(crate) async fn prepare(
         skipped,
         snapshot_index,
         workers,
+        plan_workers: sizing.workers.max(1),
         budget,
         predicted_peak_rss: predicted,
         notes,

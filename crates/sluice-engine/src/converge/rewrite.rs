@@ -1,6 +1,7 @@
 //! The last step of a converged run: every part read before the end point that holds a
 //! changed key is written again without it (`sluice_sink::rewrite`), on blocking threads, as
-//! many at once as the run had workers, each with its receipt withdrawn first.
+//! many at once as the plan has workers (a resumed run too, however few chunks it read), each
+//! with its receipt withdrawn first.
 
 use super::{ChangedKeys, key_columns};
 use crate::job::ExportJob;
@@ -44,7 +45,7 @@ pub(super) async fn remove_changed(
         .filter(|p| !fresh.contains(&(p.dataset.as_str(), p.ordinal)))
         .map(|p| p.bytes)
         .sum();
-    // Each part on a blocking thread, as many at once as the run had workers (each holds a
+    // Each part on a blocking thread, as many at once as the plan has workers (each holds a
     // row group, as a worker does).
     let mut rewrites = Vec::with_capacity(parts.len());
     for part in parts {
@@ -95,7 +96,7 @@ pub(super) async fn remove_changed(
             Ok::<_, Error>((part, Some(r)))
         }));
     }
-    let mut done = futures_util::stream::iter(rewrites).buffered(prepared.workers.max(1));
+    let mut done = futures_util::stream::iter(rewrites).buffered(prepared.plan_workers.max(1));
     let mut updated = Vec::new();
     while let Some(result) = done.next().await {
         let (mut part, rewritten) = result?;
