@@ -63,11 +63,11 @@ const END_ATTEMPTS: u32 = 3;
 
 /// The row groups of a converged run's parts unless `--row-group-size` says otherwise: small,
 /// because a part's rewrite copies the row groups without a changed key and encodes the others
-/// again, so its cost follows the row groups touched. Measured (2026-11-29, narrow 2 M rows,
-/// updates among the newest 1 %, 2 workers): the rewrite took 0.16–0.19 s instead of
-/// 0.39–0.44 s with the 16 MB groups `--memory` gives (one per part), the files were 0.7 %
-/// smaller, and a snapshot export with such groups was as fast. About 67,000 narrow rows a
-/// group, fewer than DuckDB's 122,880.
+/// again, so its cost follows the row groups touched; the 16 MB groups `--memory` gives held a
+/// whole part of the lab's narrow table. Measured by `bench/converged/run` (2026-11-29
+/// 02:36 UTC, `docs/converged/benchmarks.md`): with updates among the newest 1 % of a narrow
+/// 2 M-row table, 4 % of the bytes were encoded again (33 % of them in rewritten parts) and
+/// the run took 1.12x the snapshot export's wall, against 1.49x with one group per part.
 pub const ROW_GROUP_BYTES: usize = 2 << 20;
 
 /// Keys read again per delta chunk: one statement's `IN` list stays a few hundred kilobytes.
