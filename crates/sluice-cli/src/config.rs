@@ -218,17 +218,27 @@ fn build(o: &Options, output: Output) -> Result<ExportJob> {
     job.budget = budget(o)?;
     job.report_html = o.report_html.clone();
     job.table = table;
-    if consistency == Consistency::Converged {
+    // A converged run follows the log; an --overwrite of any other kind may have to remove
+    // what an unfinished converged run on the same output kept on the source (its slot holds
+    // the source's log until removed). Neither connects until it is used.
+    let converged = consistency == Consistency::Converged;
+    if converged || o.overwrite {
         let changes = registry::open_change_source(
             o.source.as_deref().unwrap_or_default(),
             None,
             None,
             crate::args::BadValuesArg::policy(None),
-        )?;
+        );
+        let changes = match changes {
+            Ok(c) => Some(c),
+            Err(e) if converged => return Err(e),
+            // A source without a change log never kept anything.
+            Err(_) => None,
+        };
         let output = job.destination.display();
-        job.converge = Some(Arc::new(sluice_stream::ConvergeLog::new(
-            changes, &output, memory,
-        )));
+        job.converge = changes.map(|changes| -> Arc<dyn sluice_engine::converge::ChangeLog> {
+            Arc::new(sluice_stream::ConvergeLog::new(changes, &output, memory))
+        });
     }
     Ok(job)
 }

@@ -541,6 +541,11 @@ pub trait ServerObjects: Send + Sync {
     /// them.
     async fn exists(&self, names: &CaptureNames) -> Result<bool>;
 
+    /// How far a reader of the capture's objects confirmed having handled the changes
+    /// (PostgreSQL: the slot's `confirmed_flush_lsn`); the server skips what commits before it
+    /// even when asked to read from earlier. `None` when the objects do not exist.
+    async fn confirmed(&self, names: &CaptureNames) -> Result<Option<StreamPos>>;
+
     /// Remove the capture's objects; the publication only when `publication`. Returns what
     /// was removed, for the message.
     async fn remove(&self, names: &CaptureNames, publication: bool) -> Result<Vec<String>>;

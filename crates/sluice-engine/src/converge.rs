@@ -126,6 +126,12 @@ pub trait ChangeLog: Send + Sync {
     /// unless `keep`, when it stays for `--resume` and what holds the log is returned, in
     /// words, for the run's error. Called however the run ends, and when nothing was begun.
     async fn close(&self, keep: bool) -> Result<Option<String>>;
+
+    /// Remove what an unfinished converged run on this output kept on the source for
+    /// `--resume` (a slot holds the source's log until removed), when the run is replaced by
+    /// one of another consistency (`--overwrite`), which never calls [`ChangeLog::begin`].
+    /// Returns what was removed, in words; nothing when nothing was left.
+    async fn discard(&self) -> Result<Vec<String>>;
 }
 
 /// Refuse what a converged run cannot do, before run.json is written: a format whose parts

@@ -143,7 +143,12 @@ async fn locked(
             let recorded = prepared.state.converged.clone();
             let begun = match log.begin(&prepared.datasets, recorded.as_ref()).await {
                 // Recorded before any chunk is read, for a resume to follow the log from C.
-                Ok(c) if recorded.is_none() => {
+                Ok(mut c) if recorded.is_none() => {
+                    c.keys = prepared
+                        .datasets
+                        .iter()
+                        .map(|d| (d.name.clone(), d.primary_key.clone()))
+                        .collect();
                     prepared.state.converged = Some(c.clone());
                     snapshot::write_state(job, &prepared.state)
                         .await

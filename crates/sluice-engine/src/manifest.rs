@@ -341,4 +341,8 @@ pub struct ConvergedStart {
     /// the log.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage: Option<std::collections::BTreeMap<String, String>>,
+    /// Each dataset's primary key at C: the parts' rows are matched with the changed keys by
+    /// these columns, so a resume refuses a dataset whose key changed since.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub keys: std::collections::BTreeMap<String, Vec<String>>,
 }

@@ -4,6 +4,7 @@
 
 use crate::job::ExportJob;
 use crate::manifest::RunState;
+use crate::output::Prior;
 use crate::phase::PhaseTimer;
 use crate::plan::{self, Budget};
 use crate::planning::{fresh, plan_inputs, refuse_duplicates};
@@ -54,6 +55,34 @@ pub(crate) fn table_notes(kind: Kind, datasets: &[Dataset]) -> Result<Vec<String
         notes.extend(table_schema(kind, &d.name, &d.arrow_schema())?.notes);
     }
     Ok(notes)
+}
+
+/// `--overwrite` of an unfinished converged run by one of another consistency: what that run
+/// kept on the source for `--resume` (a slot holding the source's log from its start) is
+/// removed, or — without a change log to remove it with — named for the user to remove. A
+/// converged run removes it itself when it begins.
+async fn discard_converged(job: &ExportJob, previous: &Prior) -> Result<Vec<String>> {
+    let Prior::Unfinished(state) = previous else {
+        return Ok(Vec::new());
+    };
+    if state.converged.is_none() || job.consistency == Consistency::Converged {
+        return Ok(Vec::new());
+    }
+    let Some(log) = &job.converge else {
+        return Ok(vec![format!(
+            "the replaced unfinished converged export may have kept a replication slot              (sluice_converged_…) on the source, which holds the source's log until it is              removed: drop it with pg_drop_replication_slot if it is there"
+        )]);
+    };
+    let removed = log.discard().await?;
+    if removed.is_empty() {
+        return Ok(Vec::new());
+    }
+    let what = format!(
+        "removed what the replaced unfinished converged export kept on the source: {}",
+        removed.join(", ")
+    );
+    tracing::info!("{what}");
+    Ok(vec![what])
 }
 
 /// Discover, plan (or reconcile the unfinished plan), pin the snapshot, write run.json.
@@ -113,6 +142,7 @@ pub(crate) async fn prepare(
             (state, HashSet::new())
         }
         Start::Overwrite(previous) => {
+            notes.extend(discard_converged(job, &previous).await?);
             policy::clear_previous(job, &names, previous).await?;
             let state = fresh(job, coordinator, &discovered, run_id, sizing.chunk_bytes).await?;
             (state, HashSet::new())

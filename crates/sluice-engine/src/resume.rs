@@ -24,8 +24,9 @@
 //! reads again at its end point every key the log says changed after C, so a physical chunk
 //! read by either run is as exact as a key range: nothing is read again for that. What the
 //! log cannot vouch for is refused instead: changed columns or partitions (the output would
-//! mix two shapes, or miss rows that entered unseen), and a dataset gone from or new in the
-//! selection (the output would not be the selection at T).
+//! mix two shapes, or miss rows that entered unseen), a changed primary key (the parts' rows
+//! are matched with the changed keys by it), and a dataset gone from or new in the selection
+//! (the output would not be the selection at T).
 
 use crate::job::ExportJob;
 use crate::manifest::{DatasetRecord, PartRecord, RunState};
@@ -34,7 +35,7 @@ use crate::planning::{plan_all, record_of};
 use crate::policy::refuse_foreign_files;
 use sluice_core::{Coordinator, Dataset, Error, Result};
 use sluice_sink::layout;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 /// Why a dataset of a resumed run is planned and read (again) under the new snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,6 +172,25 @@ pub fn reconcile(
     out
 }
 
+/// Datasets of a converged run whose primary key is not the one recorded at its start: the
+/// parts' rows are matched with the changed keys by those columns.
+fn key_changes(recorded: &BTreeMap<String, Vec<String>>, now: &[Dataset]) -> Vec<String> {
+    now.iter()
+        .filter_map(|d| {
+            let old = recorded.get(&d.name)?;
+            (*old != d.primary_key).then(|| {
+                format!(
+                    "{} changed its primary key since the unfinished run began (({}) then, ({}) \
+                     now)",
+                    d.name,
+                    old.join(", "),
+                    d.primary_key.join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
 /// The unfinished run's plan made right for this run: refuses a different request, keeps what
 /// receipts vouch for, re-plans what cannot be trusted or is new (see [`reconcile`]), and
 /// removes everything else. Returns the plan and the chunks already done; remarks go to
@@ -232,7 +252,10 @@ pub async fn resume_plan(
              over."
         )));
     }
-    let decided = reconcile(&state, &done, &records, converged);
+    let mut decided = reconcile(&state, &done, &records, converged);
+    if let Some(c) = &state.converged {
+        decided.refused.extend(key_changes(&c.keys, discovered));
+    }
     if !decided.refused.is_empty() {
         return Err(Error::config(format!(
             "--resume cannot bring the converged export in {shown} to one point in time: {}. \

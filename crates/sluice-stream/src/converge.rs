@@ -156,7 +156,22 @@ impl ChangeLog for ConvergeLog {
         };
         let start = match (resume, objects) {
             (Some(recorded), Some(objects)) if left => {
-                // The unfinished run's objects, kept since its C: follow the log again from there.
+                // The unfinished run's objects, kept since its C: follow the log again from
+                // there — unless a reader confirmed changes past C (the run never does), which
+                // the server would then skip.
+                let c = StreamPos::from_adapter(recorded.position.clone());
+                if let Some(confirmed) = objects.confirmed(&self.names).await?
+                    && confirmed > c
+                {
+                    return Err(Error::config(format!(
+                        "{} was advanced to {confirmed}, past the start ({c}) of the unfinished \
+                         converged export it kept the log for (pg_replication_slot_advance, or \
+                         another reader on it): the server no longer sends the changes between, \
+                         so the parts read so far cannot be brought to one point in time. Use \
+                         --overwrite to start over.",
+                        objects.describe(&self.names)
+                    )));
+                }
                 state.begun = true;
                 state.publication_created = true;
                 tracing::info!(
@@ -195,6 +210,7 @@ impl ChangeLog for ConvergeLog {
                 ConvergedStart {
                     position: created.position.as_str().to_string(),
                     storage,
+                    keys: Default::default(),
                 }
             }
         };
@@ -300,6 +316,22 @@ impl ChangeLog for ConvergeLog {
             taken,
             changed,
         })
+    }
+
+    async fn discard(&self) -> Result<Vec<String>> {
+        let Some(objects) = self.source.server_objects() else {
+            return Ok(Vec::new());
+        };
+        match objects.exists(&self.names).await {
+            Ok(false) => Ok(Vec::new()),
+            Ok(true) => objects.remove(&self.names, true).await,
+            // Invalidated: still there, holding nothing, removed like any leftover.
+            Err(e) if e.kind() == sluice_core::ErrorKind::Source => {
+                tracing::warn!("{e}");
+                objects.remove(&self.names, true).await
+            }
+            Err(e) => Err(e),
+        }
     }
 
     async fn close(&self, keep: bool) -> Result<Option<String>> {

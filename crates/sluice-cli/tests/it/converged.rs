@@ -421,8 +421,9 @@ async fn export_while_writing(db: &TestDb, out: &std::path::Path, args: &[&str])
 /// kept (the failure says so); `--resume`, with the writer still going, follows the log again
 /// from the first run's C, reads only the chunks without a receipt, and converges to the
 /// tables at its own end point, leaving nothing on the source. A failed read at the end point
-/// is taken again at a later one. A resume whose slot was removed, or whose table was
-/// rewritten (VACUUM FULL) since the first run's start, is refused with the way out.
+/// is taken again at a later one. A resume whose slot was removed or advanced, whose table was
+/// rewritten (VACUUM FULL) or given another primary key since the first run's start, is refused with the
+/// way out; an `--overwrite` with snapshot consistency removes the slot the unfinished run kept.
 #[tokio::test]
 async fn killed_converged_exports_resume_to_the_tables_at_their_end_point() {
     let (db, writer) = tables_under_a_writer().await;
@@ -503,13 +504,16 @@ async fn killed_converged_exports_resume_to_the_tables_at_their_end_point() {
     unfinished().await;
     // Once the server has seen the killed run's session go.
     let idle = format!("{ours} AND NOT active");
-    for _ in 0..100 {
-        if db.row_strings(&idle).await.len() == 1 {
-            break;
+    let idle_slot = || async {
+        for _ in 0..100 {
+            if db.row_strings(&idle).await.len() == 1 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    for slot in db.row_strings(&idle).await {
+        db.row_strings(&idle).await
+    };
+    for slot in idle_slot().await {
         db.exec(&format!("SELECT pg_drop_replication_slot('{slot}')"))
             .await;
     }
@@ -524,6 +528,41 @@ async fn killed_converged_exports_resume_to_the_tables_at_their_end_point() {
     export_while_writing(&db, out.path(), &resume)
         .await
         .failed(&["public.conv was rewritten", "--overwrite"]);
+    assert!(db.row_strings(ours).await.is_empty(), "a slot was left");
+    // The slot advanced past C by hand: the server would skip the changes in between.
+    unfinished().await;
+    for slot in idle_slot().await {
+        db.exec(&format!(
+            "SELECT pg_replication_slot_advance('{slot}', pg_current_wal_lsn())"
+        ))
+        .await;
+    }
+    export(&db.url, out.path(), &resume).refused(2, &["was advanced to", "--overwrite"]);
+    // A primary key changed between the runs: the parts' rows are matched by the old one.
+    unfinished().await;
+    db.exec(
+        "CREATE UNIQUE INDEX conv_id ON conv (id);
+         ALTER TABLE conv DROP CONSTRAINT conv_pkey, ADD PRIMARY KEY (id, v);",
+    )
+    .await;
+    export(&db.url, out.path(), &resume).refused(
+        2,
+        &[
+            "public.conv changed its primary key",
+            "(id, v) now",
+            "--overwrite",
+        ],
+    );
+    assert_eq!(
+        db.row_strings(ours).await.len(),
+        1,
+        "the refusal kept the slot"
+    );
+    // Replaced by an export of another consistency: the slot kept for --resume goes too.
+    let snapshot = words("--table conv --table side --parallel 2 --overwrite");
+    export(&db.url, out.path(), &snapshot)
+        .ok()
+        .says(&["removed what the replaced unfinished converged export kept"]);
     assert!(db.row_strings(ours).await.is_empty(), "a slot was left");
     writer.stop().await;
     drop_oracle(&db).await;

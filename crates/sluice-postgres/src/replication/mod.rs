@@ -456,6 +456,12 @@ impl ServerObjects for PgCapture {
         Ok(true)
     }
 
+    async fn confirmed(&self, names: &CaptureNames) -> Result<Option<StreamPos>> {
+        let client = self.client().await?;
+        let info = slot::slot_info(&client, &names.name, self.display()).await?;
+        Ok(info.and_then(|i| i.confirmed_flush).map(pos_text))
+    }
+
     async fn remove(&self, names: &CaptureNames, publication: bool) -> Result<Vec<String>> {
         let client = self.client().await?;
         let mut out = Vec::new();

@@ -239,14 +239,17 @@ pub struct SlotInfo {
     pub database: Option<String>,
     /// `wal_status` (`reserved`, `extended`, `unreserved`, `lost`).
     pub wal_status: Option<String>,
+    /// How far a reader confirmed having handled the changes: the server never sends a
+    /// transaction that commits before it again.
+    pub confirmed_flush: Option<u64>,
 }
 
 /// The slot named `name`, if it exists.
 pub async fn slot_info(client: &Client, name: &str, display: &str) -> Result<Option<SlotInfo>> {
     let row = client
         .query_opt(
-            "SELECT active_pid, plugin::text, database::text, wal_status \
-             FROM pg_replication_slots WHERE slot_name = $1",
+            "SELECT active_pid, plugin::text, database::text, wal_status, \
+             confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
             &[&name],
         )
         .await
@@ -256,6 +259,7 @@ pub async fn slot_info(client: &Client, name: &str, display: &str) -> Result<Opt
         plugin: r.get(1),
         database: r.get(2),
         wal_status: r.get(3),
+        confirmed_flush: r.get::<_, Option<String>>(4).as_deref().and_then(parse_lsn),
     }))
 }
 
