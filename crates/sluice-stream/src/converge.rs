@@ -24,6 +24,7 @@ use async_trait::async_trait;
 use keys::{Keys, Seen};
 use sluice_core::apply::Engine;
 use sluice_core::change::{CaptureNames, ChangeSink, ChangeSource, ChangeStream, Handoff};
+use sluice_core::table::TableRef;
 use sluice_core::{Dataset, Error, Result, StreamPos};
 use sluice_engine::converge::{ChangeLog, ChangedKeys, EndPoint};
 use sluice_engine::manifest::ConvergedStart;
@@ -121,6 +122,24 @@ impl ConvergeLog {
     }
 }
 
+impl ConvergeLog {
+    /// The generated columns the source's log leaves out of each table's rows (PostgreSQL
+    /// before 18 does not publish them); none when it sends them.
+    async fn unlogged(&self, datasets: &[Dataset]) -> Result<HashMap<TableRef, Vec<String>>> {
+        if self.source.sends_generated() {
+            return Ok(HashMap::new());
+        }
+        Ok(self
+            .source
+            .table_keys(datasets)
+            .await?
+            .into_iter()
+            .filter(|k| !k.generated.is_empty())
+            .map(|k| (k.table, k.generated.into_iter().map(|g| g.name).collect()))
+            .collect())
+    }
+}
+
 #[async_trait]
 impl ChangeLog for ConvergeLog {
     async fn check(&self, datasets: &[Dataset]) -> Result<()> {
@@ -131,7 +150,25 @@ impl ChangeLog for ConvergeLog {
                 self.source.display_url()
             )));
         }
-        self.source.check(datasets).await
+        self.source.check(datasets).await?;
+        let unlogged = self.unlogged(datasets).await?;
+        for ds in datasets {
+            let generated = ds.object.as_ref().and_then(|o| unlogged.get(o));
+            if let Some(c) = ds
+                .primary_key
+                .iter()
+                .find(|k| generated.is_some_and(|g| g.contains(k)))
+            {
+                return Err(Error::config(format!(
+                    "{}: its primary key includes the generated column {c:?}, which {}'s change \
+                     log leaves out, so a changed row could not be found by its key. Export it \
+                     with --consistency snapshot.",
+                    ds.name,
+                    self.source.display_url()
+                )));
+            }
+        }
+        Ok(())
     }
 
     async fn begin(
@@ -221,7 +258,8 @@ impl ChangeLog for ConvergeLog {
         let stream = self.source.open(&self.names, datasets, &position).await?;
         let seen = Arc::new(StdMutex::new(Seen::default()));
         let (tx, at) = watch::channel(Followed::default());
-        let sink = Keys::new(datasets, seen.clone(), self.key_bytes);
+        let unlogged = self.unlogged(datasets).await?;
+        let sink = Keys::new(datasets, seen.clone(), self.key_bytes, unlogged);
         let stop = Arc::new(AtomicBool::new(false));
         state.follow = Some(Follow {
             task: tokio::spawn(follow(stream, sink, tx, stop.clone())),

@@ -11,7 +11,9 @@
 //! moves rows between the partitions of a third (whose key includes the partition's column)
 //! and updates rows of a fourth without touching their out-of-line (TOAST) documents, which the
 //! log then leaves out; a fifth's key is declared in another order than its columns (the log
-//! spells keys in the key's order, a part's columns come in the table's). Parts hold small row
+//! spells keys in the key's order, a part's columns come in the table's); a parent with a
+//! generated column (which pgoutput leaves out of the log) has children whose foreign key
+//! cascades its deletes and key updates (changes no statement names). Parts hold small row
 //! groups, so a part's rewrite both copies row groups without a changed key and encodes the
 //! others again.
 
@@ -26,6 +28,9 @@ const PT_ROWS: i64 = 10_000;
 const BIG_ROWS: i64 = 500;
 /// Rows of the table whose key is (b, a) while its columns are (a, b, v).
 const CK_ROWS: i64 = 5_000;
+/// Rows of the parent table with a generated column; each has three children whose foreign
+/// key cascades deletes and key updates.
+const PAR_ROWS: i64 = 2_000;
 
 /// The writer's changes, one transaction per loop.
 fn start_writer(url: &str) -> impl std::future::Future<Output = Background> {
@@ -54,6 +59,13 @@ fn start_writer(url: &str) -> impl std::future::Future<Output = Background> {
                      UPDATE big SET v = v + 1 WHERE id = {moved} % {BIG_ROWS};
                      UPDATE ck SET v = v + 1 WHERE a = {moved} % {CK_ROWS};
                      UPDATE ck SET b = b || 'x' WHERE a = {gone} % {CK_ROWS};
+                     UPDATE par SET v = v + 1 WHERE id = {moved} % {PAR_ROWS};
+                     UPDATE par SET id = id + {i}000000 WHERE id = ({moved} + 7) % {PAR_ROWS};
+                     DELETE FROM par WHERE id = {gone} % {PAR_ROWS};
+                     INSERT INTO par (id, v) VALUES ({gone} % {PAR_ROWS}, -1);
+                     INSERT INTO kid SELECT {gone} % {PAR_ROWS} * 10 + k, {gone} % {PAR_ROWS}, -1
+                       FROM generate_series(0, 2) k
+                       ON CONFLICT (id) DO UPDATE SET par_id = EXCLUDED.par_id, v = -1;
                      COMMIT;",
                     grow.join(","),
                     ROWS + i
@@ -86,6 +98,14 @@ async fn create(db: &TestDb) {
          INSERT INTO big SELECT g, 0, repeat(md5(g::text), 100) FROM generate_series(0, {BIG_ROWS} - 1) g;
          CREATE TABLE ck (a int NOT NULL, b text NOT NULL, v int NOT NULL, PRIMARY KEY (b, a));
          INSERT INTO ck SELECT g, 'k' || (g % 7), 0 FROM generate_series(0, {CK_ROWS} - 1) g;
+         CREATE TABLE par (id bigint PRIMARY KEY, gen bigint GENERATED ALWAYS AS (id * 2 + v) STORED,
+                           v int NOT NULL);
+         INSERT INTO par (id, v) SELECT g, 0 FROM generate_series(0, {PAR_ROWS} - 1) g;
+         CREATE TABLE kid (id bigint PRIMARY KEY,
+                           par_id bigint NOT NULL REFERENCES par ON DELETE CASCADE ON UPDATE CASCADE,
+                           v int NOT NULL);
+         INSERT INTO kid SELECT g * 10 + k, g, 0
+           FROM generate_series(0, {PAR_ROWS} - 1) g, generate_series(0, 2) k;
          ANALYZE;"
     ))
     .await;
@@ -102,7 +122,11 @@ async fn create(db: &TestDb) {
          CREATE TABLE oracle_big AS SELECT * FROM big;
          ALTER TABLE oracle_big ADD PRIMARY KEY (id);
          CREATE TABLE oracle_ck AS SELECT * FROM ck;
-         ALTER TABLE oracle_ck ADD PRIMARY KEY (b, a);",
+         ALTER TABLE oracle_ck ADD PRIMARY KEY (b, a);
+         CREATE TABLE oracle_par AS SELECT * FROM par;
+         ALTER TABLE oracle_par ADD PRIMARY KEY (id);
+         CREATE TABLE oracle_kid AS SELECT * FROM kid;
+         ALTER TABLE oracle_kid ADD PRIMARY KEY (id);",
     )
     .await;
 }
@@ -159,7 +183,7 @@ async fn replay_to(db: &TestDb, lsn: &str) -> usize {
         let (table, rest) = rest.split_once(": ").unwrap();
         // The partitions' changes are the partitioned table's.
         let (oracle, key) = match table {
-            "conv" | "side" => (format!("oracle_{table}"), &["id"][..]),
+            "conv" | "side" | "par" | "kid" => (format!("oracle_{table}"), &["id"][..]),
             "pt_0" | "pt_1" => ("oracle_pt".to_string(), &["id", "k"][..]),
             "big" => ("oracle_big".to_string(), &["id"][..]),
             "ck" => ("oracle_ck".to_string(), &["b", "a"][..]),
@@ -223,12 +247,14 @@ fn lsn(pos: &str) -> String {
 }
 
 /// The columns the oracle compares, per table.
-const COLUMNS: [(&str, &str); 5] = [
+const COLUMNS: [(&str, &str); 7] = [
     ("conv", "id, v, pad"),
     ("side", "id, note"),
     ("pt", "id, k, v"),
     ("big", "id, v, doc"),
     ("ck", "a, b, v"),
+    ("par", "id, gen, v"),
+    ("kid", "id, par_id, v"),
 ];
 
 /// Replay the oracle to the end point of the export in `out` (its manifest's `converged.end`),
@@ -280,7 +306,8 @@ async fn converged_output_equals_the_tables_at_its_end_point_under_writes() {
         let (db, writer) = tables_under_a_writer().await;
         let out = tempdir();
         let args = words(
-            "--table conv --table side --table pt --table big --table ck --consistency converged \
+            "--table conv --table side --table pt --table big --table ck --table par --table kid \
+             --consistency converged \
              --parallel 4 --chunk-size 256KB --batch-size 256KB --row-group-size 32KB",
         );
         let paused = harness()
@@ -329,7 +356,8 @@ async fn converged_refuses_what_it_cannot_do_before_writing() {
     db.exec(
         "CREATE TABLE k (id int PRIMARY KEY, f float8);
          CREATE TABLE nokey (a int);
-         CREATE TABLE fkey (f float8 PRIMARY KEY);",
+         CREATE TABLE fkey (f float8 PRIMARY KEY);
+         CREATE TABLE gkey (a int NOT NULL, g int GENERATED ALWAYS AS (a * 2) STORED PRIMARY KEY);",
     )
     .await;
     for (args, says) in [
@@ -348,6 +376,14 @@ async fn converged_refuses_what_it_cannot_do_before_writing() {
         (
             &["--table", "fkey"][..],
             &["public.fkey", "key column \"f\"", "cannot be matched"][..],
+        ),
+        (
+            &["--table", "gkey"][..],
+            &[
+                "public.gkey",
+                "generated column \"g\"",
+                "--consistency snapshot",
+            ][..],
         ),
         (
             &["--query", "q=SELECT 1 AS a"][..],

@@ -42,10 +42,19 @@ pub(super) struct Keys {
     seen: Arc<StdMutex<Seen>>,
     /// The most bytes the keys may take.
     limit: u64,
+    /// Generated columns the log leaves out of its rows, per table.
+    unlogged: HashMap<TableRef, Vec<String>>,
 }
 
 impl Keys {
-    pub(super) fn new(datasets: &[Dataset], seen: Arc<StdMutex<Seen>>, limit: u64) -> Keys {
+    /// `unlogged`: the generated columns the log leaves out of each table's rows (not a
+    /// change of the table's columns; never in a key, which `check` refuses).
+    pub(super) fn new(
+        datasets: &[Dataset],
+        seen: Arc<StdMutex<Seen>>,
+        limit: u64,
+        unlogged: HashMap<TableRef, Vec<String>>,
+    ) -> Keys {
         Keys {
             datasets: datasets
                 .iter()
@@ -58,6 +67,7 @@ impl Keys {
             seq: 0,
             seen,
             limit,
+            unlogged,
         }
     }
 
@@ -109,7 +119,7 @@ impl ChangeSink for Keys {
     }
 
     fn relation(&mut self, table: &TableRef, columns: &[ColumnDesc]) -> Result<usize> {
-        let Some((_, ds)) = self.datasets.iter().find(|(t, _)| t == table) else {
+        let Some((object, ds)) = self.datasets.iter().find(|(t, _)| t == table) else {
             // PostgreSQL describes a partition too when it sends a change of it under its
             // partitioned table: only a change under an unknown name is an error (`row`).
             self.tables.push(Table {
@@ -121,7 +131,13 @@ impl ChangeSink for Keys {
             return Ok(self.tables.len() - 1);
         };
         let names: Vec<String> = columns.iter().map(|c| c.name.clone()).collect();
-        let wanted: Vec<&str> = ds.columns.iter().map(|c| c.name.as_str()).collect();
+        let unlogged = self.unlogged.get(object);
+        let wanted: Vec<&str> = ds
+            .columns
+            .iter()
+            .map(|c| c.name.as_str())
+            .filter(|c| !unlogged.is_some_and(|u| u.iter().any(|g| g == c)))
+            .collect();
         let same = match ds.columns_picked {
             false => names.iter().map(String::as_str).eq(wanted.iter().copied()),
             true => wanted.iter().all(|w| names.iter().any(|n| n == w)),
