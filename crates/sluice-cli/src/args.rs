@@ -679,5 +679,12 @@ pub struct ReplicateOptions {
     /// Wait while another run applies this replication, and take over (from its last applied position) when it stops or dies. Without it a second run is refused.
     #[arg(long)]
     pub standby: bool,
+    /// Hold the apply of new changes while a replica of the target replays more than this DURATION behind it (e.g. 10s); it goes on once every replica is under 70% of it. A PostgreSQL target's replicas are read from its pg_stat_replication, and each --target-replica directly; an unreadable one holds too.
+    #[arg(long, value_name = "DURATION")]
+    pub max_target_lag: Option<String>,
+    /// A replica of the target whose replay lag --max-target-lag bounds (PostgreSQL or MySQL/MariaDB URL; a MySQL/MariaDB target's replicas are read only this way). Repeatable.
+    #[arg(long, value_name = "URL")]
+    #[serde(deserialize_with = "yaml::one_or_many")]
+    pub target_replica: Vec<String>,
 }
 }

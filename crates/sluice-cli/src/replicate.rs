@@ -13,7 +13,7 @@ use sluice_cli::settings::Given;
 use sluice_cli::{config, registry};
 use sluice_core::{Error, Result};
 use sluice_stream::Stopped;
-use sluice_stream::apply::{ReplicateJob, ReplicateReport};
+use sluice_stream::apply::{ReplicateJob, ReplicateReport, TargetLag};
 use std::sync::Arc;
 
 /// The apply sessions without `--parallel`.
@@ -104,7 +104,28 @@ fn job(o: &Options, r: &ReplicateOptions) -> Result<ReplicateJob> {
         counters: Arc::default(),
         metrics_addr: crate::stream::metrics_addr(r.metrics_addr.as_deref())?,
         standby: r.standby,
+        target_lag: target_lag(r, target_url)?,
     })
+}
+
+/// `--max-target-lag` with the target (and `--target-replica`s) to read it on; a replica
+/// named without a limit is refused rather than read for nothing.
+fn target_lag(r: &ReplicateOptions, target_url: &str) -> Result<Option<TargetLag>> {
+    let Some(limit) = &r.max_target_lag else {
+        if !r.target_replica.is_empty() {
+            return Err(Error::config(
+                "--target-replica names a replica whose lag --max-target-lag bounds, and no \
+                 --max-target-lag was given: add it (e.g. --max-target-lag 10s) or drop \
+                 --target-replica.",
+            ));
+        }
+        return Ok(None);
+    };
+    Ok(Some(TargetLag {
+        limit: sluice_engine::governor::parse_duration(limit, "--max-target-lag")?,
+        target: registry::open_source(target_url, None)?,
+        replicas: r.target_replica.clone(),
+    }))
 }
 
 /// Run `sluice replicate` (or `--drop`).
@@ -201,6 +222,15 @@ fn report_text(r: &ReplicateReport) -> String {
         r.conflicts,
         r.aborts
     ));
+    if let Some(b) = &r.target_lag {
+        let read: Vec<&str> = b.signals.iter().map(|s| s.name.as_str()).collect();
+        s.push_str(&format!(
+            "  target lag: apply held {} time(s), {:.1} s in all (read: {})\n",
+            b.pauses.len(),
+            b.paused_seconds,
+            read.join(", ")
+        ));
+    }
     for t in &r.gone {
         s.push_str(&format!(
             "  WARNING: {t} is no longer on the source (dropped or renamed) or no longer \

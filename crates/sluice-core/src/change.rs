@@ -290,6 +290,15 @@ pub trait ChangeStream: Send {
     /// transactions, in `_pos` form): used to tell when the stream has caught up.
     fn received_through(&self) -> Option<StreamPos>;
 
+    /// Tell the source the reader is alive while it reads nothing (its output holds new
+    /// work back), so the source does not end the stream for silence (PostgreSQL's
+    /// `wal_sender_timeout`). Sources whose protocol has no such message do nothing: a
+    /// connection the server then closes is reopened from the saved position on the next
+    /// read, like any lost connection.
+    async fn keep_alive(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// End the stream cleanly.
     async fn close(&mut self) -> Result<()>;
 }

@@ -5,6 +5,7 @@
 //! |-------------|---------------------------------------------------------------------|
 //! | this file   | the budget ([`HarmBudget`]), its presets and how its values are typed |
 //! | `law`       | the control law: zones, cooldown, hysteresis (pure, unit-tested)    |
+//! | `brake`     | the same rules outside an export: work held while a signal is over |
 //! | `gate`      | what workers ask before taking a chunk                              |
 //! | `run`       | the running governor: the law every 250 ms, the gate, the timeline  |
 //! | `slots`     | each governed signal: its value now, fail-closed reading, its task   |
@@ -14,12 +15,14 @@
 //! signal its own reads move strangles itself. The governor never interrupts a chunk's
 //! statement: it decides how many workers may *start* a chunk and whether any may.
 
+mod brake;
 mod gate;
 mod law;
 mod run;
 mod slots;
 pub mod timeline;
 
+pub use brake::{Brake, BrakeRecord};
 pub use gate::Gate;
 pub use law::{COOLDOWN, Law, RESUME_BELOW};
 pub(crate) use run::Inputs;

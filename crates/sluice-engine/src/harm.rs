@@ -43,8 +43,9 @@ impl Peaks {
     }
 }
 
-/// The monitor's latest sample, as the harm budget's governor reads it.
-#[derive(Clone)]
+/// The monitor's latest sample, as the harm budget's governor reads it (the default: no
+/// monitor, never a sample).
+#[derive(Clone, Default)]
 pub struct HarmLatest(Arc<Mutex<Peaks>>);
 
 impl HarmLatest {

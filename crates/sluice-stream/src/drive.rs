@@ -31,6 +31,9 @@ pub(crate) const MAX_RETRIES: u32 = 8;
 /// How often the source's harm (log kept, lag) is probed.
 const HARM_EVERY: Duration = Duration::from_secs(5);
 
+/// How often a loop whose output holds new work back looks again.
+const HELD_WAIT: Duration = Duration::from_millis(250);
+
 /// Wait before restart attempt `failures` (1-based) after `e`, saying in the log what restarts
 /// from where (`restarting`: "the stream from its committed position").
 pub(crate) async fn backoff(e: &Error, failures: u32, restarting: &str) {
@@ -54,6 +57,13 @@ pub(crate) trait Output: Send {
     /// A failure of work running apart from the loop (apply workers).
     fn check(&self) -> Result<()> {
         Ok(())
+    }
+
+    /// True while new work is held back (`sluice replicate --max-target-lag`): the loop then
+    /// reads nothing, keeps the source's connection alive, confirms what was applied, and
+    /// looks again shortly.
+    fn held(&self) -> bool {
+        false
     }
 
     /// After a read (`step`): cut what is due, move the position on while the source is idle
@@ -289,6 +299,12 @@ async fn read<A: Attempts>(
             return Ok(Stopped::Signal);
         }
         out.check()?;
+        if out.held() {
+            stream.keep_alive().await?;
+            confirm(run.capture.source.as_ref(), stream, out, false).await?;
+            tokio::time::sleep(HELD_WAIT).await;
+            continue;
+        }
         let wait = out.wait();
         let step = stream.next(out.sink(), wait).await?;
         let at = received(stream, out);

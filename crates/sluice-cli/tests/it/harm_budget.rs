@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Taken by the tests that pause the replica's replay.
-static REPLAY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static REPLAY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A run whose stderr is read as it comes, so a test can wait for a line.
 pub(crate) struct Watched {

@@ -50,6 +50,7 @@ mod relkinds;
 mod replicate;
 mod replicate_faults;
 mod replicate_schemas;
+mod replicate_target_lag;
 mod resume;
 mod scenarios;
 mod security;

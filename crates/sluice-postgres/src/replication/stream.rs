@@ -413,6 +413,13 @@ impl ChangeStream for PgStream {
         Ok(())
     }
 
+    async fn keep_alive(&mut self) -> Result<()> {
+        if self.last_status.elapsed() >= STATUS_EVERY {
+            self.status(false).await?;
+        }
+        Ok(())
+    }
+
     fn received_through(&self) -> Option<StreamPos> {
         (!self.in_tx).then(|| pos_text(self.received))
     }

@@ -23,6 +23,7 @@
 //! | `pump`     | the stream from the applied position into the workers, restarts     |
 //! | `load`     | the initial load through the export engine                         |
 //! | `added`    | tables created on the source later, taken in and loaded            |
+//! | `throttle` | `--max-target-lag`: the apply held while the target's replicas lag  |
 //!
 //! State: the runner's state (the capture's names, tables, snapshot progress) is the stream's
 //! [`StreamState`], kept in the target by [`ApplyTarget::save_state`]; the applied position
@@ -46,6 +47,7 @@ mod tests;
 mod tests_collect;
 #[cfg(test)]
 mod tests_plan;
+mod throttle;
 mod worker;
 mod writeset;
 
@@ -62,6 +64,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
+pub use throttle::TargetLag;
 use tokio::sync::watch;
 pub use worker::ApplyCounters;
 
@@ -105,6 +108,8 @@ pub struct ReplicateJob {
     /// Wait while another run holds the replication and take over when its target session
     /// ends (`--standby`), instead of refusing.
     pub standby: bool,
+    /// Hold the apply while a replica of the target lags more (`--max-target-lag`).
+    pub target_lag: Option<TargetLag>,
 }
 
 /// What a run did.
@@ -177,6 +182,10 @@ pub struct ReplicateReport {
     /// (dropped or renamed there, or left out of the selection): their rows stay on the
     /// target as they were.
     pub gone: Vec<String>,
+    /// What `--max-target-lag` did: the replicas' lag signals read, every hold of the apply
+    /// with its reason, and the seconds held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_lag: Option<sluice_engine::governor::BrakeRecord>,
 }
 
 impl ReplicateJob {
@@ -248,6 +257,11 @@ pub async fn run_replicate(
         tracing::info!("metrics at http://{bound}/metrics");
     }
     let (mut datasets, mut keys, mut unlogged) = inspect(&job).await?;
+    // Read from the start: a target whose replicas cannot be read is refused before any load.
+    let brake = match &job.target_lag {
+        Some(lag) => Some(throttle::start(lag).await?),
+        None => None,
+    };
     job.target.prepare().await?;
     let name = name::resolve(&job).await?;
     // Held to the end of the run (released when the run ends however it ends: the lock
@@ -341,9 +355,20 @@ pub async fn run_replicate(
         save_state(&job, &state).await?;
     }
     let streamed = Instant::now();
-    let (stopped, position, joined) =
-        pump::stream(&job, &state, &datasets, (keys, unlogged), &cancel).await?;
+    let (stopped, position, joined) = pump::stream(
+        &job,
+        &state,
+        &datasets,
+        (keys, unlogged),
+        brake.as_ref(),
+        &cancel,
+    )
+    .await?;
     added.extend(joined);
+    let target_lag = match brake {
+        Some(b) => Some(b.finish().await),
+        None => None,
+    };
     lock.release().await?;
     let c = &job.counters;
     let transactions = c.transactions.load(Ordering::Relaxed);
@@ -355,6 +380,7 @@ pub async fn run_replicate(
         nulled_values: job.capture.source.nulled_values(),
         ignored_changes: c.ignored.load(Ordering::Relaxed),
         gone,
+        target_lag,
         name,
         target_schema: job.target_schema.clone(),
         snapshot,

@@ -16,6 +16,7 @@ use sluice_core::change::CaptureNames;
 use sluice_core::change::{CaptureHarm, ChangeSink, ChangeSource, Step};
 use sluice_core::table::TableRef;
 use sluice_core::{Dataset, Error, Result, StreamPos};
+use sluice_engine::governor::Brake;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -48,6 +49,7 @@ pub(super) async fn stream(
     state: &StreamState,
     datasets: &[Dataset],
     (keys, unlogged): (Vec<TableKeys>, Vec<(TableRef, ForeignKey)>),
+    brake: Option<&Brake>,
     cancel: &watch::Receiver<bool>,
 ) -> Result<(Stopped, StreamPos, Vec<AddedTable>)> {
     let names = state.names.clone();
@@ -70,6 +72,7 @@ pub(super) async fn stream(
             watched: state.clone(),
             units_before: 0,
             restart: StreamPos::default(),
+            brake,
         };
         let run = Run {
             capture: &job.capture,
@@ -146,6 +149,8 @@ struct TargetAttempts<'a> {
     units_before: u64,
     /// Where the last attempt opened the stream.
     restart: StreamPos,
+    /// `--max-target-lag`'s brake.
+    brake: Option<&'a Brake>,
 }
 
 #[async_trait]
@@ -209,6 +214,7 @@ impl<'a> drive::Attempts for TargetAttempts<'a> {
             confirmed: None,
             last_confirm: Instant::now(),
             last_advance: Instant::now(),
+            brake: self.brake,
         };
         Ok((restart, out))
     }
@@ -238,6 +244,7 @@ struct Target<'a> {
     confirmed: Option<StreamPos>,
     last_confirm: Instant,
     last_advance: Instant,
+    brake: Option<&'a Brake>,
 }
 
 impl Target<'_> {
@@ -274,6 +281,11 @@ impl drive::Output for Target<'_> {
 
     fn check(&self) -> Result<()> {
         self.pool.check()
+    }
+
+    fn held(&self) -> bool {
+        // Between source transactions only: an open one is read to its end first.
+        !self.collector.in_tx() && self.brake.is_some_and(|b| b.held().is_some())
     }
 
     async fn after_read(&mut self, step: Step, received: Option<StreamPos>) -> Result<()> {
