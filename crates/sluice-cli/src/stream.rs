@@ -36,12 +36,29 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
              --table, --tables or --schema.",
         ));
     }
-    if let Some(c @ (ConsistencyArg::Chunk | ConsistencyArg::Converged)) = o.consistency {
-        return Err(Error::config(format!(
+    if o.consistency == Some(ConsistencyArg::Chunk) {
+        return Err(Error::config(
             "sluice stream reads its initial snapshot under the replication slot's snapshot: \
-             --consistency {} would break the hand-off. Remove it.",
-            sluice_cli::config::consistency(Some(c))
-        )));
+             --consistency chunk would break the hand-off (--consistency converged keeps it \
+             with short transactions). Remove it.",
+        ));
+    }
+    let converged = o.consistency == Some(ConsistencyArg::Converged);
+    if converged {
+        let what = match (s.initial, o.format) {
+            (Some(InitialArg::None), _) => Some("--initial none takes no snapshot"),
+            (_, Some(f)) if f != sluice_cli::args::FormatArg::Parquet => {
+                Some("the snapshot is written as Parquet parts, rewritten at its end point")
+            }
+            _ => None,
+        };
+        if let Some(why) = what {
+            return Err(Error::config(format!(
+                "--consistency converged makes the initial snapshot one point in time from short \
+                 transactions, and {why}: drop one of them (converged snapshots are written \
+                 with --format parquet, the default)."
+            )));
+        }
     }
     for (set, flag, why) in [
         (
@@ -95,7 +112,10 @@ fn job(o: &Options, s: &StreamOptions) -> Result<StreamJob> {
         }
     }
     let template = config::job(o, true)?;
-    let initial = initial(s.initial);
+    let initial = match converged {
+        true => Initial::Converged,
+        false => initial(s.initial),
+    };
     // Merging into a table holds a batch's change rows while the table's files are rewritten:
     // by default a batch is then a quarter of --memory.
     let default_batch = if delta {
@@ -301,10 +321,22 @@ fn report_text(r: &StreamReport) -> String {
         s.push_str(&format!("stream {} → {}\n", r.source, r.destination));
     }
     if let Some(snap) = &r.snapshot {
-        s.push_str(&format!(
-            "  initial snapshot: {} rows in {} parts at {}\n",
-            snap.rows, snap.parts_written, snap.position
-        ));
+        // A converged snapshot's point is its end point, which its note gives.
+        let converged = snap
+            .notes
+            .iter()
+            .find(|n| n.starts_with("consistency converged"));
+        match converged {
+            Some(note) => s.push_str(&format!(
+                "  initial snapshot: {} rows in {} parts; {note}; the changes follow from that \
+                 position\n",
+                snap.rows, snap.parts_written
+            )),
+            None => s.push_str(&format!(
+                "  initial snapshot: {} rows in {} parts at {}\n",
+                snap.rows, snap.parts_written, snap.position
+            )),
+        }
     }
     s.push_str(&format!(
         "  changes: {} in {} transactions, {} batches, {} files, {} bytes\n",

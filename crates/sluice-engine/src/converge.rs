@@ -135,12 +135,9 @@ pub trait ChangeLog: Send + Sync {
 }
 
 /// Refuse what a converged run cannot do, before run.json is written: a format whose parts
-/// cannot be rewritten, datasets without a key of a type recognisable as text.
-pub(crate) async fn check(
-    job: &ExportJob,
-    log: &dyn ChangeLog,
-    datasets: &[Dataset],
-) -> Result<()> {
+/// cannot be rewritten, datasets without a key of a type recognisable as text. Public for a
+/// stream, which asks before it creates its capture.
+pub async fn check(job: &ExportJob, log: &dyn ChangeLog, datasets: &[Dataset]) -> Result<()> {
     if !matches!(job.format, FormatOptions::Parquet(_)) {
         return Err(Error::config(format!(
             "--consistency converged writes Parquet only for now ({} was asked): its parts are \

@@ -13,6 +13,11 @@
 //! confirmed, so the slot holds the source's log from C until it is removed: the run's report
 //! says how much.
 //!
+//! `sluice stream --consistency converged` lends its own capture ([`ConvergeLog::borrowed`]):
+//! its slot, created without an exported snapshot, is C; the log is followed from there and
+//! neither created nor removed here, and the stream then reads on from C, leaving to the
+//! snapshot every transaction before its end point T.
+//!
 //! Memory: one entry per distinct changed key (its text), at most half of the export's
 //! `--memory`; past that the run stops and says to raise it (keys are not spilled to disk
 //! yet). Changes of a table whose columns change mid-run stop the run (a converged output
@@ -44,6 +49,10 @@ const STOP_WAIT: Duration = Duration::from_secs(10);
 pub struct ConvergeLog {
     source: Arc<dyn ChangeSource>,
     names: CaptureNames,
+    /// A stream's capture lent to its initial snapshot (`sluice stream --consistency
+    /// converged`): followed from this position, never created nor removed here — the stream
+    /// reads on from it after the snapshot.
+    borrowed: Option<StreamPos>,
     /// The most bytes the changed keys may take.
     key_bytes: u64,
     state: Mutex<State>,
@@ -117,12 +126,58 @@ impl ConvergeLog {
                 name: name.clone(),
                 publication: name,
             },
+            borrowed: None,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// The log of a stream's initial snapshot: the stream's own capture `names`, created at
+    /// `start` (C), followed from there and left to the stream, which writes the changes
+    /// after the snapshot's end point T.
+    pub fn borrowed(
+        source: Arc<dyn ChangeSource>,
+        names: CaptureNames,
+        start: StreamPos,
+        memory: u64,
+    ) -> ConvergeLog {
+        ConvergeLog {
+            source,
+            key_bytes: memory / 2,
+            names,
+            borrowed: Some(start),
             state: Mutex::new(State::default()),
         }
     }
 }
 
 impl ConvergeLog {
+    /// Follow the log of `datasets` from `start` in a background task that keeps the changed
+    /// keys.
+    async fn follow_from(
+        &self,
+        state: &mut State,
+        datasets: &[Dataset],
+        start: ConvergedStart,
+    ) -> Result<ConvergedStart> {
+        state.storage = start.storage.clone();
+        state.datasets = datasets.to_vec();
+        let position = StreamPos::from_adapter(start.position.clone());
+        state.start = Some(position.clone());
+        let stream = self.source.open(&self.names, datasets, &position).await?;
+        let seen = Arc::new(StdMutex::new(Seen::default()));
+        let (tx, at) = watch::channel(Followed::default());
+        let unlogged = self.unlogged(datasets).await?;
+        let sink = Keys::new(datasets, seen.clone(), self.key_bytes, unlogged);
+        let stop = Arc::new(AtomicBool::new(false));
+        state.follow = Some(Follow {
+            task: tokio::spawn(follow(stream, sink, tx, stop.clone())),
+            stop,
+            seen,
+            at,
+        });
+        Ok(start)
+    }
+
     /// The generated columns the source's log leaves out of each table's rows (PostgreSQL
     /// before 18 does not publish them); none when it sends them.
     async fn unlogged(&self, datasets: &[Dataset]) -> Result<HashMap<TableRef, Vec<String>>> {
@@ -177,6 +232,19 @@ impl ChangeLog for ConvergeLog {
         resume: Option<&ConvergedStart>,
     ) -> Result<ConvergedStart> {
         let mut state = self.state.lock().await;
+        if let Some(c) = &self.borrowed {
+            // The stream's capture: its start, or the one an interrupted snapshot recorded
+            // (the same: the stream confirms nothing before its snapshot is done).
+            let start = match resume {
+                Some(r) => r.clone(),
+                None => ConvergedStart {
+                    position: c.as_str().to_string(),
+                    storage: self.source.storage(datasets).await?,
+                    keys: Default::default(),
+                },
+            };
+            return self.follow_from(&mut state, datasets, start).await;
+        }
         let objects = self.source.server_objects();
         let left = match &objects {
             Some(o) => match o.exists(&self.names).await {
@@ -251,23 +319,7 @@ impl ChangeLog for ConvergeLog {
                 }
             }
         };
-        state.storage = start.storage.clone();
-        state.datasets = datasets.to_vec();
-        let position = StreamPos::from_adapter(start.position.clone());
-        state.start = Some(position.clone());
-        let stream = self.source.open(&self.names, datasets, &position).await?;
-        let seen = Arc::new(StdMutex::new(Seen::default()));
-        let (tx, at) = watch::channel(Followed::default());
-        let unlogged = self.unlogged(datasets).await?;
-        let sink = Keys::new(datasets, seen.clone(), self.key_bytes, unlogged);
-        let stop = Arc::new(AtomicBool::new(false));
-        state.follow = Some(Follow {
-            task: tokio::spawn(follow(stream, sink, tx, stop.clone())),
-            stop,
-            seen,
-            at,
-        });
-        Ok(start)
+        self.follow_from(&mut state, datasets, start).await
     }
 
     async fn end(&self) -> Result<EndPoint> {
@@ -357,6 +409,9 @@ impl ChangeLog for ConvergeLog {
     }
 
     async fn discard(&self) -> Result<Vec<String>> {
+        if self.borrowed.is_some() {
+            return Ok(Vec::new());
+        }
         let Some(objects) = self.source.server_objects() else {
             return Ok(Vec::new());
         };
@@ -381,7 +436,7 @@ impl ChangeLog for ConvergeLog {
                 f.task.abort();
             }
         }
-        if !std::mem::take(&mut state.begun) {
+        if !std::mem::take(&mut state.begun) || self.borrowed.is_some() {
             return Ok(None);
         }
         let Some(objects) = self.source.server_objects() else {

@@ -23,6 +23,10 @@ pub enum Initial {
     Snapshot,
     /// Only changes from the slot's creation on.
     None,
+    /// Export every table in short transactions, one per chunk, made one point in time T
+    /// from the slot's own log (`--consistency converged`, PostgreSQL); the changes after T
+    /// follow. No snapshot is held longer than a chunk.
+    Converged,
 }
 
 /// Builds the export job of the initial snapshot from the source to read (the CLI's export

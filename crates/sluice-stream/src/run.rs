@@ -18,7 +18,7 @@ use crate::metrics::{Metrics, serve};
 use crate::pump::stream;
 use crate::snapshot::{resume_snapshot, snapshot_phase};
 use crate::state::StreamState;
-use sluice_core::change::CaptureNames;
+use sluice_core::change::{CaptureNames, Handoff};
 use sluice_core::{Dataset, Error, Result, failpoint};
 use sluice_engine::Report;
 use sluice_sink::OutputLock;
@@ -323,8 +323,15 @@ async fn first_start(
         ))
     };
     let ext = job.format.extension();
+    if job.initial == Initial::Converged {
+        // Refused before the capture exists, as an export refuses before it writes.
+        crate::snapshot::check_converged(job, names, datasets).await?;
+    }
     let (created, mut state) =
         crate::start::create(&job.capture, names, datasets, snapshot, ext, occupied).await?;
+    if job.initial == Initial::Converged {
+        crate::snapshot::converged_state(&mut state);
+    }
     state.before_images = job.files.before_images;
     for ds in datasets {
         if let Some(t) = state.tables.get_mut(&ds.name) {
@@ -367,7 +374,13 @@ async fn first_start(
             job.capture.source.display_url()
         );
     }
-    let report = match created.handoff {
+    let handoff = match (created.handoff, job.initial) {
+        (Some(h), _) => Some(h),
+        // The export reads chunk by chunk and converges on the slot's own log.
+        (None, Initial::Converged) => Some(Handoff::FromExportManifest),
+        (None, _) => None,
+    };
+    let report = match handoff {
         Some(h) => Some(snapshot_phase(job, lock, &mut state, h, false, cancel).await?),
         None => None,
     };

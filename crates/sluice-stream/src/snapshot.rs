@@ -18,12 +18,20 @@
 //! above holds unchanged, with "commit record" read as "the transaction's first binary log
 //! event" (a transaction's events are written to the binary log together, at commit).
 //!
+//! A converged snapshot (`--consistency converged`, [`CONVERGED`]) holds no snapshot at all:
+//! the stream's slot is created without one (its position C), the export reads each chunk in
+//! a short transaction while following the slot's log from C ([`ConvergeLog::borrowed`]), and
+//! makes every part equal to its table before the end point T it records in the manifest.
+//! Every table's changes are then kept from T on, and the argument above holds with T as L.
+//!
 //! [`ChangeSource::manifest_position`]: sluice_core::change::ChangeSource::manifest_position
+//! [`ConvergeLog::borrowed`]: crate::converge::ConvergeLog::borrowed
 
+use crate::converge::ConvergeLog;
 use crate::job::{StreamJob, save};
 use crate::state::StreamState;
-use sluice_core::change::{ChangeSource, Handoff};
-use sluice_core::{Error, Position, Result};
+use sluice_core::change::{CaptureNames, ChangeSource, Handoff};
+use sluice_core::{Consistency, Dataset, Error, Position, Result, StreamPos};
 use sluice_engine::Report;
 use sluice_engine::manifest::Manifest;
 use sluice_engine::output::Prior;
@@ -70,12 +78,39 @@ pub(crate) async fn clear_unfinished(dest: &dyn Destination, ext: &str) -> Resul
     Ok(cleared)
 }
 
+/// `StreamState::snapshot.initial` of a converged snapshot.
+pub(crate) const CONVERGED: &str = "converged";
+
+/// The state of a capture whose initial snapshot converges on its log: not done yet, each
+/// table's position known only once the export has its end point.
+pub(crate) fn converged_state(state: &mut StreamState) {
+    state.snapshot.initial = CONVERGED.into();
+    state.snapshot.done = false;
+}
+
+/// What an export would refuse of a converged snapshot of `datasets` (no key, a format whose
+/// parts cannot be rewritten, a source without the log), asked before the capture is created.
+pub(crate) async fn check_converged(
+    job: &StreamJob,
+    names: &CaptureNames,
+    datasets: &[Dataset],
+) -> Result<()> {
+    let source = job.capture.source.clone();
+    let export = (job.export)(source.export_source(None));
+    let log = ConvergeLog::borrowed(source, names.clone(), StreamPos::default(), export.memory);
+    sluice_engine::converge::check(&export, &log, datasets).await
+}
+
 pub(crate) async fn resume_snapshot(
     job: &StreamJob,
     lock: &Arc<dyn OutputLock>,
     state: &mut StreamState,
     cancel: &watch::Receiver<bool>,
 ) -> Result<Report> {
+    if state.snapshot.initial == CONVERGED {
+        // The export resumes itself: its receipts, and the start its run.json recorded.
+        return snapshot_phase(job, lock, state, Handoff::FromExportManifest, true, cancel).await;
+    }
     let cleared = clear_unfinished(job.destination.as_ref(), &state.extension).await?;
     if !cleared.is_empty() {
         tracing::info!(
@@ -101,6 +136,19 @@ pub(crate) async fn snapshot_phase(
     save(job, state).await?;
     let source = job.capture.source.export_source(snapshot.as_ref());
     let mut export = (job.export)(source);
+    if state.snapshot.initial == CONVERGED {
+        // The state decides, whatever this run's options say: the stream's own slot is C.
+        export.consistency = Consistency::Converged;
+        export.converge = Some(Arc::new(ConvergeLog::borrowed(
+            job.capture.source.clone(),
+            state.names.clone(),
+            state.committed.restart.clone(),
+            export.memory,
+        )));
+    } else if export.consistency == Consistency::Converged {
+        export.consistency = Consistency::Snapshot;
+        export.converge = None;
+    }
     export.destination = job.destination.clone();
     export.resume = resume;
     export.held_lock = Some(lock.clone());
@@ -139,6 +187,16 @@ pub(crate) fn table_positions(
     state: &mut StreamState,
     manifest: &Manifest,
 ) -> Result<()> {
+    if let Some(c) = &manifest.converged {
+        // Every table equals its rows before T: its changes are kept from T on.
+        let t = StreamPos::from_adapter(c.end.clone());
+        for ds in &manifest.datasets {
+            if let Some(table) = state.tables.get_mut(&ds.name) {
+                table.snapshot_position = Some(t.clone());
+            }
+        }
+        return Ok(());
+    }
     for ds in &manifest.datasets {
         let Some(idx) = ds.parts.iter().map(|p| p.snapshot).max() else {
             continue;

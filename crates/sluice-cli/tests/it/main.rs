@@ -56,6 +56,7 @@ mod scenarios;
 mod security;
 mod stream;
 mod stream_claims;
+mod stream_converged;
 mod stream_delta;
 mod stream_formats;
 mod stream_layouts;
