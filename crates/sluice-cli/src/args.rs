@@ -372,6 +372,9 @@ pub struct Options {
     /// Skip fsync of written files (faster, not crash-safe).
     #[arg(long)]
     pub no_fsync: bool,
+    /// PostgreSQL: the longest the creation of a replication slot (a stream's or replication's first start, a converged export's start and end point) waits for the transactions that were running when it began, e.g. 5min. Default: no limit (they are named after 5s and every 30s); past it the run stops, naming them, and leaves no slot.
+    #[arg(long, value_name = "DURATION")]
+    pub slot_wait: Option<String>,
     /// MySQL/MariaDB: the longest wait, in seconds, for the global lock that lines the workers' snapshots up (every write on the server may queue behind a waiting lock) and for any metadata lock the run's sessions need (default 10).
     #[arg(long, value_name = "SECONDS")]
     pub lock_wait_timeout: Option<u64>,

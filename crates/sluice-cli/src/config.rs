@@ -228,6 +228,7 @@ fn build(o: &Options, output: Output) -> Result<ExportJob> {
             None,
             None,
             crate::args::BadValuesArg::policy(None),
+            slot_wait(o)?,
         );
         let changes = match changes {
             Ok(c) => Some(c),
@@ -241,6 +242,14 @@ fn build(o: &Options, output: Output) -> Result<ExportJob> {
         });
     }
     Ok(job)
+}
+
+/// `--slot-wait`: the longest a replication slot's creation may wait (no limit by default).
+pub fn slot_wait(o: &Options) -> Result<Option<std::time::Duration>> {
+    o.slot_wait
+        .as_deref()
+        .map(|t| sluice_engine::governor::parse_duration(t, "--slot-wait"))
+        .transpose()
 }
 
 /// `--consistency`: snapshot unless another is asked for.

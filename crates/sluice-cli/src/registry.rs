@@ -97,14 +97,22 @@ pub fn open_source(url: &str, locking: Option<sluice_mysql::Locking>) -> Result<
 
 /// Open the change source for `url` (`sluice stream`): PostgreSQL logical replication, the
 /// MySQL/MariaDB binary log. `server_id` (`--server-id`) and `locking` apply to MySQL/MariaDB
-/// only and are refused for other sources rather than ignored.
+/// only, `slot_wait` (`--slot-wait`) to PostgreSQL only; each is refused for other sources
+/// rather than ignored.
 pub fn open_change_source(
     url: &str,
     server_id: Option<u32>,
     locking: Option<sluice_mysql::Locking>,
     bad_values: sluice_core::change::BadValues,
+    slot_wait: Option<std::time::Duration>,
 ) -> Result<Arc<dyn sluice_core::change::ChangeSource>> {
     if sluice_mysql::MySource::handles(url) {
+        if slot_wait.is_some() {
+            return Err(Error::config(
+                "--slot-wait bounds the creation of a PostgreSQL replication slot, and a \
+                 MySQL/MariaDB binary log needs none: remove it.",
+            ));
+        }
         let capture =
             sluice_mysql::replication::MyCapture::new(url, server_id)?.with_bad_values(bad_values);
         return Ok(Arc::new(match locking {
@@ -122,7 +130,9 @@ pub fn open_change_source(
     }
     if sluice_postgres::PgSource::handles(url) {
         return Ok(Arc::new(
-            sluice_postgres::replication::PgCapture::new(url)?.with_bad_values(bad_values),
+            sluice_postgres::replication::PgCapture::new(url)?
+                .with_bad_values(bad_values)
+                .with_slot_wait(slot_wait),
         ));
     }
     Err(Error::config(format!(

@@ -232,6 +232,7 @@ pub(crate) fn capture(
         server_id,
         config::locking(o, sluice_core::Consistency::Snapshot)?,
         sluice_cli::args::BadValuesArg::policy(bad_values),
+        config::slot_wait(o)?,
     )?;
     Ok(Capture {
         source,

@@ -674,7 +674,7 @@ async fn converged_output_on_object_stores_equals_the_table_at_t() {
 /// slot's creation waits for it to end. The run says which session it waits for and what
 /// ends the wait, then goes on once it is committed, to the tables at its end point.
 #[tokio::test]
-async fn a_slot_waiting_for_an_open_transaction_names_it_then_goes_on() {
+async fn a_slot_waiting_for_an_open_transaction_names_it_then_goes_on_or_gives_up_at_slot_wait() {
     let (db, writer) = tables_under_a_writer().await;
     let open = sluice_testkit::pg::connect(&db.url).await;
     open.batch_execute(
@@ -732,4 +732,32 @@ async fn a_slot_waiting_for_an_open_transaction_names_it_then_goes_on() {
     writer.stop().await;
     assert_at_end_point(&db, &out.path().join("export"), &["conv"], "after the wait").await;
     drop_oracle(&db).await;
+    // With --slot-wait the wait is given up past it, naming the transaction, and nothing is
+    // left on the source — not even once the transaction ends.
+    open.batch_execute("BEGIN; UPDATE side SET note = note WHERE id = -1;")
+        .await
+        .unwrap();
+    let bounded = tempdir();
+    export(
+        &db.url,
+        bounded.path(),
+        &words("--table conv --consistency converged --slot-wait 2s"),
+    )
+    .failed(&[
+        "waited 2 s (--slot-wait)",
+        &format!("pid {pid} "),
+        "no slot is left",
+    ]);
+    open.batch_execute("COMMIT").await.unwrap();
+    // Once no session of the run is left (a creation still waiting would finish now).
+    let senders = "SELECT pid::text FROM pg_stat_activity
+                    WHERE backend_type = 'walsender' AND datname = current_database()";
+    for _ in 0..100 {
+        if db.row_strings(senders).await.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let left = left_on_source(&db).await;
+    assert!(left.is_empty(), "left behind {left:?}");
 }

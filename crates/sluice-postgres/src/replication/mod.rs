@@ -67,6 +67,8 @@ pub(crate) const TIMEOUTS_OFF: &str = "SELECT set_config(name, '0', false) FROM 
 pub struct PgCapture {
     target: PgTarget,
     bad_values: BadValuePolicy,
+    /// `--slot-wait`: the longest a slot's creation waits for running transactions.
+    slot_wait: Option<std::time::Duration>,
     /// The session harm samples and position reads reuse (opened on first use, reopened
     /// after it broke).
     probe: Arc<tokio::sync::Mutex<Option<Client>>>,
@@ -84,8 +86,16 @@ impl PgCapture {
         Ok(PgCapture {
             target: PgTarget::parse(url)?,
             bad_values: BadValuePolicy::default(),
+            slot_wait: None,
             probe: Arc::default(),
         })
+    }
+
+    /// The longest a slot's creation may wait for the transactions running when it began
+    /// (`--slot-wait`; `None`: no limit, they are named while it waits).
+    pub fn with_slot_wait(mut self, limit: Option<std::time::Duration>) -> Self {
+        self.slot_wait = limit;
+        self
     }
 
     /// What the streams do with a value they cannot write (`--bad-values`).
@@ -287,8 +297,15 @@ impl ChangeSource for PgCapture {
         .await?;
         let made = async {
             let mut conn = ReplConn::connect(&self.target).await?;
-            let created =
-                wait::create_slot(&mut conn, &client, &names.name, false, snapshot).await?;
+            let created = wait::create_slot(
+                &mut conn,
+                &client,
+                &names.name,
+                false,
+                snapshot,
+                self.slot_wait,
+            )
+            .await?;
             Ok::<_, Error>((conn, created))
         }
         .await;
@@ -325,7 +342,8 @@ impl ChangeSource for PgCapture {
         let mut conn = ReplConn::connect(&self.target).await?;
         let client = self.client().await?;
         let name = format!("sluice_tmp_{:016x}", rand::random::<u64>());
-        let created = wait::create_slot(&mut conn, &client, &name, true, true).await?;
+        let created =
+            wait::create_slot(&mut conn, &client, &name, true, true, self.slot_wait).await?;
         held(conn, created).map(Handoff::Held)
     }
 

@@ -4,14 +4,17 @@
 //! when its creation began has ended (prepared ones included): `CREATE_REPLICATION_SLOT` waits
 //! for them, silently, however long they run — a session left idle in transaction holds up a
 //! stream's first start, or a converged export's start and end point, for hours. The wait
-//! harms nothing on the server (the creating session holds no lock others need), so it is not
-//! cut short; but after [`FIRST_WORD`] and then every [`AGAIN`] the transactions it waits for
-//! are named, with what would end the wait.
+//! harms nothing on the server (the creating session holds no lock others need), so by default
+//! it is not cut short; but after [`FIRST_WORD`] and then every [`AGAIN`] the transactions it
+//! waits for are named, with what would end the wait. With a limit (`--slot-wait`) the creation
+//! is given up past it: the creating session's wait is cancelled, which makes the server drop
+//! the slot it had begun (a slot is kept only once consistent), and the error names the
+//! blockers.
 
 use super::conn::ReplConn;
 use super::slot::{self, CreatedSlot};
 use crate::error::{Phase, classify};
-use sluice_core::Result;
+use sluice_core::{Error, Result};
 use std::time::Duration;
 use tokio_postgres::Client;
 
@@ -27,18 +30,23 @@ pub(super) async fn create_slot(
     name: &str,
     temporary: bool,
     export: bool,
+    limit: Option<Duration>,
 ) -> Result<CreatedSlot> {
     let server = conn.display().to_string();
     let creating = slot::create_slot(conn, name, temporary, export);
     tokio::pin!(creating);
-    let mut wait = FIRST_WORD;
     let mut waited = Duration::ZERO;
     loop {
+        // The next word is due after FIRST_WORD, then every AGAIN; the limit ends it sooner.
+        let word = if waited.is_zero() { FIRST_WORD } else { AGAIN };
+        let wait = match limit {
+            Some(l) => word.min(l.saturating_sub(waited)),
+            None => word,
+        };
         tokio::select! {
             created = &mut creating => return created,
             () = tokio::time::sleep(wait) => {
                 waited += wait;
-                wait = AGAIN;
                 // Bounded, so a slow catalog query does not hide the slot's creation.
                 let named = tokio::time::timeout(Duration::from_secs(5), blockers(client, &server));
                 let list = match named.await {
@@ -49,6 +57,32 @@ pub(super) async fn create_slot(
                     Ok(Err(e)) => format!("they could not be listed: {e}"),
                     Err(_) => "they could not be listed in time".to_string(),
                 };
+                if limit.is_some_and(|l| waited >= l) {
+                    // Cancel the creating session's wait: the server drops a slot not yet
+                    // consistent. (Closing the connection alone would not stop the wait, and the
+                    // slot would be made once the transactions end, with nobody to read it.)
+                    let _ = client
+                        .execute(
+                            "SELECT pg_cancel_backend(active_pid) FROM pg_replication_slots \
+                             WHERE slot_name = $1 AND active_pid IS NOT NULL",
+                            &[&name],
+                        )
+                        .await;
+                    if let Ok(Ok(created)) =
+                        tokio::time::timeout(Duration::from_secs(10), &mut creating).await
+                    {
+                        // The wait ended just as it was given up.
+                        return Ok(created);
+                    }
+                    return Err(Error::source_transient(format!(
+                        "creating replication slot {name} on {server} waited {} s (--slot-wait) \
+                         for transactions that were running when it began, and was given up; \
+                         no slot is left. A logical slot starts only once they end: {list}. \
+                         Commit or roll them back, or end their sessions \
+                         (pg_terminate_backend), then run again — or raise --slot-wait.",
+                        waited.as_secs()
+                    )));
+                }
                 tracing::warn!(
                     "creating replication slot {name} on {server} has waited {} s for \
                      transactions that were running when it began (a logical slot starts only \
