@@ -225,7 +225,7 @@ pub enum ConsistencyArg {
     Snapshot,
     /// Each chunk in its own short transaction: less harm, not one point in time.
     Chunk,
-    /// Each chunk in its own short transaction, then made one point in time from the change log (PostgreSQL, Parquet): rows changed during the run are read again at its end.
+    /// Each chunk in its own short transaction, then made one point in time from the change log (PostgreSQL, MySQL, MariaDB; Parquet): rows changed during the run are read again at its end.
     Converged,
 }
 

@@ -85,14 +85,23 @@ pub struct ChangedKeys {
 
 /// The end point of a converged run, from [`ChangeLog::end`].
 pub struct EndPoint {
-    /// The log position T, as the change log writes positions.
-    pub position: String,
-    /// Reads under the snapshot at T.
+    /// The log position T, as the change log writes positions, with every key changed from C
+    /// up to at least T. `None` for a source that cannot hand a snapshot over (MySQL/MariaDB):
+    /// the run then takes one itself under `source` (its coordinator's shared snapshot, at an
+    /// exact position) and asks [`ChangeLog::changed_until`] for the keys up to it.
+    pub at: Option<Until>,
+    /// Reads under the snapshot at T (or takes it).
     pub source: Arc<dyn Source>,
     /// Keeps that snapshot valid until released.
     pub hold: Box<dyn SnapshotHold>,
     /// When the snapshot was taken (its hold is reported).
     pub taken: Instant,
+}
+
+/// What the log says up to an end point T.
+pub struct Until {
+    /// T, as the change log writes positions.
+    pub position: String,
     /// What changed, by dataset name; datasets without a change are absent.
     pub changed: HashMap<String, ChangedKeys>,
     /// Bytes of log from C to T, which the source kept for the run, when the log's
@@ -119,8 +128,13 @@ pub trait ChangeLog: Send + Sync {
     ) -> Result<ConvergedStart>;
 
     /// After the last chunk: a snapshot at a log position T, and every key changed from C up
-    /// to at least T.
+    /// to at least T (or, for a source that cannot hand a snapshot over, the source the run
+    /// takes its own under).
     async fn end(&self) -> Result<EndPoint>;
+
+    /// Every key changed from C up to at least `at`, the exact position of a snapshot the
+    /// run took itself (when [`EndPoint::at`] is `None`).
+    async fn changed_until(&self, at: &sluice_core::Position) -> Result<Until>;
 
     /// Stop following the log and remove what [`ChangeLog::begin`] made on the source —
     /// unless `keep`, when it stays for `--resume` and what holds the log is returned, in
@@ -217,34 +231,42 @@ pub(crate) async fn reconcile(
     let (position, changed, delta, reread_rows, end_snapshot_seconds, log_bytes) = loop {
         // Taken apart at once: the hold is not shared between threads, the rest is.
         let EndPoint {
-            position,
+            at,
             source,
             hold,
             taken,
-            changed,
-            log_bytes,
         } = c.log.end().await?;
-        tracing::info!(
-            "end point {position}: taken and followed up to in {:.2} s",
-            taken.elapsed().as_secs_f64()
-        );
-        let delta = delta_chunks(prepared, &changed);
+        if let Some(at) = &at {
+            tracing::info!(
+                "end point {}: taken and followed up to in {:.2} s",
+                at.position,
+                taken.elapsed().as_secs_f64()
+            );
+        }
         let reading = Instant::now();
         let read = match sluice_core::failpoint::hit("converge.end_point") {
-            Ok(()) => read_delta(&c, ctx, prepared, &source, &delta).await,
+            Ok(()) => read_delta(&c, ctx, prepared, &source, at).await,
             Err(e) => Err(e),
         };
-        tracing::info!(
-            "{} changed keys read again in {} part(s) in {:.2} s",
-            changed.values().map(|k| k.keys.len()).sum::<usize>(),
-            delta.len(),
-            reading.elapsed().as_secs_f64()
-        );
         let held = taken.elapsed().as_secs_f64();
         let released = hold.release().await;
         match read {
-            Ok(rows) => {
+            Ok((
+                Until {
+                    position,
+                    changed,
+                    log_bytes,
+                },
+                delta,
+                rows,
+            )) => {
                 released?;
+                tracing::info!(
+                    "{} changed keys read again at {position} in {} part(s) in {:.2} s",
+                    changed.values().map(|k| k.keys.len()).sum::<usize>(),
+                    delta.len(),
+                    reading.elapsed().as_secs_f64()
+                );
                 break (position, changed, delta, rows, held, log_bytes);
             }
             // DDL queued behind the read's locks (a TRUNCATE), a lost session: the snapshot
@@ -348,44 +370,82 @@ fn delta_chunks(prepared: &Prepared, changed: &HashMap<String, ChangedKeys>) -> 
     out
 }
 
-/// Read the delta chunks under the end snapshot with the run's workers' pipeline; returns
-/// the rows read.
+/// Read the delta chunks under the end snapshot with the run's workers' pipeline: the one
+/// the log handed over (`at` known), or one taken here, whose exact position is T and up to
+/// which the log is then asked what changed. Returns what the log says up to T, the delta
+/// chunks and the rows read.
 async fn read_delta(
     c: &Converging<'_>,
     ctx: &Arc<WorkerContext>,
     prepared: &Prepared,
     source: &Arc<dyn Source>,
-    delta: &[Chunk],
-) -> Result<u64> {
-    if delta.is_empty() {
-        return Ok(0);
+    at: Option<Until>,
+) -> Result<(Until, Vec<Chunk>, u64)> {
+    let known = at.map(|u| {
+        let delta = delta_chunks(prepared, &u.changed);
+        (u, delta)
+    });
+    if let Some((u, delta)) = known.as_ref().filter(|(_, d)| d.is_empty()) {
+        let u = Until {
+            position: u.position.clone(),
+            changed: u.changed.clone(),
+            log_bytes: u.log_bytes,
+        };
+        return Ok((u, delta.clone(), 0));
     }
     let options = SourceOptions {
         consistency: Consistency::Snapshot,
         ..c.options.clone()
     };
     let mut coordinator = source.open_coordinator(&options).await?;
-    let readers = async {
-        let workers = prepared.plan_workers.min(delta.len()).max(1);
-        let touched: HashSet<&str> = delta.iter().map(|d| d.dataset.as_str()).collect();
-        let datasets: Vec<Dataset> = prepared
-            .datasets
-            .iter()
-            .filter(|d| touched.contains(d.name.as_str()))
-            .cloned()
-            .collect();
+    let opened = async {
+        // Workers are lined up before the snapshot is taken: as many as the plan's when the
+        // changed keys are known only once it is.
+        let workers = match &known {
+            Some((_, delta)) => prepared.plan_workers.min(delta.len()).max(1),
+            None => prepared.plan_workers.max(1),
+        };
+        let datasets: Vec<Dataset> = match &known {
+            Some((_, delta)) => {
+                let touched: HashSet<&str> = delta.iter().map(|d| d.dataset.as_str()).collect();
+                prepared
+                    .datasets
+                    .iter()
+                    .filter(|d| touched.contains(d.name.as_str()))
+                    .cloned()
+                    .collect()
+            }
+            None => prepared.datasets.clone(),
+        };
         coordinator.reserve_readers(workers).await?;
-        coordinator.pin_snapshot(&datasets).await?;
-        coordinator.open_readers(workers).await
+        let info = coordinator.pin_snapshot(&datasets).await?;
+        let (until, delta) = match known {
+            Some(k) => k,
+            None => {
+                let u = c.log.changed_until(&info.position).await?;
+                tracing::info!("end point {}: the snapshot taken there", u.position);
+                let delta = delta_chunks(prepared, &u.changed);
+                (u, delta)
+            }
+        };
+        let readers = match delta.is_empty() {
+            true => Vec::new(),
+            false => coordinator.open_readers(workers).await?,
+        };
+        Ok::<_, Error>((until, delta, readers))
     }
     .await;
-    let readers = match readers {
+    let (until, delta, readers) = match opened {
         Ok(r) => r,
         Err(e) => {
             let _ = coordinator.release().await;
             return Err(e);
         }
     };
+    if delta.is_empty() {
+        let _ = coordinator.release().await;
+        return Ok((until, delta, 0));
+    }
     // Counted apart: the run's rows are the chunks'; these replace some of them.
     let counters = Arc::new(sluice_core::ReadCounters::default());
     let coordinator = Arc::new(Mutex::new(coordinator));
@@ -434,5 +494,5 @@ async fn read_delta(
     if let Ok(mut all) = ctx.committed.lock() {
         all.extend(records);
     }
-    Ok(counters.rows.load(Ordering::Relaxed))
+    Ok((until, delta, counters.rows.load(Ordering::Relaxed)))
 }

@@ -31,7 +31,7 @@ use sluice_core::apply::Engine;
 use sluice_core::change::{CaptureNames, ChangeSink, ChangeSource, ChangeStream, Handoff};
 use sluice_core::table::TableRef;
 use sluice_core::{Dataset, Error, Result, StreamPos};
-use sluice_engine::converge::{ChangeLog, ChangedKeys, EndPoint};
+use sluice_engine::converge::{ChangeLog, ChangedKeys, EndPoint, Until};
 use sluice_engine::manifest::ConvergedStart;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -178,6 +178,59 @@ impl ConvergeLog {
         Ok(start)
     }
 
+    /// Wait until the follower has everything before `t`, then what changed before it.
+    /// `rewritten`: datasets whose storage changed since C (refused unless truncated).
+    async fn until(
+        &self,
+        t: &StreamPos,
+        start: Option<&StreamPos>,
+        rewritten: Vec<String>,
+    ) -> Result<Until> {
+        let (seen, mut at) = match &self.state.lock().await.follow {
+            Some(f) => (f.seen.clone(), f.at.clone()),
+            None => return Err(Error::internal("the change log's end before its beginning")),
+        };
+        let reached = at
+            .wait_for(|f| f.failed.is_some() || f.at.as_ref().is_some_and(|a| a >= t))
+            .await
+            .map(|f| f.failed.clone())
+            .unwrap_or_else(|_| Some(Failed::of(&Error::source_transient("the follower ended"))));
+        if let Some(f) = reached {
+            return Err(f.error());
+        }
+        let changed = match seen.lock() {
+            Ok(s) => changed_before(&s, t),
+            Err(_) => return Err(Error::internal("the change log's keys were poisoned")),
+        };
+        // A truncated table's parts are emptied anyway; any other rewrite moved rows between
+        // the chunks unseen by the log.
+        let moved: Vec<String> = rewritten
+            .into_iter()
+            .filter(|d| !changed.get(d).is_some_and(|c| c.truncated))
+            .collect();
+        if !moved.is_empty() {
+            return Err(Error::source_permanent(format!(
+                "{} {} rewritten (VACUUM FULL, CLUSTER or a rewriting ALTER TABLE) while the \
+                 converged export read {}: its rows moved between the chunks without a change \
+                 in the log, so some could be missed or read twice. Run the export again with \
+                 --overwrite once the rewrite is over.",
+                moved.join(", "),
+                if moved.len() == 1 { "was" } else { "were" },
+                if moved.len() == 1 { "it" } else { "them" },
+            )));
+        }
+        let number = |p: &StreamPos| self.source.position_number(p);
+        let log_bytes = start
+            .and_then(number)
+            .zip(number(t))
+            .map(|(c, t)| t.saturating_sub(c));
+        Ok(Until {
+            position: t.as_str().to_string(),
+            changed,
+            log_bytes,
+        })
+    }
+
     /// The generated columns the source's log leaves out of each table's rows (PostgreSQL
     /// before 18 does not publish them); none when it sends them.
     async fn unlogged(&self, datasets: &[Dataset]) -> Result<HashMap<TableRef, Vec<String>>> {
@@ -198,10 +251,10 @@ impl ConvergeLog {
 #[async_trait]
 impl ChangeLog for ConvergeLog {
     async fn check(&self, datasets: &[Dataset]) -> Result<()> {
-        if self.source.engine() != Engine::Postgres {
+        if !matches!(self.source.engine(), Engine::Postgres | Engine::Mysql) {
             return Err(Error::config(format!(
-                "--consistency converged reads PostgreSQL only for now ({} cannot hand over a \
-                 snapshot at an exact log position yet); use --consistency snapshot.",
+                "--consistency converged reads PostgreSQL, MySQL and MariaDB ({} has no change \
+                 log to follow); use --consistency snapshot.",
                 self.source.display_url()
             )));
         }
@@ -286,6 +339,9 @@ impl ChangeLog for ConvergeLog {
                 );
                 recorded.clone()
             }
+            // MySQL/MariaDB keep nothing on the server: the binary log from C is read again
+            // (opening it fails, naming the fix, when the server purged it).
+            (Some(recorded), None) => recorded.clone(),
             (Some(recorded), objects) => {
                 let what = objects
                     .map(|o| o.describe(&self.names))
@@ -323,20 +379,14 @@ impl ChangeLog for ConvergeLog {
     }
 
     async fn end(&self) -> Result<EndPoint> {
-        let (seen, mut at, start, datasets, storage) = match &*self.state.lock().await {
+        let (start, datasets, storage) = match &*self.state.lock().await {
             State {
-                follow: Some(f),
+                follow: Some(_),
                 start,
                 datasets,
                 storage,
                 ..
-            } => (
-                f.seen.clone(),
-                f.at.clone(),
-                start.clone(),
-                datasets.clone(),
-                storage.clone(),
-            ),
+            } => (start.clone(), datasets.clone(), storage.clone()),
             _ => return Err(Error::internal("the change log's end before its beginning")),
         };
         // Read before T: a rewrite after the last chunk is harmless, and is caught here too.
@@ -355,57 +405,40 @@ impl ChangeLog for ConvergeLog {
         let held = match self.source.handoff().await? {
             Handoff::Held(h) => h,
             Handoff::FromExportManifest => {
-                return Err(Error::internal(
-                    "a converged export needs a snapshot at an exact log position",
-                ));
+                // MySQL/MariaDB: the run lines its readers' snapshots up itself, at an exact
+                // position, and asks what changed up to it (`changed_until`).
+                return Ok(EndPoint {
+                    at: None,
+                    source: self.source.export_source(None),
+                    hold: Box::new(NoHold),
+                    taken,
+                });
             }
         };
         let t = held.position.clone();
-        let reached = at
-            .wait_for(|f| f.failed.is_some() || f.at.as_ref().is_some_and(|a| *a >= t))
-            .await
-            .map(|f| f.failed.clone())
-            .unwrap_or_else(|_| Some(Failed::of(&Error::source_transient("the follower ended"))));
-        if let Some(f) = reached {
-            let _ = held.hold.release().await;
-            return Err(f.error());
-        }
-        let changed = match seen.lock() {
-            Ok(s) => changed_before(&s, &t),
-            Err(_) => return Err(Error::internal("the change log's keys were poisoned")),
+        let until = match self.until(&t, start.as_ref(), rewritten).await {
+            Ok(u) => u,
+            Err(e) => {
+                let _ = held.hold.release().await;
+                return Err(e);
+            }
         };
-        // A truncated table's parts are emptied anyway; any other rewrite moved rows between
-        // the chunks unseen by the log.
-        let moved: Vec<String> = rewritten
-            .into_iter()
-            .filter(|d| !changed.get(d).is_some_and(|c| c.truncated))
-            .collect();
-        if !moved.is_empty() {
-            let _ = held.hold.release().await;
-            return Err(Error::source_permanent(format!(
-                "{} {} rewritten (VACUUM FULL, CLUSTER or a rewriting ALTER TABLE) while the \
-                 converged export read {}: its rows moved between the chunks without a change \
-                 in the log, so some could be missed or read twice. Run the export again with \
-                 --overwrite once the rewrite is over.",
-                moved.join(", "),
-                if moved.len() == 1 { "was" } else { "were" },
-                if moved.len() == 1 { "it" } else { "them" },
-            )));
-        }
-        let number = |p: &StreamPos| self.source.position_number(p);
-        let log_bytes = start
-            .as_ref()
-            .and_then(number)
-            .zip(number(&t))
-            .map(|(c, t)| t.saturating_sub(c));
         Ok(EndPoint {
-            log_bytes,
-            position: t.as_str().to_string(),
+            at: Some(until),
             source: self.source.export_source(Some(&held.snapshot)),
             hold: held.hold,
             taken,
-            changed,
         })
+    }
+
+    async fn changed_until(&self, at: &sluice_core::Position) -> Result<Until> {
+        let start = self.state.lock().await.start.clone();
+        let t = self.source.manifest_position(at)?.ok_or_else(|| {
+            Error::internal(format!(
+                "the end point's snapshot ({at}) has no position in the change log"
+            ))
+        })?;
+        self.until(&t, start.as_ref(), Vec::new()).await
     }
 
     async fn discard(&self) -> Result<Vec<String>> {
@@ -464,6 +497,16 @@ impl ChangeLog for ConvergeLog {
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+/// The hold of a snapshot the run takes itself (its coordinator ends it).
+struct NoHold;
+
+#[async_trait]
+impl sluice_core::change::SnapshotHold for NoHold {
+    async fn release(self: Box<Self>) -> Result<()> {
+        Ok(())
     }
 }
 

@@ -18,6 +18,7 @@ mod cli;
 mod columns;
 mod consistency;
 mod converged;
+mod converged_mariadb;
 mod delta;
 mod demo;
 mod errors;
