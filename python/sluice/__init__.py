@@ -324,6 +324,7 @@ def export(
     report_json: Optional[PathLike] = None,
     no_fsync: bool = False,
     enable_row_security: bool = False,
+    slot_wait: Optional[str] = None,
     lock_wait_timeout: Optional[int] = None,
     long_query_guard: Optional[int] = None,
     long_query_wait: Optional[int] = None,
@@ -370,6 +371,8 @@ def export(
         overwrite: Replace an export already in ``to``.
         report_json: Also write the report to this file.
         no_fsync: Skip fsync (faster, not crash-safe).
+        slot_wait: PostgreSQL, ``consistency="converged"``: the longest the replication
+            slot's creation waits for running transactions (``"5min"``; default: no limit).
         part_size, upload_concurrency: Object stores: multipart part size (default 5MB) and
             parts uploading at once (default 2).
         storage_option: Object-store client settings (keys of the object_store crate).
@@ -415,6 +418,7 @@ def export(
         report_json=report_json,
         no_fsync=no_fsync,
         enable_row_security=enable_row_security,
+        slot_wait=slot_wait,
         lock_wait_timeout=lock_wait_timeout,
         long_query_guard=long_query_guard,
         long_query_wait=long_query_wait,

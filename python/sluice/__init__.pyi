@@ -125,6 +125,7 @@ def export(
     report_json: Optional[PathLike] = None,
     no_fsync: bool = False,
     enable_row_security: bool = False,
+    slot_wait: Optional[str] = None,
     lock_wait_timeout: Optional[int] = None,
     long_query_guard: Optional[int] = None,
     long_query_wait: Optional[int] = None,

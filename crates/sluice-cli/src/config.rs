@@ -244,6 +244,20 @@ fn build(o: &Options, output: Output) -> Result<ExportJob> {
     Ok(job)
 }
 
+/// `sluice export`'s job ([`job`] into files), refusing `--slot-wait` where the export makes
+/// no replication slot rather than ignoring it.
+pub fn export_job(o: &Options) -> Result<ExportJob> {
+    let job = job(o, true)?;
+    if o.slot_wait.is_some() && job.consistency != Consistency::Converged {
+        return Err(Error::config(
+            "--slot-wait bounds the creation of a replication slot, which sluice export makes \
+             only with --consistency converged: remove it (sluice stream and sluice replicate \
+             take it too).",
+        ));
+    }
+    Ok(job)
+}
+
 /// `--slot-wait`: the longest a replication slot's creation may wait (no limit by default).
 pub fn slot_wait(o: &Options) -> Result<Option<std::time::Duration>> {
     o.slot_wait

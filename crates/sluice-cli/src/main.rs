@@ -196,15 +196,7 @@ fn man(out_dir: Option<std::path::PathBuf>) -> anyhow::Result<()> {
 }
 
 async fn export(options: Options, quiet: bool, format: LogFormat) -> anyhow::Result<()> {
-    let job = config::job(&options, true)?;
-    if options.slot_wait.is_some() && job.consistency != sluice_core::Consistency::Converged {
-        return Err(sluice_core::Error::config(
-            "--slot-wait bounds the creation of a replication slot, which sluice export makes \
-             only with --consistency converged: remove it (sluice stream and sluice replicate \
-             take it too).",
-        )
-        .into());
-    }
+    let job = config::export_job(&options)?;
     let cancel_rx = cancel_on_signal();
     let display = Arc::new(display::Display::new(quiet, format == LogFormat::Text));
     let report =

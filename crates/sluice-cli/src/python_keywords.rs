@@ -27,14 +27,16 @@ const PLANNED_FILE_SETTINGS: &[&str] = &[
 /// Settings `plan` leaves out besides the other settings about files: they change neither
 /// the plan nor its memory.
 const NOT_PLANNED: &[&str] = &[
+    "slot_wait",
     "lock_wait_timeout",
     "long_query_guard",
     "long_query_wait",
     "lock_non_transactional",
 ];
 
-/// Settings a read leaves out besides those about files: a read names one table or query.
-const NOT_READ: &[&str] = &["tables", "schema"];
+/// Settings a read leaves out besides those about files: a read names one table or query, and
+/// makes no replication slot.
+const NOT_READ: &[&str] = &["tables", "schema", "slot_wait"];
 
 /// The parameters of every top-level public function in the Python source `text`.
 fn signatures(text: &str) -> Vec<(String, BTreeSet<String>)> {

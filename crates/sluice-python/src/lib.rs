@@ -277,7 +277,7 @@ fn run_job(py: Python<'_>, job: sluice_engine::ExportJob) -> PyResult<sluice_eng
 fn export(py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<String> {
     let empty = PyDict::new(py);
     let options = options::from_kwargs(kwargs.unwrap_or(&empty)).map_err(|e| py_err(py, e))?;
-    let job = sluice_cli::config::job(&options, true).map_err(|e| py_err(py, e))?;
+    let job = sluice_cli::config::export_job(&options).map_err(|e| py_err(py, e))?;
     let report = run_job(py, job)?;
     let json = serde_json::to_string_pretty(&report)
         .map_err(|e| py_err(py, Error::internal(e.to_string())))?;
