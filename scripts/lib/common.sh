@@ -40,8 +40,9 @@ ensure_rust() {
 # firebird-embedded) links against.
 BASE_PACKAGES=(build-essential pkg-config ca-certificates postgresql postgresql-client
     mariadb-server mariadb-client libtommath1 libtomcrypt1 redis-server)
-# Java for the Spark tests (pyspark, in the test venv below, starts its JVMs with it).
-TEST_PACKAGES=(openjdk-17-jre-headless)
+# Java for the Spark tests (pyspark, in the test venv below, starts its JVMs with it);
+# Chromium for the test that renders the HTML report headless.
+TEST_PACKAGES=(openjdk-17-jre-headless chromium)
 
 testkit() { "$CARGO_TARGET_DIR/$1/sluice-testkit" "${@:2}"; }
 

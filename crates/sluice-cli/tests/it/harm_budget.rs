@@ -10,14 +10,16 @@
 //!   signals it could read;
 //! - `--max-xmin-age` under a snapshot stops the run before it is exceeded, and `--resume`
 //!   finishes under a new snapshot;
-//! - `--report-html` is one self-contained page with a chart, with points, for every signal.
+//! - `--report-html` is one self-contained page with a chart, with points, for every signal,
+//!   which headless Chromium parses and draws.
 //!
 //! Every moment is placed with the `budget.before_chunk` failpoint (workers wait there before
 //! asking for a chunk) and the run's own log lines, never with sleeps. Tests that pause the
 //! replica's replay take it alone (`REPLAY`).
 //!
-//! Length: about 510 lines — seven scenarios over one helper that watches a run's log lines
-//! (`Watched`, shared with `harm_budget_mysql.rs`).
+//! Length: about 590 lines — seven scenarios over one helper that watches a run's log lines
+//! (`Watched`, shared with `harm_budget_mysql.rs`), and the screenshots the HTML report's
+//! test compares.
 
 use crate::common::{Failpoints, TestDb, files, finish, sluice, tempdir};
 use sluice_testkit::pg::{connect, replica_url};
@@ -507,4 +509,83 @@ async fn the_html_report_has_a_chart_with_points_for_every_signal() {
         assert_eq!(xy.len(), 2, "the chart of {name} has no point: {d:?}");
         assert!(fig.contains("class=\"limit\""), "no limit line for {name}");
     }
+    // A browser draws it: headless Chromium parses every chart as an SVG element, and each
+    // chart's drawing changes its screenshot. The oracle is the browser's own rendering of the
+    // same page with the charts' drawings left out (the same layout, the SVG elements empty).
+    let dom = chromium(&["--dump-dom".to_string(), file_url(&html)]);
+    assert_eq!(dom.matches("<svg").count(), figures.len(), "{dom}");
+    let bare = out.path().join("bare.html");
+    let empty: String = page
+        .split("<svg")
+        .enumerate()
+        .map(
+            |(i, part)| match (i, part.split_once('>'), part.split_once("</svg>")) {
+                (0, _, _) => part.to_string(),
+                (_, Some((open, _)), Some((_, after))) => format!("<svg{open}></svg>{after}"),
+                _ => panic!("an unclosed SVG element in the page"),
+            },
+        )
+        .collect();
+    std::fs::write(&bare, empty).unwrap();
+    let (drawn, blank) = (
+        screenshot(&html, &out.path().join("page.png")),
+        screenshot(&bare, &out.path().join("bare.png")),
+    );
+    assert_eq!(drawn.len(), blank.len(), "the two pages differ in size");
+    let changed = drawn
+        .chunks(4)
+        .zip(blank.chunks(4))
+        .filter(|(a, b)| a != b)
+        .count();
+    // Each chart's line, axes and limit take over a thousand pixels (about 2,600 each here);
+    // charts that drew nothing would leave the screenshots nearly equal.
+    assert!(
+        changed > 1_000 * figures.len(),
+        "the charts drew {changed} pixels in all ({} charts)",
+        figures.len()
+    );
+}
+
+/// A screenshot of `page` by headless Chromium, as RGBA pixels.
+fn screenshot(page: &Path, png: &Path) -> Vec<u8> {
+    chromium(&[
+        format!("--screenshot={}", png.display()),
+        "--window-size=1200,3000".to_string(),
+        "--hide-scrollbars".to_string(),
+        file_url(page),
+    ]);
+    let decoder = png::Decoder::new(std::fs::File::open(png).unwrap());
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    buf.truncate(info.buffer_size());
+    match info.color_type {
+        png::ColorType::Rgba => buf,
+        png::ColorType::Rgb => buf
+            .chunks(3)
+            .flat_map(|p| [p[0], p[1], p[2], 255])
+            .collect(),
+        other => panic!("a screenshot in {other:?}"),
+    }
+}
+
+fn file_url(path: &Path) -> String {
+    format!("file://{}", path.display())
+}
+
+/// Run headless Chromium (installed by `scripts/test`) with `args`; its stdout.
+fn chromium(args: &[String]) -> String {
+    let out = Command::new("chromium")
+        .args(["--headless", "--no-sandbox", "--disable-gpu"])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("chromium could not be run ({e}): scripts/test installs it (Debian chromium)")
+        });
+    assert!(
+        out.status.success(),
+        "chromium {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
