@@ -4,7 +4,11 @@ Three phases on the same server, each as long as SLUICE_BENCH_SECONDS: a rate-li
 (-R, 4 clients) alone (idle), with `sluice export --parallel 4` of the wide table exported
 over and over meanwhile (plain), and the same with `--max-latency` (governed). pgbench logs
 every transaction (-l); its latency percentiles come from those logs. The export's rows per
-second are those of the runs that completed within the phase. Standard library only.
+second are those of the runs that completed within the phase. Then self-load: with nothing
+else running, the export alone, plain and with every limit set (the gentle preset, --max-active
+and a --max-rate that never binds), alternated SELF_LOAD_RUNS times: the governor must not
+throttle on load it makes itself (goal: at least 0.9x the plain export's rows per second).
+Standard library only.
 """
 
 import json
@@ -35,6 +39,9 @@ def count(text):
 
 
 ROWS = count(os.environ["SLUICE_BENCH_ROWS"])
+SELF_LOAD_RUNS = 3
+# Every limit, none of them bound by a foreign load on an idle server.
+EVERY_LIMIT = ["--harm-budget", "gentle", "--max-active", "50", "--max-rate", "100GB/s"]
 DB_URL = URL.rsplit("/", 1)[0] + "/harmbench"
 
 
@@ -107,6 +114,30 @@ def phase(name, export_args, work):
     return result
 
 
+def alone(work, args, i):
+    """One export of the wide table with nothing else running; its rows per second."""
+    out = Path(work) / f"alone-{i}"
+    report = Path(work) / f"alone-{i}.json"
+    cmd = [SLUICE, "-q", "export", "--source", DB_URL, "--table", "wide", "--to", str(out),
+           "--parallel", "4", "--chunk-size", CHUNK, "--overwrite", "--report-json", str(report),
+           *args]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    r = json.loads(report.read_text())
+    return {"rows_per_second": r["rows_per_second"],
+            "paused_seconds": (r.get("timeline") or {}).get("paused_seconds", 0.0)}
+
+
+def self_load(work):
+    """Plain and every-limit exports alternated on an idle server."""
+    plain, limited = [], []
+    for i in range(SELF_LOAD_RUNS):
+        plain.append(alone(work, [], 2 * i))
+        limited.append(alone(work, EVERY_LIMIT, 2 * i + 1))
+    mean = lambda runs: sum(r["rows_per_second"] for r in runs) / len(runs)
+    return {"limits": " ".join(EVERY_LIMIT), "plain": plain, "every_limit": limited,
+            "ratio": mean(limited) / mean(plain)}
+
+
 def main():
     RESULTS.mkdir(parents=True, exist_ok=True)
     prepare()
@@ -116,6 +147,7 @@ def main():
             phase("plain", [], work),
             phase("governed", ["--max-latency", MAX_LATENCY], work),
         ]
+        alone_runs = self_load(work)
     by = {p["phase"]: p for p in phases}
     idle_p99 = by["idle"]["pgbench"].get("p99_ms")
     summary = {
@@ -128,6 +160,7 @@ def main():
         "chunk_size": CHUNK,
         "cores": os.cpu_count(),
         "phases": phases,
+        "self_load": alone_runs,
     }
     if idle_p99 and by["plain"].get("rows_per_second") and by["governed"].get("rows_per_second"):
         summary["governed_p99_vs_idle"] = by["governed"]["pgbench"]["p99_ms"] / idle_p99
@@ -176,7 +209,25 @@ def write_doc(s):
             f"{s['plain_p99_vs_idle']:.2f}x), throughput {100 * s['governed_throughput_vs_plain']:.0f} % "
             f"of the plain export's.",
         ]
+    sl = s.get("self_load")
+    if sl:
+        runs = lambda key: ", ".join(f"{r['rows_per_second']:,.0f}" for r in sl[key])
+        paused = sum(r["paused_seconds"] for r in sl["every_limit"])
+        lines += [
+            "",
+            f"Self-load (nothing else running; `{sl['limits']}` against no limit, "
+            f"{len(sl['plain'])} alternated runs each): rows/s {runs('every_limit')} against "
+            f"{runs('plain')}: **{sl['ratio']:.2f}x** the plain export's (goal: at least 0.9x), "
+            f"paused {paused:.1f} s in all.",
+        ]
     DOC.parent.mkdir(parents=True, exist_ok=True)
+    # Earlier passes stay (move this pass's table there by hand before the next one).
+    if DOC.exists():
+        before = DOC.read_text()
+        if "## Earlier passes" in before:
+            kept = before[before.index("## Earlier passes"):]
+            kept = kept.split("## Notes")[0].rstrip()
+            lines += ["", kept]
     notes = DOC.with_name("benchmark-notes.md")
     if notes.exists():
         lines += ["", notes.read_text().rstrip()]
