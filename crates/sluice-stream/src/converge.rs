@@ -190,12 +190,7 @@ impl ConvergeLog {
             Some(f) => (f.seen.clone(), f.at.clone()),
             None => return Err(Error::internal("the change log's end before its beginning")),
         };
-        let reached = at
-            .wait_for(|f| f.failed.is_some() || f.at.as_ref().is_some_and(|a| a >= t))
-            .await
-            .map(|f| f.failed.clone())
-            .unwrap_or_else(|_| Some(Failed::of(&Error::source_transient("the follower ended"))));
-        if let Some(f) = reached {
+        if let Some(f) = catch_up(&mut at, t).await {
             return Err(f.error());
         }
         let changed = match seen.lock() {
@@ -499,6 +494,46 @@ impl ChangeLog for ConvergeLog {
         }
     }
 }
+
+/// Wait until the follower has everything before `t` (`None`) or failed, saying every
+/// [`CATCH_UP_WORD`] how far it got and since when it has not moved — no deadline: a large
+/// transaction arrives whole at its commit (PostgreSQL decodes it first), so standing still
+/// for minutes can be progress.
+async fn catch_up(at: &mut watch::Receiver<Followed>, t: &StreamPos) -> Option<Failed> {
+    let mut last = at.borrow().at.clone();
+    let mut moved = Instant::now();
+    let mut said = Instant::now();
+    loop {
+        {
+            let f = at.borrow_and_update();
+            if let Some(failed) = &f.failed {
+                return Some(failed.clone());
+            }
+            if f.at.as_ref().is_some_and(|a| a >= t) {
+                return None;
+            }
+            if f.at != last {
+                last = f.at.clone();
+                moved = Instant::now();
+            }
+        }
+        if said.elapsed() >= CATCH_UP_WORD {
+            said = Instant::now();
+            let seen = last.as_ref().map_or("its start", |p| p.as_str());
+            tracing::info!(
+                "reading the change log up to the end point {t}: at {seen} (there {} s)",
+                moved.elapsed().as_secs()
+            );
+        }
+        // Woken by the follower, or once a second to say how far it got.
+        if let Ok(Err(_)) = tokio::time::timeout(Duration::from_secs(1), at.changed()).await {
+            return Some(Failed::of(&Error::source_transient("the follower ended")));
+        }
+    }
+}
+
+/// How often a long catch-up to the end point is said.
+const CATCH_UP_WORD: Duration = Duration::from_secs(30);
 
 /// The hold of a snapshot the run takes itself (its coordinator ends it).
 struct NoHold;
