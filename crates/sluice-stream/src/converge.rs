@@ -151,6 +151,42 @@ impl ConvergeLog {
 }
 
 impl ConvergeLog {
+    /// C for a source that cannot hand a snapshot over (MySQL/MariaDB), `None` for the others
+    /// (a PostgreSQL slot's consistent point is exact). The binary log's end read as such may
+    /// already hold a transaction the storage engine has not committed yet (the log is
+    /// written first): a chunk whose snapshot began before that commit would miss it, and the
+    /// log from there would too. So C is the position of a snapshot lined up as a snapshot
+    /// export's (under the same brief global lock, which lets commits under way finish):
+    /// every transaction before it is committed, so every later chunk sees it.
+    async fn exact_start(&self, datasets: &[Dataset]) -> Result<Option<StreamPos>> {
+        if self.source.engine() != Engine::Mysql {
+            return Ok(None);
+        }
+        let options = sluice_core::SourceOptions {
+            session_tag: "sluice-converged-start".into(),
+            consistency: sluice_core::Consistency::Snapshot,
+            enable_row_security: false,
+        };
+        let mut coordinator = self
+            .source
+            .export_source(None)
+            .open_coordinator(&options)
+            .await?;
+        let pinned = async {
+            coordinator.reserve_readers(1).await?;
+            coordinator.pin_snapshot(datasets).await
+        }
+        .await;
+        let _ = coordinator.release().await;
+        let at = pinned?.position;
+        self.source
+            .manifest_position(&at)?
+            .map(Some)
+            .ok_or_else(|| {
+                Error::internal(format!("the start's snapshot ({at}) has no log position"))
+            })
+    }
+
     /// Follow the log of `datasets` from `start` in a background task that keeps the changed
     /// keys.
     async fn follow_from(
@@ -286,7 +322,10 @@ impl ChangeLog for ConvergeLog {
             let start = match resume {
                 Some(r) => r.clone(),
                 None => ConvergedStart {
-                    position: c.as_str().to_string(),
+                    position: match self.exact_start(datasets).await? {
+                        Some(exact) => exact.as_str().to_string(),
+                        None => c.as_str().to_string(),
+                    },
                     storage: self.source.storage(datasets).await?,
                     keys: Default::default(),
                 },
@@ -363,8 +402,12 @@ impl ChangeLog for ConvergeLog {
                 let created = self.source.start(&self.names, datasets, false).await?;
                 state.begun = true;
                 state.publication_created = created.publication_created;
+                let position = match self.exact_start(datasets).await? {
+                    Some(exact) => exact,
+                    None => created.position,
+                };
                 ConvergedStart {
-                    position: created.position.as_str().to_string(),
+                    position: position.as_str().to_string(),
                     storage,
                     keys: Default::default(),
                 }
