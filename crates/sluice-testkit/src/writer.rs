@@ -42,6 +42,11 @@ impl Background {
         }
     }
 
+    /// The transactions committed so far.
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
     /// Let the loop commit `n` more transactions, then stop it; returns the transactions
     /// committed.
     pub async fn stop_after(self, n: u64) -> u64 {

@@ -8,13 +8,12 @@
 //! by sluice. Repeated (`SLUICE_CONVERGED_ROUNDS`, default 8: a 1-in-10 race shows in more
 //! than half of the suite's runs) so a race shows.
 
+use crate::common::writer::Background;
 use crate::common::{Failpoints, files, sluice, tempdir};
 use mysql_async::prelude::Queryable;
 use sluice_testkit::mysql::TestDb;
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
 const N: i64 = 30_000;
 /// Moved keys land past every other key.
@@ -61,6 +60,55 @@ fn rounds() -> usize {
         .unwrap_or(8)
 }
 
+/// `hot` with `N` rows and the empty `ops` log, on MariaDB or MySQL (each names its recursion
+/// limit differently).
+async fn create(db: &mut TestDb) {
+    let version = db.scalar("SELECT VERSION()").await.unwrap_or_default();
+    let depth = match version.contains("MariaDB") {
+        true => "max_recursive_iterations",
+        false => "cte_max_recursion_depth",
+    };
+    db.exec(&format!(
+        "SET SESSION {depth} = 1000000;
+         CREATE TABLE hot (id bigint PRIMARY KEY, v int NOT NULL, pad varchar(2000) NOT NULL);
+         CREATE TABLE ops (seq bigint PRIMARY KEY);
+         INSERT INTO hot
+           WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < {N})
+           SELECT n, 0, CONCAT('p', n) FROM g;
+         ANALYZE TABLE hot;"
+    ))
+    .await;
+}
+
+/// The writer whose transaction `i` [`replayed`] replays, each logged in `ops`.
+fn start_writer(url: &str) -> Background {
+    let url = url.to_string();
+    Background::spawn(|stop, commits| async move {
+        let mut c = sluice_testkit::mysql::connect(&url).await;
+        let mut i: i64 = 0;
+        while !stop.load(Ordering::Relaxed) {
+            i += 1;
+            c.query_drop(format!(
+                "START TRANSACTION;
+                 UPDATE hot SET v = v + 1, pad = CONCAT(pad, 'xxxxxxxxxx') WHERE id = {};
+                 UPDATE hot SET id = id + {} WHERE id = {};
+                 DELETE FROM hot WHERE id = {};
+                 INSERT INTO hot VALUES ({}, -1, 'new');
+                 INSERT INTO ops VALUES ({i});
+                 COMMIT;",
+                upd(i),
+                MOVED * i,
+                mv(i),
+                del(i),
+                N + i
+            ))
+            .await
+            .unwrap();
+            commits.fetch_add(1, Ordering::Relaxed);
+        }
+    })
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn converged_output_equals_the_tables_at_one_point_under_writes() {
     for round in 0..rounds() {
@@ -76,60 +124,9 @@ async fn converged_output_on_mysql_equals_the_tables_at_one_point() {
 
 async fn equal_at_one_point(mut db: TestDb, round: usize) {
     {
-        let version = db.scalar("SELECT VERSION()").await.unwrap_or_default();
-        let depth = match version.contains("MariaDB") {
-            true => "max_recursive_iterations",
-            false => "cte_max_recursion_depth",
-        };
-        db.exec(&format!(
-            "SET SESSION {depth} = 1000000;
-             CREATE TABLE hot (id bigint PRIMARY KEY, v int NOT NULL, pad varchar(2000) NOT NULL);
-             CREATE TABLE ops (seq bigint PRIMARY KEY);
-             INSERT INTO hot
-               WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < {N})
-               SELECT n, 0, CONCAT('p', n) FROM g;
-             ANALYZE TABLE hot;"
-        ))
-        .await;
-        let stop = Arc::new(AtomicBool::new(false));
-        let committed = Arc::new(AtomicU64::new(0));
-        let writer = {
-            let (url, stop, committed) = (db.url.clone(), stop.clone(), committed.clone());
-            tokio::spawn(async move {
-                let mut c = sluice_testkit::mysql::connect(&url).await;
-                let mut i: i64 = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    i += 1;
-                    c.query_drop(format!(
-                        "START TRANSACTION;
-                         UPDATE hot SET v = v + 1, pad = CONCAT(pad, 'xxxxxxxxxx') WHERE id = {};
-                         UPDATE hot SET id = id + {} WHERE id = {};
-                         DELETE FROM hot WHERE id = {};
-                         INSERT INTO hot VALUES ({}, -1, 'new');
-                         INSERT INTO ops VALUES ({i});
-                         COMMIT;",
-                        upd(i),
-                        MOVED * i,
-                        mv(i),
-                        del(i),
-                        N + i
-                    ))
-                    .await
-                    .unwrap();
-                    committed.store(i as u64, Ordering::Relaxed);
-                }
-            })
-        };
-        let wait_for = |n: u64| {
-            let committed = committed.clone();
-            async move {
-                let from = committed.load(Ordering::Relaxed);
-                while committed.load(Ordering::Relaxed) < from + n {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            }
-        };
-        wait_for(20).await;
+        create(&mut db).await;
+        let writer = start_writer(&db.url);
+        writer.wait_for(20).await;
         let out = tempdir();
         let dir = out.path().join("data");
         let fp = Failpoints::new();
@@ -141,11 +138,10 @@ async fn equal_at_one_point(mut db: TestDb, round: usize) {
         .args(["--chunk-size", "256KB", "--row-group-size", "64KB", "--to"])
         .arg(&dir);
         // The writer commits between the chunks' transactions.
-        fp.run_paused_at(&mut cmd, "export.after_receipt", wait_for(100))
+        fp.run_paused_at(&mut cmd, "export.after_receipt", writer.wait_for(100))
             .await;
-        let after = committed.load(Ordering::Relaxed);
-        stop.store(true, Ordering::Relaxed);
-        writer.await.unwrap();
+        let after = writer.commits();
+        writer.stop().await;
 
         let ops: Vec<i64> = files::row_strings(&files::dataset_batches(
             &dir.join(format!("{}.ops", db.name)),
@@ -190,44 +186,8 @@ async fn killed_converged_exports_resume_to_one_point() {
         "export.before_manifest=exit@1",
     ] {
         let mut db = TestDb::new().await;
-        db.exec(&format!(
-            "SET SESSION max_recursive_iterations = 1000000;
-             CREATE TABLE hot (id bigint PRIMARY KEY, v int NOT NULL, pad varchar(2000) NOT NULL);
-             CREATE TABLE ops (seq bigint PRIMARY KEY);
-             INSERT INTO hot
-               WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < {N})
-               SELECT n, 0, CONCAT('p', n) FROM g;"
-        ))
-        .await;
-        let stop = Arc::new(AtomicBool::new(false));
-        let committed = Arc::new(AtomicU64::new(0));
-        let writer = {
-            let (url, stop, committed) = (db.url.clone(), stop.clone(), committed.clone());
-            tokio::spawn(async move {
-                let mut c = sluice_testkit::mysql::connect(&url).await;
-                let mut i: i64 = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    i += 1;
-                    c.query_drop(format!(
-                        "START TRANSACTION;
-                         UPDATE hot SET v = v + 1, pad = CONCAT(pad, 'xxxxxxxxxx') WHERE id = {};
-                         UPDATE hot SET id = id + {} WHERE id = {};
-                         DELETE FROM hot WHERE id = {};
-                         INSERT INTO hot VALUES ({}, -1, 'new');
-                         INSERT INTO ops VALUES ({i});
-                         COMMIT;",
-                        upd(i),
-                        MOVED * i,
-                        mv(i),
-                        del(i),
-                        N + i
-                    ))
-                    .await
-                    .unwrap();
-                    committed.store(i as u64, Ordering::Relaxed);
-                }
-            })
-        };
+        create(&mut db).await;
+        let writer = start_writer(&db.url);
         let out = tempdir();
         let dir = out.path().join("data");
         let args = |extra: &str| {
@@ -255,13 +215,9 @@ async fn killed_converged_exports_resume_to_one_point() {
         let state = files::json(&dir.join("_sluice/run.json"));
         let c = state["converged"]["position"].as_str().unwrap().to_string();
         // The writer goes on between the runs.
-        let from = committed.load(Ordering::Relaxed);
-        while committed.load(Ordering::Relaxed) < from + 30 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        writer.wait_for(30).await;
         crate::common::run(&mut args("--resume")).ok();
-        stop.store(true, Ordering::Relaxed);
-        writer.await.unwrap();
+        writer.stop().await;
         let m = files::manifest(&dir);
         assert_eq!(
             m["converged"]["start"], c,
@@ -284,44 +240,8 @@ async fn killed_converged_exports_resume_to_one_point() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_converged_stream_snapshot_hands_off_after_its_end_point() {
     let mut db = TestDb::new().await;
-    db.exec(&format!(
-        "SET SESSION max_recursive_iterations = 1000000;
-         CREATE TABLE hot (id bigint PRIMARY KEY, v int NOT NULL, pad varchar(2000) NOT NULL);
-         CREATE TABLE ops (seq bigint PRIMARY KEY);
-         INSERT INTO hot
-           WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < {N})
-           SELECT n, 0, CONCAT('p', n) FROM g;"
-    ))
-    .await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let committed = Arc::new(AtomicU64::new(0));
-    let writer = {
-        let (url, stop, committed) = (db.url.clone(), stop.clone(), committed.clone());
-        tokio::spawn(async move {
-            let mut c = sluice_testkit::mysql::connect(&url).await;
-            let mut i: i64 = 0;
-            while !stop.load(Ordering::Relaxed) {
-                i += 1;
-                c.query_drop(format!(
-                    "START TRANSACTION;
-                     UPDATE hot SET v = v + 1, pad = CONCAT(pad, 'xxxxxxxxxx') WHERE id = {};
-                     UPDATE hot SET id = id + {} WHERE id = {};
-                     DELETE FROM hot WHERE id = {};
-                     INSERT INTO hot VALUES ({}, -1, 'new');
-                     INSERT INTO ops VALUES ({i});
-                     COMMIT;",
-                    upd(i),
-                    MOVED * i,
-                    mv(i),
-                    del(i),
-                    N + i
-                ))
-                .await
-                .unwrap();
-                committed.store(i as u64, Ordering::Relaxed);
-            }
-        })
-    };
+    create(&mut db).await;
+    let writer = start_writer(&db.url);
     let out = tempdir();
     let stream = || {
         let mut cmd = sluice();
@@ -338,19 +258,9 @@ async fn a_converged_stream_snapshot_hands_off_after_its_end_point() {
         cmd
     };
     let fp = Failpoints::new();
-    let wait_for = |n: u64| {
-        let committed = committed.clone();
-        async move {
-            let from = committed.load(Ordering::Relaxed);
-            while committed.load(Ordering::Relaxed) < from + n {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-    };
-    fp.run_paused_at(&mut stream(), "export.after_receipt", wait_for(100))
+    fp.run_paused_at(&mut stream(), "export.after_receipt", writer.wait_for(100))
         .await;
-    stop.store(true, Ordering::Relaxed);
-    writer.await.unwrap();
+    writer.stop().await;
     crate::common::run(&mut stream()).ok();
     let m = files::manifest(out.path());
     assert!(

@@ -14,6 +14,18 @@ use std::sync::atomic::Ordering;
 
 const ROWS: i64 = 20_000;
 
+/// A converged initial snapshot in small chunks, read by two workers, then the changes up to
+/// the position current at the start.
+const ARGS: [&str; 7] = [
+    "--consistency",
+    "converged",
+    "--parallel",
+    "2",
+    "--chunk-size",
+    "64KB",
+    "--until-current",
+];
+
 /// Transactions that move rows between pages and change keys, one per loop.
 async fn writer(url: &str) -> Background {
     let c = sluice_testkit::pg::connect(url).await;
@@ -52,24 +64,15 @@ async fn a_converged_initial_snapshot_hands_off_to_the_changes_after_its_end_poi
     let w = writer(&db.url).await;
     let to = tempdir();
     let fp = Failpoints::new();
-    let args = [
-        "--consistency",
-        "converged",
-        "--parallel",
-        "2",
-        "--chunk-size",
-        "64KB",
-        "--until-current",
-    ];
     // The writer commits between the snapshot's chunks.
-    let mut cmd = stream(&db.url, to.path(), &args);
+    let mut cmd = stream(&db.url, to.path(), &ARGS);
     let first = fp
         .run_paused_at(&mut cmd, "export.after_receipt", w.wait_for(60))
         .await;
     let said = String::from_utf8_lossy(&first.stderr).to_string();
     let commits = w.stop().await;
     // Everything the writer committed after the first run's end.
-    run(&mut stream(&db.url, to.path(), &args)).ok();
+    run(&mut stream(&db.url, to.path(), &ARGS)).ok();
 
     let m = files::manifest(to.path());
     assert_eq!(m["consistency"], "converged", "{m}");
@@ -91,15 +94,6 @@ async fn a_converged_initial_snapshot_hands_off_to_the_changes_after_its_end_poi
 /// follow from that T.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_converged_snapshot_resumes_on_the_streams_slot() {
-    let args = [
-        "--consistency",
-        "converged",
-        "--parallel",
-        "2",
-        "--chunk-size",
-        "64KB",
-        "--until-current",
-    ];
     for point in [
         "export.before_receipt=exit@4",
         "converge.end_point=exit@1",
@@ -111,14 +105,14 @@ async fn a_killed_converged_snapshot_resumes_on_the_streams_slot() {
         let w = writer(&db.url).await;
         let to = tempdir();
         let fp = Failpoints::new();
-        let mut cmd = stream(&db.url, to.path(), &args);
+        let mut cmd = stream(&db.url, to.path(), &ARGS);
         fp.arm(&mut cmd, point);
         let killed = run(&mut cmd);
         assert_ne!(killed.code, 0, "{point}: {}", killed.stderr);
         let state = files::json(&to.path().join("_sluice/run.json"));
         let c = state["converged"]["position"].as_str().unwrap().to_string();
         w.wait_for(30).await;
-        let resumed = run(&mut stream(&db.url, to.path(), &args));
+        let resumed = run(&mut stream(&db.url, to.path(), &ARGS));
         resumed.ok();
         // Followed from the first run's C, on the stream's slot.
         let m = files::manifest(to.path());
@@ -134,7 +128,7 @@ async fn a_killed_converged_snapshot_resumes_on_the_streams_slot() {
             resumed.stderr
         );
         w.stop().await;
-        run(&mut stream(&db.url, to.path(), &args)).ok();
+        run(&mut stream(&db.url, to.path(), &ARGS)).ok();
         assert_replay_equals_table(&db, to.path()).await;
         assert_eq!(slots_and_publications(&db).await, (1, 1), "{point}");
         run(&mut stream(&db.url, to.path(), &["--drop"])).ok();
