@@ -7,7 +7,7 @@
 
 use super::law::{Law, Worst};
 use super::run::TICK;
-use super::slots::{Feed, Readings, Slot, blind_for, read_loop, share, show, starting, value_of};
+use super::slots::{Feed, Readings, Slot, blind_for, keep_worst, read_loop, starting, value_of};
 use super::timeline::{Pause, SignalInfo};
 use crate::harm::HarmLatest;
 use sluice_core::budget::SignalReader;
@@ -79,18 +79,7 @@ impl Brake {
                         blind = blind_for(slot, &value, started);
                     }
                     if let Ok(Some(v)) = value {
-                        let s = share(v, slot.info.limit);
-                        if worst.as_ref().is_none_or(|w| s > w.share) {
-                            worst = Some(Worst {
-                                share: s,
-                                says: format!(
-                                    "{} {} > {}",
-                                    slot.info.name,
-                                    show(v, &slot.info.unit),
-                                    show(slot.info.limit, &slot.info.unit)
-                                ),
-                            });
-                        }
+                        keep_worst(&mut worst, slot, v);
                     }
                 }
                 law.step(now, worst.as_ref(), blind);

@@ -7,7 +7,7 @@
 use super::gate::GateState;
 use super::law::{Law, Worst};
 use super::slots::{
-    FIRST_READING, Slot, blind_for, read_loop, share, show, slots, starting, value_of,
+    FIRST_READING, Slot, blind_for, keep_worst, read_loop, show, slots, starting, value_of,
 };
 use super::timeline::{Pause, Point, Timeline};
 use super::{Gate, XminLimit};
@@ -78,25 +78,13 @@ impl Stepper {
             let v = value.ok().flatten();
             values.push(v);
             let Some(v) = v else { continue };
-            let (limit, unit) = (slot.info.limit, slot.info.unit.as_str());
             if slot.bounds_run {
                 if let Some(why) = self.bound_exceeded(slot, v) {
                     stop.get_or_insert(why);
                 }
                 continue;
             }
-            let s = share(v, limit);
-            if worst.as_ref().is_none_or(|w| s > w.share) {
-                worst = Some(Worst {
-                    share: s,
-                    says: format!(
-                        "{} {} > {}",
-                        slot.info.name,
-                        show(v, unit),
-                        show(limit, unit)
-                    ),
-                });
-            }
+            keep_worst(&mut worst, slot, v);
         }
         let before = (self.law.active(), self.law.paused().map(str::to_string));
         self.law.step(now, worst.as_ref(), blind);

@@ -3,6 +3,7 @@
 //! run, the harm monitor's sample, the snapshot's age), whether it is unreadable (fail closed),
 //! and the task that reads an adapter signal at its interval.
 
+use super::law::Worst;
 use super::run::TICK;
 use super::timeline::SignalInfo;
 use super::{HarmBudget, XminLimit, show_seconds};
@@ -286,6 +287,24 @@ pub(super) fn slots(
         });
     }
     Ok((slots, tasks))
+}
+
+/// Keep in `worst` the reading `v` of `slot` when its share of the limit is the largest yet,
+/// with what to say about it (`replica lag 12.3 s > 10 s`).
+pub(super) fn keep_worst(worst: &mut Option<Worst>, slot: &Slot, v: f64) {
+    let (limit, unit) = (slot.info.limit, slot.info.unit.as_str());
+    let s = share(v, limit);
+    if worst.as_ref().is_none_or(|w| s > w.share) {
+        *worst = Some(Worst {
+            share: s,
+            says: format!(
+                "{} {} > {}",
+                slot.info.name,
+                show(v, unit),
+                show(limit, unit)
+            ),
+        });
+    }
 }
 
 /// A value's share of its limit (a limit of 0 tolerates nothing).
