@@ -15,7 +15,12 @@
 //!   source did. What the target cannot follow is refused up front: a parent that is not
 //!   replicated (its deletes never reach the target), `ON UPDATE` actions (a key update is
 //!   applied as a delete and an insert, which would cascade as a delete), `SET DEFAULT`
-//!   (the target's tables carry no defaults).
+//!   (the target's tables carry no defaults);
+//! - a converged export (`--consistency converged`, and `sluice stream`'s converged snapshot)
+//!   refuses it outright: a child row the action changes after its chunk was read would stay
+//!   in the output as it was, with nothing in the log to say its key changed, so the output
+//!   would not be the table at one point. Nothing to accept: `--consistency snapshot` reads
+//!   such tables exactly.
 
 use sluice_core::apply::{ForeignKey, RefAction, TableKeys};
 use sluice_core::change::ChangeSource;
@@ -77,6 +82,21 @@ pub(crate) fn check_stream(
          state and the files' metadata say so).",
         source.display_url(),
         list.join("; ")
+    )))
+}
+
+/// A converged export: refuse tables with such keys, naming them and the fallback.
+pub(crate) fn check_converged(
+    source: &dyn ChangeSource,
+    found: &[(TableRef, ForeignKey)],
+) -> Result<()> {
+    let Some((t, fk)) = found.first() else {
+        return Ok(());
+    };
+    Err(Error::config(format!(
+        "{t}: {}: {} applies this action inside the storage engine and writes the rows it          changes to no binary log, so a converged export could not tell which of {t}'s rows          changed after their chunk was read, and the output would not be the table at one          point. Export {t} with --consistency snapshot (one snapshot for the run), or leave          it out of the selection.",
+        fk.describe(),
+        source.display_url()
     )))
 }
 

@@ -21,13 +21,14 @@
 //! Memory: one entry per distinct changed key (its text), at most half of the export's
 //! `--memory`; past that the run stops and says to raise it (keys are not spilled to disk
 //! yet). Changes of a table whose columns change mid-run stop the run (a converged output
-//! never mixes two schemas).
+//! never mixes two schemas). A child of a foreign key whose action the source's log does not
+//! carry (InnoDB's cascades) is refused in `check` (see `crate::cascades`).
 
 mod keys;
 
 use async_trait::async_trait;
 use keys::{Keys, Seen};
-use sluice_core::apply::Engine;
+use sluice_core::apply::{Engine, TableKeys};
 use sluice_core::change::{CaptureNames, ChangeSink, ChangeSource, ChangeStream, Handoff};
 use sluice_core::table::TableRef;
 use sluice_core::{Dataset, Error, Result, StreamPos};
@@ -268,14 +269,7 @@ impl ConvergeLog {
         if self.source.sends_generated() {
             return Ok(HashMap::new());
         }
-        Ok(self
-            .source
-            .table_keys(datasets)
-            .await?
-            .into_iter()
-            .filter(|k| !k.generated.is_empty())
-            .map(|k| (k.table, k.generated.into_iter().map(|g| g.name).collect()))
-            .collect())
+        Ok(unlogged_generated(self.source.table_keys(datasets).await?))
     }
 }
 
@@ -290,7 +284,15 @@ impl ChangeLog for ConvergeLog {
             )));
         }
         self.source.check(datasets).await?;
-        let unlogged = self.unlogged(datasets).await?;
+        let keys = self.source.table_keys(datasets).await?;
+        crate::cascades::check_converged(
+            self.source.as_ref(),
+            &crate::cascades::unlogged(self.source.as_ref(), &keys),
+        )?;
+        let unlogged = match self.source.sends_generated() {
+            true => HashMap::new(),
+            false => unlogged_generated(keys),
+        };
         for ds in datasets {
             let generated = ds.object.as_ref().and_then(|o| unlogged.get(o));
             if let Some(c) = ds
@@ -586,6 +588,14 @@ impl sluice_core::change::SnapshotHold for NoHold {
     async fn release(self: Box<Self>) -> Result<()> {
         Ok(())
     }
+}
+
+/// The generated columns of each table that has some, by name.
+fn unlogged_generated(keys: Vec<TableKeys>) -> HashMap<TableRef, Vec<String>> {
+    keys.into_iter()
+        .filter(|k| !k.generated.is_empty())
+        .map(|k| (k.table, k.generated.into_iter().map(|g| g.name).collect()))
+        .collect()
 }
 
 /// The keys changed as the end point `t` sees them: every key seen (one changed only after

@@ -53,7 +53,7 @@ fn replayed(k: i64) -> Vec<String> {
     out
 }
 
-fn rounds() -> usize {
+pub(crate) fn rounds() -> usize {
     std::env::var("SLUICE_CONVERGED_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -19,6 +19,7 @@ mod columns;
 mod consistency;
 mod converged;
 mod converged_mariadb;
+mod converged_mariadb_schema;
 mod delta;
 mod demo;
 mod errors;
