@@ -91,13 +91,7 @@ impl KeySet {
     pub fn new<'a>(keys: impl IntoIterator<Item = &'a Vec<String>>) -> Self {
         let mut encoded = HashSet::with_hasher(Xxh3DefaultBuilder);
         for key in keys {
-            let mut buf = Vec::new();
-            for text in key {
-                let start = buf.len();
-                buf.extend_from_slice(text.as_bytes());
-                end_column(&mut buf, start);
-            }
-            encoded.insert(buf);
+            encoded.insert(encode(key));
         }
         KeySet {
             encoded,
@@ -112,38 +106,87 @@ impl KeySet {
             everything: true,
         }
     }
+}
 
-    /// For each row of `batch`: whether its key (the batch's `columns`) is in the set. A NULL
-    /// in a key column is an error, as in [`key_texts`].
-    pub fn rows_in(&self, batch: &RecordBatch, columns: &[usize]) -> Result<Vec<bool>> {
+impl KeyLookup for KeySet {
+    fn rows_in(&self, batch: &RecordBatch, columns: &[usize]) -> Result<Vec<bool>> {
         if self.everything {
             return Ok(vec![true; batch.num_rows()]);
         }
         if self.encoded.is_empty() {
             return Ok(vec![false; batch.num_rows()]);
         }
-        let options = FormatOptions::default();
-        let formatters = formatters(batch, columns, &options)?;
-        let mut buf = Vec::with_capacity(64);
-        let mut out = Vec::with_capacity(batch.num_rows());
-        for row in 0..batch.num_rows() {
-            buf.clear();
-            for (array, f) in &formatters {
-                if array.is_null(row) {
-                    return Err(Error::internal("a NULL in a key column"));
-                }
-                let start = buf.len();
-                write!(buf, "{}", f.value(row))
-                    .map_err(|e| Error::internal(format!("a key's text: {e}")))?;
-                end_column(&mut buf, start);
-            }
-            out.push(self.encoded.contains(buf.as_slice()));
-        }
-        Ok(out)
+        rows_matching(batch, columns, |key| Ok(self.encoded.contains(key)))
     }
 }
 
-/// Close a key column's text in a [`KeySet`] spelling: the text written from `start` is
+/// Keys to find among the rows of part files: a [`KeySet`] in memory, or a set kept on disk
+/// (a converged export's changed keys past their share of `--memory`).
+pub trait KeyLookup: Send + Sync {
+    /// For each row of `batch`: whether its key (the batch's `columns`) is in the set. A NULL
+    /// in a key column is an error, as in [`key_texts`].
+    fn rows_in(&self, batch: &RecordBatch, columns: &[usize]) -> Result<Vec<bool>>;
+}
+
+/// For each row of `batch`: `found` of its key spelled as [`encode`] spells it (into one
+/// reused buffer: no allocation per row). A NULL in a key column is an error.
+pub fn rows_matching(
+    batch: &RecordBatch,
+    columns: &[usize],
+    mut found: impl FnMut(&[u8]) -> Result<bool>,
+) -> Result<Vec<bool>> {
+    let options = FormatOptions::default();
+    let formatters = formatters(batch, columns, &options)?;
+    let mut buf = Vec::with_capacity(64);
+    let mut out = Vec::with_capacity(batch.num_rows());
+    for row in 0..batch.num_rows() {
+        buf.clear();
+        for (array, f) in &formatters {
+            if array.is_null(row) {
+                return Err(Error::internal("a NULL in a key column"));
+            }
+            let start = buf.len();
+            write!(buf, "{}", f.value(row))
+                .map_err(|e| Error::internal(format!("a key's text: {e}")))?;
+            end_column(&mut buf, start);
+        }
+        out.push(found(&buf)?);
+    }
+    Ok(out)
+}
+
+/// A key (one text per column) as one byte string: each column's text followed by its length
+/// (4 bytes, little-endian), so column boundaries are part of the key. [`decode`] reverses it.
+pub fn encode(key: &[String]) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(key.iter().map(|t| t.len() + 4).sum());
+    for text in key {
+        let start = buf.len();
+        buf.extend_from_slice(text.as_bytes());
+        end_column(&mut buf, start);
+    }
+    buf
+}
+
+/// The texts of a key [`encode`] spelled, or why these bytes are not one.
+pub fn decode(mut encoded: &[u8]) -> Result<Vec<String>> {
+    let bad = || Error::internal("a changed key's spelling is damaged");
+    let mut out = Vec::new();
+    while !encoded.is_empty() {
+        let (rest, len) = encoded
+            .split_at_checked(encoded.len().saturating_sub(4))
+            .ok_or_else(bad)?;
+        let len = u32::from_le_bytes(len.try_into().map_err(|_| bad())?) as usize;
+        let (rest, text) = rest
+            .split_at_checked(rest.len().checked_sub(len).ok_or_else(bad)?)
+            .ok_or_else(bad)?;
+        out.push(String::from_utf8(text.to_vec()).map_err(|_| bad())?);
+        encoded = rest;
+    }
+    out.reverse();
+    Ok(out)
+}
+
+/// Close a key column's text in an [`encode`] spelling: the text written from `start` is
 /// followed by its length, so column boundaries are part of the key.
 fn end_column(buf: &mut Vec<u8>, start: usize) {
     let len = (buf.len() - start) as u32;
@@ -209,5 +252,18 @@ mod tests {
         );
         assert!(KeySet::new(&keys).rows_in(&batch, &[2]).is_err());
         assert!(!supported(&DataType::Binary));
+    }
+
+    #[test]
+    fn encoded_keys_decode_to_their_texts() {
+        for key in [
+            vec!["x,y".to_string(), String::new()],
+            vec!["é".into(), "12".into(), "\u{0}\u{4}".into()],
+            vec![],
+        ] {
+            assert_eq!(decode(&encode(&key)).unwrap(), key);
+        }
+        assert!(decode(b"ab").is_err());
+        assert!(decode(&[b'a', 9, 0, 0, 0]).is_err());
     }
 }

@@ -52,6 +52,7 @@ use sluice_core::{
 use sluice_core::{Source, SourceOptions};
 use sluice_sink::FormatOptions;
 use sluice_sink::layout;
+use sluice_sink::overlay::Run;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,13 +75,21 @@ pub const ROW_GROUP_BYTES: usize = 2 << 20;
 pub const KEYS_PER_CHUNK: usize = 2000;
 
 /// What changed in one dataset's table while the chunks were read.
-#[derive(Debug, Default, Clone)]
+#[derive(Default, Clone)]
 pub struct ChangedKeys {
     /// Every key inserted, updated or deleted (a key update changes its old and its new key),
-    /// one text per key column (see [`sluice_core::keytext`]).
-    pub keys: HashSet<Vec<String>>,
+    /// spelled as [`sluice_core::keytext::encode`] spells it, sorted in a file (see
+    /// [`sluice_sink::overlay`]); `None` when only a truncate was seen.
+    pub keys: Option<Arc<Run>>,
     /// The table was truncated: every row read before then is gone.
     pub truncated: bool,
+}
+
+impl ChangedKeys {
+    /// How many keys changed.
+    pub fn count(&self) -> u64 {
+        self.keys.as_ref().map_or(0, |k| k.len())
+    }
 }
 
 /// The end point of a converged run, from [`ChangeLog::end`].
@@ -263,7 +272,7 @@ pub(crate) async fn reconcile(
                 released?;
                 tracing::info!(
                     "{} changed keys read again at {position} in {} part(s) in {:.2} s",
-                    changed.values().map(|k| k.keys.len()).sum::<usize>(),
+                    changed.values().map(ChangedKeys::count).sum::<u64>(),
                     delta.len(),
                     reading.elapsed().as_secs_f64()
                 );
@@ -288,7 +297,7 @@ pub(crate) async fn reconcile(
     let mut record = ConvergedRecord {
         start: c.start,
         end: position,
-        changed_keys: changed.values().map(|k| k.keys.len() as u64).sum(),
+        changed_keys: changed.values().map(ChangedKeys::count).sum(),
         truncated: changed
             .iter()
             .filter(|(_, k)| k.truncated)
@@ -340,34 +349,66 @@ fn note(r: &ConvergedRecord) -> String {
 }
 
 /// One chunk per [`KEYS_PER_CHUNK`] changed keys of each dataset, numbered after its plan's
-/// last part.
+/// last part. Their key lists are left empty: [`fill_keys`] reads each from the keys' file
+/// as its chunk starts, so the lists never all sit in memory at once.
 fn delta_chunks(prepared: &Prepared, changed: &HashMap<String, ChangedKeys>) -> Vec<Chunk> {
     let mut out = Vec::new();
     for ds in &prepared.datasets {
-        let Some(keys) = changed.get(&ds.name).filter(|k| !k.keys.is_empty()) else {
+        let Some(count) = changed
+            .get(&ds.name)
+            .map(ChangedKeys::count)
+            .filter(|n| *n > 0)
+        else {
             continue;
         };
-        let mut sorted: Vec<Vec<String>> = keys.keys.iter().cloned().collect();
-        sorted.sort();
-        let next = prepared
-            .state
-            .chunks
-            .iter()
-            .filter(|c| c.dataset == ds.name)
-            .map(|c| c.ordinal as usize + 1)
-            .max()
-            .unwrap_or(0);
         let row_bytes = ds.estimate.bytes / ds.estimate.rows.max(1);
-        for (i, group) in sorted.chunks(KEYS_PER_CHUNK).enumerate() {
+        let first = first_delta(prepared, &ds.name);
+        for i in 0..count.div_ceil(KEYS_PER_CHUNK as u64) {
             let bounds = ChunkBounds::KeySet {
                 columns: ds.primary_key.clone(),
-                keys: group.to_vec(),
+                keys: Vec::new(),
             };
-            let n = group.len() as u64;
-            out.push(Chunk::new(ds, next + i, bounds, n * row_bytes, n));
+            let n = (count - i * KEYS_PER_CHUNK as u64).min(KEYS_PER_CHUNK as u64);
+            out.push(Chunk::new(ds, first + i as usize, bounds, n * row_bytes, n));
         }
     }
     out
+}
+
+/// The ordinal of a dataset's first delta chunk: after every part its plan has.
+fn first_delta(prepared: &Prepared, dataset: &str) -> usize {
+    prepared
+        .state
+        .chunks
+        .iter()
+        .filter(|c| c.dataset == dataset && !is_delta(c))
+        .map(|c| c.ordinal as usize + 1)
+        .max()
+        .unwrap_or(0)
+}
+
+fn is_delta(c: &Chunk) -> bool {
+    matches!(c.bounds, ChunkBounds::KeySet { .. })
+}
+
+/// What fills a delta chunk's key list as a worker takes it (see [`delta_chunks`]).
+fn fill_keys(prepared: &Prepared, changed: &HashMap<String, ChangedKeys>) -> crate::queue::Fill {
+    let runs: HashMap<String, (usize, Arc<Run>)> = changed
+        .iter()
+        .filter_map(|(d, k)| Some((d.clone(), (first_delta(prepared, d), k.keys.clone()?))))
+        .collect();
+    Arc::new(move |chunk: &mut Chunk| {
+        let (Some((first, run)), ChunkBounds::KeySet { keys, .. }) =
+            (runs.get(&chunk.dataset), &mut chunk.bounds)
+        else {
+            return Ok(());
+        };
+        let group = (chunk.ordinal as usize)
+            .checked_sub(*first)
+            .ok_or_else(|| Error::internal("a delta chunk before its dataset's parts"))?;
+        *keys = run.keys((group * KEYS_PER_CHUNK) as u64, KEYS_PER_CHUNK)?;
+        Ok(())
+    })
 }
 
 /// Read the delta chunks under the end snapshot with the run's workers' pipeline: the one
@@ -450,7 +491,7 @@ async fn read_delta(
     let counters = Arc::new(sluice_core::ReadCounters::default());
     let coordinator = Arc::new(Mutex::new(coordinator));
     let delta_ctx = Arc::new(WorkerContext {
-        queue: WorkQueue::new(delta.to_vec()),
+        queue: WorkQueue::new(delta.to_vec()).with_fill(fill_keys(prepared, &until.changed)),
         datasets: ctx.datasets.clone(),
         coordinator: coordinator.clone(),
         destination: ctx.destination.clone(),

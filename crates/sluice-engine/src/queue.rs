@@ -4,14 +4,19 @@
 //! keep every worker busy until the end, and the largest units start first so the last one to
 //! finish is small.
 
-use sluice_core::Chunk;
+use sluice_core::{Chunk, Result};
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+/// Completes a chunk as a worker takes it (a converged run's delta chunks get their key lists
+/// then, read from a file, rather than all at once).
+pub type Fill = Arc<dyn Fn(&mut Chunk) -> Result<()> + Send + Sync>;
 
 /// A queue of chunks handed out one at a time.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct WorkQueue {
     chunks: Mutex<VecDeque<Chunk>>,
+    fill: Option<Fill>,
 }
 
 impl WorkQueue {
@@ -25,12 +30,25 @@ impl WorkQueue {
         });
         WorkQueue {
             chunks: Mutex::new(chunks.into()),
+            fill: None,
         }
     }
 
+    /// The same queue, each chunk completed by `fill` as it is taken.
+    pub fn with_fill(mut self, fill: Fill) -> Self {
+        self.fill = Some(fill);
+        self
+    }
+
     /// The next chunk, or `None` when all were handed out.
-    pub fn next(&self) -> Option<Chunk> {
-        self.chunks.lock().ok().and_then(|mut q| q.pop_front())
+    pub fn next(&self) -> Result<Option<Chunk>> {
+        let Some(mut chunk) = self.chunks.lock().ok().and_then(|mut q| q.pop_front()) else {
+            return Ok(None);
+        };
+        if let Some(fill) = &self.fill {
+            fill(&mut chunk)?;
+        }
+        Ok(Some(chunk))
     }
 
     /// Chunks not yet handed out.
@@ -63,7 +81,7 @@ mod tests {
             c("a", 1, 10),
             c("c", 0, 50),
         ]);
-        let order: Vec<_> = std::iter::from_fn(|| q.next())
+        let order: Vec<_> = std::iter::from_fn(|| q.next().unwrap())
             .map(|c| (c.dataset, c.ordinal))
             .collect();
         assert_eq!(

@@ -120,7 +120,9 @@ pub async fn run(
         if !ctx.gate.admit(index, || ctx.queue.remaining() == 0).await {
             break;
         }
-        let Some(chunk) = ctx.queue.next() else { break };
+        let Some(chunk) = ctx.queue.next()? else {
+            break;
+        };
         let mut attempt = 1;
         let mut first_failure: Option<Instant> = None;
         loop {

@@ -29,6 +29,7 @@ pub mod objstore_gcs;
 mod objstore_lock;
 pub mod objstore_url;
 mod objstore_versions;
+pub mod overlay;
 pub mod parquet;
 mod render;
 pub mod rewrite;

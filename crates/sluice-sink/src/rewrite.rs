@@ -23,7 +23,7 @@ use parquet::arrow::arrow_reader::{
 use parquet::arrow::arrow_writer::compute_leaves;
 use parquet::column::writer::ColumnCloseResult;
 use parquet::file::metadata::PageIndexPolicy;
-use sluice_core::keytext::KeySet;
+use sluice_core::keytext::KeyLookup;
 use sluice_core::{Error, Result};
 use std::ops::Range;
 use std::sync::Arc;
@@ -61,7 +61,7 @@ pub struct Rewritten {
 pub fn rows_with_keys(
     dest: &Arc<dyn Destination>,
     part: &Part<'_>,
-    drop: &KeySet,
+    drop: &dyn KeyLookup,
 ) -> Result<Option<Vec<bool>>> {
     let pq = |e| read_error(part, e);
     let source = (part.path.to_string(), part.bytes);

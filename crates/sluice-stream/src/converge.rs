@@ -18,9 +18,10 @@
 //! neither created nor removed here, and the stream then reads on from C, leaving to the
 //! snapshot every transaction before its end point T.
 //!
-//! Memory: one entry per distinct changed key (its text), at most half of the export's
-//! `--memory`; past that the run stops and says to raise it (keys are not spilled to disk
-//! yet). Changes of a table whose columns change mid-run stop the run (a converged output
+//! Memory: the changed keys (their text) take at most half of the export's `--memory`; past
+//! that the largest dataset's are written, sorted, to a file in the temporary directory
+//! (`sluice_sink::overlay`), and an end point merges each dataset's into one sorted file, of
+//! which only a filter and a sparse index stay in memory. Changes of a table whose columns change mid-run stop the run (a converged output
 //! never mixes two schemas). A child of a foreign key whose action the source's log does not
 //! carry (InnoDB's cascades) is refused in `check` (see `crate::cascades`).
 
@@ -201,7 +202,20 @@ impl ConvergeLog {
         let position = StreamPos::from_adapter(start.position.clone());
         state.start = Some(position.clone());
         let stream = self.source.open(&self.names, datasets, &position).await?;
-        let seen = Arc::new(StdMutex::new(Seen::default()));
+        let spill = tempfile::Builder::new()
+            .prefix("sluice-converged-")
+            .tempdir()
+            .map_err(|e| {
+                Error::destination(
+                    sluice_core::Retry::Permanent,
+                    format!(
+                        "a temporary directory for the changed keys in {}: {e}; point TMPDIR at \
+                         a writable directory.",
+                        std::env::temp_dir().display()
+                    ),
+                )
+            })?;
+        let seen = Arc::new(StdMutex::new(Seen::new(Arc::new(spill))));
         let (tx, at) = watch::channel(Followed::default());
         let unlogged = self.unlogged(datasets).await?;
         let sink = Keys::new(datasets, seen.clone(), self.key_bytes, unlogged);
@@ -230,10 +244,14 @@ impl ConvergeLog {
         if let Some(f) = catch_up(&mut at, t).await {
             return Err(f.error());
         }
-        let changed = match seen.lock() {
-            Ok(s) => changed_before(&s, t),
-            Err(_) => return Err(Error::internal("the change log's keys were poisoned")),
-        };
+        // Merging the keys reads and writes their files: off the runtime's threads.
+        let stop = t.clone();
+        let changed = tokio::task::spawn_blocking(move || match seen.lock() {
+            Ok(mut s) => changed_before(&mut s, &stop),
+            Err(_) => Err(Error::internal("the change log's keys were poisoned")),
+        })
+        .await
+        .map_err(|e| Error::internal(format!("the changed keys' merge: {e}")))??;
         // A truncated table's parts are emptied anyway; any other rewrite moved rows between
         // the chunks unseen by the log.
         let moved: Vec<String> = rewritten
@@ -600,18 +618,19 @@ fn unlogged_generated(keys: Vec<TableKeys>) -> HashMap<TableRef, Vec<String>> {
 
 /// The keys changed as the end point `t` sees them: every key seen (one changed only after
 /// `t` is read again at `t` too, which gives the same row), but only the truncates committed
-/// before `t` (a later one must not empty parts whose rows `t` still has).
-fn changed_before(seen: &Seen, t: &StreamPos) -> HashMap<String, ChangedKeys> {
+/// before `t` (a later one must not empty parts whose rows `t` still has). Each dataset's
+/// keys are merged into one sorted file the follower goes on from.
+fn changed_before(seen: &mut Seen, t: &StreamPos) -> Result<HashMap<String, ChangedKeys>> {
     let mut out: HashMap<String, ChangedKeys> = HashMap::new();
-    for (ds, keys) in &seen.keys {
-        out.entry(ds.clone()).or_default().keys = keys.clone();
+    for (ds, keys) in &mut seen.keys {
+        out.entry(ds.clone()).or_default().keys = Some(keys.freeze()?);
     }
     for (ds, at) in &seen.truncates {
         if at.iter().any(|p| p <= t) {
             out.entry(ds.clone()).or_default().truncated = true;
         }
     }
-    out
+    Ok(out)
 }
 
 /// Read the log into `sink` until told to stop, saying after each read how far it got.

@@ -20,6 +20,7 @@ mod consistency;
 mod converged;
 mod converged_mariadb;
 mod converged_mariadb_schema;
+mod converged_spill;
 mod delta;
 mod demo;
 mod errors;

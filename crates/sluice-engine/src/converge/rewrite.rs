@@ -9,7 +9,7 @@ use crate::manifest::{ConvergedRecord, PartRecord};
 use crate::prepare::Prepared;
 use crate::worker::WorkerContext;
 use futures_util::StreamExt;
-use sluice_core::keytext::KeySet;
+use sluice_core::keytext::{KeyLookup, KeySet};
 use sluice_core::{Chunk, Error, Result};
 use sluice_sink::PartKey;
 use sluice_sink::destination::on_blocking;
@@ -39,7 +39,7 @@ pub(super) async fn remove_changed(
         .cloned()
         .collect();
     // One set to look rows up in per dataset, shared by its parts' rewrites.
-    let mut sets: HashMap<String, Arc<KeySet>> = HashMap::new();
+    let mut sets: HashMap<String, Arc<dyn KeyLookup>> = HashMap::new();
     record.chunk_bytes = parts
         .iter()
         .filter(|p| !fresh.contains(&(p.dataset.as_str(), p.ordinal)))
@@ -64,12 +64,10 @@ pub(super) async fn remove_changed(
         };
         let drop = sets
             .entry(part.dataset.clone())
-            .or_insert_with(|| {
-                Arc::new(match changed.get(&part.dataset) {
-                    Some(_) if truncated => KeySet::everything(),
-                    Some(c) => KeySet::new(&c.keys),
-                    None => KeySet::new(&[]),
-                })
+            .or_insert_with(|| match changed.get(&part.dataset).map(|c| &c.keys) {
+                _ if truncated => Arc::new(KeySet::everything()),
+                Some(Some(run)) => run.clone(),
+                _ => Arc::new(KeySet::new(&[])),
             })
             .clone();
         let target = Arc::new(Target {
@@ -83,7 +81,7 @@ pub(super) async fn remove_changed(
         );
         rewrites.push(futures_util::future::Either::Right(async move {
             let (t, d) = (target.clone(), dest.clone());
-            let hits = on_blocking(move || rows_with_keys(&d, &t.part(), &drop)).await?;
+            let hits = on_blocking(move || rows_with_keys(&d, &t.part(), drop.as_ref())).await?;
             let Some(hits) = hits else {
                 return Ok((part, None));
             };

@@ -2,23 +2,33 @@
 //! positions of truncates; nothing else of the rows is kept.
 
 use sluice_core::change::{ChangeOp, ChangeRows, ChangeSink, TxMeta, change_schema};
-use sluice_core::keytext::key_texts;
+use sluice_core::keytext::{self, key_texts};
 use sluice_core::table::TableRef;
 use sluice_core::{ColumnDesc, Dataset, Error, Result, StreamPos};
-use std::collections::{HashMap, HashSet};
+use sluice_sink::overlay::Overlay;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
 
 /// Changes of one table buffered before their keys are taken.
 const FLUSH_ROWS: usize = 4096;
 
 /// What the log said so far, by dataset.
-#[derive(Default)]
 pub(super) struct Seen {
-    pub(super) keys: HashMap<String, HashSet<Vec<String>>>,
-    /// About what `keys` takes in memory.
-    pub(super) bytes: u64,
+    pub(super) keys: HashMap<String, Overlay>,
     /// The commit positions of each dataset's truncates.
     pub(super) truncates: HashMap<String, Vec<StreamPos>>,
+    /// Where the keys past the memory budget go.
+    spill: Arc<tempfile::TempDir>,
+}
+
+impl Seen {
+    pub(super) fn new(spill: Arc<tempfile::TempDir>) -> Seen {
+        Seen {
+            keys: HashMap::new(),
+            truncates: HashMap::new(),
+            spill,
+        }
+    }
 }
 
 /// One table's rows as the log describes them.
@@ -40,7 +50,7 @@ pub(super) struct Keys {
     tx: Option<TxMeta>,
     seq: u64,
     seen: Arc<StdMutex<Seen>>,
-    /// The most bytes the keys may take.
+    /// The most bytes the keys may take in memory (past it they spill to disk).
     limit: u64,
     /// Generated columns the log leaves out of its rows, per table.
     unlogged: HashMap<TableRef, Vec<String>>,
@@ -85,23 +95,30 @@ impl Keys {
             .lock()
             .map_err(|_| Error::internal("the change log's keys were poisoned"))?;
         let Seen {
-            keys: all, bytes, ..
+            keys: all, spill, ..
         } = &mut *seen;
-        let set = all.entry(t.dataset.clone()).or_default();
+        let set = all
+            .entry(t.dataset.clone())
+            .or_insert_with(|| Overlay::new(spill.clone()));
         for key in keys {
-            // A hash set entry, a vector and a string per column, and the text.
-            let size = 48 + key.iter().map(|v| 24 + v.len() as u64).sum::<u64>();
-            if set.insert(key) {
-                *bytes += size;
-            }
+            set.insert(keytext::encode(&key));
         }
-        if *bytes > self.limit {
-            return Err(Error::config(format!(
-                "the rows changed while the converged export ran take more than {} MB to \
-                 remember (half of --memory): raise --memory, or export with --consistency \
-                 snapshot.",
-                self.limit >> 20
-            )));
+        // Past the budget, the largest sets go to disk, until the rest fits.
+        loop {
+            let held: u64 = all.values().map(Overlay::memory_bytes).sum();
+            let largest = all.iter_mut().max_by_key(|(_, o)| o.memory_bytes());
+            match largest {
+                Some((name, o)) if held > self.limit && o.memory_bytes() > 0 => {
+                    o.spill()?;
+                    tracing::info!(
+                        "{name}: the changed keys passed their {} MB of memory (half of \
+                         --memory); {} keys now spilled to disk",
+                        self.limit >> 20,
+                        o.spilled()
+                    );
+                }
+                _ => break,
+            }
         }
         Ok(())
     }
