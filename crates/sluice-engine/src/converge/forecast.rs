@@ -9,7 +9,7 @@ const SAMPLE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// `sluice plan --consistency converged`: from the tables' recent change rate (their counters
 /// over [`SAMPLE`]) and the run's predicted length, how many keys would change, what
-/// remembering them takes, and what share of the row groups would be encoded again —
+/// remembering them takes (past half of `--memory` they spill to disk), and what share of the row groups would be encoded again —
 /// `1 - e^(-K/G)` for K changes spread evenly over G row groups (the rest is copied), an upper
 /// bound (changes on recent rows touch few) — with the advice to use `snapshot` where more
 /// than half would be.
@@ -70,9 +70,12 @@ pub(crate) async fn forecast(
     if key_bytes > (job.memory / 2) as f64 {
         notes.push(format!(
             "converged: the changed keys would take about {:.0} MB, more than half of --memory \
-             ({} MB): a run would stop; raise --memory or use --consistency snapshot",
+             ({} MB): past that they spill to sorted files in the temporary directory ({}), \
+             which costs disk and a merge at the end point; raise --memory to keep them in \
+             memory",
             key_bytes / 1e6,
-            job.memory >> 20
+            job.memory >> 20,
+            std::env::temp_dir().display()
         ));
     }
     notes
