@@ -1,19 +1,27 @@
 """The converged-consistency benchmark's driver, run by bench/converged/run inside
-`sluice-testkit run --pg`.
+`sluice-testkit run --pg --mariadb`.
 
-For each table (narrow: 5 columns; wide: about 2 KB a row), a pgbench script updates random rows
-at a fixed rate (-R) for as long as the exports run; `sluice export --consistency snapshot` and
-`--consistency converged` run alternately (SLUICE_BENCH_RUNS each) at the same `--parallel`.
-Each run's figures come from its `--report-json`. Standard library only.
+For each engine (SLUICE_BENCH_ENGINES: PostgreSQL, MariaDB) and table (narrow: 5 columns;
+wide: about 2 KB a row), a writer updates random rows at a fixed rate for as long as the
+exports run (PostgreSQL: pgbench -R; MariaDB: two `mariadb` clients running a script of
+single-row updates, each followed by a sleep that paces it); `sluice export --consistency
+snapshot` and `--consistency converged` run alternately (SLUICE_BENCH_RUNS each) at the same
+`--parallel`. Each run's figures come from its `--report-json`. Standard library only (the
+`mariadb` client's flags come from the lab's helper).
 """
 
 import json
 import os
+import random
 import statistics
 import subprocess
+import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from sluicebench.mariadb import cli_args, with_database  # noqa: E402
 
 URL = os.environ["SLUICE_TEST_PG_URL"]
 SLUICE = os.environ["SLUICE_BENCH_SLUICE"]
@@ -24,6 +32,10 @@ RUNS = int(os.environ["SLUICE_BENCH_RUNS"])
 PARALLEL = os.environ["SLUICE_BENCH_PARALLEL"]
 COMMAND = os.environ["SLUICE_BENCH_COMMAND"]
 DB_URL = URL.rsplit("/", 1)[0] + "/convbench"
+ENGINES = os.environ.get("SLUICE_BENCH_ENGINES", "pg mariadb").split()
+MY_URL = os.environ.get("SLUICE_TEST_MYSQL_URL", "")
+MY_DB_URL = with_database(MY_URL, "convbench") if MY_URL else ""
+ENGINE_NAMES = {"pg": "PostgreSQL", "mariadb": "MariaDB"}
 
 
 def count(text):
@@ -41,13 +53,34 @@ TABLES = {
              "repeat(md5((g + 1)::text), 16) AS b, repeat(md5((g + 2)::text), 16) AS c, "
              "repeat(md5((g + 3)::text), 16) AS d, now() AS at, g * 1.5 AS x"),
 }
+# The same rows on MariaDB (its sequence engine's `seq` for generate_series).
+MY_TABLES = {
+    "narrow": "(id BIGINT PRIMARY KEY, v INT NOT NULL, a CHAR(32) NOT NULL, x DECIMAL(20,1), "
+              "at DATETIME(6), KEY (v)) SELECT seq AS id, seq % 1000 AS v, md5(seq) AS a, "
+              "seq * 1.5 AS x, now(6) AS at FROM seq_1_to_{rows}",
+    "wide": "(id BIGINT PRIMARY KEY, v INT NOT NULL, a TEXT, b TEXT, c TEXT, d TEXT, "
+            "at DATETIME(6), x DECIMAL(20,1), KEY (v)) SELECT seq AS id, seq % 1000 AS v, "
+            "repeat(md5(seq), 16) AS a, repeat(md5(seq + 1), 16) AS b, "
+            "repeat(md5(seq + 2), 16) AS c, repeat(md5(seq + 3), 16) AS d, now(6) AS at, "
+            "seq * 1.5 AS x FROM seq_1_to_{rows}",
+}
 
 
 def psql(url, sql):
     subprocess.run(["psql", url, "-X", "-v", "ON_ERROR_STOP=1", "-q", "-c", sql], check=True)
 
 
-def prepare():
+def mariadb(url, sql):
+    subprocess.run(["mariadb", "--no-defaults", *cli_args(url), "-e", sql], check=True)
+
+
+def prepare(engine):
+    if engine == "mariadb":
+        mariadb(MY_URL, "DROP DATABASE IF EXISTS convbench; CREATE DATABASE convbench")
+        for name, (rows, _) in TABLES.items():
+            mariadb(MY_DB_URL, f"CREATE TABLE {name} {MY_TABLES[name].format(rows=rows)}; "
+                               f"ANALYZE TABLE {name}")
+        return
     psql(URL, "DROP DATABASE IF EXISTS convbench")
     psql(URL, "CREATE DATABASE convbench")
     for name, (rows, cols) in TABLES.items():
@@ -56,23 +89,40 @@ def prepare():
         psql(DB_URL, f"VACUUM ANALYZE {name}")
 
 
-def writer(table, rows, work, pattern):
-    """pgbench updating rows of `table` (the indexed `v` changes: not HOT): anywhere in the
-    table (`uniform`, pgbench's own pattern: the worst case, every part gets changed keys), or
-    among its newest 1 % (`recent`, the common OLTP pattern: only the last parts do)."""
-    script = Path(work) / f"{table}-{pattern}.sql"
+def writer(engine, table, rows, work, pattern):
+    """A writer updating rows of `table` at RATE a second (the indexed `v` changes: on
+    PostgreSQL not HOT): anywhere in the table (`uniform`, pgbench's own pattern: the worst
+    case, every part gets changed keys), or among its newest 1 % (`recent`, the common OLTP
+    pattern: only the last parts do). Returns the processes."""
     low = 1 if pattern == "uniform" else rows - rows // 100
+    if engine == "mariadb":
+        # Two clients, each pacing itself at half the rate with a sleep after every update
+        # (autocommit: one transaction each), for longer than the runs take.
+        procs = []
+        for c in range(2):
+            script = Path(work) / f"{table}-{pattern}-{c}.sql"
+            pause = 2.0 / RATE
+            rng = random.Random(c)
+            script.write_text("".join(
+                f"UPDATE {table} SET v = v + 1 WHERE id = {rng.randint(low, rows)}; "
+                f"DO SLEEP({pause:.4f});\n" for _ in range(RATE * 600)))
+            procs.append(subprocess.Popen(
+                ["mariadb", "--no-defaults", *cli_args(MY_DB_URL)],
+                stdin=script.open(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        return procs
+    script = Path(work) / f"{table}-{pattern}.sql"
     script.write_text(f"\\set id random({low}, {rows})\nUPDATE {table} SET v = v + 1 WHERE id = :id;\n")
-    return subprocess.Popen(
+    return [subprocess.Popen(
         ["pgbench", "-n", "-R", str(RATE), "-c", "2", "-j", "1", "-T", "100000", "-f", str(script),
-         DB_URL], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+         DB_URL], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
 
 
-def export(table, consistency, work, n):
-    out = Path(work) / f"{table}-{consistency}-{n}"
-    report = Path(work) / f"{table}-{consistency}-{n}.json"
+def export(engine, table, consistency, work, n):
+    out = Path(work) / f"{engine}-{table}-{consistency}-{n}"
+    report = Path(work) / f"{engine}-{table}-{consistency}-{n}.json"
+    source = MY_DB_URL if engine == "mariadb" else DB_URL
     subprocess.run(
-        [SLUICE, "-q", "export", "--source", DB_URL, "--table", table, "--to", str(out),
+        [SLUICE, "-q", "export", "--source", source, "--table", table, "--to", str(out),
          "--parallel", PARALLEL, "--consistency", consistency, "--report-json", str(report)],
         check=True)
     r = json.loads(report.read_text())
@@ -104,21 +154,24 @@ def export(table, consistency, work, n):
 
 def main():
     RESULTS.mkdir(parents=True, exist_ok=True)
-    prepare()
     tables = []
     with tempfile.TemporaryDirectory(prefix="sluice-converged-bench-") as work:
-        for table, (rows, _) in TABLES.items():
-            for pattern in ("uniform", "recent"):
-                w = writer(table, rows, work, pattern)
-                try:
-                    runs = []
-                    for n in range(RUNS):
-                        for consistency in ("snapshot", "converged"):
-                            runs.append(export(table, consistency, work, n))
-                finally:
-                    w.terminate()
-                    w.wait()
-                tables.append({"table": table, "rows": rows, "updates": pattern, "runs": runs})
+        for engine in ENGINES:
+            prepare(engine)
+            for table, (rows, _) in TABLES.items():
+                for pattern in ("uniform", "recent"):
+                    procs = writer(engine, table, rows, work, pattern)
+                    try:
+                        runs = []
+                        for n in range(RUNS):
+                            for consistency in ("snapshot", "converged"):
+                                runs.append(export(engine, table, consistency, work, n))
+                    finally:
+                        for w in procs:
+                            w.terminate()
+                            w.wait()
+                    tables.append({"engine": engine, "table": table, "rows": rows,
+                                   "updates": pattern, "runs": runs})
     summary = {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": COMMAND,
@@ -145,18 +198,20 @@ def write_doc(s):
         "alternated, at the same `--parallel`, while a rate-limited pgbench script updates random "
         "rows of it (the indexed column changes, so updates are not HOT and rows move between "
         "pages) — anywhere in the table (`uniform`, pgbench's pattern) or among its newest 1 % "
-        "(`recent`). Goals (issue 32): converged wall ≤ 1.3x snapshot; no snapshot held longer than "
-        "2 s where `snapshot` holds one for the whole run.",
+        "(`recent`); on MariaDB two `mariadb` clients pace single-row updates with a sleep each, "
+        "at about the same rate. Goals (issue 32): converged wall ≤ 1.3x snapshot; no snapshot "
+        "held longer than 2 s where `snapshot` holds one for the whole run.",
         "",
         f"- **Command**: `{s['command']}`",
         f"- **Date**: {s['date']}",
-        f"- **Writer**: {s['rate_tps']} updates/s (pgbench -R, 2 clients); `--parallel {s['parallel']}`",
+        f"- **Writer**: {s['rate_tps']} updates/s (PostgreSQL: pgbench -R, 2 clients; MariaDB: "
+        f"2 paced clients, at most that rate); `--parallel {s['parallel']}`",
         f"- **Machine**: {s['cores']} cores, client and server on it: compare ratios, not seconds",
         "",
-        "| table | rows | updates | consistency | runs | wall (s) | wall vs snapshot "
+        "| engine | table | rows | updates | consistency | runs | wall (s) | wall vs snapshot "
         "| longest snapshot (s) | changed keys | rewritten | encoded again | end snapshot (s) "
         "| log kept (MB) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for t in s["tables"]:
         base = mean([r for r in t["runs"] if r["consistency"] == "snapshot"], "wall_seconds")
@@ -165,7 +220,7 @@ def write_doc(s):
             wall = mean(runs, "wall_seconds")
             fmt = lambda v, f: "" if v is None else f.format(v)
             lines.append(
-                f"| {t['table']} | {t['rows']:,} | {t['updates']} | {c} | {len(runs)} | {wall:.2f} | "
+                f"| {ENGINE_NAMES[t.get('engine', 'pg')]} | {t['table']} | {t['rows']:,} | {t['updates']} | {c} | {len(runs)} | {wall:.2f} | "
                 f"{wall / base:.2f}x | {mean(runs, 'longest_snapshot_seconds'):.2f} | "
                 f"{fmt(mean(runs, 'changed_keys'), '{:,.0f}')} | "
                 f"{fmt(mean(runs, 'rewritten_share'), '{:.0%}')} | "
