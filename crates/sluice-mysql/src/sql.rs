@@ -103,6 +103,10 @@ impl Dialect for MyDialect {
             _ => Ok(quote_literal(v)),
         }
     }
+
+    fn row_in_list(&self) -> bool {
+        true
+    }
 }
 
 impl KeyDialect for MyDialect {
