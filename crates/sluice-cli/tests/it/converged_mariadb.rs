@@ -19,16 +19,31 @@ const N: i64 = 30_000;
 /// Moved keys land past every other key.
 const MOVED: i64 = 10_000_000;
 
+/// The key among `n` rows that the writer's transaction `i` updates.
+pub(crate) fn upd_in(n: i64, i: i64) -> i64 {
+    (i * 7919) % n + 1
+}
+
+/// The key it moves past every other key.
+pub(crate) fn mv_in(n: i64, i: i64) -> i64 {
+    (i * 104_729) % n + 1
+}
+
+/// The key it deletes.
+pub(crate) fn del_in(n: i64, i: i64) -> i64 {
+    (i * 13) % n + 1
+}
+
 fn upd(i: i64) -> i64 {
-    (i * 7919) % N + 1
+    upd_in(N, i)
 }
 
 fn mv(i: i64) -> i64 {
-    (i * 104_729) % N + 1
+    mv_in(N, i)
 }
 
 fn del(i: i64) -> i64 {
-    (i * 13) % N + 1
+    del_in(N, i)
 }
 
 /// `hot` after the writer's transactions `1..=k`, as `id|v|pad`.

@@ -8,6 +8,7 @@
 //! not by sluice). A child whose key cascades is refused: InnoDB writes the rows its action
 //! changes to no binary log.
 
+use super::converged_mariadb::{del_in, mv_in, upd_in};
 use crate::common::writer::Background;
 use crate::common::{Failpoints, files, run, sluice, tempdir};
 use mysql_async::prelude::Queryable;
@@ -19,13 +20,13 @@ const M: i64 = 3000;
 const MOVED: i64 = 10_000_000;
 
 fn upd(i: i64) -> i64 {
-    (i * 7919) % M + 1
+    upd_in(M, i)
 }
 fn mv(i: i64) -> i64 {
-    (i * 104_729) % M + 1
+    mv_in(M, i)
 }
 fn del(i: i64) -> i64 {
-    (i * 13) % M + 1
+    del_in(M, i)
 }
 fn gone(i: i64) -> i64 {
     (i * 17) % M + 1

@@ -22,8 +22,8 @@ async fn changed_keys_past_their_memory_share_spill_to_disk_and_converge() {
          ANALYZE acct;"
     ))
     .await;
-    let out = tempdir();
-    let dir = out.path().join("data");
+    let tmp = tempdir();
+    let dir = tmp.path().join("data");
     let fp = Failpoints::new();
     let mut cmd = sluice();
     // The spill says so at info.
@@ -32,33 +32,26 @@ async fn changed_keys_past_their_memory_share_spill_to_disk_and_converge() {
         .arg(&dir)
         .args(["--consistency", "converged", "--parallel", "2"])
         .args(["--chunk-size", "8MB", "--memory", "24MB"]);
-    fp.arm(&mut cmd, "export.after_receipt=wait@1");
-    let mut child = cmd
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    fp.reached("export.after_receipt", &mut child).await;
-    db.exec("UPDATE acct SET v = v + 1, pad = pad || repeat('x', 40)")
+    let changes = async {
+        db.exec("UPDATE acct SET v = v + 1, pad = pad || repeat('x', 40)")
+            .await;
+        db.exec(
+            "BEGIN;
+             DELETE FROM acct WHERE id % 10 = 3;
+             INSERT INTO acct SELECT 'late-' || (g % 7), g, -1, 'new'
+               FROM generate_series(1, 5000) g;
+             UPDATE acct SET id = id + 1000000 WHERE id % 10 = 7;
+             COMMIT;",
+        )
         .await;
-    db.exec(
-        "BEGIN;
-         DELETE FROM acct WHERE id % 10 = 3;
-         INSERT INTO acct SELECT 'late-' || (g % 7), g, -1, 'new'
-           FROM generate_series(1, 5000) g;
-         UPDATE acct SET id = id + 1000000 WHERE id % 10 = 7;
-         COMMIT;",
-    )
-    .await;
-    fp.release("export.after_receipt");
-    let run: Run = tokio::task::spawn_blocking(move || finish(child).into())
-        .await
-        .unwrap();
-    run.ok();
+    };
+    let out = fp
+        .run_paused_at(&mut cmd, "export.after_receipt", changes)
+        .await;
+    let said = String::from_utf8_lossy(&out.stderr);
     assert!(
-        run.stderr.contains("spilled to disk"),
-        "the keys did not outgrow memory: {}",
-        run.stderr
+        said.contains("spilled to disk"),
+        "the keys did not outgrow memory: {said}"
     );
     let want = db.row_strings("SELECT tenant, id, v, pad FROM acct").await;
     let got = files::row_strings(&files::dataset_batches(&dir.join("public.acct")));
