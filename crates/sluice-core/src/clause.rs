@@ -48,9 +48,15 @@ pub trait Dialect: Send + Sync {
     /// True when a set of keys is best written `(a, b) IN ((x, y), …)`, a list the optimizer
     /// looks rows up in (MySQL and MariaDB: range access on the key, 5x faster than the same
     /// keys as an OR of conjunctions at two thousand keys, measured on MariaDB 10.11 on
-    /// 2026-11-29). PostgreSQL, which expands that list into an OR, gets `IN (VALUES …)`
-    /// ([`Dialect::row_values`]); false (the default) spells every key out.
+    /// 2026-11-29). False (the default) spells every key out.
     fn row_in_list(&self) -> bool {
+        false
+    }
+
+    /// True when a set of keys is best written `(a, b) IN (VALUES (x, y), …)`, a semi-join:
+    /// PostgreSQL expands a list of row constructors into an OR that a bitmap scan checks again
+    /// for every row it fetches. Takes precedence over [`Dialect::row_in_list`].
+    fn key_set_values(&self) -> bool {
         false
     }
 
@@ -217,7 +223,7 @@ pub fn key_set(
     Ok(if names.len() == 1 {
         let lits: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
         format!("{} IN ({})", names[0], lits.join(", "))
-    } else if d.row_values() {
+    } else if d.key_set_values() {
         // A list of VALUES, not of row constructors: PostgreSQL turns `(a, b) IN ((…), (…))`
         // into an OR of every pair, which a bitmap scan then checks again for each row it
         // fetches (two thousand keys: 2,000 × 2,000 comparisons, 0.2–1 s a chunk measured on
@@ -387,6 +393,9 @@ mod tests {
             ))
         }
         fn row_values(&self) -> bool {
+            true
+        }
+        fn key_set_values(&self) -> bool {
             true
         }
         fn max_key_columns(&self) -> usize {

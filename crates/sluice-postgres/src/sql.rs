@@ -58,6 +58,10 @@ impl Dialect for PgDialect {
         true
     }
 
+    fn key_set_values(&self) -> bool {
+        true
+    }
+
     /// A TID range: `ctid >= '(first,0)'::tid AND ctid < '(end,0)'::tid`.
     fn page_predicate(&self, _: &Dataset, first: u64, end: Option<u64>) -> Result<String> {
         let mut w = format!("ctid >= '({first},0)'::tid");

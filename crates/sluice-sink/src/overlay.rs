@@ -36,10 +36,16 @@ pub const INDEX_EVERY: u64 = 50;
 const FALSE_POSITIVES: f64 = 0.01;
 /// What a key takes in memory besides its bytes: the hash set's slot and the box.
 const ENTRY_BYTES: u64 = 40;
+/// Spilled files kept before a spill merges them into one: a hot set of keys changed again
+/// and again is written again by every spill, and each file holds a descriptor, a filter and
+/// an index until the merge.
+const MAX_RUNS: usize = 8;
+/// The read buffer of each file a merge reads.
+const MERGE_BUFFER: usize = 64 << 10;
 
 /// A spill file's I/O failed: on the local disk, not the output's.
 /// Keys in ascending order, or why the next could not be read.
-type Keys = Box<dyn Iterator<Item = Result<Box<[u8]>>>>;
+type Keys<'a> = Box<dyn Iterator<Item = Result<Box<[u8]>>> + 'a>;
 
 fn io(what: &str, e: std::io::Error) -> Error {
     Error::destination(
@@ -96,16 +102,18 @@ impl Overlay {
         self.runs.iter().map(|r| r.len).sum()
     }
 
-    /// Write the keys held in memory to a sorted file, and free their memory.
+    /// Write the keys held in memory to a sorted file, and free their memory. Past
+    /// [`MAX_RUNS`] files, the new one is merged with them all into one.
     pub fn spill(&mut self) -> Result<()> {
         if self.memory.is_empty() {
             return Ok(());
         }
-        let mut keys: Vec<Box<[u8]>> = self.memory.drain().collect();
-        self.bytes = 0;
-        keys.sort_unstable();
-        let bound = keys.len() as u64;
-        let run = Run::write(self.dir.path(), bound, keys.into_iter().map(Ok))?;
+        if self.runs.len() >= MAX_RUNS {
+            return self.merge_all().map(drop);
+        }
+        let keys = self.sorted_memory();
+        let run = Run::write(self.dir.path(), keys.len() as u64, keys.iter().map(Ok));
+        let run = self.kept(keys, run)?;
         self.runs.push(Arc::new(run));
         Ok(())
     }
@@ -113,22 +121,47 @@ impl Overlay {
     /// Every key added so far, as one sorted file without duplicates; the overlay goes on from
     /// it (its memory emptied), so a later freeze holds these keys too.
     pub fn freeze(&mut self) -> Result<Arc<Run>> {
-        let mut memory: Vec<Box<[u8]>> = self.memory.drain().collect();
-        self.bytes = 0;
-        memory.sort_unstable();
+        self.merge_all()
+    }
+
+    /// Memory and every file merged into one file, which replaces them.
+    fn merge_all(&mut self) -> Result<Arc<Run>> {
+        let memory = self.sorted_memory();
         let bound = memory.len() as u64 + self.spilled();
-        let mut sources: Vec<Keys> = vec![Box::new(memory.into_iter().map(Ok))];
-        for run in &self.runs {
-            sources.push(Box::new(run.iter()?));
-        }
-        let merged = Arc::new(Run::write(self.dir.path(), bound, merge(sources))?);
+        let merged = {
+            let mut sources: Vec<Keys<'_>> = vec![Box::new(memory.iter().map(|k| Ok(k.clone())))];
+            for run in &self.runs {
+                sources.push(Box::new(run.iter()?));
+            }
+            Run::write(self.dir.path(), bound, merge(sources))
+        };
+        let merged = Arc::new(self.kept(memory, merged)?);
         self.runs = vec![merged.clone()];
         Ok(merged)
+    }
+
+    /// The keys held in memory, sorted, their set's memory freed (capacity included).
+    fn sorted_memory(&mut self) -> Vec<Box<[u8]>> {
+        let mut keys: Vec<Box<[u8]>> = std::mem::take(&mut self.memory).into_iter().collect();
+        self.bytes = 0;
+        keys.sort_unstable();
+        keys
+    }
+
+    /// `written` if it was; else the keys go back to memory (none is lost to a failed write:
+    /// a caller that tries again still has them) and the error is returned.
+    fn kept(&mut self, keys: Vec<Box<[u8]>>, written: Result<Run>) -> Result<Run> {
+        if written.is_err() {
+            for k in keys {
+                self.insert(k.into_vec());
+            }
+        }
+        written
     }
 }
 
 /// Sorted sources merged into one ascending sequence without duplicates.
-fn merge(mut sources: Vec<Keys>) -> impl Iterator<Item = Result<Box<[u8]>>> {
+fn merge(mut sources: Vec<Keys<'_>>) -> impl Iterator<Item = Result<Box<[u8]>>> + '_ {
     let mut heap = BinaryHeap::new();
     let mut failed = None;
     for (i, s) in sources.iter_mut().enumerate() {
@@ -172,7 +205,11 @@ pub struct Run {
 
 impl Run {
     /// Write `keys` (ascending, no duplicates; at most `bound` of them) to a file in `dir`.
-    fn write(dir: &Path, bound: u64, keys: impl Iterator<Item = Result<Box<[u8]>>>) -> Result<Run> {
+    fn write<K: AsRef<[u8]>>(
+        dir: &Path,
+        bound: u64,
+        keys: impl Iterator<Item = Result<K>>,
+    ) -> Result<Run> {
         let file = tempfile::NamedTempFile::new_in(dir).map_err(|e| io("create", e))?;
         let mut filter = Sbbf::new_with_ndv_fpp(bound.max(1), FALSE_POSITIVES)
             .map_err(|e| Error::internal(format!("the changed keys' filter: {e}")))?;
@@ -181,14 +218,15 @@ impl Run {
             let mut out = BufWriter::with_capacity(1 << 20, file.as_file());
             for key in keys {
                 let key = key?;
+                let key = key.as_ref();
                 let size = u32::try_from(key.len())
                     .map_err(|_| Error::internal("a changed key of more than 4 GB"))?;
                 if len % INDEX_EVERY == 0 {
-                    index.push((key.clone(), end));
+                    index.push((Box::from(key), end));
                 }
-                filter.insert(&key[..]);
+                filter.insert(key);
                 out.write_all(&size.to_le_bytes())
-                    .and_then(|()| out.write_all(&key))
+                    .and_then(|()| out.write_all(key))
                     .map_err(|e| io("write", e))?;
                 len += 1;
                 end += 4 + u64::from(size);
@@ -260,7 +298,7 @@ impl Run {
     /// Every key in order, read through a handle of its own.
     fn iter(&self) -> Result<impl Iterator<Item = Result<Box<[u8]>>> + 'static> {
         let file = self.file.reopen().map_err(|e| io("open", e))?;
-        let mut input = BufReader::with_capacity(1 << 20, file);
+        let mut input = BufReader::with_capacity(MERGE_BUFFER, file);
         let mut left = self.len;
         Ok(std::iter::from_fn(move || {
             if left == 0 {
@@ -319,11 +357,13 @@ mod tests {
         let mut o = Overlay::new(dir());
         for i in 0..1000 {
             o.insert(keytext::encode(&key(i)));
-            if i % 300 == 299 {
+            if i % 30 == 29 {
                 o.spill().unwrap();
                 assert_eq!(o.memory_bytes(), 0);
             }
         }
+        // Spills past the limit merge their files into one.
+        assert!(o.runs.len() <= MAX_RUNS, "{} files", o.runs.len());
         // Keys seen again, some already on disk.
         for i in 500..1200 {
             o.insert(keytext::encode(&key(i)));

@@ -94,7 +94,11 @@ pub(crate) fn check_converged(
         return Ok(());
     };
     Err(Error::config(format!(
-        "{t}: {}: {} applies this action inside the storage engine and writes the rows it          changes to no binary log, so a converged export could not tell which of {t}'s rows          changed after their chunk was read, and the output would not be the table at one          point. Export {t} with --consistency snapshot (one snapshot for the run), or leave          it out of the selection.",
+        "{t}: {}: {} applies this action inside the storage engine and writes the rows it \
+         changes to no binary log, so a converged export could not tell which of {t}'s rows \
+         changed after their chunk was read, and the output would not be the table at one \
+         point. Export {t} with --consistency snapshot (one snapshot for the run), or leave \
+         it out of the selection.",
         fk.describe(),
         source.display_url()
     )))

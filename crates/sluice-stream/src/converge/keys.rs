@@ -90,6 +90,15 @@ impl Keys {
         let batch = rows.finish()?;
         let keys = key_texts(&batch, &t.key)?;
         rows.recycle(batch);
+        let dataset = t.dataset.clone();
+        // The lock may wait for an end point's merge, and a spill writes a file: both off the
+        // runtime's other tasks.
+        off_runtime(|| self.remember(&dataset, keys))
+    }
+
+    /// Add `keys` to `dataset`'s; past the budget, the largest sets go to disk until the rest
+    /// fits.
+    fn remember(&self, dataset: &str, keys: Vec<Vec<String>>) -> Result<()> {
         let mut seen = self
             .seen
             .lock()
@@ -98,12 +107,11 @@ impl Keys {
             keys: all, spill, ..
         } = &mut *seen;
         let set = all
-            .entry(t.dataset.clone())
+            .entry(dataset.to_string())
             .or_insert_with(|| Overlay::new(spill.clone()));
         for key in keys {
             set.insert(keytext::encode(&key));
         }
-        // Past the budget, the largest sets go to disk, until the rest fits.
         loop {
             let held: u64 = all.values().map(Overlay::memory_bytes).sum();
             let largest = all.iter_mut().max_by_key(|(_, o)| o.memory_bytes());
@@ -255,5 +263,14 @@ impl ChangeSink for Keys {
 
     fn in_tx(&self) -> bool {
         self.in_tx
+    }
+}
+
+/// Run `f`, which may block, telling a multi-threaded runtime to move its other tasks off this
+/// thread meanwhile (`block_in_place`); elsewhere (a single-threaded runtime, no runtime) as is.
+fn off_runtime<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }
