@@ -103,7 +103,7 @@ impl Overlay {
     }
 
     /// Write the keys held in memory to a sorted file, and free their memory. Past
-    /// [`MAX_RUNS`] files, the new one is merged with them all into one.
+    /// eight files (`MAX_RUNS`), the new one is merged with them all into one.
     pub fn spill(&mut self) -> Result<()> {
         if self.memory.is_empty() {
             return Ok(());
