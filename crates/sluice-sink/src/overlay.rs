@@ -78,17 +78,12 @@ impl Overlay {
         }
     }
 
-    /// Add a key (as [`keytext::encode`] spells it); returns the bytes of memory it added
-    /// (none when it was already in memory; a key already spilled is kept again, once more,
-    /// until the next merge).
-    pub fn insert(&mut self, key: Vec<u8>) -> u64 {
+    /// Add a key (as [`keytext::encode`] spells it). A key already in memory is counted
+    /// once; one already spilled is kept again, once more, until the next merge.
+    pub fn insert(&mut self, key: Vec<u8>) {
         let size = key.len() as u64 + ENTRY_BYTES;
-        match self.memory.insert(key.into_boxed_slice()) {
-            true => {
-                self.bytes += size;
-                size
-            }
-            false => 0,
+        if self.memory.insert(key.into_boxed_slice()) {
+            self.bytes += size;
         }
     }
 

@@ -82,11 +82,16 @@ struct Batch {
     full: bool,
 }
 
-/// Run a change file's I/O where the thread may block: the batcher is driven from the
-/// stream's async task (values are decoded straight into it), and a destination's writer
-/// waits for its uploads on the runtime (`Destination::create`).
-fn io<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
+/// Run I/O where the thread may block, telling a multi-threaded runtime to move its other
+/// tasks off this thread meanwhile (`block_in_place`); on a single-threaded runtime, or none,
+/// as is. The batcher is driven from the stream's async task (values are decoded straight
+/// into it), and a destination's writer waits for its uploads on the runtime
+/// (`Destination::create`); a converged export's change log spills keys to disk.
+pub(crate) fn io<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
 }
 
 /// Budgets of the batcher.

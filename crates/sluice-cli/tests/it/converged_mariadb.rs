@@ -97,28 +97,36 @@ async fn create(db: &mut TestDb) {
 
 /// The writer whose transaction `i` [`replayed`] replays, each logged in `ops`.
 fn start_writer(url: &str) -> Background {
+    each_transaction(url, |i| {
+        format!(
+            "START TRANSACTION;
+             UPDATE hot SET v = v + 1, pad = CONCAT(pad, 'xxxxxxxxxx') WHERE id = {};
+             UPDATE hot SET id = id + {} WHERE id = {};
+             DELETE FROM hot WHERE id = {};
+             INSERT INTO hot VALUES ({}, -1, 'new');
+             INSERT INTO ops VALUES ({i});
+             COMMIT;",
+            upd(i),
+            MOVED * i,
+            mv(i),
+            del(i),
+            N + i
+        )
+    })
+}
+
+/// A writer on `url` running `transaction(i)` for `i = 1, 2, …` until stopped, counting each.
+pub(crate) fn each_transaction(
+    url: &str,
+    transaction: impl Fn(i64) -> String + Send + 'static,
+) -> Background {
     let url = url.to_string();
     Background::spawn(|stop, commits| async move {
         let mut c = sluice_testkit::mysql::connect(&url).await;
         let mut i: i64 = 0;
         while !stop.load(Ordering::Relaxed) {
             i += 1;
-            c.query_drop(format!(
-                "START TRANSACTION;
-                 UPDATE hot SET v = v + 1, pad = CONCAT(pad, 'xxxxxxxxxx') WHERE id = {};
-                 UPDATE hot SET id = id + {} WHERE id = {};
-                 DELETE FROM hot WHERE id = {};
-                 INSERT INTO hot VALUES ({}, -1, 'new');
-                 INSERT INTO ops VALUES ({i});
-                 COMMIT;",
-                upd(i),
-                MOVED * i,
-                mv(i),
-                del(i),
-                N + i
-            ))
-            .await
-            .unwrap();
+            c.query_drop(transaction(i)).await.unwrap();
             commits.fetch_add(1, Ordering::Relaxed);
         }
     })

@@ -8,13 +8,11 @@
 //! not by sluice). A child whose key cascades is refused: InnoDB writes the rows its action
 //! changes to no binary log.
 
-use super::converged_mariadb::{del_in, mv_in, upd_in};
+use super::converged_mariadb::{del_in, each_transaction, mv_in, upd_in};
 use crate::common::writer::Background;
 use crate::common::{Failpoints, files, run, sluice, tempdir};
-use mysql_async::prelude::Queryable;
 use sluice_testkit::mysql::TestDb;
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 
 const M: i64 = 3000;
 const MOVED: i64 = 10_000_000;
@@ -134,40 +132,31 @@ async fn create(db: &mut TestDb, action: &str) {
 }
 
 fn start_writer(url: &str) -> Background {
-    let url = url.to_string();
-    Background::spawn(|stop, commits| async move {
-        let mut c = sluice_testkit::mysql::connect(&url).await;
-        let mut i: i64 = 0;
-        while !stop.load(Ordering::Relaxed) {
-            i += 1;
-            let letter = char::from(b'A' + (i % 26) as u8);
-            c.query_drop(format!(
-                "START TRANSACTION;
-                 UPDATE pt SET v = v + 1 WHERE id = {};
-                 UPDATE pt SET id = id + {} WHERE id = {};
-                 DELETE FROM pt WHERE id = {};
-                 INSERT INTO pt (id, v) VALUES ({}, -1);
-                 DELETE FROM kid WHERE par_id = {g};
-                 DELETE FROM par WHERE id = {g};
-                 INSERT INTO par (id, name, big) VALUES ({n}, 'new', REPEAT('L', 70000));
-                 INSERT INTO kid VALUES ({n}, {n}, {i});
-                 UPDATE par SET big = REPEAT('{letter}', {}) WHERE id = {};
-                 INSERT INTO ops VALUES ({i});
-                 COMMIT;",
-                upd(i),
-                MOVED * i,
-                mv(i),
-                del(i),
-                M + i,
-                50_000 + i,
-                big(i),
-                g = gone(i),
-                n = M + i,
-            ))
-            .await
-            .unwrap();
-            commits.fetch_add(1, Ordering::Relaxed);
-        }
+    each_transaction(url, |i| {
+        let letter = char::from(b'A' + (i % 26) as u8);
+        format!(
+            "START TRANSACTION;
+             UPDATE pt SET v = v + 1 WHERE id = {};
+             UPDATE pt SET id = id + {} WHERE id = {};
+             DELETE FROM pt WHERE id = {};
+             INSERT INTO pt (id, v) VALUES ({}, -1);
+             DELETE FROM kid WHERE par_id = {g};
+             DELETE FROM par WHERE id = {g};
+             INSERT INTO par (id, name, big) VALUES ({n}, 'new', REPEAT('L', 70000));
+             INSERT INTO kid VALUES ({n}, {n}, {i});
+             UPDATE par SET big = REPEAT('{letter}', {}) WHERE id = {};
+             INSERT INTO ops VALUES ({i});
+             COMMIT;",
+            upd(i),
+            MOVED * i,
+            mv(i),
+            del(i),
+            M + i,
+            50_000 + i,
+            big(i),
+            g = gone(i),
+            n = M + i,
+        )
     })
 }
 

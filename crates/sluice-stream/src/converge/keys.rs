@@ -93,7 +93,7 @@ impl Keys {
         let dataset = t.dataset.clone();
         // The lock may wait for an end point's merge, and a spill writes a file: both off the
         // runtime's other tasks.
-        off_runtime(|| self.remember(&dataset, keys))
+        crate::batch::io(|| self.remember(&dataset, keys))
     }
 
     /// Add `keys` to `dataset`'s; past the budget, the largest sets go to disk until the rest
@@ -263,14 +263,5 @@ impl ChangeSink for Keys {
 
     fn in_tx(&self) -> bool {
         self.in_tx
-    }
-}
-
-/// Run `f`, which may block, telling a multi-threaded runtime to move its other tasks off this
-/// thread meanwhile (`block_in_place`); elsewhere (a single-threaded runtime, no runtime) as is.
-fn off_runtime<T>(f: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
-        _ => f(),
     }
 }
