@@ -314,6 +314,7 @@ def export(
     batch_size: Optional[Size] = None,
     compression: Optional[str] = None,
     zstd_level: Optional[int] = None,
+    parquet_encodings: Optional[str] = None,
     row_group_size: Optional[Size] = None,
     csv_delimiter: Optional[str] = None,
     csv_null: Optional[str] = None,
@@ -363,6 +364,9 @@ def export(
             dataset: ``"delta"``, ``"iceberg"`` (with ``namespace``).
         compression: Parquet: ``"zstd"`` (default), ``"snappy"``, ``"none"``.
         zstd_level: 1 (default) to 22.
+        parquet_encodings: ``"compatible"`` (default: what every Parquet reader decodes) or
+            ``"delta"`` (integer, date and timestamp columns delta-encoded: smaller files,
+            for readers that decode it; refused for ``format="iceberg"``).
         row_group_size: Parquet row-group memory, overriding the size derived from
             ``memory``.
         csv_delimiter, csv_null, csv_no_header: CSV form (default ``,``, empty, header on).
@@ -408,6 +412,7 @@ def export(
         batch_size=batch_size,
         compression=compression,
         zstd_level=zstd_level,
+        parquet_encodings=parquet_encodings,
         row_group_size=row_group_size,
         csv_delimiter=csv_delimiter,
         csv_null=csv_null,

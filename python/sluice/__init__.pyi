@@ -115,6 +115,7 @@ def export(
     batch_size: Optional[Size] = None,
     compression: Optional[Literal["zstd", "snappy", "none"]] = None,
     zstd_level: Optional[int] = None,
+    parquet_encodings: Optional[str] = None,
     row_group_size: Optional[Size] = None,
     csv_delimiter: Optional[str] = None,
     csv_null: Optional[str] = None,

@@ -109,6 +109,7 @@ pub const FILE_SETTINGS: &[&str] = &[
     "format",
     "compression",
     "zstd_level",
+    "parquet_encodings",
     "row_group_size",
     "csv_delimiter",
     "csv_null",

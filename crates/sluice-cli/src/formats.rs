@@ -2,14 +2,14 @@
 //! has: a combination that does not exist is refused, naming the ones that do), the CSV
 //! options and `--merge`'s limits.
 
-use crate::args::{CompressionArg, FormatArg, Options};
+use crate::args::{CompressionArg, FormatArg, Options, ParquetEncodingsArg};
 use crate::config::bytes;
 use sluice_core::{Error, Result};
 use sluice_sink::columns::Kind;
 use sluice_sink::table::TableCommitter;
 use sluice_sink::{
-    AvroCodec, AvroOptions, Compression, CsvOptions, FormatOptions, JsonlOptions, ParquetOptions,
-    TextCompression,
+    AvroCodec, AvroOptions, Compression, CsvOptions, FormatOptions, JsonlOptions, ParquetEncodings,
+    ParquetOptions, TextCompression,
 };
 use std::sync::Arc;
 
@@ -78,10 +78,39 @@ fn parquet(o: &Options, name: &str) -> Result<ParquetOptions> {
             CompressionArg::None => Compression::None,
             c => return Err(no_codec(name, c, "zstd, snappy or none")),
         },
+        // A level the user chose applies to every column.
+        text_zstd_level: match o.zstd_level {
+            Some(_) => None,
+            None => Some(sluice_sink::format::TEXT_ZSTD_LEVEL),
+        },
         // The engine replaces this with the budget it derives from --memory.
         row_group_bytes: bytes(o.row_group_size)
             .unwrap_or(ParquetOptions::default().row_group_bytes),
+        encodings: match o.parquet_encodings {
+            None | Some(ParquetEncodingsArg::Compatible) => ParquetEncodings::Compatible,
+            Some(ParquetEncodingsArg::Delta) if name == "iceberg" => {
+                return Err(Error::config(
+                    "--parquet-encodings delta does not apply to --format iceberg: Apache \
+                     Iceberg's own Java readers (Spark's and Flink's Iceberg sources) do not \
+                     decode delta-encoded Parquet, so the table would be unreadable there. \
+                     Drop --parquet-encodings, or write --format parquet or delta.",
+                ));
+            }
+            Some(ParquetEncodingsArg::Delta) => ParquetEncodings::Delta,
+        },
     })
+}
+
+/// `--parquet-encodings` given for a format that writes no Parquet: refused rather than
+/// ignored.
+fn no_parquet(o: &Options, format: &str) -> Result<()> {
+    match o.parquet_encodings {
+        Some(_) => Err(Error::config(format!(
+            "--parquet-encodings applies to Parquet output (--format parquet, delta or \
+             iceberg), not --format {format}: remove it."
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The committer of a table format's runs into `to` (`sluice-lake`: a local directory or S3,
@@ -142,6 +171,7 @@ pub(crate) fn format(o: &Options) -> Result<FormatOptions> {
             FormatOptions::Iceberg(parquet(o, "iceberg")?)
         }
         FormatArg::Csv => {
+            no_parquet(o, "csv")?;
             let delimiter = match &o.csv_delimiter {
                 Some(d) => parse_delimiter(d)?,
                 None => b',',
@@ -155,10 +185,14 @@ pub(crate) fn format(o: &Options) -> Result<FormatOptions> {
                 compression: text_compression(o, "csv")?,
             })
         }
-        FormatArg::Jsonl => FormatOptions::Jsonl(JsonlOptions {
-            compression: text_compression(o, "jsonl")?,
-        }),
+        FormatArg::Jsonl => {
+            no_parquet(o, "jsonl")?;
+            FormatOptions::Jsonl(JsonlOptions {
+                compression: text_compression(o, "jsonl")?,
+            })
+        }
         FormatArg::Avro => {
+            no_parquet(o, "avro")?;
             if o.merge {
                 return Err(Error::config(
                     "--merge joins parts by concatenation, and Avro container files cannot be \

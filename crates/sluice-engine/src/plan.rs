@@ -26,11 +26,12 @@
 //!
 //! ```text
 //! peak ≈ BASE_RSS + workers × (copies × batch + ROW_GROUP_FACTOR × row group
-//!                              + WORKER_OVERHEAD + columns × COLUMN_OVERHEAD + writer buffers)
+//!                              + WORKER_OVERHEAD + columns × COLUMN_OVERHEAD
+//!                              + TEXT_PAGE_FLUSH if any text column + writer buffers)
 //! ```
 //!
 //! where `copies` is [`BATCH_COPIES_PARQUET`] (Parquet) or 2 (CSV), the columns are the widest
-//! dataset's (Parquet only) and the writer buffers are an object store's upload parts in
+//! dataset's (Parquet only, as [`TEXT_PAGE_FLUSH`]) and the writer buffers are an object store's upload parts in
 //! flight (none for local files). Each constant's documentation gives the measurement behind
 //! it; docs/perf/benchmarks.md ("Memory model") compares the sum with measured peaks.
 //! Row groups never go below [`MIN_ROW_GROUP`] (smaller ones make files slow to read), nor
@@ -41,6 +42,7 @@
 //! prediction past the target although the refusal let the run start, the plan and the report
 //! say how much more it needs ([`memory_note`]).
 
+use arrow_schema::DataType;
 use sluice_core::Dataset;
 use std::time::Duration;
 
@@ -68,6 +70,12 @@ pub const WORKER_OVERHEAD: u64 = 1 << 20;
 /// column writer's compression context, statistics and encoder state (measured: the 21-column
 /// wide table costs about 4 MB more per worker than the 5-column narrow one).
 pub const COLUMN_OVERHEAD: u64 = 256 << 10;
+/// Per-worker memory of a Parquet writer with text or binary columns, besides the row group:
+/// while a text page (up to 2 MB, `sluice_sink::parquet::TEXT_PAGE_MAX`) is flushed, its
+/// compressed copy and the zstd context of level 3 for it. Measured on the lab's wide table at
+/// 2 workers and the default --memory: peak RSS 5.3 MB higher with those pages than with the
+/// earlier 220 KB pages at level 1 (docs/perf/encodings.md).
+pub const TEXT_PAGE_FLUSH: u64 = 3 << 20;
 /// Batches a Parquet worker holds, counted in batch budgets: the one being decoded, the one
 /// being encoded, and the copies the Parquet writer makes of some columns while encoding
 /// (timestamps are cast to 64-bit integers): measured 2.1 (wide) to 2.6 (narrow). CSV renders
@@ -138,6 +146,25 @@ pub struct PlanInputs {
     /// Columns of the widest dataset (0 until the catalog is read): a Parquet writer's fixed
     /// cost per worker grows with them ([`COLUMN_OVERHEAD`]).
     pub columns: usize,
+    /// Whether a dataset has a text or binary column (false until the catalog is read): a
+    /// Parquet writer then flushes large text pages ([`TEXT_PAGE_FLUSH`]).
+    pub has_text: bool,
+}
+
+/// Whether Parquet stores values of `t` as byte arrays (text, binary, JSON), in lists too.
+fn is_byte_array(t: &DataType) -> bool {
+    match t {
+        DataType::Utf8
+        | DataType::LargeUtf8
+        | DataType::Utf8View
+        | DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView => true,
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            is_byte_array(f.data_type())
+        }
+        _ => false,
+    }
 }
 
 impl PlanInputs {
@@ -145,6 +172,10 @@ impl PlanInputs {
     pub fn with_columns_of(self, datasets: &[Dataset]) -> Self {
         PlanInputs {
             columns: datasets.iter().map(|d| d.columns.len()).max().unwrap_or(0),
+            has_text: datasets
+                .iter()
+                .flat_map(|d| &d.columns)
+                .any(|c| is_byte_array(c.field.data_type())),
             ..self
         }
     }
@@ -165,7 +196,7 @@ impl PlanInputs {
     /// the destination's upload buffers.
     fn worker_fixed(&self) -> u64 {
         let columns = if self.holds_row_group {
-            self.columns as u64 * COLUMN_OVERHEAD
+            self.columns as u64 * COLUMN_OVERHEAD + if self.has_text { TEXT_PAGE_FLUSH } else { 0 }
         } else {
             0
         };
@@ -430,7 +461,7 @@ pub fn memory_note(workers: usize, predicted: u64, inputs: &PlanInputs) -> Optio
     (predicted > inputs.memory).then(|| {
         format!(
             "memory: {workers} worker(s) need about {} MB with these budgets ({} columns at \
-             most, {} KB each per worker), more than --memory {} MB; raise --memory or lower \
+             most, {} KB each per worker{}), more than --memory {} MB; raise --memory or lower \
              --parallel",
             predicted.div_ceil(1 << 20),
             inputs.columns,
@@ -438,6 +469,11 @@ pub fn memory_note(workers: usize, predicted: u64, inputs: &PlanInputs) -> Optio
                 COLUMN_OVERHEAD >> 10
             } else {
                 0
+            },
+            if inputs.holds_row_group && inputs.has_text {
+                format!(", {} MB for text pages", TEXT_PAGE_FLUSH >> 20)
+            } else {
+                String::new()
             },
             inputs.memory >> 20
         )
@@ -499,6 +535,7 @@ mod tests {
             cores,
             server_local: false,
             columns: 5,
+            has_text: false,
         }
     }
 

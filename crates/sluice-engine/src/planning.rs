@@ -39,6 +39,7 @@ pub fn plan_inputs(job: &ExportJob) -> PlanInputs {
             .unwrap_or(1),
         server_local: plan::server_is_local(&job.source.display_url()),
         columns: 0,
+        has_text: false,
     }
 }
 

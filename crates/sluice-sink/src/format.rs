@@ -102,20 +102,64 @@ pub struct AvroOptions {
 /// Parquet options.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParquetOptions {
-    /// Codec for every column.
+    /// Codec for every column (text and binary columns: see `text_zstd_level`).
     pub compression: Compression,
+    /// With zstd, the level of the text and binary columns when it differs from
+    /// `compression`'s: their pages are large ([`crate::parquet::TEXT_PAGE_MAX`]) and often
+    /// repetitive, where level 3 finds what level 1 does not at little more CPU (on the lab's
+    /// wide table, half the bytes), while fixed-width columns gain little from it. `None`: the
+    /// one level for every column (a `--zstd-level` the user chose).
+    pub text_zstd_level: Option<i32>,
     /// A row group is closed when its buffered, encoded size reaches this many bytes. This is
     /// what bounds the writer's memory; rows per group follow from row width.
     pub row_group_bytes: usize,
+    /// Which value encodings the writer may use.
+    pub encodings: ParquetEncodings,
 }
 
 impl Default for ParquetOptions {
     fn default() -> Self {
         ParquetOptions {
             compression: Compression::Zstd(1),
+            text_zstd_level: Some(TEXT_ZSTD_LEVEL),
             row_group_bytes: 16 << 20,
+            encodings: ParquetEncodings::Compatible,
         }
     }
+}
+
+/// The default zstd level of text and binary columns (see
+/// [`ParquetOptions::text_zstd_level`]).
+pub const TEXT_ZSTD_LEVEL: i32 = 3;
+
+impl ParquetOptions {
+    /// The codecs in a report's words: `zstd(1)`, or `zstd(1), text zstd(3)`.
+    pub fn describe_compression(&self) -> String {
+        match (self.compression, self.text_zstd_level) {
+            (Compression::Zstd(l), Some(t)) if t != l => format!("zstd({l}), text zstd({t})"),
+            (c, _) => c.to_string(),
+        }
+    }
+}
+
+/// The value encodings a Parquet file may use (`--parquet-encodings`).
+///
+/// Why a choice: Parquet's delta encoding of integers (`DELTA_BINARY_PACKED`, in the format
+/// since 2.0) makes integer, date and timestamp columns smaller and cheaper to write than
+/// plain values under zstd (a serial key almost vanishes; a random 64-bit column is packed to
+/// its bit width instead of zstd's whole bytes), but not every reader decodes it: Apache
+/// Spark before 3.3 (vectorized reader), Apache Iceberg's own Java readers, and some
+/// non-JVM libraries refuse such files. So the default writes what every reader reads, and
+/// the smaller files are asked for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ParquetEncodings {
+    /// Dictionary, plain and RLE only: what every Parquet reader decodes (default).
+    #[default]
+    Compatible,
+    /// Integer-backed columns (integers, dates, times, timestamps, decimals of up to 18
+    /// digits) as `DELTA_BINARY_PACKED` where they are not dictionary-encoded; everything
+    /// else as with [`ParquetEncodings::Compatible`].
+    Delta,
 }
 
 /// CSV options. RFC 4180: fields containing the delimiter, a quote, CR or LF are quoted with
@@ -236,9 +280,11 @@ impl FormatOptions {
     /// Short description for reports, e.g. `parquet zstd(1)`.
     pub fn describe(&self) -> String {
         match self {
-            FormatOptions::Parquet(p) => format!("parquet {}", p.compression),
-            FormatOptions::Delta(p) => format!("delta (parquet {})", p.compression),
-            FormatOptions::Iceberg(p) => format!("iceberg (parquet {})", p.compression),
+            FormatOptions::Parquet(p) => format!("parquet {}", p.describe_compression()),
+            FormatOptions::Delta(p) => format!("delta (parquet {})", p.describe_compression()),
+            FormatOptions::Iceberg(p) => {
+                format!("iceberg (parquet {})", p.describe_compression())
+            }
             FormatOptions::Csv(c) if c.compression == TextCompression::None => {
                 format!("csv delimiter {:?}", c.delimiter as char)
             }

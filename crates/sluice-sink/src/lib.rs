@@ -38,8 +38,8 @@ pub mod upsert;
 
 pub use destination::{Destination, ObjectInfo, ObjectVersion, ObjectWriter, Versioned};
 pub use format::{
-    AvroCodec, AvroOptions, Compression, CsvOptions, FormatOptions, JsonlOptions, ParquetOptions,
-    PartStats, PartWriter, TextCompression, open_part,
+    AvroCodec, AvroOptions, Compression, CsvOptions, FormatOptions, JsonlOptions, ParquetEncodings,
+    ParquetOptions, PartStats, PartWriter, TextCompression, open_part,
 };
 pub use local::LocalDestination;
 pub use lock::{LockHolder, OutputLock};

@@ -12,14 +12,16 @@
 
 use crate::cardinality;
 use crate::destination::{CountingWriter, FirstIoError};
-use crate::format::{Compression, ParquetOptions, PartStats, PartWriter, write_error};
+use crate::format::{
+    Compression, ParquetEncodings, ParquetOptions, PartStats, PartWriter, write_error,
+};
 use arrow_array::RecordBatch;
-use arrow_schema::SchemaRef;
-use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression as PqCompression, ZstdLevel};
+use arrow_schema::{Schema, SchemaRef};
+use parquet::arrow::{ArrowSchemaConverter, ArrowWriter};
+use parquet::basic::{Compression as PqCompression, Encoding, Type, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterPropertiesBuilder};
-use parquet::schema::types::ColumnPath;
+use parquet::schema::types::{ColumnDescPtr, ColumnPath};
 use sluice_core::{Error, Result};
 
 /// Data and dictionary page limit for a row group of `row_group_bytes` over `columns` columns.
@@ -39,25 +41,79 @@ pub fn page_limit(row_group_bytes: usize, columns: usize) -> usize {
 /// the benchmark lab a third of the client's CPU went to the kernel, mostly page faults.
 /// Pages of this size cost fixed-width columns nothing in compression (measured on the lab's
 /// narrow table: files 5% smaller with unique columns written plain) and give readers finer
-/// page statistics. Text and binary columns keep the scaled page size: zstd finds more
-/// repetition in larger pages of prose.
+/// page statistics. Text and binary columns have larger pages ([`TEXT_PAGE_MAX`]).
 pub const DATA_PAGE_MAX: usize = 96 << 10;
 
-fn builder(options: &ParquetOptions, columns: usize) -> Result<WriterPropertiesBuilder> {
-    let page = page_limit(options.row_group_bytes, columns);
+/// Largest data page of a text or binary column (byte arrays), uncompressed. Such a column's
+/// page is compressed on its own, so the page is zstd's whole view of the column: text that
+/// repeats across rows (templated messages, JSON documents, an e-mail's domain) compresses
+/// only as far as the repeats fall within one page. Measured on the lab's wide table (seven
+/// text columns): 200 KB pages at zstd level 1 made 211 MB of them, 2 MB pages at level 3
+/// 98 MB with 12% less CPU (docs/perf/encodings.md). The buffers of pages this large are
+/// mapped fresh for every page (see [`DATA_PAGE_MAX`]), a cost spread over 2 MB of values.
+pub const TEXT_PAGE_MAX: usize = 2 << 20;
+
+/// Data page limit of the text and binary columns for a row group of `row_group_bytes` with
+/// `text_columns` of them: each buffers one page until it is full, and those buffers count in
+/// the row group's memory, so together they take at most half of it; between 64 KB and
+/// [`TEXT_PAGE_MAX`].
+pub fn text_page_limit(row_group_bytes: usize, text_columns: usize) -> usize {
+    (row_group_bytes / (2 * text_columns.max(1))).clamp(64 << 10, TEXT_PAGE_MAX)
+}
+
+/// A zstd level as the Parquet writer takes it, checked.
+fn zstd(level: i32) -> Result<PqCompression> {
+    Ok(PqCompression::ZSTD(ZstdLevel::try_new(level).map_err(
+        |_| {
+            Error::config(format!(
+                "zstd level {level} is out of range: use 1 (fastest) to 22 (smallest)."
+            ))
+        },
+    )?))
+}
+
+/// The leaf columns of `schema` as the Arrow writer lays them out in Parquet.
+fn leaves(schema: &Schema) -> Result<Vec<ColumnDescPtr>> {
+    let parquet = ArrowSchemaConverter::new()
+        .convert(schema)
+        .map_err(|e| Error::internal(format!("the Parquet schema of {schema:?}: {e}")))?;
+    Ok(parquet.columns().to_vec())
+}
+
+fn builder(options: &ParquetOptions, schema: &Schema) -> Result<WriterPropertiesBuilder> {
+    let page = page_limit(options.row_group_bytes, schema.fields().len());
     let compression = match options.compression {
-        Compression::Zstd(level) => {
-            PqCompression::ZSTD(ZstdLevel::try_new(level).map_err(|_| {
-                Error::config(format!(
-                    "zstd level {level} is out of range: use 1 (fastest) to 22 (smallest)."
-                ))
-            })?)
-        }
+        Compression::Zstd(level) => zstd(level)?,
         Compression::Snappy => PqCompression::SNAPPY,
         Compression::None => PqCompression::UNCOMPRESSED,
     };
-    Ok(WriterProperties::builder()
-        .set_compression(compression)
+    let leaves = leaves(schema)?;
+    let mut b = WriterProperties::builder();
+    let text: Vec<&ColumnDescPtr> = leaves
+        .iter()
+        .filter(|c| c.physical_type() == Type::BYTE_ARRAY)
+        .collect();
+    let text_page = text_page_limit(options.row_group_bytes, text.len());
+    let text_level = match (options.compression, options.text_zstd_level) {
+        (Compression::Zstd(_), Some(level)) => Some(zstd(level)?),
+        _ => None,
+    };
+    for c in text {
+        b = b.set_column_data_page_size_limit(c.path().clone(), text_page);
+        if let Some(level) = text_level {
+            b = b.set_column_compression(c.path().clone(), level);
+        }
+    }
+    if options.encodings == ParquetEncodings::Delta {
+        for c in leaves
+            .iter()
+            .filter(|c| matches!(c.physical_type(), Type::INT32 | Type::INT64))
+        {
+            // A column with a dictionary keeps it; this is then what it falls back to.
+            b = b.set_column_encoding(c.path().clone(), Encoding::DELTA_BINARY_PACKED);
+        }
+    }
+    Ok(b.set_compression(compression)
         .set_statistics_enabled(EnabledStatistics::Page)
         // Rows per group are decided by bytes (see ParquetPart::write), not by a row count.
         .set_max_row_group_row_count(None)
@@ -68,10 +124,10 @@ fn builder(options: &ParquetOptions, columns: usize) -> Result<WriterPropertiesB
         .set_created_by(format!("sluice {}", env!("CARGO_PKG_VERSION"))))
 }
 
-/// Parquet writer properties for `options` and a schema of `columns` columns, with
-/// dictionaries tried on every column (the writer's default).
-pub fn writer_properties(options: &ParquetOptions, columns: usize) -> Result<WriterProperties> {
-    Ok(builder(options, columns)?.build())
+/// Parquet writer properties for `options` and `schema`, with dictionaries tried on every
+/// column (the writer's default).
+pub fn writer_properties(options: &ParquetOptions, schema: &Schema) -> Result<WriterProperties> {
+    Ok(builder(options, schema)?.build())
 }
 
 /// Writer properties for a part whose first batch is `first`: as [`writer_properties`], with
@@ -81,7 +137,7 @@ pub fn writer_properties_for(
     first: &RecordBatch,
 ) -> Result<WriterProperties> {
     let columns = first.num_columns();
-    let mut b = builder(options, columns)?;
+    let mut b = builder(options, &first.schema())?;
     let rows = first.num_rows().max(1);
     let row_bytes = (first.get_array_memory_size() / rows).max(1);
     let row_group_rows = (options.row_group_bytes / row_bytes).max(rows);
@@ -115,7 +171,7 @@ pub(crate) fn arrow_writer(
 ) -> Result<ArrowWriter<CountingWriter>> {
     let mut props = match first {
         Some(b) => writer_properties_for(options, b)?,
-        None => writer_properties(options, schema.fields().len())?,
+        None => writer_properties(options, schema)?,
     };
     let own: Vec<KeyValue> = schema
         .metadata()
@@ -155,7 +211,7 @@ impl ParquetPart {
     ) -> Result<Self> {
         let errors = out.errors();
         // Fail on bad options now rather than at the first batch.
-        writer_properties(options, schema.fields().len())?;
+        writer_properties(options, &schema)?;
         Ok(ParquetPart {
             out: Some(out),
             schema,
@@ -222,5 +278,107 @@ impl PartWriter for ParquetPart {
         if let Some(out) = self.out.take() {
             out.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::FormatOptions;
+    use arrow_schema::{DataType, Field, TimeUnit};
+    use std::sync::Arc;
+
+    fn schema() -> Schema {
+        Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("at", DataType::Timestamp(TimeUnit::Microsecond, None), true),
+            Field::new("price", DataType::Float64, true),
+            Field::new("body", DataType::Utf8, true),
+            Field::new("blob", DataType::Binary, true),
+            Field::new(
+                "tags",
+                DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+                true,
+            ),
+        ])
+    }
+
+    fn col(path: &str) -> ColumnPath {
+        ColumnPath::from(path.split('.').map(str::to_string).collect::<Vec<_>>())
+    }
+
+    /// Text and binary columns, lists of text included, get the larger pages and level 3 by
+    /// default; fixed-width ones keep the codec's level; a level the user chose (no text level)
+    /// applies to every column.
+    #[test]
+    fn text_columns_get_large_pages_and_their_own_zstd_level() {
+        let options = ParquetOptions {
+            row_group_bytes: 8 << 20,
+            ..Default::default()
+        };
+        let props = writer_properties(&options, &schema()).unwrap();
+        let level3 = PqCompression::ZSTD(ZstdLevel::try_new(3).unwrap());
+        let level1 = PqCompression::ZSTD(ZstdLevel::try_new(1).unwrap());
+        let text_page = text_page_limit(8 << 20, 3);
+        assert_eq!(text_page, (8 << 20) / 6);
+        for text in ["body", "blob", "tags.list.item"] {
+            assert_eq!(props.compression(&col(text)), level3, "{text}");
+            assert_eq!(
+                props.column_data_page_size_limit(&col(text)),
+                text_page,
+                "{text}"
+            );
+        }
+        for fixed in ["id", "at", "price"] {
+            assert_eq!(props.compression(&col(fixed)), level1, "{fixed}");
+            assert!(props.column_data_page_size_limit(&col(fixed)) < text_page);
+        }
+        let chosen = ParquetOptions {
+            compression: Compression::Zstd(5),
+            text_zstd_level: None,
+            ..options
+        };
+        let props = writer_properties(&chosen, &schema()).unwrap();
+        let level5 = PqCompression::ZSTD(ZstdLevel::try_new(5).unwrap());
+        assert_eq!(props.compression(&col("body")), level5);
+        assert_eq!(props.compression(&col("id")), level5);
+        assert_eq!(
+            FormatOptions::Parquet(chosen.clone()).describe(),
+            "parquet zstd(5)"
+        );
+        assert_eq!(
+            FormatOptions::Parquet(ParquetOptions::default()).describe(),
+            "parquet zstd(1), text zstd(3)"
+        );
+    }
+
+    /// Text pages share half the row group, never below 64 KB nor above [`TEXT_PAGE_MAX`].
+    #[test]
+    fn text_pages_are_bounded() {
+        assert_eq!(text_page_limit(4 << 20, 100), 64 << 10);
+        assert_eq!(text_page_limit(1 << 30, 1), TEXT_PAGE_MAX);
+        assert_eq!(text_page_limit(16 << 20, 0), TEXT_PAGE_MAX);
+    }
+
+    /// Delta encodings touch the integer-backed columns only; the default touches none.
+    #[test]
+    fn delta_encodings_apply_to_integer_backed_columns() {
+        let delta = ParquetOptions {
+            encodings: ParquetEncodings::Delta,
+            ..Default::default()
+        };
+        let props = writer_properties(&delta, &schema()).unwrap();
+        for c in ["id", "at"] {
+            assert_eq!(
+                props.encoding(&col(c)),
+                Some(Encoding::DELTA_BINARY_PACKED),
+                "{c}"
+            );
+        }
+        for c in ["price", "body", "blob", "tags.list.item"] {
+            assert_eq!(props.encoding(&col(c)), None, "{c}");
+        }
+        let props = writer_properties(&ParquetOptions::default(), &schema()).unwrap();
+        assert_eq!(props.encoding(&col("id")), None);
     }
 }

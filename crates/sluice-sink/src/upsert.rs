@@ -461,8 +461,7 @@ impl Upserts {
     }
 
     fn writer(&self) -> Result<ArrowWriter<Vec<u8>>> {
-        let props =
-            crate::parquet::writer_properties(&self.parquet, self.table.schema.fields().len())?;
+        let props = crate::parquet::writer_properties(&self.parquet, &self.table.schema)?;
         ArrowWriter::try_new(Vec::new(), self.table.schema.clone(), Some(props)).map_err(internal)
     }
 

@@ -60,6 +60,13 @@ if mode in ("duckdb", "parquet", "duckdb-iceberg"):
     rows = con.sql(f"SELECT {cols} FROM {source} ORDER BY 1").fetchall()
     print(json.dumps({"columns": rel.columns, "types": [str(t) for t in rel.types],
                       "rows": [list(r) for r in rows]}))
+elif mode == "encodings":
+    import duckdb
+    seen = {}
+    for path, encodings in duckdb.sql(
+            f"SELECT path_in_schema, encodings FROM parquet_metadata('{target}')").fetchall():
+        seen.setdefault(path, set()).update(e.strip() for e in encodings.split(","))
+    print(json.dumps({path: sorted(e) for path, e in seen.items()}))
 elif mode == "iceberg":
     t = catalog(target).load_table(sys.argv[3])
     snap = t.current_snapshot()
@@ -228,6 +235,13 @@ pub fn duckdb_delta_strings(dir: &Path) -> Vec<String> {
 /// The Parquet files matching `glob` as DuckDB reads them (for comparison with a table).
 pub fn duckdb_parquet(glob: &Path) -> Rows {
     rows(read(&["parquet", glob.to_str().expect("UTF-8 path")]))
+}
+
+/// The value encodings of each column of the Parquet files matching `glob`, as DuckDB reads
+/// them from the files' metadata (every row group's, together).
+pub fn parquet_encodings(glob: &Path) -> std::collections::BTreeMap<String, Vec<String>> {
+    serde_json::from_value(read(&["encodings", glob.to_str().expect("UTF-8 path")]))
+        .expect("column → encodings")
 }
 
 /// A Delta table as the `deltalake` Python package sees it (at `version`, or the latest).

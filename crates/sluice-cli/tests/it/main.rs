@@ -48,6 +48,7 @@ mod mysql_types;
 mod objstore_azure;
 mod objstore_gcs;
 mod objstore_s3;
+mod parquet_encodings;
 mod quoting;
 mod relkinds;
 mod replicate;
