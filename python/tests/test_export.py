@@ -38,6 +38,29 @@ def test_export_writes_what_the_cli_writes_and_returns_the_report(pg, tmp_path):
     assert (out / "sales.a" / "part-00000.csv").exists()
 
 
+def test_parquet_encodings_keyword_reaches_the_writer(pg, tmp_path):
+    pg.exec(
+        "CREATE TABLE enc (id bigint PRIMARY KEY, v text);"
+        "INSERT INTO enc SELECT g, 'v' || g FROM generate_series(1, 5000) g"
+    )
+
+    def encodings(out):
+        meta = pq.ParquetFile(next((out / "public.enc").glob("*.parquet"))).metadata
+        columns = meta.row_group(0)
+        return {columns.column(i).path_in_schema: set(columns.column(i).encodings)
+                for i in range(columns.num_columns)}
+
+    sluice.export(pg.url, to=tmp_path / "plain", table="enc")
+    sluice.export(pg.url, to=tmp_path / "delta", table="enc", parquet_encodings="delta")
+    assert "DELTA_BINARY_PACKED" not in encodings(tmp_path / "plain")["id"]
+    assert "DELTA_BINARY_PACKED" in encodings(tmp_path / "delta")["id"]
+    assert "DELTA_BINARY_PACKED" not in encodings(tmp_path / "delta")["v"]
+    assert pq.read_table(tmp_path / "delta" / "public.enc").num_rows == 5000
+    with pytest.raises(sluice.ConfigError, match="parquet-encodings"):
+        sluice.export(pg.url, to=tmp_path / "csv", table="enc", format="csv",
+                      parquet_encodings="delta")
+
+
 def test_plan_is_the_cli_plan(pg):
     pg.exec(
         "CREATE SCHEMA sales; CREATE TABLE sales.a (id int PRIMARY KEY);"
