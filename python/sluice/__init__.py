@@ -363,7 +363,8 @@ def export(
         format: ``"parquet"`` (default), ``"csv"``, ``"jsonl"``, ``"avro"``, or a table per
             dataset: ``"delta"``, ``"iceberg"`` (with ``namespace``).
         compression: Parquet: ``"zstd"`` (default), ``"snappy"``, ``"none"``.
-        zstd_level: 1 (default) to 22.
+        zstd_level: 1 to 22, for every column (default: 1, and 3 for Parquet's text and
+            binary columns).
         parquet_encodings: ``"compatible"`` (default: what every Parquet reader decodes) or
             ``"delta"`` (integer, date and timestamp columns delta-encoded: smaller files,
             for readers that decode it; refused for ``format="iceberg"``).

@@ -324,10 +324,10 @@ pub struct Options {
     /// Compression: Parquet zstd (default), snappy, none; CSV and JSON Lines gzip, zstd, none (default; files end .csv.gz, .jsonl.zst); Avro zstd (default), deflate, snappy, none.
     #[arg(long, value_enum)]
     pub compression: Option<CompressionArg>,
-    /// Zstandard level, 1 (fastest) to 22 (default 1).
+    /// Zstandard level, 1 (fastest) to 22, for every column (default: 1, and 3 for Parquet's text and binary columns).
     #[arg(long, value_name = "N")]
     pub zstd_level: Option<i32>,
-    /// Parquet value encodings: compatible (default: dictionary, plain, RLE, which every reader decodes) or delta (integer, date and timestamp columns DELTA_BINARY_PACKED: smaller, cheaper to write; not for --format iceberg, whose Java readers refuse it).
+    /// Parquet value encodings: compatible (default: dictionary, plain, RLE, which every reader decodes) or delta (integer, date and timestamp columns DELTA_BINARY_PACKED: smaller, cheaper to write; not for --format iceberg, whose older vectorized Java readers refuse it).
     #[arg(long, value_enum, value_name = "KIND")]
     pub parquet_encodings: Option<ParquetEncodingsArg>,
     /// Parquet row group size in bytes of memory, overriding the size derived from --memory.

@@ -78,10 +78,10 @@ fn parquet(o: &Options, name: &str) -> Result<ParquetOptions> {
             CompressionArg::None => Compression::None,
             c => return Err(no_codec(name, c, "zstd, snappy or none")),
         },
-        // A level the user chose applies to every column.
-        text_zstd_level: match o.zstd_level {
-            Some(_) => None,
-            None => Some(sluice_sink::format::TEXT_ZSTD_LEVEL),
+        // A level the user chose applies to every column; other codecs have none.
+        text_zstd_level: match (o.zstd_level, o.compression.unwrap_or(CompressionArg::Zstd)) {
+            (None, CompressionArg::Zstd) => Some(sluice_sink::format::TEXT_ZSTD_LEVEL),
+            _ => None,
         },
         // The engine replaces this with the budget it derives from --memory.
         row_group_bytes: bytes(o.row_group_size)
@@ -91,9 +91,10 @@ fn parquet(o: &Options, name: &str) -> Result<ParquetOptions> {
             Some(ParquetEncodingsArg::Delta) if name == "iceberg" => {
                 return Err(Error::config(
                     "--parquet-encodings delta does not apply to --format iceberg: Apache \
-                     Iceberg's own Java readers (Spark's and Flink's Iceberg sources) do not \
-                     decode delta-encoded Parquet, so the table would be unreadable there. \
-                     Drop --parquet-encodings, or write --format parquet or delta.",
+                     Iceberg's vectorized Java readers (Spark's and Flink's Iceberg sources) \
+                     before release 1.10 do not decode delta-encoded Parquet, so the table \
+                     would fail there. Drop --parquet-encodings, or write --format parquet or \
+                     delta.",
                 ));
             }
             Some(ParquetEncodingsArg::Delta) => ParquetEncodings::Delta,

@@ -133,11 +133,24 @@ impl Default for ParquetOptions {
 pub const TEXT_ZSTD_LEVEL: i32 = 3;
 
 impl ParquetOptions {
-    /// The codecs in a report's words: `zstd(1)`, or `zstd(1), text zstd(3)`.
+    /// The codecs and encodings in a report's words: `zstd(1)`, `zstd(1), text zstd(3)`,
+    /// `zstd(1), text zstd(3), delta encodings`.
     pub fn describe_compression(&self) -> String {
-        match (self.compression, self.text_zstd_level) {
+        let codecs = match (self.compression, self.text_zstd_level) {
             (Compression::Zstd(l), Some(t)) if t != l => format!("zstd({l}), text zstd({t})"),
             (c, _) => c.to_string(),
+        };
+        format!("{codecs}{}", self.encodings_suffix(", "))
+    }
+
+    /// What a request record adds for the encodings: nothing for the default (so a run
+    /// recorded before the option existed still matches), `{sep}delta encodings` otherwise,
+    /// so a resume with other encodings is refused rather than mixing files readers treat
+    /// differently.
+    fn encodings_suffix(&self, sep: &str) -> String {
+        match self.encodings {
+            ParquetEncodings::Compatible => String::new(),
+            ParquetEncodings::Delta => format!("{sep}delta encodings"),
         }
     }
 }
@@ -238,8 +251,12 @@ impl FormatOptions {
     /// the same. `parquet zstd(1)`, `csv`, `csv gzip`, `jsonl zstd(3)`, `avro deflate`.
     pub fn request_name(&self) -> String {
         match self {
-            FormatOptions::Parquet(p) => format!("parquet {}", p.compression),
-            FormatOptions::Delta(p) => format!("delta {}", p.compression),
+            FormatOptions::Parquet(p) => {
+                format!("parquet {}{}", p.compression, p.encodings_suffix(" "))
+            }
+            FormatOptions::Delta(p) => {
+                format!("delta {}{}", p.compression, p.encodings_suffix(" "))
+            }
             FormatOptions::Iceberg(p) => format!("iceberg {}", p.compression),
             FormatOptions::Csv(c) if c.compression == TextCompression::None => "csv".into(),
             FormatOptions::Csv(c) => format!("csv {}", c.compression),

@@ -111,6 +111,8 @@ async fn delta_encoded_parts_read_back_as_the_default_ones_and_are_smaller() {
     let table = lake::duckdb_delta(&lake_dir.join("public.e"));
     assert_eq!(table.rows.len(), ROWS as usize);
     assert_eq!(table.ids(), got.ids());
+    let in_table = with_delta(&encodings(&lake_dir));
+    assert!(in_table.iter().any(|c| c == "id"), "{in_table:?}");
 }
 
 /// Refused with exit 2 before the source is read, naming the reason and the fix: delta
@@ -127,6 +129,12 @@ async fn delta_encodings_are_refused_where_they_do_not_apply() {
         &words("--table e --format iceberg --namespace n --parquet-encodings delta"),
     )
     .refused(2, &["--parquet-encodings delta", "iceberg", "Java readers"]);
+    export(
+        &db.url,
+        out.path(),
+        &words("--table e --format csv --compression gzip --parquet-encodings compatible"),
+    )
+    .refused(2, &["--parquet-encodings applies to Parquet output"]);
     for format in ["csv", "jsonl", "avro"] {
         let args = format!("--table e --format {format} --parquet-encodings delta");
         export(&db.url, out.path(), &words(&args)).refused(
