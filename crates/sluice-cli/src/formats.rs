@@ -88,15 +88,6 @@ fn parquet(o: &Options, name: &str) -> Result<ParquetOptions> {
             .unwrap_or(ParquetOptions::default().row_group_bytes),
         encodings: match o.parquet_encodings {
             None | Some(ParquetEncodingsArg::Compatible) => ParquetEncodings::Compatible,
-            Some(ParquetEncodingsArg::Delta) if name == "iceberg" => {
-                return Err(Error::config(
-                    "--parquet-encodings delta does not apply to --format iceberg: Apache \
-                     Iceberg's vectorized Java readers (Spark's and Flink's Iceberg sources) \
-                     before release 1.10 do not decode delta-encoded Parquet, so the table \
-                     would fail there. Drop --parquet-encodings, or write --format parquet or \
-                     delta.",
-                ));
-            }
             Some(ParquetEncodingsArg::Delta) => ParquetEncodings::Delta,
         },
     })
@@ -169,7 +160,17 @@ pub(crate) fn format(o: &Options) -> Result<FormatOptions> {
                      plus its part files: drop --merge.",
                 ));
             }
-            FormatOptions::Iceberg(parquet(o, "iceberg")?)
+            let p = parquet(o, "iceberg")?;
+            if p.encodings == ParquetEncodings::Delta {
+                return Err(Error::config(
+                    "--parquet-encodings delta does not apply to --format iceberg: Apache \
+                     Iceberg's vectorized Java readers (Spark's and Flink's Iceberg sources) \
+                     before release 1.10 do not decode delta-encoded Parquet, so the table \
+                     would fail there. Drop --parquet-encodings, or write --format parquet or \
+                     delta.",
+                ));
+            }
+            FormatOptions::Iceberg(p)
         }
         FormatArg::Csv => {
             no_parquet(o, "csv")?;

@@ -42,7 +42,7 @@
 //! prediction past the target although the refusal let the run start, the plan and the report
 //! say how much more it needs ([`memory_note`]).
 
-use arrow_schema::DataType;
+use arrow_schema::Schema;
 use sluice_core::Dataset;
 use std::time::Duration;
 
@@ -151,31 +151,19 @@ pub struct PlanInputs {
     pub has_text: bool,
 }
 
-/// Whether Parquet stores values of `t` as byte arrays (text, binary, JSON), in lists too.
-fn is_byte_array(t: &DataType) -> bool {
-    match t {
-        DataType::Utf8
-        | DataType::LargeUtf8
-        | DataType::Utf8View
-        | DataType::Binary
-        | DataType::LargeBinary
-        | DataType::BinaryView => true,
-        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
-            is_byte_array(f.data_type())
-        }
-        _ => false,
-    }
-}
-
 impl PlanInputs {
     /// These inputs with the columns of the widest of `datasets`.
     pub fn with_columns_of(self, datasets: &[Dataset]) -> Self {
         PlanInputs {
             columns: datasets.iter().map(|d| d.columns.len()).max().unwrap_or(0),
-            has_text: datasets
-                .iter()
-                .flat_map(|d| &d.columns)
-                .any(|c| is_byte_array(c.field.data_type())),
+            has_text: datasets.iter().any(|d| {
+                sluice_sink::parquet::has_text_columns(&Schema::new(
+                    d.columns
+                        .iter()
+                        .map(|c| c.field.clone())
+                        .collect::<Vec<_>>(),
+                ))
+            }),
             ..self
         }
     }

@@ -80,6 +80,18 @@ fn leaves(schema: &Schema) -> Result<Vec<ColumnDescPtr>> {
     Ok(parquet.columns().to_vec())
 }
 
+/// Whether a leaf column is text or binary to the writer (Parquet byte arrays: text, binary,
+/// JSON, in lists and structs too): the columns with [`TEXT_PAGE_MAX`] pages.
+fn is_text(c: &ColumnDescPtr) -> bool {
+    c.physical_type() == Type::BYTE_ARRAY
+}
+
+/// Whether the writer would give `schema` any text or binary column (the planner counts their
+/// pages' flush). A schema the writer cannot lay out counts as having one (the larger estimate).
+pub fn has_text_columns(schema: &Schema) -> bool {
+    leaves(schema).map_or(true, |l| l.iter().any(is_text))
+}
+
 fn builder(options: &ParquetOptions, schema: &Schema) -> Result<WriterPropertiesBuilder> {
     let page = page_limit(options.row_group_bytes, schema.fields().len());
     let compression = match options.compression {
@@ -89,10 +101,7 @@ fn builder(options: &ParquetOptions, schema: &Schema) -> Result<WriterProperties
     };
     let leaves = leaves(schema)?;
     let mut b = WriterProperties::builder();
-    let text: Vec<&ColumnDescPtr> = leaves
-        .iter()
-        .filter(|c| c.physical_type() == Type::BYTE_ARRAY)
-        .collect();
+    let text: Vec<&ColumnDescPtr> = leaves.iter().filter(|c| is_text(c)).collect();
     let text_page = text_page_limit(options.row_group_bytes, text.len());
     let text_level = match (options.compression, options.text_zstd_level) {
         (Compression::Zstd(_), Some(level)) => Some(zstd(level)?),

@@ -38,11 +38,9 @@ fn encodings(dir: &Path) -> std::collections::BTreeMap<String, Vec<String>> {
 }
 
 fn bytes_of(dir: &Path) -> u64 {
-    std::fs::read_dir(dir.join("public.e"))
-        .unwrap()
-        .map(|e| e.unwrap())
-        .filter(|e| e.path().extension().is_some_and(|x| x == "parquet"))
-        .map(|e| e.metadata().unwrap().len())
+    files::part_files(&dir.join("public.e"), "parquet")
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
         .sum()
 }
 
